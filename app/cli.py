@@ -1,0 +1,75 @@
+"""The `flashscope` command line: serve the app (more commands join as the simulator grows).
+
+Errors in arguments print one line naming the argument and exit with code 2 (argparse's rule).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+
+def _serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from .config import Settings
+    from .main import create_app
+
+    settings = Settings(host=args.host, port=args.port)
+    uvicorn.run(
+        create_app(settings),
+        host=args.host,
+        port=args.port,
+        log_level=args.log_level,
+        ws_max_size=settings.ws_max_message_bytes,
+    )
+    return 0
+
+
+def port_number(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a port number: {text!r}") from None
+    if not 1 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"port must be in 1..65535, got {value}")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from . import __version__
+    from .config import Settings
+
+    defaults = Settings()
+    parser = argparse.ArgumentParser(
+        prog="flashscope", description="FlashAttention, tile by tile: visualizer and simulator."
+    )
+    parser.add_argument("--version", action="version", version=f"flashscope {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    serve = sub.add_parser("serve", help="start the web app")
+    serve.add_argument(
+        "--host", default=defaults.host, help=f"interface to bind (default {defaults.host})"
+    )
+    serve.add_argument(
+        "--port",
+        type=port_number,
+        default=defaults.port,
+        help=f"port to bind (default {defaults.port})",
+    )
+    serve.add_argument(
+        "--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"]
+    )
+    serve.set_defaults(func=_serve)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    return int(args.func(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,46 @@
+"""Settings from the environment (prefix FLASHSCOPE_); every request size has a limit here."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+class Settings(BaseSettings):
+    """Server settings. Each field can be set as FLASHSCOPE_<NAME> in the environment."""
+
+    model_config = SettingsConfigDict(env_prefix="FLASHSCOPE_", frozen=True)
+
+    host: str = Field("127.0.0.1", description="Interface `flashscope serve` binds.")
+    port: int = Field(8000, ge=1, le=65535, description="Port `flashscope serve` binds.")
+
+    # Tile stepper (one batch, one head, real numbers).
+    max_seq: int = Field(1024, ge=1, description="Largest N (seq_q or seq_k) a trace may have.")
+    max_head_dim: int = Field(256, ge=1, description="Largest head_dim a trace may have.")
+    min_block: int = Field(2, ge=1, description="Smallest block_m / block_n of a trace.")
+    max_block: int = Field(256, ge=1, description="Largest block_m / block_n of a trace.")
+    max_trace_events: int = Field(20000, ge=1, description="Most events one trace may have.")
+    max_seed: int = Field(2**32 - 1, ge=0, description="Largest random seed.")
+    max_events_per_request: int = Field(
+        256, ge=1, description="Most events one GET /api/trace returns."
+    )
+    o_col_limit: int = Field(
+        64, ge=1, description="Columns of O sent per row; wider heads are averaged down."
+    )
+    trace_cache_size: int = Field(16, ge=1, description="Traces kept in memory for reuse.")
+    ws_max_message_bytes: int = Field(
+        4096, ge=64, description="Largest message a client may send on a WebSocket."
+    )
+
+    templates_dir: Path = ROOT / "templates"
+    static_dir: Path = ROOT / "static"
+
+
+@lru_cache
+def get_settings() -> Settings:
+    return Settings()

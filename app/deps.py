@@ -1,0 +1,29 @@
+"""Typed dependencies shared by the routers."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import Depends
+from fastapi.templating import Jinja2Templates
+from starlette.requests import HTTPConnection
+
+from .config import Settings
+from .traces import TraceStore
+
+
+def get_settings_dep(conn: HTTPConnection) -> Settings:
+    return conn.app.state.settings
+
+
+def get_templates(conn: HTTPConnection) -> Jinja2Templates:
+    return conn.app.state.templates
+
+
+def get_traces(conn: HTTPConnection) -> TraceStore:
+    return conn.app.state.traces
+
+
+SettingsDep = Annotated[Settings, Depends(get_settings_dep)]
+TemplatesDep = Annotated[Jinja2Templates, Depends(get_templates)]
+TracesDep = Annotated[TraceStore, Depends(get_traces)]

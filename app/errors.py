@@ -1,0 +1,61 @@
+"""One shape for every refused request: HTTP 422 naming the field and the limit.
+
+FastAPI's validation errors already carry `loc` and `msg`; the handler here adds `field` (the
+last element of `loc`) and `limit` (the bound that was crossed, where there is one) to each, so a
+client or a person reading the response sees at once what to change.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import Request
+from fastapi.encoders import jsonable_encoder
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+
+_LIMIT_KEYS = ("limit", "le", "lt", "ge", "gt", "max_length", "min_length")
+
+
+def limit_error(field: str, message: str, value: Any, limit: Any, where: str = "query") -> dict:
+    """A validation error entry for a value beyond a server limit."""
+    return {
+        "type": "limit",
+        "loc": [where, field],
+        "msg": message,
+        "input": value,
+        "ctx": {"limit": limit},
+    }
+
+
+def value_error(field: str, message: str, value: Any, where: str = "query") -> dict:
+    return {"type": "value_error", "loc": [where, field], "msg": message, "input": value}
+
+
+def describe(errors: list[dict]) -> list[dict]:
+    """Add `field` and `limit` to pydantic-style error entries."""
+    out = []
+    for err in errors:
+        err = dict(err)
+        loc = err.get("loc") or []
+        err["field"] = str(loc[-1]) if loc else None
+        ctx = err.get("ctx") or {}
+        err["limit"] = next((ctx[k] for k in _LIMIT_KEYS if k in ctx), None)
+        if "ctx" in err:
+            err["ctx"] = {
+                k: (v if isinstance(v, int | float | str) else str(v)) for k, v in ctx.items()
+            }
+        err.pop("url", None)
+        out.append(err)
+    return out
+
+
+async def validation_handler(_: Request, exc: RequestValidationError) -> JSONResponse:
+    return JSONResponse(
+        status_code=422, content=jsonable_encoder({"detail": describe(list(exc.errors()))})
+    )
+
+
+def refuse(errors: list[dict]) -> RequestValidationError:
+    """The exception that makes a route answer 422 with these errors."""
+    return RequestValidationError(errors)

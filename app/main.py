@@ -1,0 +1,48 @@
+"""Build the FastAPI app: settings, templates, static files, routers, error shape, headers."""
+
+from __future__ import annotations
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.staticfiles import StaticFiles
+from fastapi.templating import Jinja2Templates
+
+from . import __version__
+from .config import Settings, get_settings
+from .errors import validation_handler
+from .routes import health, pages, trace
+from .traces import TraceStore
+
+CSP = (
+    "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; "
+    "img-src 'self' data: blob:; connect-src 'self'; font-src 'self'; object-src 'none'; "
+    "base-uri 'none'; frame-ancestors 'none'; form-action 'self'"
+)
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    settings = settings or get_settings()
+    app = FastAPI(
+        title="flashscope",
+        version=__version__,
+        description="FlashAttention, tile by tile: simulator, traces and kernels.",
+    )
+    app.state.settings = settings
+    app.state.templates = Jinja2Templates(directory=settings.templates_dir)
+    app.state.templates.env.globals["version"] = __version__
+    app.state.traces = TraceStore(settings.trace_cache_size, settings.o_col_limit)
+    app.state.backend = None
+    app.mount("/static", StaticFiles(directory=settings.static_dir), name="static")
+    app.add_exception_handler(RequestValidationError, validation_handler)  # type: ignore[arg-type]
+    for module in (health, pages, trace):
+        app.include_router(module.router)
+
+    @app.middleware("http")
+    async def security_headers(request: Request, call_next):  # type: ignore[no-untyped-def]
+        response = await call_next(request)
+        response.headers.setdefault("Content-Security-Policy", CSP)
+        response.headers.setdefault("X-Content-Type-Options", "nosniff")
+        response.headers.setdefault("Referrer-Policy", "no-referrer")
+        return response
+
+    return app

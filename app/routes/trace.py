@@ -1,0 +1,128 @@
+"""The tile trace: GET /api/trace (JSON twin of /tiles) and the /ws/trace stepping stream.
+
+WebSocket protocol (JSON text messages):
+    client → {"type": "open", "params": {n, nk, d, bm, bn, seed, algo}}
+    server → {"type": "meta", "meta": {...}}  or  {"type": "error", "errors": [...]}
+    client → {"type": "step", "step": k}
+    server → {"type": "event", "event": {...}}  or  {"type": "error", "errors": [...]}
+The server sends one event per request: the client never recomputes the algorithm.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Query, WebSocket, WebSocketDisconnect
+from pydantic import ValidationError
+
+from ..deps import SettingsDep, TracesDep
+from ..errors import describe, refuse, value_error
+from ..schemas import (
+    StrictTraceParams,
+    TraceEventModel,
+    TraceParams,
+    TraceResponse,
+    check_step,
+    check_trace_params,
+)
+
+router = APIRouter(tags=["trace"])
+
+
+@router.get("/api/trace", response_model=TraceResponse)
+async def get_trace(
+    params: Annotated[TraceParams, Query()],
+    settings: SettingsDep,
+    traces: TracesDep,
+    start: Annotated[int, Query(ge=0, description="First event to return.")] = 0,
+    count: Annotated[int, Query(ge=0, description="Events to return.")] = 1,
+) -> Any:
+    """Metadata of a trace and `count` of its events from `start`."""
+    errs = check_trace_params(params, settings)
+    if count > settings.max_events_per_request:
+        errs.append(
+            {
+                "type": "limit",
+                "loc": ["query", "count"],
+                "input": count,
+                "msg": f"count must be ≤ {settings.max_events_per_request}, got {count}",
+                "ctx": {"limit": settings.max_events_per_request},
+            }
+        )
+    if errs:
+        raise refuse(errs)
+    trace = await traces.get(params)
+    if count and start >= len(trace):
+        raise refuse(check_step(start, len(trace)))
+    events = [trace.event(i) for i in range(start, min(start + count, len(trace)))]
+    return {"meta": trace.describe(), "start": start, "events": events}
+
+
+@router.websocket("/ws/trace")
+async def trace_stream(ws: WebSocket, settings: SettingsDep, traces: TracesDep) -> None:
+    await ws.accept()
+    trace = None
+    try:
+        while True:
+            raw = await ws.receive_text()
+            if len(raw.encode()) > settings.ws_max_message_bytes:
+                await ws.close(
+                    code=1009, reason=f"message over {settings.ws_max_message_bytes} bytes"
+                )
+                return
+            try:
+                msg = json.loads(raw)
+                kind = msg.get("type") if isinstance(msg, dict) else None
+            except json.JSONDecodeError:
+                kind, msg = None, None
+            if kind == "open":
+                try:
+                    params = StrictTraceParams.model_validate(msg.get("params") or {})
+                except ValidationError as exc:
+                    await _send_errors(
+                        ws,
+                        [dict(e, loc=["params", *e["loc"]]) for e in exc.errors(include_url=False)],
+                    )
+                    continue
+                errs = check_trace_params(params, settings, where="params")
+                if errs:
+                    await _send_errors(ws, errs)
+                    continue
+                trace = await traces.get(params)
+                await ws.send_json({"type": "meta", "meta": trace.describe()})
+            elif kind == "step":
+                step = msg.get("step")
+                if trace is None:
+                    await _send_errors(
+                        ws, [value_error("type", "send an open message first", kind, "message")]
+                    )
+                elif isinstance(step, bool) or not isinstance(step, int):
+                    await _send_errors(
+                        ws, [value_error("step", "step must be an integer", step, "message")]
+                    )
+                elif errs := check_step(step, len(trace), "message"):
+                    await _send_errors(ws, errs)
+                else:
+                    event = TraceEventModel.model_validate(trace.event(step))
+                    await ws.send_json(
+                        {"type": "event", "event": event.model_dump(exclude_none=False)}
+                    )
+            else:
+                await _send_errors(
+                    ws,
+                    [
+                        value_error(
+                            "type",
+                            'message must be JSON with "type": "open" or "step"',
+                            raw[:80],
+                            "message",
+                        )
+                    ],
+                )
+    except WebSocketDisconnect:
+        return
+
+
+async def _send_errors(ws: WebSocket, errors: list[dict]) -> None:
+    await ws.send_json({"type": "error", "errors": describe(errors)})

@@ -1,0 +1,119 @@
+"""The attention problem and the tile configuration, as frozen, self-validating dataclasses."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+# Bytes per element of each storage dtype the simulator knows.
+DTYPE_BYTES: dict[str, int] = {"fp32": 4, "fp16": 2, "bf16": 2}
+# Statistics (m, l, LSE) are kept in fp32 by every FlashAttention kernel.
+STATS_BYTES = 4
+
+
+def _check_int(name: str, value: object, lo: int, hi: int | None = None) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"{name} must be an integer, got {value!r}")
+    if value < lo:
+        raise ValueError(f"{name} must be ≥ {lo}, got {value}")
+    if hi is not None and value > hi:
+        raise ValueError(f"{name} must be ≤ {hi}, got {value}")
+
+
+def is_power_of_two(x: int) -> bool:
+    return x >= 1 and (x & (x - 1)) == 0
+
+
+def cdiv(a: int, b: int) -> int:
+    """Ceiling division for non-negative integers."""
+    return -(-a // b)
+
+
+@dataclass(frozen=True)
+class AttentionProblem:
+    """One attention call: O = softmax(Q Kᵀ · scale [+ causal mask]) V.
+
+    Shapes: Q is (batch, heads, seq_q, head_dim); K and V are (batch, kv_heads, seq_k, head_dim).
+    With `causal`, query row i may attend to key j only when j ≤ i + (seq_k − seq_q): the mask is
+    aligned to the bottom-right corner, as FlashAttention-2 does when seq_q ≠ seq_k.
+    """
+
+    seq_q: int = 256
+    head_dim: int = 64
+    seq_k: int | None = None  # None: same as seq_q
+    batch: int = 1
+    heads: int = 1
+    kv_heads: int | None = None  # None: same as heads (no grouping)
+    causal: bool = False
+    dtype: str = "fp16"
+    sm_scale: float | None = field(default=None, compare=True)  # None: 1/sqrt(head_dim)
+
+    def __post_init__(self) -> None:
+        if self.seq_k is None:
+            object.__setattr__(self, "seq_k", self.seq_q)
+        if self.kv_heads is None:
+            object.__setattr__(self, "kv_heads", self.heads)
+        _check_int("seq_q", self.seq_q, 1)
+        _check_int("seq_k", self.seq_k, 1)
+        _check_int("head_dim", self.head_dim, 1)
+        _check_int("batch", self.batch, 1)
+        _check_int("heads", self.heads, 1)
+        _check_int("kv_heads", self.kv_heads, 1)
+        if self.heads % self.kv_heads:
+            raise ValueError(
+                f"kv_heads must divide heads (grouped-query attention), "
+                f"got heads={self.heads}, kv_heads={self.kv_heads}"
+            )
+        if self.dtype not in DTYPE_BYTES:
+            raise ValueError(f"dtype must be one of {sorted(DTYPE_BYTES)}, got {self.dtype!r}")
+        if not isinstance(self.causal, bool):
+            raise ValueError(f"causal must be true or false, got {self.causal!r}")
+        if self.sm_scale is not None and not (
+            isinstance(self.sm_scale, int | float) and math.isfinite(self.sm_scale)
+        ):
+            raise ValueError(f"sm_scale must be a finite number, got {self.sm_scale!r}")
+
+    @property
+    def scale(self) -> float:
+        return self.sm_scale if self.sm_scale is not None else 1.0 / math.sqrt(self.head_dim)
+
+    @property
+    def dtype_bytes(self) -> int:
+        return DTYPE_BYTES[self.dtype]
+
+    @property
+    def group(self) -> int:
+        """Query heads that share one K/V head."""
+        return self.heads // self.kv_heads  # type: ignore[operator]
+
+    @property
+    def causal_offset(self) -> int:
+        """Key j is visible to query i when j ≤ i + causal_offset (bottom-right alignment)."""
+        return self.seq_k - self.seq_q  # type: ignore[operator]
+
+
+@dataclass(frozen=True)
+class TileConfig:
+    """How a kernel tiles the problem: query rows per CTA, keys per inner step, pipeline, warps."""
+
+    block_m: int = 64
+    block_n: int = 64
+    stages: int = 2
+    warps: int = 4
+
+    def __post_init__(self) -> None:
+        for name in ("block_m", "block_n"):
+            value = getattr(self, name)
+            _check_int(name, value, 1)
+            if not is_power_of_two(value):
+                raise ValueError(f"{name} must be a power of two, got {value}")
+        _check_int("stages", self.stages, 1, 8)
+        _check_int("warps", self.warps, 1, 32)
+        if not is_power_of_two(self.warps):
+            raise ValueError(f"warps must be a power of two, got {self.warps}")
+
+    def q_blocks(self, problem: AttentionProblem) -> int:
+        return cdiv(problem.seq_q, self.block_m)
+
+    def kv_blocks(self, problem: AttentionProblem) -> int:
+        return cdiv(problem.seq_k, self.block_n)  # type: ignore[arg-type]

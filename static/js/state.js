@@ -1,0 +1,139 @@
+// Shared front-end state helpers: URL-held view state, the trace socket, number formatting.
+
+/** Read view parameters from the URL, falling back to `defaults` (numbers stay numbers). */
+export function readParams(defaults) {
+  const url = new URL(window.location.href);
+  const out = { ...defaults };
+  for (const [key, value] of Object.entries(defaults)) {
+    const raw = url.searchParams.get(key);
+    if (raw === null || raw === "") continue;
+    if (typeof value === "number") {
+      const num = Number(raw);
+      out[key] = Number.isFinite(num) ? num : raw;
+    } else if (typeof value === "boolean") {
+      out[key] = raw === "1" || raw === "true";
+    } else {
+      out[key] = raw;
+    }
+  }
+  return out;
+}
+
+/** Write `params` into the URL without adding history entries (a link reproduces the view). */
+export function writeParams(params) {
+  const url = new URL(window.location.href);
+  for (const [key, value] of Object.entries(params)) {
+    if (value === null || value === undefined || value === "") url.searchParams.delete(key);
+    else url.searchParams.set(key, typeof value === "boolean" ? (value ? "1" : "0") : value);
+  }
+  window.history.replaceState(null, "", url);
+}
+
+/**
+ * A trace stream over /ws/trace. `open(params)` resolves with the trace metadata; `step(k)`
+ * asks for event k. Requests made while one is in flight collapse to the newest, so holding
+ * a key down never queues stale steps. Events go to `onEvent`, errors to `onError`.
+ */
+export class TraceSocket {
+  constructor({ onEvent, onError, onMeta }) {
+    this.onEvent = onEvent;
+    this.onError = onError;
+    this.onMeta = onMeta;
+    this.ws = null;
+    this.ready = null;
+    this.inFlight = false;
+    this.wanted = null;
+  }
+
+  connect() {
+    if (this.ready) return this.ready;
+    const proto = window.location.protocol === "https:" ? "wss" : "ws";
+    this.ws = new WebSocket(`${proto}://${window.location.host}/ws/trace`);
+    this.ws.addEventListener("message", (msg) => this.#receive(JSON.parse(msg.data)));
+    this.ws.addEventListener("close", (ev) => {
+      this.ready = null;
+      if (ev.code !== 1000) this.onError([{ msg: `connection closed (${ev.code}) ${ev.reason}` }]);
+    });
+    this.ready = new Promise((resolve, reject) => {
+      this.ws.addEventListener("open", () => resolve(), { once: true });
+      this.ws.addEventListener("error", () => reject(new Error("WebSocket failed")), { once: true });
+    });
+    return this.ready;
+  }
+
+  async open(params) {
+    await this.connect();
+    this.inFlight = true;
+    this.wanted = null;
+    this.ws.send(JSON.stringify({ type: "open", params }));
+  }
+
+  step(k) {
+    this.wanted = k;
+    if (!this.inFlight) this.#send();
+  }
+
+  #send() {
+    if (this.wanted === null || !this.ws || this.ws.readyState !== WebSocket.OPEN) return;
+    this.inFlight = true;
+    this.ws.send(JSON.stringify({ type: "step", step: this.wanted }));
+    this.wanted = null;
+  }
+
+  #receive(msg) {
+    this.inFlight = false;
+    if (msg.type === "meta") this.onMeta(msg.meta);
+    else if (msg.type === "event") this.onEvent(msg.event);
+    else if (msg.type === "error") this.onError(msg.errors);
+    if (this.wanted !== null) this.#send();
+  }
+}
+
+const fmt = new Intl.NumberFormat("en-US");
+
+/** 17301504 → "17,301,504". */
+export function formatCount(n) {
+  return n === null || n === undefined ? "–" : fmt.format(n);
+}
+
+/** Bytes → "16.5 MB" (decimal units, as bandwidths are quoted). */
+export function formatBytes(b) {
+  const units = ["B", "kB", "MB", "GB", "TB"];
+  let i = 0;
+  let v = b;
+  while (v >= 1000 && i < units.length - 1) {
+    v /= 1000;
+    i += 1;
+  }
+  return `${v.toFixed(v < 10 && i > 0 ? 2 : v < 100 && i > 0 ? 1 : 0)} ${units[i]}`;
+}
+
+/** Bind ← → Home End (and Shift+→) to callbacks, ignoring keys typed into form fields. */
+export function bindStepKeys({ prev, next, first, last, nextTile, prevTile }) {
+  window.addEventListener("keydown", (ev) => {
+    const tag = ev.target && ev.target.tagName;
+    if (tag === "INPUT" || tag === "TEXTAREA" || tag === "SELECT") return;
+    if (ev.altKey || ev.ctrlKey || ev.metaKey) return;
+    const actions = {
+      ArrowRight: ev.shiftKey ? nextTile : next,
+      ArrowLeft: ev.shiftKey ? prevTile : prev,
+      Home: first,
+      End: last,
+    };
+    const action = actions[ev.key];
+    if (action) {
+      ev.preventDefault();
+      action();
+    }
+  });
+}
+
+/** Common Plotly layout pieces: legible on a 1280×720 projector. */
+export const baseLayout = {
+  margin: { l: 48, r: 16, t: 8, b: 36 },
+  font: { family: "system-ui, sans-serif", size: 13 },
+  paper_bgcolor: "rgba(0,0,0,0)",
+  plot_bgcolor: "rgba(0,0,0,0)",
+};
+
+export const plotConfig = { displaylogo: false, responsive: true };

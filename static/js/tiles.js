@@ -1,0 +1,287 @@
+// The tile stepper: step through a FlashAttention trace served over /ws/trace.
+// The server computes every event; this module only draws what it receives.
+
+import {
+  TraceSocket,
+  baseLayout,
+  bindStepKeys,
+  formatBytes,
+  formatCount,
+  plotConfig,
+  readParams,
+  writeParams,
+} from "./state.js";
+
+const DEFAULTS = { algo: "fa2", n: 256, d: 64, bm: 64, bn: 64, seed: 0, step: 0 };
+const TRACE_FIELDS = ["algo", "n", "d", "bm", "bn", "seed"];
+const COLORS = { todo: "#e5e7eb", done: "#60a5fa", current: "#f59e0b" };
+
+const $ = (id) => document.getElementById(id);
+const form = $("params");
+const view = {
+  params: readParams(DEFAULTS),
+  meta: null,
+  step: 0, // the step on screen
+  target: 0, // the newest step asked for (key repeats count from here, not from the screen)
+  event: null,
+  gridReady: false,
+};
+
+function showErrors(errors) {
+  const box = $("errors");
+  if (!errors || errors.length === 0) {
+    box.hidden = true;
+    box.textContent = "";
+    return;
+  }
+  box.hidden = false;
+  box.replaceChildren(
+    ...errors.map((e) => {
+      const p = document.createElement("p");
+      p.textContent = e.msg;
+      return p;
+    }),
+  );
+}
+
+function fillForm() {
+  for (const field of ["n", "d", "bm", "bn", "seed"]) {
+    form.elements[field].value = view.params[field];
+  }
+}
+
+function traceParams() {
+  const out = {};
+  for (const f of TRACE_FIELDS) out[f] = view.params[f];
+  return out;
+}
+
+const socket = new TraceSocket({
+  onMeta(meta) {
+    view.meta = meta;
+    showErrors([]);
+    $("algo-title").textContent = meta.title;
+    $("step").max = meta.n_events - 1;
+    $("step-total").textContent = `of ${meta.n_events - 1}`;
+    renderPseudocode(meta.pseudocode);
+    renderTotals(meta);
+    view.gridReady = false;
+    goto(Math.min(Math.max(0, view.params.step | 0), meta.n_events - 1));
+  },
+  onEvent(ev) {
+    view.event = ev;
+    view.step = ev.step;
+    view.params.step = ev.step;
+    writeParams(view.params);
+    render(ev);
+  },
+  onError(errors) {
+    showErrors(errors);
+  },
+});
+
+function open() {
+  showErrors([]);
+  writeParams(view.params);
+  socket.open(traceParams()).catch((err) => showErrors([{ msg: String(err) }]));
+}
+
+function goto(k) {
+  if (!view.meta) return;
+  const clamped = Math.min(Math.max(0, k), view.meta.n_events - 1);
+  view.target = clamped;
+  socket.step(clamped);
+}
+
+function gotoMark(direction) {
+  if (!view.meta) return;
+  const marks = view.meta.marks;
+  const target =
+    direction > 0
+      ? marks.find((s) => s > view.target)
+      : [...marks].reverse().find((s) => s < view.target);
+  goto(target === undefined ? (direction > 0 ? view.meta.n_events - 1 : 0) : target);
+}
+
+function renderPseudocode(lines) {
+  const list = $("pseudocode");
+  list.replaceChildren(
+    ...lines.map((text, i) => {
+      const li = document.createElement("li");
+      li.textContent = text;
+      li.dataset.line = i;
+      return li;
+    }),
+  );
+}
+
+function renderTotals(meta) {
+  const flash = meta.traffic.flash.elements.hbm_total;
+  const naive = meta.traffic.naive.elements.hbm_total;
+  $("flash-total").textContent = `${formatCount(flash)} elements`;
+  $("naive-total").textContent =
+    `${formatCount(naive)} elements (${(naive / flash).toFixed(1)}× flash)`;
+  $("exactness").textContent = `${meta.max_abs_err.toExponential(2)} (float64 reference)`;
+}
+
+function tileStatus(ev, meta) {
+  const { q_blocks: nq, kv_blocks: nk } = meta.grid;
+  const qb = ev.q_block ?? 0;
+  const kb = ev.kv_block;
+  const z = [];
+  const text = [];
+  for (let i = 0; i < nq; i += 1) {
+    const row = [];
+    const trow = [];
+    for (let j = 0; j < nk; j += 1) {
+      let s = 0;
+      if (i < qb) s = 1;
+      else if (i === qb) {
+        if (ev.phase === "store") s = 1;
+        else if (kb !== null && j < kb) s = 1;
+        else if (kb !== null && j === kb) s = 2;
+      }
+      row.push(s);
+      trow.push(`Q block ${i} × K/V block ${j}: ${["not yet", "done", "current"][s]}`);
+    }
+    z.push(row);
+    text.push(trow);
+  }
+  return { z, text };
+}
+
+function renderGrid(ev) {
+  const meta = view.meta;
+  const { q_blocks: nq, kv_blocks: nk } = meta.grid;
+  const { z, text } = tileStatus(ev, meta);
+  const qb = ev.q_block ?? 0;
+  const shapes = [
+    {
+      type: "rect", xref: "x", yref: "y", x0: -0.5, x1: nk - 0.5, y0: qb - 0.5, y1: qb + 0.5,
+      line: { color: "#b45309", width: 3 },
+    },
+  ];
+  if (ev.kv_block !== null) {
+    shapes.push({
+      type: "rect", xref: "x", yref: "y", x0: ev.kv_block - 0.5, x1: ev.kv_block + 0.5,
+      y0: -0.5, y1: nq - 0.5, line: { color: "#1d4ed8", width: 3, dash: "dot" },
+    });
+  }
+  const trace = {
+    type: "heatmap", z, text, hoverinfo: "text", zmin: 0, zmax: 2, showscale: false,
+    xgap: nk <= 32 ? 2 : 0, ygap: nq <= 32 ? 2 : 0,
+    colorscale: [
+      [0, COLORS.todo], [0.33, COLORS.todo], [0.34, COLORS.done], [0.66, COLORS.done],
+      [0.67, COLORS.current], [1, COLORS.current],
+    ],
+  };
+  const layout = {
+    ...baseLayout,
+    height: 300,
+    shapes,
+    xaxis: { title: { text: `K/V block (block_n = ${meta.tiles.block_n})` }, dtick: nk > 16 ? undefined : 1 },
+    yaxis: { title: { text: `Q block (block_m = ${meta.tiles.block_m})` }, autorange: "reversed", dtick: nq > 16 ? undefined : 1 },
+  };
+  Plotly.react("grid", [trace], layout, plotConfig);
+}
+
+function renderStats(ev) {
+  const st = ev.state;
+  const rows = [];
+  for (let r = st.rows[0]; r < st.rows[1]; r += 1) rows.push(r);
+  const layout = {
+    ...baseLayout,
+    height: 240,
+    legend: { orientation: "h", y: 1.12 },
+    xaxis: { title: { text: "query row" } },
+    yaxis: { title: { text: "m (running max)" } },
+    yaxis2: { title: { text: "ℓ (running sum)" }, overlaying: "y", side: "right" },
+    margin: { ...baseLayout.margin, r: 56 },
+  };
+  Plotly.react(
+    "ml",
+    [
+      { x: rows, y: st.m, name: "m", mode: "lines+markers", marker: { size: 4 }, line: { color: "#b45309" } },
+      { x: rows, y: st.l, name: "ℓ", yaxis: "y2", mode: "lines+markers", marker: { size: 4 }, line: { color: "#1d4ed8" } },
+    ],
+    layout,
+    plotConfig,
+  );
+}
+
+function renderOutput(ev) {
+  const st = ev.state;
+  const rows = [];
+  for (let r = st.rows[0]; r < st.rows[1]; r += 1) rows.push(r);
+  const cols = st.o_hat.length ? st.o_hat[0].map((_, c) => c * st.col_stride) : [];
+  Plotly.react(
+    "out",
+    [{ type: "heatmap", z: st.o_hat, x: cols, y: rows, colorscale: "RdBu", zmid: 0, colorbar: { thickness: 10 } }],
+    {
+      ...baseLayout,
+      height: 240,
+      xaxis: { title: { text: st.col_stride > 1 ? `head dim (mean of ${st.col_stride})` : "head dim" } },
+      yaxis: { title: { text: "query row" }, autorange: "reversed" },
+    },
+    plotConfig,
+  );
+}
+
+function describeEvent(ev) {
+  const st = ev.state;
+  const where = `Q block ${ev.q_block} (rows ${st.rows[0]}–${st.rows[1] - 1})`;
+  const meta = view.meta;
+  let kv = "";
+  if (ev.kv_block !== null) {
+    const c0 = ev.kv_block * meta.tiles.block_n;
+    const c1 = Math.min(c0 + meta.tiles.block_n, meta.problem.seq_k) - 1;
+    kv = ` × K/V block ${ev.kv_block} (keys ${c0}–${c1})`;
+  }
+  return `Step ${ev.step}: ${ev.phase.replace("_", " ")} — ${where}${kv}`;
+}
+
+function render(ev) {
+  $("step").value = ev.step;
+  $("now").textContent = describeEvent(ev);
+  for (const li of $("pseudocode").children) {
+    const on = Number(li.dataset.line) === ev.line;
+    li.classList.toggle("current", on);
+    if (on) li.setAttribute("aria-current", "step");
+    else li.removeAttribute("aria-current");
+  }
+  const bytes = view.meta.traffic.flash.bytes.hbm_read / Math.max(1, view.meta.traffic.flash.elements.hbm_read);
+  $("hbm-read").textContent = `${formatCount(ev.totals.hbm_read)} (${formatBytes(ev.totals.hbm_read * bytes)})`;
+  $("hbm-write").textContent = `${formatCount(ev.totals.hbm_write)} (${formatBytes(ev.totals.hbm_write * bytes)})`;
+  renderGrid(ev);
+  renderStats(ev);
+  renderOutput(ev);
+  document.body.dataset.step = ev.step;
+}
+
+form.addEventListener("submit", (e) => {
+  e.preventDefault();
+  for (const field of ["n", "d", "bm", "bn", "seed"]) {
+    const raw = form.elements[field].value.trim();
+    view.params[field] = raw === "" ? NaN : Number(raw);
+  }
+  view.params.step = 0;
+  open();
+});
+
+$("prev").addEventListener("click", () => goto(view.target - 1));
+$("next").addEventListener("click", () => goto(view.target + 1));
+$("first").addEventListener("click", () => goto(0));
+$("last").addEventListener("click", () => view.meta && goto(view.meta.n_events - 1));
+$("step").addEventListener("change", (e) => goto(Number(e.target.value)));
+
+bindStepKeys({
+  prev: () => goto(view.target - 1),
+  next: () => goto(view.target + 1),
+  first: () => goto(0),
+  last: () => view.meta && goto(view.meta.n_events - 1),
+  nextTile: () => gotoMark(1),
+  prevTile: () => gotoMark(-1),
+});
+
+fillForm();
+open();

@@ -1,0 +1,46 @@
+"""Health, pages and their JSON twins."""
+
+from __future__ import annotations
+
+import re
+
+from app import __version__
+
+
+def test_health_reports_backend(client):
+    r = client.get("/api/health")
+    assert r.status_code == 200
+    body = r.json()
+    assert body["status"] == "ok"
+    assert body["version"] == __version__
+    assert body["backend"] in ("cpu", "cuda")
+    assert (body["gpu"] is None) == (body["backend"] == "cpu")
+
+
+def test_pages_load_only_local_assets(client):
+    for path in ("/", "/tiles"):
+        r = client.get(path)
+        assert r.status_code == 200, path
+        html = r.text
+        # No script, stylesheet or image from anywhere but this server.
+        refs = re.findall(r'(?:src|href)="([^"]+)"', html)
+        assert refs, path
+        assert all(ref.startswith(("/", "#")) for ref in refs), refs
+        assert "Content-Security-Policy" in r.headers
+        assert "default-src 'self'" in r.headers["Content-Security-Policy"]
+
+
+def test_home_links_every_view_and_each_has_a_json_twin(client):
+    views = client.get("/api/views").json()
+    home = client.get("/").text
+    assert views
+    for v in views:
+        assert f'href="{v["path"]}"' in home
+        assert client.get(v["path"]).status_code == 200
+        assert client.get(v["api"]).status_code == 200
+
+
+def test_plotly_is_vendored(client):
+    r = client.get("/static/vendor/plotly-4.1.1.min.js")
+    assert r.status_code == 200
+    assert "plotly.js v4.1.1" in r.text[:200]

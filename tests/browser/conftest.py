@@ -1,0 +1,124 @@
+"""Browser fixtures: a live flashscope server and headless Debian Chromium driven by Playwright.
+
+Every page opened through the `page` fixture records console errors, page errors and any request
+that leaves the test server; tests assert on those lists.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+CHROMIUM = os.environ.get("FLASHSCOPE_CHROMIUM", "/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+SCREENSHOTS = Path(__file__).resolve().parents[2] / "docs" / "screenshots"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def live_server() -> Iterator[str]:
+    """A flashscope server on a free loopback port, started as `flashscope serve` would be."""
+    port = _free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "app.cli", "serve", "--port", str(port), "--log-level", "warning"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+    base = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(base + "/api/health", timeout=30) as r:
+                if r.status == 200:
+                    break
+        except OSError:
+            if proc.poll() is not None:
+                out = proc.stdout.read().decode() if proc.stdout else ""
+                raise RuntimeError(f"server exited early:\n{out}") from None
+            time.sleep(0.2)
+    else:
+        proc.kill()
+        raise RuntimeError("server did not start within 60 s")
+    yield base
+    proc.terminate()
+    proc.wait(timeout=10)
+
+
+@pytest.fixture(scope="session")
+def browser():
+    if not shutil.which(CHROMIUM) and not Path(CHROMIUM).exists():
+        pytest.fail(f"Chromium not found at {CHROMIUM}: `make test` installs Debian's chromium")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        b = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+        yield b
+        b.close()
+
+
+@dataclass
+class PageLog:
+    console_errors: list[str] = field(default_factory=list)
+    page_errors: list[str] = field(default_factory=list)
+    external_requests: list[str] = field(default_factory=list)
+
+
+@pytest.fixture
+def page(browser, live_server):
+    """A fresh 1280×720 page that logs errors and every request leaving the test server."""
+    context = browser.new_context(viewport={"width": 1280, "height": 720})
+    pg = context.new_page()
+    log = PageLog()
+    pg.on("console", lambda m: m.type == "error" and log.console_errors.append(m.text))
+    pg.on("pageerror", lambda e: log.page_errors.append(str(e)))
+
+    def watch(request) -> None:
+        url = request.url
+        if not (
+            url.startswith(live_server)
+            or url.startswith(live_server.replace("http", "ws"))
+            or url.startswith(("data:", "blob:", "about:"))
+        ):
+            log.external_requests.append(url)
+
+    pg.on("request", watch)
+    pg.log = log  # type: ignore[attr-defined]
+    yield pg
+    context.close()
+
+
+def screenshot(page, name: str) -> Path:
+    """Save a full-page screenshot under docs/screenshots/ (the README shows these)."""
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    path = SCREENSHOTS / f"{name}.png"
+    page.screenshot(path=str(path), full_page=True)
+    return path
+
+
+def wait_step(page, step: int, timeout: float = 15000) -> None:
+    """Wait until the view has drawn `step` (views set <body data-step> after drawing)."""
+    page.locator(f"body[data-step='{step}']").wait_for(state="attached", timeout=timeout)

@@ -1,0 +1,105 @@
+"""The tile stepper in headless Chromium: loads, steps with →, keeps state in the URL."""
+
+from __future__ import annotations
+
+import json
+import re
+import urllib.request
+
+import pytest
+
+from .conftest import screenshot, wait_step
+
+pytestmark = pytest.mark.browser
+
+
+def _readout(page) -> dict[str, str]:
+    return {
+        "now": page.locator("#now").inner_text(),
+        "step": page.locator("#step").input_value(),
+        "m": page.evaluate("() => document.getElementById('ml').data[0].y.join(',')"),
+        "l": page.evaluate("() => document.getElementById('ml').data[1].y.join(',')"),
+    }
+
+
+def test_step_with_arrow_key_changes_m_l_and_step(page, live_server):
+    page.goto(f"{live_server}/tiles?n=256&d=64&bm=64&bn=64&seed=3")
+    wait_step(page, 0)
+    first = _readout(page)
+    assert first["step"] == "0"
+    assert "load q" in first["now"]
+
+    # Step to the first softmax update: m and ℓ change from their initial −∞ and 0.
+    for _ in range(3):
+        page.keyboard.press("ArrowRight")
+    wait_step(page, 3)
+    after = _readout(page)
+    assert after["step"] == "3"
+    assert "softmax" in after["now"]
+    assert after["m"] != first["m"] and after["l"] != first["l"]
+    assert re.search(r"[?&]step=3\b", page.url)
+
+    # The pseudocode line of the online-softmax update is highlighted.
+    assert "rowmax" in page.locator("#pseudocode li.current").inner_text()
+    # Counters show the Q tile and one K/V tile read so far: (64 + 2·64)·64 elements.
+    assert page.locator("#hbm-read").inner_text().startswith("12,288")
+
+    # Shift+→ jumps to the next tile (loading K/V block 1); two more steps reach its softmax,
+    # where m and ℓ have taken in the second block: the page shows the server's numbers.
+    page.keyboard.press("Shift+ArrowRight")
+    wait_step(page, 5)
+    assert "load kv" in page.locator("#now").inner_text()
+    page.keyboard.press("ArrowRight")
+    page.keyboard.press("ArrowRight")
+    wait_step(page, 7)
+    later = _readout(page)
+    assert later["l"] != after["l"]
+    url = f"{live_server}/api/trace?n=256&d=64&bm=64&bn=64&seed=3&start=7&count=1"
+    with urllib.request.urlopen(url) as r:
+        served = json.load(r)["events"][0]["state"]
+    assert [float(x) for x in later["l"].split(",")] == served["l"]
+    assert [float(x) for x in later["m"].split(",")] == served["m"]
+
+    assert page.log.console_errors == []
+    assert page.log.page_errors == []
+    assert page.log.external_requests == []
+
+
+def test_url_reproduces_view_and_final_state_is_exact(page, live_server):
+    # 256×256 with 64×64 tiles: 4 query blocks × (2 + 4·4) = 72 steps; the last one stores.
+    page.goto(f"{live_server}/tiles?n=256&d=64&bm=64&bn=64&seed=0&step=71")
+    wait_step(page, 71)
+    assert "store" in page.locator("#now").inner_text()
+    grid = page.evaluate("() => document.getElementById('grid').data[0].z")
+    assert grid == [[1, 1, 1, 1]] * 4  # every tile done
+    exact = page.locator("#exactness").inner_text()
+    assert float(exact.split()[0]) < 1e-5
+    # The Plotly figures rendered real SVG.
+    assert page.locator("#grid .main-svg").count() >= 1
+    assert page.locator("#out .main-svg").count() >= 1
+    page.keyboard.press("ArrowLeft")
+    wait_step(page, 70)
+    screenshot(page, "tiles")
+    assert page.log.console_errors == [] and page.log.page_errors == []
+    assert page.log.external_requests == []
+
+
+def test_bad_parameters_show_a_clear_message(page, live_server):
+    page.goto(f"{live_server}/tiles?n=5000&bm=48")
+    errors = page.locator("#errors")
+    errors.wait_for(state="visible")
+    text = errors.inner_text()
+    assert "n must be ≤ 1024" in text
+    assert "bm must be a power of two" in text
+    assert page.log.page_errors == []
+    assert page.log.external_requests == []
+
+
+def test_home_page_links_views_without_external_requests(page, live_server):
+    page.goto(live_server + "/")
+    assert "FlashAttention" in page.locator("h1").inner_text()
+    page.locator("a[href='/tiles']").first.click()
+    page.wait_for_url(re.compile(r"/tiles"))
+    wait_step(page, 0)
+    assert page.log.console_errors == [] and page.log.page_errors == []
+    assert page.log.external_requests == []
