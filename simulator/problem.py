@@ -117,3 +117,14 @@ class TileConfig:
 
     def kv_blocks(self, problem: AttentionProblem) -> int:
         return cdiv(problem.seq_k, self.block_n)  # type: ignore[arg-type]
+
+
+def decode_splits(ctas_without_split: int, kv_blocks: int, sms: int = 132) -> int:
+    """How many chunks Flash-Decoding splits the KV length into.
+
+    Enough CTAs to give every SM about one (⌈sms / ctas⌉), never more chunks than key blocks,
+    and no split at all when batch × kv_heads alone already fills the GPU.
+    """
+    if ctas_without_split < 1 or kv_blocks < 1 or sms < 1:
+        raise ValueError("decode_splits needs positive counts")
+    return max(1, min(kv_blocks, cdiv(sms, ctas_without_split)))

@@ -11,6 +11,7 @@ import {
   readParams,
   writeParams,
 } from "./state.js";
+import { changed, registerView } from "./view.js";
 
 const DEFAULTS = { algo: "fa2", n: 256, d: 64, bm: 64, bn: 64, seed: 0, step: 0 };
 const TRACE_FIELDS = ["algo", "n", "d", "bm", "bn", "seed"];
@@ -256,6 +257,7 @@ function render(ev) {
   renderStats(ev);
   renderOutput(ev);
   document.body.dataset.step = ev.step;
+  changed();
 }
 
 form.addEventListener("submit", (e) => {
@@ -281,6 +283,20 @@ bindStepKeys({
   last: () => view.meta && goto(view.meta.n_events - 1),
   nextTile: () => gotoMark(1),
   prevTile: () => gotoMark(-1),
+});
+
+registerView({
+  name: "tiles",
+  getState: () => ({ params: traceParams(), step: view.step }),
+  applyState(state) {
+    const same = TRACE_FIELDS.every((f) => String(state.params[f]) === String(view.params[f]));
+    Object.assign(view.params, state.params, { step: state.step ?? 0 });
+    if (same && view.meta) goto(view.params.step);
+    else {
+      fillForm();
+      open();
+    }
+  },
 });
 
 fillForm();
