@@ -37,6 +37,26 @@ class Settings(BaseSettings):
         4096, ge=64, description="Largest message a client may send on a WebSocket."
     )
 
+    # Live kernel runs (POST /api/runs).
+    runs_executor: str = Field(
+        "app.runjobs:execute", description="module:function that executes one run."
+    )
+    runs_devices: list[str] = Field(
+        default_factory=list, description="Devices to run on; empty: every GPU, else the CPU."
+    )
+    runs_max_queued: int = Field(8, ge=0, description="Runs waiting beyond this get HTTP 429.")
+    runs_timeout_s: float = Field(300.0, gt=0, description="A run longer than this is killed.")
+    runs_cache_size: int = Field(64, ge=1, description="Finished runs kept (cache by request).")
+    runs_max_batch: int = Field(64, ge=1, description="Largest batch of a run.")
+    runs_max_heads: int = Field(128, ge=1, description="Largest head count of a run.")
+    runs_max_seq_gpu: int = Field(32768, ge=1, description="Largest N of a timed run on a GPU.")
+    runs_max_seq_trace: int = Field(
+        1024, ge=1, description="Largest N of an instrumented (traced) run on a GPU."
+    )
+    runs_max_seq_cpu: int = Field(
+        256, ge=1, description="Largest N of a run in Triton's interpreter (no GPU)."
+    )
+
     templates_dir: Path = ROOT / "templates"
     static_dir: Path = ROOT / "static"
 

@@ -7,6 +7,7 @@ client or a person reading the response sees at once what to change.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from fastapi import Request
@@ -32,6 +33,17 @@ def value_error(field: str, message: str, value: Any, where: str = "query") -> d
     return {"type": "value_error", "loc": [where, field], "msg": message, "input": value}
 
 
+def _finite(value: Any) -> Any:
+    """JSON has no NaN or infinity: echo such inputs back as strings."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(v) for v in value]
+    return value
+
+
 def describe(errors: list[dict]) -> list[dict]:
     """Add `field` and `limit` to pydantic-style error entries."""
     out = []
@@ -43,9 +55,12 @@ def describe(errors: list[dict]) -> list[dict]:
         err["limit"] = next((ctx[k] for k in _LIMIT_KEYS if k in ctx), None)
         if "ctx" in err:
             err["ctx"] = {
-                k: (v if isinstance(v, int | float | str) else str(v)) for k, v in ctx.items()
+                k: (_finite(v) if isinstance(v, int | float | str) else str(v))
+                for k, v in ctx.items()
             }
         err.pop("url", None)
+        if "input" in err:
+            err["input"] = _finite(err["input"])
         out.append(err)
     return out
 

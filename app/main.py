@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.staticfiles import StaticFiles
@@ -10,7 +13,8 @@ from fastapi.templating import Jinja2Templates
 from . import __version__
 from .config import Settings, get_settings
 from .errors import validation_handler
-from .routes import health, pages, trace
+from .routes import health, pages, runs, trace
+from .runservice import RunService
 from .traces import TraceStore
 
 CSP = (
@@ -22,19 +26,27 @@ CSP = (
 
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or get_settings()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        yield
+        app.state.runs.close()
+
     app = FastAPI(
         title="flashscope",
         version=__version__,
         description="FlashAttention, tile by tile: simulator, traces and kernels.",
+        lifespan=lifespan,
     )
     app.state.settings = settings
     app.state.templates = Jinja2Templates(directory=settings.templates_dir)
     app.state.templates.env.globals["version"] = __version__
     app.state.traces = TraceStore(settings.trace_cache_size, settings.o_col_limit)
     app.state.backend = None
+    app.state.runs = RunService(settings)
     app.mount("/static", StaticFiles(directory=settings.static_dir), name="static")
     app.add_exception_handler(RequestValidationError, validation_handler)  # type: ignore[arg-type]
-    for module in (health, pages, trace):
+    for module in (health, pages, trace, runs):
         app.include_router(module.router)
 
     @app.middleware("http")

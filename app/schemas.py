@@ -161,3 +161,80 @@ class Health(BaseModel):
     version: str
     backend: Literal["cpu", "cuda"]
     gpu: str | None
+
+
+# --- live runs --------------------------------------------------------------------------------
+
+
+class RunRequest(BaseModel):
+    """A live run of flashscope's kernel on one problem and tile configuration."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    batch: int = Field(1, ge=1)
+    heads: int = Field(1, ge=1)
+    kv_heads: int | None = Field(None, ge=1, description="Default: heads (no grouping).")
+    seq: int = Field(256, ge=1, description="Query length N.")
+    seq_k: int | None = Field(None, ge=1, description="Key/value length; default N.")
+    head_dim: int = Field(64, ge=8, le=256, multiple_of=8)
+    causal: bool = False
+    dtype: Literal["fp16", "bf16", "fp32"] = "fp16"
+    block_m: int = Field(64, ge=16, le=256)
+    block_n: int = Field(64, ge=16, le=256)
+    stages: int = Field(2, ge=1, le=8)
+    warps: int = Field(4, ge=1, le=16)
+    mode: Literal["fwd", "bwd"] = "fwd"
+    what: Literal["time", "trace", "both"] = "time"
+    seed: int = Field(0, ge=0, le=2**32 - 1)
+
+
+def check_run_request(r: RunRequest, s: Settings, backend: str) -> list[dict]:
+    """Errors for a run beyond the server's limits on this backend (empty when all is well)."""
+    errs: list[dict] = []
+    where = "body"
+    for field in ("block_m", "block_n", "warps"):
+        value = getattr(r, field)
+        if not is_power_of_two(value):
+            errs.append(
+                value_error(field, f"{field} must be a power of two, got {value}", value, where)
+            )
+    kv = r.kv_heads if r.kv_heads is not None else r.heads
+    if r.heads % kv:
+        errs.append(
+            value_error("kv_heads", f"kv_heads must divide heads ({r.heads}), got {kv}", kv, where)
+        )
+    if r.batch > s.runs_max_batch:
+        errs.append(
+            limit_error(
+                "batch",
+                f"batch must be ≤ {s.runs_max_batch}, got {r.batch}",
+                r.batch,
+                s.runs_max_batch,
+                where,
+            )
+        )
+    if r.heads > s.runs_max_heads:
+        errs.append(
+            limit_error(
+                "heads",
+                f"heads must be ≤ {s.runs_max_heads}, got {r.heads}",
+                r.heads,
+                s.runs_max_heads,
+                where,
+            )
+        )
+    if backend == "cpu":
+        limit, why = s.runs_max_seq_cpu, "in Triton's interpreter (no GPU here)"
+    elif r.what != "time":
+        limit, why = s.runs_max_seq_trace, "for an instrumented trace"
+    else:
+        limit, why = s.runs_max_seq_gpu, "on the GPU"
+    for field in ("seq", "seq_k"):
+        value = getattr(r, field)
+        if value is not None and value > limit:
+            errs.append(
+                limit_error(
+                    field, f"{field} must be ≤ {limit} {why}, got {value}", value, limit, where
+                )
+            )
+    return errs

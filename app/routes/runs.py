@@ -1,0 +1,106 @@
+"""Live kernel runs: POST /api/runs queues one, GET /api/runs/{id} reads it, and
+GET /api/runs/{id}/events streams its progress as server-sent events until it ends."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import AsyncIterator
+from typing import Annotated, Any
+
+from fastapi import APIRouter, HTTPException, Path, Request
+from fastapi.responses import JSONResponse
+from fastapi.sse import EventSourceResponse, ServerSentEvent
+
+from ..deps import SettingsDep
+from ..errors import refuse
+from ..runqueue import QueueFull, RunQueue
+from ..schemas import RunRequest, check_run_request
+
+router = APIRouter(tags=["runs"])
+
+RunId = Annotated[str, Path(min_length=1, max_length=64, pattern=r"^[0-9a-f]+$")]
+FINAL = ("done", "failed", "timeout")
+
+
+def _queue(request: Request) -> RunQueue:
+    return request.app.state.runs.get()
+
+
+def request_key(body: RunRequest) -> str:
+    text = json.dumps(body.model_dump(), sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()[:24]
+
+
+@router.post("/api/runs", status_code=202)
+async def submit_run(body: RunRequest, request: Request, settings: SettingsDep) -> Any:
+    """Queue a run of flashscope's kernel; identical requests share one run."""
+    errs = check_run_request(body, settings, request.app.state.runs.backend())
+    if errs:
+        raise refuse(errs)
+    queue = _queue(request)
+    try:
+        run, cached = queue.submit(request_key(body), body.model_dump())
+    except QueueFull as full:
+        return JSONResponse(
+            status_code=429,
+            headers={"Retry-After": str(full.retry_after)},
+            content={
+                "detail": [
+                    {
+                        "type": "queue_full",
+                        "loc": ["body"],
+                        "field": None,
+                        "msg": str(full),
+                        "limit": settings.runs_max_queued,
+                    }
+                ]
+            },
+        )
+    return {
+        **run.public(queue.position(run)),
+        "cached": cached,
+        "links": {"self": f"/api/runs/{run.id}", "events": f"/api/runs/{run.id}/events"},
+    }
+
+
+@router.get("/api/runs/{run_id}")
+async def get_run(run_id: RunId, request: Request) -> Any:
+    queue = _queue(request)
+    run = queue.get(run_id)
+    if run is None:
+        raise HTTPException(
+            status_code=404,
+            detail=f"no run {run_id!r} (runs are kept in "
+            "memory and the oldest finished ones are dropped)",
+        )
+    return run.public(queue.position(run))
+
+
+@router.get("/api/runs/{run_id}/events", response_class=EventSourceResponse)
+async def run_events(run_id: RunId, request: Request) -> AsyncIterator[ServerSentEvent]:
+    """Progress of a run: an event per change (state and new messages), then `end`."""
+    queue = _queue(request)
+    run = queue.get(run_id)
+    if run is None:
+        raise HTTPException(status_code=404, detail=f"no run {run_id!r}")
+    sent = 0
+    last_state = None
+    while True:
+        if run.state != last_state or len(run.messages) > sent:
+            last_state = run.state
+            yield ServerSentEvent(
+                event="progress",
+                data={
+                    "state": run.state,
+                    "position": queue.position(run),
+                    "messages": run.messages[sent:],
+                },
+            )
+            sent = len(run.messages)
+        if run.state in FINAL:
+            yield ServerSentEvent(event="end", data=run.public())
+            return
+        if await request.is_disconnected():
+            return
+        await queue.wait_change(run, timeout=1.0)
