@@ -1,6 +1,7 @@
-"""The `flashscope` command line: serve the app (more commands join as the simulator grows).
+"""The `flashscope` command line: serve the app, count traffic (more join as the simulator grows).
 
 Errors in arguments print one line naming the argument and exit with code 2 (argparse's rule).
+Importing this module imports nothing heavy: each command imports what it needs when it runs.
 """
 
 from __future__ import annotations
@@ -8,6 +9,16 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
+
+from . import cli_traffic
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """An ArgumentParser whose errors are one line on stderr (no usage dump), exit code 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message}\n")
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -42,7 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
     from .config import Settings
 
     defaults = Settings()
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="flashscope", description="FlashAttention, tile by tile: visualizer and simulator."
     )
     parser.add_argument("--version", action="version", version=f"flashscope {__version__}")
@@ -62,6 +73,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"]
     )
     serve.set_defaults(func=_serve)
+    cli_traffic.add_command(sub)
     return parser
 
 

@@ -32,7 +32,22 @@ class Settings(BaseSettings):
     o_col_limit: int = Field(
         64, ge=1, description="Columns of O sent per row; wider heads are averaged down."
     )
+    max_group: int = Field(16, ge=1, description="Most query heads per K/V head in a trace.")
+    max_splits: int = Field(1024, ge=1, description="Most KV splits a decode request may ask.")
+    max_decode_rows: int = Field(
+        256, ge=1, description="Most query rows (group × N) one decode trace packs per CTA."
+    )
+    trace_state_bytes: int = Field(
+        64 * 2**20, ge=2**20, description="Most bytes of recorded numeric state per trace."
+    )
     trace_cache_size: int = Field(16, ge=1, description="Traces kept in memory for reuse.")
+    # Closed-form traffic (POST /api/traffic): no numerics, so far larger sizes are fine.
+    traffic_max_seq: int = Field(2**20, ge=1, description="Largest seq_q / seq_k of a count.")
+    traffic_max_batch: int = Field(4096, ge=1, description="Largest batch of a count.")
+    traffic_max_heads: int = Field(1024, ge=1, description="Largest number of heads of a count.")
+    traffic_max_sms: int = Field(
+        1024, ge=1, description="Largest SM count a decode split rule uses."
+    )
     ws_max_message_bytes: int = Field(
         4096, ge=64, description="Largest message a client may send on a WebSocket."
     )

@@ -13,7 +13,7 @@ from fastapi.templating import Jinja2Templates
 from . import __version__
 from .config import Settings, get_settings
 from .errors import validation_handler
-from .routes import health, pages, runs, trace
+from .routes import health, pages, runs, trace, traffic
 from .runservice import RunService
 from .traces import TraceStore
 
@@ -41,12 +41,14 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.settings = settings
     app.state.templates = Jinja2Templates(directory=settings.templates_dir)
     app.state.templates.env.globals["version"] = __version__
-    app.state.traces = TraceStore(settings.trace_cache_size, settings.o_col_limit)
+    app.state.traces = TraceStore(
+        settings.trace_cache_size, settings.o_col_limit, settings.trace_state_bytes
+    )
     app.state.backend = None
     app.state.runs = RunService(settings)
     app.mount("/static", StaticFiles(directory=settings.static_dir), name="static")
     app.add_exception_handler(RequestValidationError, validation_handler)  # type: ignore[arg-type]
-    for module in (health, pages, trace, runs):
+    for module in (health, pages, trace, runs, traffic):
         app.include_router(module.router)
 
     @app.middleware("http")

@@ -4,19 +4,22 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from simulator.problem import is_power_of_two
+from simulator.algorithms import ALGORITHMS
+from simulator.problem import AttentionProblem, TileConfig, is_power_of_two
 from simulator.trace import PHASES, TRACE_VERSION
 
 from .config import Settings
 from .errors import limit_error, value_error
 
-Algo = Literal["fa2"]
+Algo = Literal["naive", "fa1", "fa2", "fa2-bwd", "decode"]
+Dtype = Literal["fp32", "fp16", "bf16"]
 
 
 class TraceParams(BaseModel):
-    """What the tile stepper traces: one (batch, head) on random data."""
+    """What the tile stepper traces: one (batch, head) — decode: one (batch, kv_head) — on
+    random data."""
 
     algo: Algo = Field("fa2", description="Tile program to trace.")
     n: int = Field(256, ge=1, description="Sequence length N (query rows).")
@@ -24,10 +27,30 @@ class TraceParams(BaseModel):
     d: int = Field(64, ge=1, description="Head dimension.")
     bm: int = Field(64, ge=1, description="block_m: query rows per tile (power of two).")
     bn: int = Field(64, ge=1, description="block_n: keys per tile (power of two).")
-    seed: int = Field(0, ge=0, description="Seed of the random Q, K, V.")
+    seed: int = Field(0, ge=0, description="Seed of the random Q, K, V (and dO).")
+    causal: bool = Field(False, description="Causal mask, aligned bottom-right.")
+    dtype: Dtype = Field("fp32", description="Storage dtype whose rounding is emulated.")
+    group: int = Field(1, ge=1, description="decode: query heads sharing the K/V head.")
+    splits: int | None = Field(
+        None, ge=1, description="decode: KV splits; default the occupancy rule."
+    )
 
     def cache_key(self) -> tuple:
         return tuple(self.model_dump().values())
+
+    def problem(self) -> tuple[AttentionProblem, TileConfig, dict]:
+        """The simulator's problem, tiles and extra program arguments for these parameters."""
+        problem = AttentionProblem(
+            seq_q=self.n,
+            seq_k=self.nk,
+            head_dim=self.d,
+            heads=self.group,
+            kv_heads=1,
+            causal=self.causal,
+            dtype=self.dtype,
+        )
+        kw = {"splits": self.splits} if self.algo == "decode" else {}
+        return problem, TileConfig(block_m=self.bm, block_n=self.bn), kw
 
 
 class StrictTraceParams(TraceParams):
@@ -36,22 +59,13 @@ class StrictTraceParams(TraceParams):
     model_config = ConfigDict(extra="forbid")
 
 
-def check_trace_params(p: TraceParams, s: Settings, where: str = "query") -> list[dict]:
-    """Errors for every field beyond a server limit (empty when all is well)."""
-    errs: list[dict] = []
-    nk = p.nk if p.nk is not None else p.n
-    for field, value, limit in (
-        ("n", p.n, s.max_seq),
-        ("nk", nk, s.max_seq),
-        ("d", p.d, s.max_head_dim),
-        ("seed", p.seed, s.max_seed),
-    ):
-        if value > limit:
-            errs.append(
-                limit_error(field, f"{field} must be ≤ {limit}, got {value}", value, limit, where)
-            )
-    for field in ("bm", "bn"):
-        value = getattr(p, field)
+def _over(field: str, value: int, limit: int, where: str) -> dict:
+    return limit_error(field, f"{field} must be ≤ {limit}, got {value}", value, limit, where)
+
+
+def _block_errors(fields: dict[str, int], s: Settings, where: str) -> list[dict]:
+    errs = []
+    for field, value in fields.items():
         if not is_power_of_two(value) or not s.min_block <= value <= s.max_block:
             errs.append(
                 limit_error(
@@ -63,8 +77,44 @@ def check_trace_params(p: TraceParams, s: Settings, where: str = "query") -> lis
                     where,
                 )
             )
+    return errs
+
+
+def check_trace_params(p: TraceParams, s: Settings, where: str = "query") -> list[dict]:
+    """Errors for every field beyond a server limit (empty when all is well)."""
+    nk = p.nk if p.nk is not None else p.n
+    errs = [
+        _over(field, value, limit, where)
+        for field, value, limit in (
+            ("n", p.n, s.max_seq),
+            ("nk", nk, s.max_seq),
+            ("d", p.d, s.max_head_dim),
+            ("seed", p.seed, s.max_seed),
+            ("group", p.group, s.max_group),
+            ("splits", p.splits or 0, s.max_splits),
+        )
+        if value > limit
+    ]
+    errs += _block_errors({"bm": p.bm, "bn": p.bn}, s, where)
+    if p.algo == "decode":
+        if p.causal:
+            errs.append(
+                value_error("causal", "decode has no causal mask: set causal=false", True, where)
+            )
+        if p.group * p.n > s.max_decode_rows:
+            errs.append(
+                limit_error(
+                    "n",
+                    f"decode packs group × n = {p.group * p.n} query rows into one CTA; "
+                    f"the limit is {s.max_decode_rows}",
+                    p.n,
+                    s.max_decode_rows,
+                    where,
+                )
+            )
     if not errs:
-        n_events = trace_length(p)
+        problem, tiles, kw = p.problem()
+        n_events = ALGORITHMS[p.algo].n_events(problem, tiles, **kw)
         if n_events > s.max_trace_events:
             errs.append(
                 limit_error(
@@ -79,12 +129,72 @@ def check_trace_params(p: TraceParams, s: Settings, where: str = "query") -> lis
     return errs
 
 
-def trace_length(p: TraceParams) -> int:
-    """Events of an FA-2 trace: per query block, load_q + 4 per key block + store."""
-    nk = p.nk if p.nk is not None else p.n
-    q_blocks = -(-p.n // p.bm)
-    kv_blocks = -(-nk // p.bn)
-    return q_blocks * (2 + 4 * kv_blocks)
+class TrafficRequest(BaseModel):
+    """POST /api/traffic: the fields of `flashscope traffic`, for the whole problem."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    algo: Algo = Field(description="Tile program to count.")
+    seq: int = Field(ge=1, description="Query length N.")
+    seq_k: int | None = Field(None, ge=1, description="Key/value length; default N.")
+    head_dim: int = Field(ge=1, description="Head dimension d.")
+    block_m: int = Field(ge=1, description="Query rows per tile (power of two).")
+    block_n: int = Field(ge=1, description="Keys per tile (power of two).")
+    batch: int = Field(1, ge=1, description="Batch size.")
+    heads: int = Field(1, ge=1, description="Query heads.")
+    kv_heads: int | None = Field(None, ge=1, description="K/V heads; default heads.")
+    causal: bool = Field(False, description="Causal mask, aligned bottom-right.")
+    dtype: Dtype = Field("fp16", description="Storage dtype (bytes per element).")
+    splits: int | None = Field(None, ge=1, description="decode: KV splits; default the rule.")
+    sms: int = Field(132, ge=1, description="decode: SMs the split rule fills.")
+
+    def problem(self) -> tuple[AttentionProblem, TileConfig]:
+        problem = AttentionProblem(
+            seq_q=self.seq,
+            seq_k=self.seq_k,
+            head_dim=self.head_dim,
+            batch=self.batch,
+            heads=self.heads,
+            kv_heads=self.kv_heads,
+            causal=self.causal,
+            dtype=self.dtype,
+        )
+        return problem, TileConfig(block_m=self.block_m, block_n=self.block_n)
+
+
+def check_traffic_request(r: TrafficRequest, s: Settings, where: str = "body") -> list[dict]:
+    """Errors for every field beyond a server limit or inconsistent with another."""
+    errs = [
+        _over(field, value, limit, where)
+        for field, value, limit in (
+            ("seq", r.seq, s.traffic_max_seq),
+            ("seq_k", r.seq_k or 0, s.traffic_max_seq),
+            ("head_dim", r.head_dim, s.max_head_dim),
+            ("batch", r.batch, s.traffic_max_batch),
+            ("heads", r.heads, s.traffic_max_heads),
+            ("kv_heads", r.kv_heads or 0, s.traffic_max_heads),
+            ("splits", r.splits or 0, s.max_splits),
+            ("sms", r.sms, s.traffic_max_sms),
+        )
+        if value > limit
+    ]
+    errs += _block_errors({"block_m": r.block_m, "block_n": r.block_n}, s, where)
+    if r.kv_heads is not None and r.heads % r.kv_heads:
+        errs.append(
+            value_error(
+                "kv_heads",
+                f"kv_heads must divide heads ({r.heads}), got {r.kv_heads}",
+                r.kv_heads,
+                where,
+            )
+        )
+    if r.algo == "decode" and r.causal:
+        errs.append(
+            value_error("causal", "decode has no causal mask: set causal=false", True, where)
+        )
+    if r.algo != "decode" and r.splits is not None:
+        errs.append(value_error("splits", "splits applies to algo decode only", r.splits, where))
+    return errs
 
 
 def check_step(step: int, n_events: int, where: str = "query") -> list[dict]:
@@ -100,15 +210,64 @@ def check_step(step: int, n_events: int, where: str = "query") -> list[dict]:
 Floats = list[float | None]
 
 
+Matrix = list[Floats]
+Span = Annotated[list[int], Field(min_length=2, max_length=2)]
+
+
 class TileStateModel(BaseModel):
-    rows: Annotated[list[int], Field(min_length=2, max_length=2)]
-    m: Floats
-    l: Floats
-    alpha: Floats | None
-    o: list[Floats]
-    o_hat: list[Floats]
+    """The numeric state an event leaves behind; keys that do not apply are null.
+
+    forward: rows, m, l, alpha, o, o_hat; backward: rows, cols, lse, delta, p, ds (tile_stride),
+    dq, dk, dv; decode: rows, split, m, l, alpha, o, o_hat, partial_o, partial_lse, lse.
+    Row vectors have one entry per row of `rows`; dk and dv one row per key of `cols`.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
     col_stride: int = Field(ge=1)
     final: bool
+    rows: Span | None = None
+    cols: Span | None = None
+    m: Floats | None = None
+    l: Floats | None = None
+    alpha: Floats | None = None
+    o: Matrix | None = None
+    o_hat: Matrix | None = None
+    lse: Floats | None = None
+    delta: Floats | None = None
+    p: Matrix | None = None
+    ds: Matrix | None = None
+    tile_stride: int | None = Field(None, ge=1)
+    dq: Matrix | None = None
+    dk: Matrix | None = None
+    dv: Matrix | None = None
+    split: int | None = Field(None, ge=0)
+    partial_o: Matrix | None = None
+    partial_lse: Floats | None = None
+
+    @model_validator(mode="after")
+    def _shapes_agree(self) -> TileStateModel:
+        for name in ("rows", "cols"):
+            span = getattr(self, name)
+            if span is not None and not 0 <= span[0] <= span[1]:
+                raise ValueError(f"{name} must be [start, stop] with 0 ≤ start ≤ stop")
+        per_row = ("m", "l", "alpha", "lse", "delta", "partial_lse", "o", "o_hat", "dq")
+        per_row += ("partial_o",)
+        checks = [(self.rows, per_row), (self.cols, ("dk", "dv"))]
+        for span, names in checks:
+            for name in names:
+                value = getattr(self, name)
+                if value is None:
+                    continue
+                if span is None:
+                    raise ValueError(f"{name} needs {'cols' if name in ('dk', 'dv') else 'rows'}")
+                if len(value) != span[1] - span[0]:
+                    raise ValueError(f"{name} has {len(value)} entries for {span[1] - span[0]}")
+        for name in ("o", "o_hat", "p", "ds", "dq", "dk", "dv", "partial_o"):
+            value = getattr(self, name)
+            if value and len({len(row) for row in value}) > 1:
+                raise ValueError(f"{name} rows must all have the same length")
+        return self
 
 
 Phase = Literal[PHASES]  # type: ignore[valid-type]
@@ -128,6 +287,8 @@ class TraceEventModel(BaseModel):
     hbm_write: int = Field(ge=0)
     stats_read: int = Field(ge=0)
     stats_write: int = Field(ge=0)
+    acc_read: int = Field(ge=0)
+    acc_write: int = Field(ge=0)
     sram_read: int = Field(ge=0)
     sram_write: int = Field(ge=0)
     flops: int = Field(ge=0)

@@ -7,7 +7,6 @@ from collections import OrderedDict
 
 from starlette.concurrency import run_in_threadpool
 
-from simulator.problem import AttentionProblem, TileConfig
 from simulator.trace import Trace
 from simulator.tracing import build_trace
 
@@ -17,9 +16,10 @@ from .schemas import TraceParams
 class TraceStore:
     """Traces by request; one build per key even when many clients ask at once."""
 
-    def __init__(self, size: int, o_col_limit: int) -> None:
+    def __init__(self, size: int, o_col_limit: int, state_bytes: int = 64 * 2**20) -> None:
         self._size = size
         self._o_col_limit = o_col_limit
+        self._state_bytes = state_bytes
         self._items: OrderedDict[tuple, Trace] = OrderedDict()
         self._lock = threading.Lock()
         self._building: dict[tuple, threading.Lock] = {}
@@ -35,9 +35,21 @@ class TraceStore:
             with self._lock:
                 if key in self._items:
                     return self._items[key]
-            problem = AttentionProblem(seq_q=p.n, seq_k=p.nk, head_dim=p.d, dtype="fp32")
-            tiles = TileConfig(block_m=p.bm, block_n=p.bn)
-            trace = build_trace(p.algo, problem, tiles, p.seed, o_col_limit=self._o_col_limit)
+            problem, tiles, kw = p.problem()
+            try:
+                trace = build_trace(
+                    p.algo,
+                    problem,
+                    tiles,
+                    p.seed,
+                    o_col_limit=self._o_col_limit,
+                    budget_bytes=self._state_bytes,
+                    **kw,
+                )
+            except ValueError:
+                with self._lock:
+                    self._building.pop(key, None)
+                raise
             with self._lock:
                 self._items[key] = trace
                 self._building.pop(key, None)

@@ -1,124 +1,69 @@
-"""Run tile programs on real numbers and record the per-tile state.
-
-Rows of different query blocks never interact in the forward pass, so the FlashAttention-2
-recurrence is evaluated for all query rows at once per key block (vectorized over query blocks);
-the snapshot after key block j holds, for every row, exactly the state the CTA owning that row
-has after its j-th inner iteration.
+"""Tile programs on real numbers: the online-softmax recurrence and the entry points of every
+algorithm's numerics (the recurrences themselves live in numerics_forward, numerics_backward
+and numerics_decode; the float64 oracle in oracle).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
+from .numerics_backward import BackwardRecording, fa2_backward
+from .numerics_decode import DecodeRecording, decode_forward
+from .numerics_forward import (
+    ForwardRecording,
+    NaiveRecording,
+    fa1_forward,
+    fa2_forward,
+    flash_forward,
+    naive_forward,
+)
+from .oracle import attention_gradients, attention_lse, naive_attention
+from .snapshots import shown_columns
 
-def naive_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, scale: float) -> np.ndarray:
-    """softmax(QKᵀ·scale)·V in float64, the oracle for exactness readouts."""
-    q64, k64, v64 = (np.asarray(x, dtype=np.float64) for x in (q, k, v))
-    s = q64 @ k64.T * scale  # (Nq, Nk)
-    s -= s.max(axis=1, keepdims=True)
-    p = np.exp(s)
-    p /= p.sum(axis=1, keepdims=True)
-    return p @ v64  # (Nq, d)
+__all__ = [
+    "BackwardRecording",
+    "DecodeRecording",
+    "ForwardRecording",
+    "NaiveRecording",
+    "attention_gradients",
+    "attention_lse",
+    "decode_forward",
+    "fa1_forward",
+    "fa2_backward",
+    "fa2_forward",
+    "flash_forward",
+    "naive_attention",
+    "naive_forward",
+    "online_softmax",
+    "shown_columns",
+]
 
 
 def online_softmax(x: np.ndarray, block: int) -> dict[str, np.ndarray]:
-    """The online-softmax recurrence over a 1-D vector, one block at a time.
+    """The online-softmax recurrence over a 1-D vector, `block` entries at a time, in float64.
 
-    Returns the running max m, running sum l and rescale factor alpha after each block, and the
-    final softmax exp(x − m) / l.
+    Returns the running max m, running sum ℓ and rescale factor α = e^(m_old − m_new) after
+    each block, and the final softmax e^(x − m) / ℓ. Entries of −∞ weigh nothing, also when a
+    whole block is −∞ (m stays, α = 1; before any finite entry m = −∞, ℓ = 0, α = 0). If every
+    entry is −∞ the softmax is all zeros (the convention of fully masked attention rows).
     """
     x = np.asarray(x, dtype=np.float64)
     if x.ndim != 1 or x.size == 0:
         raise ValueError("x must be a non-empty 1-D vector")
-    if block < 1:
-        raise ValueError(f"block must be ≥ 1, got {block}")
+    if np.isnan(x).any() or np.isposinf(x).any():
+        raise ValueError("x must not contain NaN or +∞")
+    if isinstance(block, bool) or not isinstance(block, int | np.integer) or block < 1:
+        raise ValueError(f"block must be an integer ≥ 1, got {block!r}")
+    n_blocks = -(-x.size // block)
+    ms, ls, alphas = np.empty(n_blocks), np.empty(n_blocks), np.empty(n_blocks)
     m, l = -np.inf, 0.0
-    ms, ls, alphas = [], [], []
-    for start in range(0, x.size, block):
-        chunk = x[start : start + block]
+    for b in range(n_blocks):
+        chunk = x[b * block : (b + 1) * block]
         m_new = max(m, float(chunk.max()))
-        alpha = 0.0 if m_new == -np.inf else float(np.exp(m - m_new))
-        l = alpha * l + (float(np.exp(chunk - m_new).sum()) if m_new > -np.inf else 0.0)
+        sub = m_new if np.isfinite(m_new) else 0.0  # nothing finite yet: every term is 0
+        alpha = float(np.exp(m - sub))
+        l = alpha * l + float(np.exp(chunk - sub).sum())
         m = m_new
-        ms.append(m)
-        ls.append(l)
-        alphas.append(alpha)
-    out = np.exp(x - m) / l if l > 0 else np.full_like(x, np.nan)
-    return {"m": np.array(ms), "l": np.array(ls), "alpha": np.array(alphas), "softmax": out}
-
-
-@dataclass
-class ForwardRecording:
-    """State of every query row after each key block: arrays indexed [j, row]."""
-
-    m: np.ndarray  # (n_kv, Nq)
-    l: np.ndarray  # (n_kv, Nq)
-    alpha: np.ndarray  # (n_kv, Nq)
-    acc: np.ndarray  # (n_kv, Nq, d_shown) unnormalized accumulator, columns as shown
-    o: np.ndarray  # (Nq, d) final output
-    lse: np.ndarray  # (Nq,)
-    col_stride: int  # each shown column is the mean of this many columns of d
-
-
-def shown_columns(d: int, limit: int) -> int:
-    """The column stride that brings head_dim down to at most `limit` shown columns."""
-    stride = 1
-    while d // stride > limit:
-        stride *= 2
-    return stride
-
-
-def _downsample(a: np.ndarray, stride: int) -> np.ndarray:
-    if stride == 1:
-        return a
-    d = a.shape[-1]
-    keep = (d // stride) * stride
-    return a[..., :keep].reshape(*a.shape[:-1], d // stride, stride).mean(axis=-1)
-
-
-def fa2_forward(
-    q: np.ndarray,
-    k: np.ndarray,
-    v: np.ndarray,
-    block_n: int,
-    scale: float,
-    *,
-    o_col_limit: int = 64,
-    record: bool = True,
-) -> ForwardRecording:
-    """FlashAttention-2 forward in float32 with fp32 accumulation, recording every snapshot."""
-    q = np.asarray(q, dtype=np.float32)
-    k = np.asarray(k, dtype=np.float32)
-    v = np.asarray(v, dtype=np.float32)
-    nq, d = q.shape
-    nk = k.shape[0]
-    n_kv = -(-nk // block_n)
-    stride = shown_columns(d, o_col_limit)
-    d_shown = d // stride
-    m = np.full(nq, -np.inf, dtype=np.float32)
-    l = np.zeros(nq, dtype=np.float32)
-    acc = np.zeros((nq, d), dtype=np.float32)
-    rec_shape = (n_kv if record else 0, nq)
-    ms = np.empty(rec_shape, np.float32)
-    ls = np.empty(rec_shape, np.float32)
-    alphas = np.empty(rec_shape, np.float32)
-    accs = np.empty((*rec_shape, d_shown), np.float32)
-    scale32 = np.float32(scale)
-    for j in range(n_kv):
-        kj = k[j * block_n : (j + 1) * block_n]  # (bn, d)
-        vj = v[j * block_n : (j + 1) * block_n]  # (bn, d)
-        s = (q @ kj.T) * scale32  # (Nq, bn): every query block's tile at once
-        m_new = np.maximum(m, s.max(axis=1))
-        alpha = np.exp(m - m_new)  # exp(−∞) = 0 on the first block
-        p = np.exp(s - m_new[:, None])
-        l = alpha * l + p.sum(axis=1)
-        acc = alpha[:, None] * acc + p @ vj
-        m = m_new
-        if record:
-            ms[j], ls[j], alphas[j] = m, l, alpha
-            accs[j] = _downsample(acc, stride)
-    o = acc / l[:, None]
-    lse = m + np.log(l)
-    return ForwardRecording(ms, ls, alphas, accs, o, lse, stride)
+        ms[b], ls[b], alphas[b] = m, l, alpha
+    out = np.exp(x - m) / l if l > 0 else np.zeros_like(x)
+    return {"m": ms, "l": ls, "alpha": alphas, "softmax": out}

@@ -1,37 +1,48 @@
 """The tile trace: the one data contract between simulator, instrumented kernel and front end.
 
-A trace covers one (batch, head). It is a list of events, one per operation of the tile program
-(load a Q tile, load a K/V tile, S = QKᵀ, the online-softmax update, P·V, store), in the order one
-GPU would run them if the CTAs of that head ran one after another. Each event says what the
-operation moved and computed, and the numeric state of the current query block *after* it:
+A trace covers one (batch, head) (Flash-Decoding: one (batch, kv_head)). It is a list of events,
+one per operation of the tile program (load a tile, a matmul, the online-softmax update, a
+store, …), in the order one GPU would run them if the CTAs of that head ran one after another
+(kernels in launch order). Each event says what the operation moved and computed, and the
+numeric state it leaves behind:
 
-    step, phase, cta, q_block, kv_block, masked, line
-    hbm_read, hbm_write        elements of Q, K, V, O (and S, P for naive) read/written globally
-    stats_read, stats_write    elements of the fp32 row statistics (m, l, LSE)
+    step, phase, cta, q_block, kv_block, masked (a partial causal tile), line (of the pseudocode)
+    hbm_read, hbm_write        elements of Q, K, V, O, dO, dQ, dK, dV (S, P for naive) moved
+    stats_read, stats_write    elements of the fp32 row statistics (m, ℓ, LSE, D)
+    acc_read, acc_write        elements of fp32 intermediates kept in global memory
+                               (the backward's dQ accumulator, Flash-Decoding's partial O)
     sram_read, sram_write      elements read from / written into shared memory
     flops, exps                matmul FLOPs (2·m·n·k) and exponentials
     totals                     running sums of the counters above, this event included
-    state                      rows [r0, r1), m, l, alpha, the accumulator o and o_hat = o / l
+    state                      the quantities of the current tile (see below)
+
+`state` always has `final` and `col_stride`; the other keys depend on the algorithm family and
+are null when they do not apply:
+    forward   rows [r0, r1), m, l, alpha, o (as the kernel holds it), o_hat (o / l)
+    backward  rows, cols [c0, c1), lse, delta, p, ds (tiles, averaged by tile_stride), dq, dk, dv
+    decode    rows, split, m, l, alpha, o, o_hat; partial_o, lse after a split; the merge in
+              o, lse during the reduce
 
 "Global" reads are the requests the kernel makes; on a GPU most K/V re-reads hit in L2, and the
 engine splits them into L2 and DRAM traffic. Memory-level names follow the seed documents.
 
 Events are built lazily from column arrays, so a trace of tens of thousands of steps costs only
-the state snapshots the numerics recorded. JSON has no infinities: m = −∞ is sent as null.
+the state the numerics recorded. JSON has no infinities: m = −∞ is sent as null.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-TRACE_VERSION = 1
+TRACE_VERSION = 2
 
-FORWARD_PHASES = ("load_q", "load_kv", "qk", "softmax", "pv", "rescale", "store")
+FORWARD_PHASES = ("load_q", "load_kv", "qk", "softmax", "pv", "rescale", "store", "init")
 BACKWARD_PHASES = (
+    "preprocess_d",
     "load_kv_bwd",
     "load_q_bwd",
     "recompute_p",
@@ -41,17 +52,21 @@ BACKWARD_PHASES = (
     "dq",
     "dk",
     "store_dkdv",
-    "preprocess_d",
+    "convert_dq",
 )
-DECODE_PHASES = ("load_split", "reduce")
+DECODE_PHASES = ("store_partial", "reduce")
 NAIVE_PHASES = ("naive_qk", "naive_softmax", "naive_pv")
 PHASES = FORWARD_PHASES + BACKWARD_PHASES + DECODE_PHASES + NAIVE_PHASES
+
+PHASE_INDEX = {name: i for i, name in enumerate(PHASES)}
 
 COUNTERS = (
     "hbm_read",
     "hbm_write",
     "stats_read",
     "stats_write",
+    "acc_read",
+    "acc_write",
     "sram_read",
     "sram_write",
     "flops",
@@ -60,9 +75,13 @@ COUNTERS = (
 
 
 class OpTable:
-    """Column store of a tile program's operations; append in order, then `freeze()`."""
+    """Column store of a tile program's operations; append in order, then `freeze()`.
 
-    def __init__(self) -> None:
+    `lines` maps a phase to the pseudocode line it executes (used when `add` gets no line).
+    """
+
+    def __init__(self, lines: Mapping[str, int] | None = None) -> None:
+        self._lines = dict(lines or {})
         self._rows: list[tuple] = []
         self.columns: dict[str, np.ndarray] = {}
 
@@ -74,7 +93,7 @@ class OpTable:
         q_block: int = -1,
         kv_block: int = -1,
         masked: bool = False,
-        line: int = -1,
+        line: int | None = None,
         snapshot: int = -1,
         **counts: int,
     ) -> None:
@@ -83,12 +102,12 @@ class OpTable:
             raise KeyError(f"unknown counters {sorted(unknown)}")
         self._rows.append(
             (
-                PHASES.index(phase),
+                PHASE_INDEX[phase],
                 cta,
                 q_block,
                 kv_block,
                 masked,
-                line,
+                self._lines.get(phase, -1) if line is None else line,
                 snapshot,
                 *(int(counts.get(c, 0)) for c in COUNTERS),
             )

@@ -1,4 +1,11 @@
-"""Build a tile trace: random inputs → tile program + numerics → lazily materialized events."""
+"""Build a tile trace: random inputs → tile program + numerics → lazily materialized events.
+
+Memory policy (see simulator/snapshots.py): a trace keeps at most `budget_bytes` of recorded
+state. Forward and decode traces keep m, ℓ, α per row after every key block and the output
+accumulator averaged over head-dim columns (the stride grows until it fits); the backward keeps
+its fp32 P and dS (Nq × Nk each) and rebuilds partial sums on request. A trace whose state cannot
+fit, or longer than `max_events`, is refused with ValueError before anything is computed.
+"""
 
 from __future__ import annotations
 
@@ -7,33 +14,60 @@ from typing import Any
 import numpy as np
 
 from . import traffic
-from .algorithms import fa2
-from .numerics import fa2_forward, naive_attention
+from .algorithms import ALGORITHMS, get
+from .numerics import (
+    attention_gradients,
+    decode_forward,
+    fa2_backward,
+    flash_forward,
+    naive_attention,
+    naive_forward,
+)
+from .precision import round_to_dtype
 from .problem import AttentionProblem, TileConfig
-from .trace import PHASES, Trace, json_floats
+from .snapshots import DEFAULT_BUDGET_BYTES, FLOAT_BYTES, fit_stride, shown_columns
+from .tiling import TileGrid, split_plan
+from .trace import PHASE_INDEX, Trace
+from .trace_states import backward_states, decode_states, forward_states, naive_states
 
-ALGORITHMS = {fa2.NAME: fa2}
+__all__ = ["ALGORITHMS", "build_trace", "random_inputs", "round_to_dtype"]
+
+# Phases where a new tile (or a CTA's first or last op) begins: Shift+→ jumps between them.
+MARK_PHASES = (
+    "init",
+    "load_q",
+    "load_kv",
+    "store",
+    "preprocess_d",
+    "load_kv_bwd",
+    "load_q_bwd",
+    "store_dkdv",
+    "convert_dq",
+    "store_partial",
+    "reduce",
+    "naive_softmax",
+    "naive_pv",
+)
 
 
-def random_inputs(p: AttentionProblem, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Q (seq_q, d), K and V (seq_k, d) for one head, standard normal, rounded to p.dtype."""
+def random_inputs(
+    p: AttentionProblem, seed: int, *, q_rows: int | None = None, grad: bool = False
+) -> tuple[np.ndarray, ...]:
+    """Q (q_rows or seq_q, d), K and V (seq_k, d) for one head, standard normal, rounded to
+    p.dtype; with `grad`, also the upstream gradient dO shaped like Q."""
     rng = np.random.default_rng(seed)
-    q = rng.standard_normal((p.seq_q, p.head_dim))
-    k = rng.standard_normal((p.seq_k, p.head_dim))
-    v = rng.standard_normal((p.seq_k, p.head_dim))
-    return tuple(round_to_dtype(x, p.dtype) for x in (q, k, v))  # type: ignore[return-value]
+    rows = p.seq_q if q_rows is None else q_rows
+    shapes = [(rows, p.head_dim), (p.seq_k, p.head_dim), (p.seq_k, p.head_dim)]
+    if grad:
+        shapes.append((rows, p.head_dim))
+    return tuple(round_to_dtype(rng.standard_normal(s), p.dtype) for s in shapes)
 
 
-def round_to_dtype(x: np.ndarray, dtype: str) -> np.ndarray:
-    """Round float values to what `dtype` can hold, returned as float32."""
-    x = np.asarray(x, dtype=np.float32)
-    if dtype == "fp16":
-        return x.astype(np.float16).astype(np.float32)
-    if dtype == "bf16":
-        bits = x.view(np.uint32)
-        rounded = bits + np.uint32(0x7FFF) + ((bits >> 16) & 1)  # round to nearest even
-        return (rounded & np.uint32(0xFFFF0000)).view(np.float32)
-    return x
+def _budget_error(need_bytes: int, budget_bytes: int) -> ValueError:
+    return ValueError(
+        f"the trace state needs {need_bytes / 2**20:.0f} MiB, over the budget of "
+        f"{budget_bytes / 2**20:.0f} MiB: use larger blocks or a smaller problem"
+    )
 
 
 def build_trace(
@@ -43,91 +77,107 @@ def build_trace(
     seed: int = 0,
     *,
     o_col_limit: int = 64,
+    budget_bytes: int = DEFAULT_BUDGET_BYTES,
+    max_events: int | None = None,
+    splits: int | None = None,
+    sms: int = 132,
 ) -> Trace:
-    """The stepper's trace for one (batch, head) of `problem` on random data drawn from `seed`."""
-    if algo not in ALGORITHMS:
-        raise ValueError(f"algo must be one of {sorted(ALGORITHMS)}, got {algo!r}")
-    module = ALGORITHMS[algo]
-    q, k, v = random_inputs(problem, seed)
-    ops = module.program(problem, tiles)
-    rec = fa2_forward(q, k, v, tiles.block_n, problem.scale, o_col_limit=o_col_limit)
-    o_ref = naive_attention(q, k, v, problem.scale)
-    max_err = float(np.max(np.abs(rec.o - o_ref)))
-
-    n_q_blocks = tiles.q_blocks(problem)
-    d_shown = rec.acc.shape[-1]
-    snap = ops.columns["snapshot"]
-    phase_col = ops.columns["phase"]
-    is_store = phase_col == PHASES.index("store")
-    # The softmax op has updated m, l and α but not yet the accumulator.
-    acc_lags = phase_col == PHASES.index("softmax")
-    q_block_col = ops.columns["q_block"]
-
-    def state_of(i: int) -> dict[str, Any]:
-        qb = int(q_block_col[i])
-        r0 = qb * tiles.block_m
-        r1 = min(r0 + tiles.block_m, problem.seq_q)
-        s = int(snap[i])
-        if s < 0:
-            m = np.full(r1 - r0, -np.inf)
-            l = np.zeros(r1 - r0)
-            alpha = None
-            acc = np.zeros((r1 - r0, d_shown))
-        else:
-            m = rec.m[s, r0:r1]
-            l = rec.l[s, r0:r1]
-            alpha = rec.alpha[s, r0:r1]
-            if not acc_lags[i]:
-                acc = rec.acc[s, r0:r1]
-            elif s > 0:
-                acc = rec.acc[s - 1, r0:r1]
-            else:
-                acc = np.zeros((r1 - r0, d_shown))
-        with np.errstate(divide="ignore", invalid="ignore"):
-            o_hat = np.where(l[:, None] > 0, acc / np.maximum(l[:, None], 1e-30), 0.0)
-        return {
-            "rows": [r0, r1],
-            "m": json_floats(m),
-            "l": json_floats(l),
-            "alpha": json_floats(alpha),
-            "o": json_floats(acc, 5),
-            "o_hat": json_floats(o_hat, 5),
-            "col_stride": rec.col_stride,
-            "final": bool(is_store[i]),
-        }
-
-    flash = module_traffic(algo, problem, tiles)
-    naive = traffic.naive_head(problem)
+    """The stepper's trace of one (batch, head) — decode: one (batch, kv_head) — of `problem`
+    on random data drawn from `seed`."""
+    module = get(algo)
+    kw: dict[str, Any] = {"splits": splits, "sms": sms} if algo == "decode" else {}
+    n_events = module.n_events(problem, tiles, **kw)
+    if max_events is not None and n_events > max_events:
+        raise ValueError(f"the trace would have {n_events} events, over the limit {max_events}")
+    grid = TileGrid(problem, tiles)
+    nq, nk, d = problem.seq_q, problem.seq_k, problem.head_dim
+    meta_grid: dict[str, Any] = {
+        "q_blocks": grid.n_q,
+        "kv_blocks": grid.n_kv,
+        "order": module.ORDER,
+        "kinds": grid.kinds().tolist(),
+    }
+    extras: dict[str, Any] = {}
+    if algo in ("fa1", "fa2"):
+        snapshots = grid.n_kv * nq
+        stride = fit_stride(d, o_col_limit, snapshots, 3 * snapshots + 4 * nq * d, budget_bytes)
+        q, k, v = random_inputs(problem, seed)
+        rec = flash_forward(q, k, v, problem, tiles, algo=algo, col_stride=stride)
+        ops = module.program(problem, tiles)
+        state_of = forward_states(ops, grid, rec)
+        extras = {"o": rec.o, "o_ref": naive_attention(q, k, v, problem.scale, problem.causal)}
+    elif algo == "naive":
+        need = (3 * nq * nk + 4 * nq * d) * FLOAT_BYTES  # S, exp(S), P and the tensors
+        if need > budget_bytes:
+            raise _budget_error(need, budget_bytes)
+        stride = shown_columns(d, o_col_limit)
+        q, k, v = random_inputs(problem, seed)
+        nrec = naive_forward(q, k, v, problem, col_stride=stride)
+        ops = module.program(problem, tiles)
+        state_of = naive_states(ops, grid, nrec)
+        extras = {"o": nrec.o, "o_ref": naive_attention(q, k, v, problem.scale, problem.causal)}
+    elif algo == "fa2-bwd":
+        need = (2 * nq * nk + 8 * (nq + nk) * d) * FLOAT_BYTES  # P, dS and the tensors
+        if need > budget_bytes:
+            raise _budget_error(need, budget_bytes)
+        stride = shown_columns(d, o_col_limit)
+        q, k, v, do = random_inputs(problem, seed, grad=True)
+        brec = fa2_backward(q, k, v, do, problem, tiles)
+        ops = module.program(problem, tiles)
+        state_of = backward_states(ops, brec, o_col_limit, stride)
+        ref = attention_gradients(q, k, v, do, problem.scale, problem.causal)
+        extras = {"dq": brec.dq, "dk": brec.dk, "dv": brec.dv, "ref": ref, "recording": brec}
+    else:
+        plan = split_plan(problem, tiles, splits, sms)
+        snapshots = plan.n_kv * plan.rows
+        fixed = 3 * snapshots + (plan.used + 4) * plan.rows * d
+        stride = fit_stride(d, o_col_limit, snapshots + plan.used * plan.rows, fixed, budget_bytes)
+        q, k, v = random_inputs(problem, seed, q_rows=plan.rows)
+        drec = decode_forward(q, k, v, problem, tiles, splits=splits, sms=sms, col_stride=stride)
+        ops = module.program(problem, tiles, **kw)
+        state_of = decode_states(ops, drec)
+        extras = {"o": drec.o, "o_ref": naive_attention(q, k, v, problem.scale)}
+        meta_grid.update(
+            q_blocks=1,
+            kinds=[[2] * plan.n_kv],
+            rows=plan.rows,
+            splits=plan.used,
+            splits_requested=plan.requested,
+            chunk=plan.chunk,
+        )
+    if algo == "fa2-bwd":
+        errs = [np.abs(extras[x] - extras["ref"][x]).max(initial=0.0) for x in ("dq", "dk", "dv")]
+    else:
+        errs = [np.abs(extras["o"] - extras["o_ref"]).max(initial=0.0)]
+    head = traffic.head_for_algo(algo, problem, tiles, **kw)
+    naive = traffic.naive_head(problem, tiles)
+    if algo == "decode":  # a decode trace covers the `group` query heads of one K/V head
+        naive = naive.scaled(problem.group)
     meta = {
         "algo": algo,
         "title": module.TITLE,
         "pseudocode": list(module.PSEUDOCODE),
         "problem": {
-            "seq_q": problem.seq_q,
-            "seq_k": problem.seq_k,
-            "head_dim": problem.head_dim,
+            "seq_q": nq,
+            "seq_k": nk,
+            "head_dim": d,
             "causal": problem.causal,
             "dtype": problem.dtype,
             "scale": problem.scale,
+            "group": problem.group,
         },
         "tiles": {"block_m": tiles.block_m, "block_n": tiles.block_n},
-        "grid": {"q_blocks": n_q_blocks, "kv_blocks": tiles.kv_blocks(problem)},
+        "grid": meta_grid,
         "seed": seed,
-        "max_abs_err": max_err,
+        "max_abs_err": float(max(errs)),
         "traffic": {
-            "flash": flash.as_dict(problem.dtype_bytes),
+            "algo": head.as_dict(problem.dtype_bytes),
             "naive": naive.as_dict(problem.dtype_bytes),
         },
-        "d_shown": d_shown,
-        # Steps where a new tile (or a CTA's first or last op) begins: Shift+→ jumps between them.
+        "col_stride": stride,
+        "d_shown": -(-d // stride),
         "marks": np.flatnonzero(
-            np.isin(phase_col, [PHASES.index(x) for x in ("load_q", "load_kv", "store")])
+            np.isin(ops.columns["phase"], [PHASE_INDEX[x] for x in MARK_PHASES])
         ).tolist(),
     }
-    return Trace(meta=meta, ops=ops, state_of=state_of, extras={"o": rec.o, "o_ref": o_ref})
-
-
-def module_traffic(algo: str, p: AttentionProblem, t: TileConfig) -> traffic.Traffic:
-    if algo == "fa2":
-        return traffic.fa2_head(p, t)
-    raise ValueError(f"no closed form for {algo!r}")
+    return Trace(meta=meta, ops=ops, state_of=state_of, extras=extras)

@@ -21,7 +21,7 @@ def test_trace_json_twin_pages_through_events(client):
     assert r.status_code == 200
     body = r.json()
     meta = body["meta"]
-    assert meta["trace_version"] == 1
+    assert meta["trace_version"] == 2
     assert meta["n_events"] == 3 * (2 + 4 * 3)
     assert [e["step"] for e in body["events"]] == [10, 11, 12, 13, 14]
     assert meta["max_abs_err"] < 1e-5

@@ -50,7 +50,8 @@ def test_recording_matches_a_per_block_loop():
     nq, nk, d, bm, bn = 50, 70, 16, 16, 32
     q, k, v = (rng.standard_normal((n, d)).astype(np.float32) for n in (nq, nk, nk))
     scale = 0.25
-    rec = fa2_forward(q, k, v, bn, scale)
+    problem = AttentionProblem(seq_q=nq, seq_k=nk, head_dim=d, dtype="fp32", sm_scale=scale)
+    rec = fa2_forward(q, k, v, problem, TileConfig(bm, bn))
     for i in range(0, nq, bm):
         m = np.full(min(bm, nq - i), -np.inf)
         l = np.zeros_like(m)
@@ -70,6 +71,8 @@ def test_recording_matches_a_per_block_loop():
 
 
 def test_event_sums_equal_closed_form_on_random_shapes():
+    from simulator.algorithms import fa2
+
     rng = np.random.default_rng()
     for _ in range(25):
         nq, nk = (int(x) for x in rng.integers(1, 400, size=2))
@@ -77,8 +80,6 @@ def test_event_sums_equal_closed_form_on_random_shapes():
         bm, bn = (int(2 ** rng.integers(1, 8)) for _ in range(2))
         p = AttentionProblem(seq_q=nq, seq_k=nk, head_dim=d)
         t = TileConfig(bm, bn)
-        from simulator.algorithms import fa2
-
         totals = fa2.program(p, t).totals()
         want = traffic.fa2_head(p, t)
         assert (totals["hbm_read"], totals["hbm_write"]) == (want.hbm_read, want.hbm_write), (
@@ -146,7 +147,7 @@ def test_events_carry_the_state_of_their_block():
 
 
 def test_wide_heads_are_downsampled_over_d():
-    p = AttentionProblem(seq_q=16, head_dim=256)
+    p = AttentionProblem(seq_q=16, head_dim=256, dtype="fp32")
     trace = build_trace("fa2", p, TileConfig(16, 16), 0, o_col_limit=64)
     st = trace.event(len(trace) - 1)["state"]
     assert st["col_stride"] == 4
