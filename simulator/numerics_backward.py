@@ -7,10 +7,10 @@ rounded before dQ += dS K and dK += dSᵀ Q; dQ accumulated in fp32 across key b
 global accumulator), dK and dV in fp32 within the CTA; scale applied once at the end; dQ, dK, dV
 written in the dtype.
 
-The recording keeps the fp32 P and dS matrices (Nq × Nk); partial sums that a trace shows
-(dQ of query block i after key block j, dK and dV of key block j after query block i) are
-rebuilt from them on request, in the kernel's order, so memory stays O(Nq·Nk) instead of one
-accumulator per tile.
+The recording keeps the fp32 P and dS of every key block (the rows that block's CTA visits,
+at most Nq × Nk in all); partial sums that a trace shows (dQ of query block i after key block
+j, dK and dV of key block j after query block i) are rebuilt from them on request, in the
+kernel's order, so memory stays O(Nq·Nk) instead of one accumulator per tile.
 """
 
 from __future__ import annotations
@@ -37,11 +37,12 @@ class BackwardRecording:
     o: np.ndarray  # (Nq, d) forward output in the dtype
     lse: np.ndarray  # (Nq,) −∞ for rows that see nothing
     delta: np.ndarray  # (Nq,) D = rowsum(dO ∘ O)
-    p: np.ndarray | None  # (Nq, Nk) fp32 probabilities (None without recording)
-    ds: np.ndarray | None  # (Nq, Nk) fp32 dS
     dq: np.ndarray  # (Nq, d) in the dtype
     dk: np.ndarray  # (Nk, d)
     dv: np.ndarray  # (Nk, d)
+    first_row: np.ndarray  # (n_kv,) first query row the CTA of key block j visits
+    p_blocks: list[np.ndarray] | None = None  # [j] (Nq − first_row[j], c_j) fp32 P
+    ds_blocks: list[np.ndarray] | None = None  # [j] same shape, fp32 dS
 
     def _rows(self, i: int) -> slice:
         bm = self.grid.tiles.block_m
@@ -51,28 +52,49 @@ class BackwardRecording:
         bn = self.grid.tiles.block_n
         return slice(j * bn, min((j + 1) * bn, self.grid.problem.seq_k))
 
-    def _need(self) -> tuple[np.ndarray, np.ndarray]:
-        if self.p is None or self.ds is None:
+    def _need(self) -> tuple[list[np.ndarray], list[np.ndarray]]:
+        if self.p_blocks is None or self.ds_blocks is None:
             raise ValueError("run fa2_backward with record=True to get partial sums")
-        return self.p, self.ds
+        return self.p_blocks, self.ds_blocks
+
+    def _matrix(self, blocks: list[np.ndarray]) -> np.ndarray:
+        out = np.zeros((self.q.shape[0], self.k.shape[0]), np.float32)
+        for j, block in enumerate(blocks):
+            out[int(self.first_row[j]) :, self._cols(j)] = block
+        return out
+
+    @property
+    def p(self) -> np.ndarray:
+        """P (Nq, Nk) in fp32, zero where no CTA computed it."""
+        return self._matrix(self._need()[0])
+
+    @property
+    def ds(self) -> np.ndarray:
+        """dS (Nq, Nk) in fp32, zero where no CTA computed it."""
+        return self._matrix(self._need()[1])
+
+    def tile(self, name: str, i: int, j: int) -> np.ndarray:
+        """The fp32 `p` or `ds` tile (i, j): (r, c)."""
+        blocks = self._need()[0 if name == "p" else 1]
+        rows, lo = self._rows(i), int(self.first_row[j])
+        return blocks[j][rows.start - lo : rows.stop - lo]
 
     def dq_partial(self, i: int, j: int) -> np.ndarray:
         """scale · Σ_{j' ≤ j} dS[i, j'] K[j'] for query block i, summed in fp32 in key order."""
-        _, ds = self._need()
         rows, dtype = self._rows(i), self.grid.problem.dtype
         acc = np.zeros((rows.stop - rows.start, self.q.shape[1]), np.float32)
         for jj in range(min(j + 1, int(self.grid.visible[i]))):
-            cols = self._cols(jj)
-            acc += round_to_dtype(ds[rows, cols], dtype) @ self.k[cols]  # (r, d)
+            acc += round_to_dtype(self.tile("ds", i, jj), dtype) @ self.k[self._cols(jj)]
         return acc * np.float32(self.grid.problem.scale)
 
     def dkdv_partial(self, j: int, i: int) -> tuple[np.ndarray, np.ndarray]:
         """(dK, dV) of key block j after query blocks 0 … i, in fp32 (dK scaled)."""
-        p, ds = self._need()
-        cols, dtype = self._cols(j), self.grid.problem.dtype
-        rows = slice(0, self._rows(i).stop)
-        dv = round_to_dtype(p[rows, cols], dtype).T @ self.do[rows]  # (c, d)
-        dk = round_to_dtype(ds[rows, cols], dtype).T @ self.q[rows]  # (c, d)
+        p_blocks, ds_blocks = self._need()
+        dtype, lo = self.grid.problem.dtype, int(self.first_row[j])
+        stop = self._rows(i).stop
+        n = max(0, stop - lo)
+        dv = round_to_dtype(p_blocks[j][:n], dtype).T @ self.do[lo : lo + n]  # (c, d)
+        dk = round_to_dtype(ds_blocks[j][:n], dtype).T @ self.q[lo : lo + n]  # (c, d)
         return dk * np.float32(self.grid.problem.scale), dv
 
 
@@ -100,13 +122,13 @@ def fa2_backward(
     dq_acc = np.zeros_like(q)  # the fp32 global accumulator
     dk = np.zeros_like(k)
     dv = np.zeros_like(v)
-    p_all = np.zeros((nq, nk), np.float32) if record else None
-    ds_all = np.zeros((nq, nk), np.float32) if record else None
+    p_blocks: list[np.ndarray] = []
+    ds_blocks: list[np.ndarray] = []
     starts = row_starts(grid)
     for j in range(grid.n_kv):
         lo = int(starts[j])
-        if lo >= nq:
-            continue
+        if lo >= nq:  # never: the last query row sees every key block
+            raise AssertionError(f"key block {j} has no query block")
         cols = slice(j * bn, min((j + 1) * bn, nk))
         s = tile_scores(grid, q, k, j, lo)  # (rows, c)
         p = np.exp(s - lse_sub[lo:, None])  # masked pairs: e^(−∞) = 0
@@ -117,8 +139,8 @@ def fa2_backward(
         dk[cols] = ds_lo.T @ q[lo:]
         dq_acc[lo:] += ds_lo @ k[cols]
         if record:
-            p_all[lo:, cols] = p  # type: ignore[index]
-            ds_all[lo:, cols] = ds  # type: ignore[index]
+            p_blocks.append(p)
+            ds_blocks.append(ds)
     scale = np.float32(problem.scale)
     return BackwardRecording(
         grid=grid,
@@ -129,9 +151,10 @@ def fa2_backward(
         o=fwd.o,
         lse=fwd.lse,
         delta=delta,
-        p=p_all,
-        ds=ds_all,
         dq=round_to_dtype(dq_acc * scale, dtype),
         dk=round_to_dtype(dk * scale, dtype),
         dv=round_to_dtype(dv, dtype),
+        first_row=starts,
+        p_blocks=p_blocks if record else None,
+        ds_blocks=ds_blocks if record else None,
     )

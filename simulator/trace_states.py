@@ -130,12 +130,11 @@ def backward_states(ops: OpTable, rec: BackwardRecording, limit: int, stride: in
             return {**out, "dk": shown(rec.dk[cols]), "dv": shown(rec.dv[cols]), "final": True}
         step = order.get(name, -1)  # −1: load_q_bwd, nothing of this tile computed yet
         out["lse"] = json_floats(rec.lse[rows])
-        p, ds = rec.p, rec.ds
         if step >= order["recompute_p"]:
-            view, out["tile_stride"] = tile_view(p[rows, cols], limit)  # type: ignore[index]
+            view, out["tile_stride"] = tile_view(rec.tile("p", qb, kb), limit)
             out["p"] = json_floats(view, 5)
         if step >= order["ds"]:
-            view, out["tile_stride"] = tile_view(ds[rows, cols], limit)  # type: ignore[index]
+            view, out["tile_stride"] = tile_view(rec.tile("ds", qb, kb), limit)
             out["ds"] = json_floats(view, 5)
         dk_now, dv_now = rec.dkdv_partial(kb, qb)
         dk_before, dv_before = (

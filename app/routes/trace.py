@@ -1,7 +1,8 @@
 """The tile trace: GET /api/trace (JSON twin of /tiles) and the /ws/trace stepping stream.
 
 WebSocket protocol (JSON text messages):
-    client → {"type": "open", "params": {n, nk, d, bm, bn, seed, algo}}
+    client → {"type": "open", "params": {algo, n, nk, d, bm, bn, seed, causal, dtype, group,
+                                          splits}}
     server → {"type": "meta", "meta": {...}}  or  {"type": "error", "errors": [...]}
     client → {"type": "step", "step": k}
     server → {"type": "event", "event": {...}}  or  {"type": "error", "errors": [...]}
@@ -52,7 +53,10 @@ async def get_trace(
         )
     if errs:
         raise refuse(errs)
-    trace = await traces.get(params)
+    try:
+        trace = await traces.get(params)
+    except ValueError as exc:  # a state budget or shape the checks above did not foresee
+        raise refuse([value_error("params", str(exc), None)]) from None
     if count and start >= len(trace):
         raise refuse(check_step(start, len(trace)))
     events = [trace.event(i) for i in range(start, min(start + count, len(trace)))]
@@ -89,7 +93,11 @@ async def trace_stream(ws: WebSocket, settings: SettingsDep, traces: TracesDep) 
                 if errs:
                     await _send_errors(ws, errs)
                     continue
-                trace = await traces.get(params)
+                try:
+                    trace = await traces.get(params)
+                except ValueError as exc:
+                    await _send_errors(ws, [value_error("params", str(exc), None, "params")])
+                    continue
                 await ws.send_json({"type": "meta", "meta": trace.describe()})
             elif kind == "step":
                 step = msg.get("step")

@@ -117,7 +117,7 @@ function renderPseudocode(lines) {
 }
 
 function renderTotals(meta) {
-  const flash = meta.traffic.flash.elements.hbm_total;
+  const flash = meta.traffic.algo.elements.hbm_total;
   const naive = meta.traffic.naive.elements.hbm_total;
   $("flash-total").textContent = `${formatCount(flash)} elements`;
   $("naive-total").textContent =
@@ -250,7 +250,7 @@ function render(ev) {
     if (on) li.setAttribute("aria-current", "step");
     else li.removeAttribute("aria-current");
   }
-  const bytes = view.meta.traffic.flash.bytes.hbm_read / Math.max(1, view.meta.traffic.flash.elements.hbm_read);
+  const bytes = view.meta.traffic.algo.bytes.hbm_read / Math.max(1, view.meta.traffic.algo.elements.hbm_read);
   $("hbm-read").textContent = `${formatCount(ev.totals.hbm_read)} (${formatBytes(ev.totals.hbm_read * bytes)})`;
   $("hbm-write").textContent = `${formatCount(ev.totals.hbm_write)} (${formatBytes(ev.totals.hbm_write * bytes)})`;
   renderGrid(ev);

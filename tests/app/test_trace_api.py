@@ -119,3 +119,85 @@ def test_websocket_closes_on_oversized_message(client, settings):
         with pytest.raises(WebSocketDisconnect) as exc:
             ws.receive_json()
         assert exc.value.code == 1009
+
+
+ALGO_PARAMS = [
+    {"algo": "naive", "n": 40, "nk": 56, "causal": True, "dtype": "fp16"},
+    {"algo": "fa1", "n": 56, "nk": 40, "causal": True, "dtype": "bf16"},
+    {"algo": "fa2", "n": 70, "nk": 33, "causal": True},
+    {"algo": "fa2-bwd", "n": 33, "nk": 48, "causal": True, "dtype": "fp16"},
+    {"algo": "decode", "n": 2, "nk": 200, "group": 4, "splits": 3},
+]
+
+
+@pytest.mark.parametrize("params", ALGO_PARAMS, ids=lambda p: p["algo"])
+def test_every_algorithm_pages_through_validated_events(client, params):
+    """Every event of every algorithm passes the response schema (a 500 otherwise)."""
+    base = {"d": 16, "bm": 16, "bn": 16, "seed": 3, **params}
+    first = client.get("/api/trace", params={**base, "count": 0})
+    assert first.status_code == 200, first.text
+    meta = first.json()["meta"]
+    assert meta["algo"] == params["algo"]
+    assert meta["grid"]["order"] in ("rows", "q-outer", "kv-outer", "splits")
+    n = meta["n_events"]
+    events = []
+    for start in range(0, n, 256):
+        r = client.get("/api/trace", params={**base, "start": start, "count": 256})
+        assert r.status_code == 200, r.text
+        events += r.json()["events"]
+    assert [e["step"] for e in events] == list(range(n))
+    totals = events[-1]["totals"]
+    elements = meta["traffic"]["algo"]["elements"]
+    assert totals["hbm_read"] == elements["hbm_read"]
+    assert totals["acc_write"] == elements["acc_write"]
+    assert events[-1]["state"]["final"]
+
+
+def test_websocket_steps_a_decode_trace(client):
+    with client.websocket_connect("/ws/trace") as ws:
+        ws.send_json(
+            {"type": "open", "params": {"algo": "decode", "n": 1, "nk": 64, "d": 8, "bn": 16}}
+        )
+        meta = ws.receive_json()["meta"]
+        assert meta["grid"]["splits"] == 4  # one K/V head: as many splits as key blocks
+        ws.send_json({"type": "step", "step": meta["n_events"] - 2})
+        ev = ws.receive_json()["event"]
+        assert ev["phase"] == "reduce" and ev["state"]["split"] == 3
+
+
+@pytest.mark.parametrize(
+    ("params", "field", "limit"),
+    [
+        ({"algo": "fa3"}, "algo", None),
+        ({"dtype": "fp8"}, "dtype", None),
+        ({"algo": "decode", "causal": True, "n": 1}, "causal", None),
+        ({"algo": "decode", "n": 300}, "n", 256),
+        ({"algo": "decode", "n": 1, "group": 17}, "group", 16),
+        ({"algo": "decode", "n": 1, "splits": 2000}, "splits", 1024),
+        ({"algo": "fa2-bwd", "n": 1024, "bm": 16, "bn": 16}, "bn", 20000),
+    ],
+)
+def test_bad_algorithm_parameters_get_422(client, params, field, limit):
+    r = client.get("/api/trace", params=params)
+    assert r.status_code == 422, r.text
+    hit = [e for e in r.json()["detail"] if e["field"] == field]
+    assert hit and hit[0]["limit"] == limit and hit[0]["msg"], r.json()
+
+
+def test_state_model_checks_shapes():
+    from pydantic import ValidationError
+
+    from app.schemas import TileStateModel
+
+    ok = {"col_stride": 1, "final": False, "rows": [0, 2], "m": [0.0, None]}
+    TileStateModel.model_validate(ok)
+    for bad in (
+        {**ok, "m": [0.0]},  # one entry for two rows
+        {**ok, "rows": [3, 1]},
+        {**ok, "dk": [[0.0]]},  # dk needs cols
+        {"col_stride": 1, "final": False, "rows": [0, 2], "o": [[0.0], [0.0, 1.0]]},
+        {**ok, "bogus": 1},
+        {**ok, "col_stride": 0},
+    ):
+        with pytest.raises(ValidationError):
+            TileStateModel.model_validate(bad)

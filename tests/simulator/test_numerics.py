@@ -161,3 +161,16 @@ def test_bf16_rounding_is_round_to_nearest_even():
     assert got[2] == 1.0 + 2**-6  # 1 + 3·2⁻⁸ is a tie between 1 + 2⁻⁷ and 1 + 2⁻⁶: even wins
     assert got[3] == -2.5 and got[5] == np.inf
     assert np.isnan(round_to_dtype(np.array([np.nan], np.float32), "bf16")).all()
+
+
+def test_fp16_rounding_equals_a_cast_through_float16():
+    rng = np.random.default_rng()
+    x = rng.standard_normal(20_000) * 10.0 ** rng.integers(-12, 6, 20_000)
+    edges = [0.0, -0.0, np.inf, -np.inf, 65504, 65519.9, 65520, 2**-14, 2**-24, 2**-25, 3 * 2**-26]
+    x = np.concatenate([x, edges, np.negative(edges)]).astype(np.float32)
+    with np.errstate(over="ignore"):
+        want = x.astype(np.float16).astype(np.float32)
+    got = round_to_dtype(x, "fp16")
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(np.signbit(got), np.signbit(want))
+    assert np.isnan(round_to_dtype(np.array([np.nan], np.float32), "fp16")).all()

@@ -1,0 +1,153 @@
+"""How fast the simulator's numerics and closed forms run on this machine.
+
+    .venv/bin/python benchmarks/simulator_speed.py [--repeats 7] [--out benchmarks/results]
+
+(a) Numerics of one (batch, head) at N = 4096, d = 128, 64 × 64 tiles, fp16 rounding emulated:
+    the FA-2 forward (with and without the per-block recording a trace keeps, causal too) and
+    the FA-2 backward (recompute from LSE; with and without keeping P and dS).
+(b) Closed-form counts (simulator/traffic.py) at N = 131072, d = 128, 64 × 64 tiles, for every
+    algorithm, causal and not (decode: one query against 131072 keys).
+
+Each case runs once to warm up, then `repeats` times; the JSON keeps every raw time and the
+median, with the device (CPU model, cores), date, load average and versions. The issue's target
+is a median under 1 s for the FA-2 forward numerics and for each closed form.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from simulator import traffic  # noqa: E402
+from simulator.algorithms import ALGORITHMS  # noqa: E402
+from simulator.numerics import fa2_backward, fa2_forward  # noqa: E402
+from simulator.problem import AttentionProblem, TileConfig  # noqa: E402
+from simulator.tracing import random_inputs  # noqa: E402
+
+LIMIT_S = 1.0
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def blas_name() -> str:
+    try:
+        info = np.show_config(mode="dicts")
+        return str(info["Build Dependencies"]["blas"]["name"])
+    except Exception:  # older numpy: no dict mode
+        return "unknown"
+
+
+def timed(fn: Callable[[], object], repeats: int) -> list[float]:
+    fn()  # warm-up: page faults, BLAS threads
+    out = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        out.append(time.perf_counter() - t0)
+    return out
+
+
+def numerics_cases() -> dict[str, Callable[[], object]]:
+    p = AttentionProblem(seq_q=4096, head_dim=128, dtype="fp16")
+    pc = AttentionProblem(seq_q=4096, head_dim=128, dtype="fp16", causal=True)
+    t = TileConfig(64, 64)
+    q, k, v, do = random_inputs(p, 0, grad=True)
+    return {
+        "fa2_forward_recorded": lambda: fa2_forward(q, k, v, p, t),
+        "fa2_forward_unrecorded": lambda: fa2_forward(q, k, v, p, t, record=False),
+        "fa2_forward_causal_recorded": lambda: fa2_forward(q, k, v, pc, t),
+        "fa2_backward_recorded": lambda: fa2_backward(q, k, v, do, p, t),
+        "fa2_backward_unrecorded": lambda: fa2_backward(q, k, v, do, p, t, record=False),
+    }
+
+
+def count_cases() -> dict[str, Callable[[], object]]:
+    t = TileConfig(64, 64)
+    cases: dict[str, Callable[[], object]] = {}
+    for causal in (False, True):
+        p = AttentionProblem(seq_q=131072, head_dim=128, batch=1, heads=32, causal=causal)
+        for algo in ("naive", "fa1", "fa2", "fa2-bwd"):
+            name = f"{algo}{'_causal' if causal else ''}"
+            cases[f"traffic_{name}"] = lambda a=algo, p=p: traffic.for_algo(a, p, t)
+            cases[f"n_events_{name}"] = lambda a=algo, p=p: ALGORITHMS[a].n_events(p, t)
+    pd = AttentionProblem(seq_q=1, seq_k=131072, head_dim=128, batch=8, heads=32, kv_heads=8)
+    cases["traffic_decode"] = lambda: traffic.for_algo("decode", pd, t)
+    cases["n_events_decode"] = lambda: ALGORITHMS["decode"].n_events(pd, t)
+    return cases
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=7, help="timed runs per case")
+    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
+    args = parser.parse_args()
+    if args.repeats < 1:
+        parser.error("argument --repeats: must be ≥ 1")
+
+    load_before = os.getloadavg()
+    results = {}
+    for group, cases, repeats in (
+        ("numerics_n4096_d128_64x64_fp16", numerics_cases(), args.repeats),
+        ("closed_forms_n131072_d128_64x64", count_cases(), args.repeats * 5),
+    ):
+        for name, fn in cases.items():
+            raw = timed(fn, repeats)
+            med = statistics.median(raw)
+            results[f"{group}/{name}"] = {
+                "seconds": raw,
+                "median_s": med,
+                "under_1s": med < LIMIT_S,
+            }
+            print(f"{group:34s} {name:32s} median {med * 1e3:10.3f} ms  ({repeats} runs)")
+
+    now = dt.datetime.now(dt.UTC)
+    record = {
+        "benchmark": "simulator_speed",
+        "date": now.isoformat(timespec="seconds"),
+        "device": {
+            "cpu": cpu_model(),
+            "logical_cores": os.cpu_count(),
+            "usable_cores": len(os.sched_getaffinity(0))
+            if hasattr(os, "sched_getaffinity")
+            else None,
+            "machine": platform.machine(),
+        },
+        "versions": {
+            "python": platform.python_version(),
+            "numpy": np.__version__,
+            "blas": blas_name(),
+        },
+        "load_average_1_5_15": {"before": list(load_before), "after": list(os.getloadavg())},
+        "limit_s": LIMIT_S,
+        "results": results,
+    }
+    args.out.mkdir(parents=True, exist_ok=True)
+    path = args.out / f"simulator-speed-{now.date().isoformat()}.json"
+    path.write_text(json.dumps(record, indent=2) + "\n")
+    print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
