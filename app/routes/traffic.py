@@ -10,7 +10,7 @@ from simulator.traffic import summary
 
 from ..deps import SettingsDep
 from ..errors import refuse
-from ..schemas import TrafficRequest, check_traffic_request
+from ..traffic_schemas import TrafficRequest, check_traffic_request
 
 router = APIRouter(tags=["traffic"])
 
