@@ -188,6 +188,7 @@ function renderGrid(ev) {
 
 function renderStats(ev) {
   const st = ev.state;
+  if (!st.rows || !st.m) return; // an op without forward row state (other algorithms)
   const rows = [];
   for (let r = st.rows[0]; r < st.rows[1]; r += 1) rows.push(r);
   const layout = {
@@ -212,6 +213,7 @@ function renderStats(ev) {
 
 function renderOutput(ev) {
   const st = ev.state;
+  if (!st.rows || !st.o_hat) return;
   const rows = [];
   for (let r = st.rows[0]; r < st.rows[1]; r += 1) rows.push(r);
   const cols = st.o_hat.length ? st.o_hat[0].map((_, c) => c * st.col_stride) : [];
@@ -230,7 +232,7 @@ function renderOutput(ev) {
 
 function describeEvent(ev) {
   const st = ev.state;
-  const where = `Q block ${ev.q_block} (rows ${st.rows[0]}–${st.rows[1] - 1})`;
+  const where = st.rows ? `Q block ${ev.q_block} (rows ${st.rows[0]}–${st.rows[1] - 1})` : "all rows";
   const meta = view.meta;
   let kv = "";
   if (ev.kv_block !== null) {

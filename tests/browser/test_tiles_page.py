@@ -8,6 +8,9 @@ import urllib.request
 
 import pytest
 
+from simulator.algorithms import ALGORITHMS
+from simulator.problem import AttentionProblem, TileConfig
+
 from .conftest import screenshot, wait_step
 
 pytestmark = pytest.mark.browser
@@ -101,5 +104,23 @@ def test_home_page_links_views_without_external_requests(page, live_server):
     page.locator("a[href='/tiles']").first.click()
     page.wait_for_url(re.compile(r"/tiles"))
     wait_step(page, 0)
+    assert page.log.console_errors == [] and page.log.page_errors == []
+    assert page.log.external_requests == []
+
+
+@pytest.mark.parametrize("algo", ["naive", "fa1", "fa2-bwd", "decode"])
+def test_other_algorithms_step_without_errors(page, live_server, algo):
+    """The stepper is drawn for FA-2; other programs (whose views come later) must not break it."""
+    n = 4 if algo == "decode" else 48
+    page.goto(f"{live_server}/tiles?algo={algo}&n={n}&d=16&bm=16&bn=16&seed=1&step=0")
+    wait_step(page, 0)
+    for k in range(1, 4):
+        page.keyboard.press("ArrowRight")
+        wait_step(page, k)
+    problem = AttentionProblem(seq_q=n, head_dim=16, dtype="fp32")
+    last = ALGORITHMS[algo].n_events(problem, TileConfig(16, 16)) - 1
+    page.keyboard.press("End")
+    wait_step(page, last)
+    assert page.locator("#now").inner_text().startswith(f"Step {last}:")
     assert page.log.console_errors == [] and page.log.page_errors == []
     assert page.log.external_requests == []
