@@ -10,7 +10,7 @@ PORT ?= 8000
 PYTEST_ARGS ?=
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: run test lint format bench chromium clean
+.PHONY: run test lint format bench chromium clean screenshots
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -42,6 +42,10 @@ lint: $(VENV)/.installed-test
 
 test: $(VENV)/.installed-test chromium lint
 	$(BIN)/python -m pytest -n 2 $(PYTEST_ARGS)
+
+# Refresh the README's screenshots: the browser tests take them.
+screenshots: $(VENV)/.installed-test chromium
+	FLASHSCOPE_SCREENSHOTS=docs/screenshots $(BIN)/python -m pytest -m browser -q
 
 format: $(VENV)/.installed-test
 	$(BIN)/ruff format .
