@@ -1,0 +1,364 @@
+"""GPU specifications for the timing engine: frozen datasheet figures plus fitted efficiencies.
+
+A `GPU` holds what a vendor publishes (SMs, clock, tensor and FP32 peaks, memory sizes and
+bandwidths, per-SM limits). An `Efficiency` holds what only measurement can tell: the fraction
+of each peak a real kernel reaches, latencies, launch overhead and a few structural parameters
+of the engine's model. Presets ship with default efficiencies (measured ceilings where the
+project has them, estimates elsewhere, each marked); `simulator/calibration.py` overwrites them
+from `simulator/data/calibration-<key>.json` when such a file exists.
+
+    from_name("h100")                          # H100 SXM, calibrated if a file exists
+    custom("h100", smem_per_sm_kib=456, smem_per_block_kib=455)   # "what if SRAM doubled"
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+
+# MUFU (special-function unit) throughput for exp2 on compute capability 8.0–9.0: 16 results
+# per clock per SM (CUDA C++ Programming Guide, "Arithmetic Instructions" throughput table).
+SFU_PER_CLK = 16
+
+
+@dataclass(frozen=True)
+class Efficiency:
+    """Achievable fractions of the peaks and the fitted behaviour of one GPU.
+
+    Fractions are in (0, 1]. Times are in microseconds or nanoseconds as named. Calibration
+    fits these from micro-benchmarks (kernels/microbench.py) and FlashAttention timings.
+    """
+
+    tensor: float = 0.70  # of dense fp16/bf16 tensor peak (cuBLAS-class large matmul)
+    hbm: float = 0.90  # of HBM bandwidth (device-to-device copy, read + write)
+    l2: float = 0.90  # of L2 → SM bandwidth
+    sfu: float = 0.90  # of the exp2 (MUFU) rate
+    fp32: float = 0.80  # of FP32 (non-tensor) rate, for the softmax arithmetic
+    launch_us: float = 3.0  # gap a kernel launch adds between back-to-back kernels
+    cta_setup_ns: float = 300.0  # fixed cost of starting one CTA (prologue, index math)
+    l2_latency_ns: float = 200.0  # load latency of an L2 hit
+    dram_latency_ns: float = 600.0  # load latency of an L2 miss
+    overlap: float = 0.3  # share of the non-dominant compute (tensor/SFU/FP32) hidden
+    warps_to_saturate: int = 8  # resident warps an SM needs to keep its tensor cores busy
+    l2_reuse_fraction: float = 0.8  # share of L2 capacity that holds reusable data
+    l2_reuse_exponent: float = 2.0  # hit chance = min(1, (capacity / reuse distance)^this)
+    reg_overhead: int = 32  # registers per thread beyond the tiles (addresses, m, ℓ, loop)
+
+    def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                raise ValueError(f"{f.name} must be a number, got {value!r}")
+            if not math.isfinite(value) or value < 0:
+                raise ValueError(f"{f.name} must be a finite number ≥ 0, got {value!r}")
+        for name in ("tensor", "hbm", "l2", "sfu", "fp32", "l2_reuse_fraction"):
+            value = getattr(self, name)
+            if not 0 < value <= 1:
+                raise ValueError(f"{name} must be a fraction in (0, 1], got {value!r}")
+        if self.overlap > 1:
+            raise ValueError(f"overlap must be in [0, 1], got {self.overlap!r}")
+        if not isinstance(self.warps_to_saturate, int) or self.warps_to_saturate < 1:
+            raise ValueError(
+                f"warps_to_saturate must be an integer ≥ 1, got {self.warps_to_saturate}"
+            )
+        if not isinstance(self.reg_overhead, int) or self.reg_overhead > 255:
+            raise ValueError(
+                f"reg_overhead must be an integer in [0, 255], got {self.reg_overhead}"
+            )
+        if self.l2_reuse_exponent <= 0:
+            raise ValueError(f"l2_reuse_exponent must be > 0, got {self.l2_reuse_exponent}")
+
+
+@dataclass(frozen=True)
+class GPU:
+    """Datasheet figures of one GPU (dense peaks; 1 GB/s = 1e9 B/s; KiB/MiB are binary)."""
+
+    key: str
+    name: str
+    sms: int
+    clock_ghz: float  # SM clock the tensor peak below assumes
+    tensor_tflops: float  # dense fp16/bf16 with fp32 accumulate; tf32 (fp32 inputs) is half
+    fp32_tflops: float  # non-tensor FP32
+    hbm_gbs: float  # DRAM bandwidth
+    hbm_gb: float  # DRAM size
+    l2_mib: float
+    l2_gbs: float  # aggregate L2 → SM read bandwidth
+    smem_per_sm_kib: int
+    smem_per_block_kib: int
+    regs_per_sm: int = 65536
+    max_ctas_per_sm: int = 32
+    max_warps_per_sm: int = 64
+    sfu_per_clk: int = SFU_PER_CLK
+    efficiency: Efficiency = field(default_factory=Efficiency)
+
+    def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):
+            if f.name in ("key", "name", "efficiency"):
+                continue
+            value = getattr(self, f.name)
+            if f.type in ("int",):
+                if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                    raise ValueError(f"{f.name} must be an integer ≥ 1, got {value!r}")
+            elif (
+                isinstance(value, bool)
+                or not isinstance(value, int | float)
+                or not math.isfinite(value)
+                or value <= 0
+            ):
+                raise ValueError(f"{f.name} must be a finite number > 0, got {value!r}")
+        if self.smem_per_block_kib > self.smem_per_sm_kib:
+            raise ValueError(
+                f"smem_per_block_kib ({self.smem_per_block_kib}) cannot exceed "
+                f"smem_per_sm_kib ({self.smem_per_sm_kib})"
+            )
+        if not isinstance(self.efficiency, Efficiency):
+            raise ValueError("efficiency must be an Efficiency")
+
+    # Derived rates (whole GPU unless named per SM).
+    def tensor_flops(self, dtype: str = "fp16") -> float:
+        """Dense tensor peak in FLOP/s; fp32 inputs run as TF32 at half the fp16 rate."""
+        return self.tensor_tflops * 1e12 / (2 if dtype == "fp32" else 1)
+
+    @property
+    def sfu_exps(self) -> float:
+        """exp2 results per second, whole GPU."""
+        return self.sfu_per_clk * self.sms * self.clock_ghz * 1e9
+
+    @property
+    def hbm_bytes_per_s(self) -> float:
+        return self.hbm_gbs * 1e9
+
+    @property
+    def l2_bytes(self) -> int:
+        return int(self.l2_mib * 2**20)
+
+    @property
+    def smem_per_sm(self) -> int:
+        return self.smem_per_sm_kib * 1024
+
+    @property
+    def smem_per_block(self) -> int:
+        return self.smem_per_block_kib * 1024
+
+    @property
+    def launch_us(self) -> float:
+        """Kernel launch overhead (fitted, so it lives in the efficiencies)."""
+        return self.efficiency.launch_us
+
+    def specs(self) -> dict:
+        """Every field as plain JSON-ready values, efficiencies nested."""
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        out["efficiency"] = dataclasses.asdict(self.efficiency)
+        return out
+
+
+def _gpu(**kw) -> GPU:
+    eff = kw.pop("efficiency", {})
+    return GPU(efficiency=Efficiency(**eff), **kw)
+
+
+# Sources: NVIDIA datasheets and architecture whitepapers (H100 Tensor Core GPU datasheet and
+# "NVIDIA H100 Tensor Core GPU Architecture"; H200 datasheet; A100 80GB datasheet and "NVIDIA
+# A100 Tensor Core GPU Architecture"; L40S datasheet; "NVIDIA Ada GPU Architecture" for the RTX
+# 4090), and the CUDA C++ Programming Guide's per-compute-capability limits (shared memory, CTAs
+# and warps per SM). Tensor peaks are the dense (no sparsity) figures. The clock is the one the
+# tensor peak implies (peak / (SMs × dense FLOP per clock per SM)). L2 bandwidth is never on a
+# datasheet: those figures are estimates from published micro-benchmarks (Chips and Cheese,
+# 2023, H100 PCIe and RTX 4090 L2 tests), to be replaced by kernels/microbench.l2_read.
+PRESETS: dict[str, GPU] = {
+    "h100-sxm": _gpu(
+        key="h100-sxm",
+        name="NVIDIA H100 SXM5 80GB",
+        sms=132,  # whitepaper
+        clock_ghz=1.83,  # 989.4 TFLOP/s = 132 SMs × 4096 FLOP/clk × 1.83 GHz (whitepaper)
+        tensor_tflops=989.4,  # datasheet: 1,979 with sparsity
+        fp32_tflops=66.9,  # datasheet
+        hbm_gbs=3350,  # datasheet: HBM3, 3.35 TB/s
+        hbm_gb=80,  # datasheet
+        l2_mib=50,  # whitepaper; torch reports 52,428,800 B (shared/anchors)
+        l2_gbs=7500,  # estimate (scaled from the H100 PCIe measurement by SMs × clock)
+        smem_per_sm_kib=228,  # programming guide, CC 9.0
+        smem_per_block_kib=227,  # programming guide, CC 9.0 (opt-in maximum)
+        max_ctas_per_sm=32,
+        max_warps_per_sm=64,
+        efficiency={
+            "tensor": 710 / 989.4,  # measured fp16 matmul ceiling, 710 TFLOP/s (anchors)
+            "hbm": 3020 / 3350,  # measured d2d copy, 3.02 TB/s read + write (anchors)
+            "launch_us": 2.5,  # estimate
+        },
+    ),
+    "h100-pcie": _gpu(
+        key="h100-pcie",
+        name="NVIDIA H100 PCIe 80GB",
+        sms=114,  # whitepaper
+        clock_ghz=1.62,  # 756 TFLOP/s / (114 × 4096 FLOP/clk)
+        tensor_tflops=756,  # datasheet: 1,513 with sparsity
+        fp32_tflops=51.2,  # datasheet
+        hbm_gbs=2000,  # datasheet: HBM2e, 2 TB/s
+        hbm_gb=80,
+        l2_mib=50,  # whitepaper
+        l2_gbs=5500,  # estimate (Chips and Cheese, H100 PCIe L2 bandwidth test)
+        smem_per_sm_kib=228,
+        smem_per_block_kib=227,
+        efficiency={"tensor": 0.70, "hbm": 0.88},  # estimates, by analogy with the SXM part
+    ),
+    "h200": _gpu(
+        key="h200",
+        name="NVIDIA H200 SXM 141GB",
+        sms=132,  # same GH100 configuration as H100 SXM (datasheet compute figures equal)
+        clock_ghz=1.83,
+        tensor_tflops=989.4,  # datasheet: 1,979 with sparsity
+        fp32_tflops=66.9,  # datasheet
+        hbm_gbs=4800,  # datasheet: HBM3e, 4.8 TB/s
+        hbm_gb=141,  # datasheet
+        l2_mib=60,  # torch reports 62,914,560 B on the measured H200 (shared/anchors)
+        l2_gbs=7500,  # estimate, as H100 SXM
+        smem_per_sm_kib=228,
+        smem_per_block_kib=227,
+        efficiency={
+            "tensor": 680 / 989.4,  # measured fp16 matmul ceiling, 680 TFLOP/s (anchors)
+            "hbm": 4270 / 4800,  # measured d2d copy, 4.27 TB/s read + write (anchors)
+            "launch_us": 2.5,  # estimate
+        },
+    ),
+    "a100-80gb": _gpu(
+        key="a100-80gb",
+        name="NVIDIA A100 SXM4 80GB",
+        sms=108,  # whitepaper
+        clock_ghz=1.41,  # datasheet boost; 312 TFLOP/s = 108 × 2048 FLOP/clk × 1.41 GHz
+        tensor_tflops=312,  # datasheet: 624 with sparsity
+        fp32_tflops=19.5,  # datasheet
+        hbm_gbs=2039,  # datasheet: HBM2e
+        hbm_gb=80,
+        l2_mib=40,  # whitepaper
+        l2_gbs=4800,  # estimate (about 2.3× V100's L2 bandwidth, whitepaper's ratio)
+        smem_per_sm_kib=164,  # programming guide, CC 8.0
+        smem_per_block_kib=163,
+        efficiency={"tensor": 0.80, "hbm": 0.90, "l2_latency_ns": 230.0, "dram_latency_ns": 650.0},
+    ),
+    "l40s": _gpu(
+        key="l40s",
+        name="NVIDIA L40S 48GB",
+        sms=142,  # datasheet: 142 RT cores, one per SM
+        clock_ghz=2.52,  # datasheet boost
+        tensor_tflops=362.05,  # datasheet (fp32 accumulate): 733 with sparsity
+        fp32_tflops=91.6,  # datasheet
+        hbm_gbs=864,  # datasheet: GDDR6
+        hbm_gb=48,
+        l2_mib=96,  # Ada whitepaper (AD102 full L2)
+        l2_gbs=5000,  # estimate (Chips and Cheese RTX 4090 L2 test, same die)
+        smem_per_sm_kib=100,  # programming guide, CC 8.9
+        smem_per_block_kib=99,
+        max_ctas_per_sm=24,
+        max_warps_per_sm=48,
+        efficiency={"tensor": 0.75, "hbm": 0.85, "launch_us": 3.5, "dram_latency_ns": 700.0},
+    ),
+    "rtx-4090": _gpu(
+        key="rtx-4090",
+        name="NVIDIA GeForce RTX 4090 24GB",
+        sms=128,  # Ada whitepaper
+        clock_ghz=2.52,  # Ada whitepaper boost
+        tensor_tflops=165.2,  # Ada whitepaper, fp16 with fp32 accumulate (330.3 with fp16 acc)
+        fp32_tflops=82.6,  # Ada whitepaper
+        hbm_gbs=1008,  # Ada whitepaper: GDDR6X
+        hbm_gb=24,
+        l2_mib=72,  # Ada whitepaper
+        l2_gbs=5000,  # estimate (Chips and Cheese RTX 4090 L2 test)
+        smem_per_sm_kib=100,
+        smem_per_block_kib=99,
+        max_ctas_per_sm=24,
+        max_warps_per_sm=48,
+        efficiency={"tensor": 0.85, "hbm": 0.85, "launch_us": 3.5, "dram_latency_ns": 700.0},
+    ),
+}
+
+ALIASES: dict[str, str] = {
+    "h100": "h100-sxm",
+    "h100sxm": "h100-sxm",
+    "h100sxm5": "h100-sxm",
+    "h10080gbhbm3": "h100-sxm",
+    "h100pcie": "h100-pcie",
+    "h200": "h200",
+    "h200sxm": "h200",
+    "a100": "a100-80gb",
+    "a10080gb": "a100-80gb",
+    "a100sxm": "a100-80gb",
+    "l40s": "l40s",
+    "4090": "rtx-4090",
+    "rtx4090": "rtx-4090",
+    "geforcertx4090": "rtx-4090",
+}
+
+
+def _norm(name: str) -> str:
+    return "".join(ch for ch in name.lower() if ch.isalnum()).removeprefix("nvidia")
+
+
+def names() -> list[str]:
+    """Preset keys, in the order the presets are listed."""
+    return list(PRESETS)
+
+
+def resolve(name: str) -> str:
+    """The preset key a friendly name stands for (`h100` → `h100-sxm`); ValueError if none."""
+    if not isinstance(name, str):
+        raise ValueError(f"gpu must be a name, got {name!r}")
+    n = _norm(name)
+    for key in PRESETS:
+        if _norm(key) == n:
+            return key
+    if n in ALIASES:
+        return ALIASES[n]
+    raise ValueError(f"unknown gpu {name!r}; choose one of {', '.join(PRESETS)}")
+
+
+def from_name(name: str, calibrated: bool = True) -> GPU:
+    """The preset for `name`, with its calibration file applied when one exists."""
+    gpu = PRESETS[resolve(name)]
+    if calibrated:
+        from .calibration import apply_calibration
+
+        gpu = apply_calibration(gpu)
+    return gpu
+
+
+GPU_FIELDS = tuple(
+    f.name for f in dataclasses.fields(GPU) if f.name not in ("key", "name", "efficiency")
+)
+EFFICIENCY_FIELDS = tuple(f.name for f in dataclasses.fields(Efficiency))
+# Whole-GPU rates that grow with the SM count when `custom` changes `sms` alone.
+PER_SM_SCALED = ("tensor_tflops", "fp32_tflops", "l2_gbs")
+
+
+def custom(base: GPU | str, **changes: object) -> GPU:
+    """A GPU like `base` with some fields changed (GPU or Efficiency fields, by name).
+
+    `custom("h100", smem_per_sm_kib=456, smem_per_block_kib=455)` asks what twice the shared
+    memory would do; `custom("h200", tensor=0.8)` changes an efficiency. Changing `sms` alone
+    scales the whole-GPU tensor, FP32 and L2 rates with it (per-SM units stay as they are); DRAM
+    bandwidth is off-chip and stays. Unknown names and invalid values raise ValueError naming
+    the field.
+    """
+    gpu = from_name(base) if isinstance(base, str) else base
+    gpu_changes: dict[str, object] = {}
+    eff_changes: dict[str, object] = {}
+    for name, value in changes.items():
+        if name in EFFICIENCY_FIELDS:
+            eff_changes[name] = value
+        elif name in GPU_FIELDS:
+            gpu_changes[name] = value
+        else:
+            fields = ", ".join(GPU_FIELDS + EFFICIENCY_FIELDS)
+            raise ValueError(f"unknown hardware field {name!r}; fields: {fields}")
+    if "sms" in gpu_changes:  # more SMs bring their own tensor cores, FP32 units and L2 ports
+        sms = gpu_changes["sms"]
+        if isinstance(sms, int) and not isinstance(sms, bool) and sms >= 1:
+            for name in PER_SM_SCALED:
+                gpu_changes.setdefault(name, getattr(gpu, name) * sms / gpu.sms)
+    eff = dataclasses.replace(gpu.efficiency, **eff_changes) if eff_changes else gpu.efficiency
+    if not changes:
+        return gpu
+    key = gpu.key if gpu.key.endswith("+custom") else f"{gpu.key}+custom"
+    name = gpu.name if gpu.name.endswith("(custom)") else f"{gpu.name} (custom)"
+    return dataclasses.replace(gpu, key=key, name=name, efficiency=eff, **gpu_changes)
