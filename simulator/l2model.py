@@ -1,0 +1,171 @@
+"""Which global requests of a launch hit in L2 and which reach DRAM, from its schedule.
+
+Every request goes through L2 (L2 bytes are exactly the launch's requests); the question is
+which reads miss and which writes reach DRAM. A re-reference hits when little enough other data
+passed through L2 since the last reference: the reuse distance, estimated as
+
+    distance = ρ · gap,     ρ = distinct bytes the whole GPU references per second
+
+and the hit chance is min(1, (C / distance)^γ) with C the usable capacity (L2 size ×
+`l2_reuse_fraction`) and γ `l2_reuse_exponent` (1: a random-replacement-like fall-off past the
+capacity; large: an LRU-like cliff; the default 2 lies between). ρ counts each CTA's cold
+reads, writes and self re-reads, and for a shared stream only the one frontier its CTAs
+advance together (CTAs reading the same K/V block at the same time fetch it once:
+near-simultaneous misses to a line merge).
+
+Reference classes (see `workload.py`):
+    cold     first touch in the launch → DRAM (unless carried: see below)
+    stream   CTAs sorted by start within their stream; block j of CTA B was last read by the
+             previous CTA P around gap = |t_B(j) − t_P(j)| (each CTA walks its range at a steady
+             pace through its loop); blocks no earlier CTA covered are compulsory misses
+    self     re-reads of a CTA's own data one outer pass later (gap = loop time / passes)
+    carry    reads of the previous launch's output: distance = what the producer referenced
+             after writing it plus what this launch referenced before reading it
+    merge    rewrites of a recently touched line reach DRAM only when it was evicted in between
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from .workload import Launch, stream_groups
+
+
+@dataclass(frozen=True)
+class L2Split:
+    """Per-CTA DRAM traffic of a launch and what the next launch needs to know."""
+
+    dram_read: np.ndarray  # (n,) bytes
+    dram_write: np.ndarray  # (n,) bytes
+    loop_hit: np.ndarray  # (n,) fraction of the loop's reads served by L2
+    refs: np.ndarray  # (n,) distinct bytes each CTA referenced (for the next launch's carry)
+
+
+def hit_chance(distance: np.ndarray, capacity: float, exponent: float) -> np.ndarray:
+    """min(1, (capacity / distance)^exponent), 1 at distance 0 or infinite capacity."""
+    out = np.ones_like(distance, dtype=np.float64)
+    if math.isinf(capacity):
+        return out
+    far = distance > capacity
+    out[far] = (capacity / distance[far]) ** exponent
+    return out
+
+
+def _shift(x: np.ndarray, fill: float) -> np.ndarray:
+    """x moved one place later (the previous element of each), `fill` first."""
+    out = np.empty_like(x)
+    out[0] = fill
+    out[1:] = x[:-1]
+    return out
+
+
+def _grouped_cummax(group: np.ndarray, value: np.ndarray) -> np.ndarray:
+    """Running max of `value` within runs of equal `group` (groups sorted, values ≥ 0)."""
+    big = float(value.max(initial=0)) + 1.0
+    shifted = group * big + value
+    return np.maximum.accumulate(shifted) - group * big
+
+
+def _stream_split(w: Launch, loop_start, loop_time, rho, cap, gamma):
+    """(new blocks, re-referenced blocks, hit chance) per CTA for stream reads.
+
+    Start times never decrease in launch order (list scheduling starts CTAs in order), so
+    "sorted by start within a stream" is a stable sort by stream id.
+    """
+    n = w.n_ctas
+    new = np.zeros(n)
+    reacc = np.zeros(n)
+    p = np.ones(n)
+    idx = np.flatnonzero((w.stream >= 0) & (w.stream_hi > w.stream_lo))
+    if idx.size == 0:
+        return new, reacc, p
+    sid = w.stream[idx]
+    if np.any(sid[1:] < sid[:-1]):
+        idx = idx[np.argsort(sid, kind="stable")]
+        sid = w.stream[idx]
+    g = sid.astype(np.float64)
+    lo, hi = w.stream_lo[idx].astype(np.float64), w.stream_hi[idx].astype(np.float64)
+    first = np.ones(idx.size, dtype=bool)
+    first[1:] = sid[1:] != sid[:-1]
+    # Union of the ranges of earlier CTAs of the same stream (an interval: prefixes/suffixes).
+    top = float(hi.max()) + 1.0
+    prev_hi = np.where(first, 0.0, _shift(_grouped_cummax(g, hi), 0.0))
+    prev_lo = np.where(first, top, top - _shift(_grouped_cummax(g, top - lo), 0.0))
+    covered = np.clip(np.minimum(hi, prev_hi) - np.maximum(lo, prev_lo), 0.0, None)
+    new[idx], reacc[idx] = (hi - lo) - covered, covered
+    if math.isinf(cap):
+        return new, reacc, p
+    # Gap to the previous CTA of the stream at the middle of the blocks they share.
+    a = loop_start[idx]
+    tb = loop_time[idx] / (hi - lo)  # seconds per block
+    p_lo, p_hi, p_a, p_tb = _shift(lo, 0.0), _shift(hi, 0.0), _shift(a, 0.0), _shift(tb, 0.0)
+    both_lo, both_hi = np.maximum(lo, p_lo), np.minimum(hi, p_hi)
+    mid = np.where(both_hi > both_lo, 0.5 * (both_lo + both_hi), 0.5 * (lo + hi))
+    gap = np.abs((a + (mid - lo) * tb) - (p_a + (mid - p_lo) * p_tb))
+    p[idx] = np.where(first, 1.0, hit_chance(rho * gap, cap, gamma))
+    return new, reacc, p
+
+
+def split_traffic(
+    w: Launch,
+    start: np.ndarray,
+    end: np.ndarray,
+    edge_time: np.ndarray,
+    capacity: float,
+    exponent: float,
+    carry_refs: np.ndarray | None = None,
+) -> L2Split:
+    """DRAM reads and writes per CTA of launch `w` run on the schedule (start, end).
+
+    `capacity` in bytes (np.inf: every re-reference hits); `carry_refs` is the previous
+    launch's `refs` in its launch order (None: nothing carried over).
+    """
+    read, write = w.read_bytes, w.write_bytes
+    loop_start = start + edge_time
+    loop_time = np.maximum(end - loop_start, 0.0)
+    span = float(end.max() - start.min()) if w.n_ctas else 0.0
+
+    # The rate of distinct references: cold + writes + self per CTA, one frontier per stream.
+    frontier = np.zeros(w.n_ctas)
+    if w.stream_read.any():
+        inv, k = stream_groups(w.stream)
+        busy = np.bincount(inv, weights=end - start, minlength=k)
+        s_lo = np.full(k, np.inf)
+        s_hi = np.full(k, -np.inf)
+        np.minimum.at(s_lo, inv, start)
+        np.maximum.at(s_hi, inv, end)
+        sharers = busy / np.maximum(s_hi - s_lo, 1e-300)  # mean CTAs on the stream at once
+        frontier = w.stream_read / np.maximum(sharers[inv], 1.0)
+    cold = w.cold_read
+    refs = cold + write + w.self_read + frontier
+    rho = float(refs.sum()) / span if span > 0 else 0.0
+    cap, gamma = capacity, exponent
+
+    new, reacc, p_stream = _stream_split(w, loop_start, loop_time, rho, cap, gamma)
+    blocks = np.maximum(w.stream_hi - w.stream_lo, 1).astype(np.float64)
+    per_block = w.stream_read / blocks
+    dram_stream = per_block * (new + reacc * (1.0 - p_stream))
+
+    p_self = hit_chance(rho * loop_time / w.passes, cap, gamma)
+    dram_self = w.self_read * (1.0 - p_self)
+
+    carried = w.carry_read
+    dram_carry = carried
+    if carry_refs is not None and carried.any():
+        n, m = w.n_ctas, len(carry_refs)
+        after = np.concatenate([np.cumsum(carry_refs[::-1])[::-1], [0.0]])  # producer suffix
+        pos = np.minimum(np.ceil((np.arange(n) + 0.5) * m / n).astype(np.int64), m)
+        before = np.concatenate([[0.0], np.cumsum(read + write)[:-1]])  # this launch, earlier
+        dram_carry = carried * (1.0 - hit_chance(after[pos] + before, cap, gamma))
+
+    dram_read = (cold - carried) + dram_carry + dram_stream + dram_self
+    p_merge = np.where(w.self_read > 0, p_self, p_stream)
+    dram_write = write - w.merge_write * p_merge
+    loop_read = np.maximum(read - w.edge_read, 0.0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        loop_miss = np.clip(dram_read - w.edge_read, 0.0, None) / loop_read
+    loop_hit = np.where(loop_read > 0, 1.0 - np.minimum(loop_miss, 1.0), 1.0)
+    return L2Split(dram_read, dram_write, loop_hit, refs)

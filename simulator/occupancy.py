@@ -1,0 +1,105 @@
+"""How many CTAs of a kernel fit on one SM: shared memory, registers, warps, CTA slots.
+
+Shared memory per CTA is the tiles the kernel keeps there, with `stages` buffers for the tiles
+it streams (Triton's software pipeline: one buffer per stage), plus the 1 KiB per CTA that
+CUDA reserves on compute capability 8.0 and later. Register use is an estimate: the fp32 tiles
+a kernel keeps in registers (accumulators and score tiles), spread over the CTA's threads, plus
+a fixed overhead per thread (`Efficiency.reg_overhead`: addresses, loop state, m and ℓ),
+rounded up to the allocation unit of 8 and capped at 255 — beyond that a compiler spills, which
+the result flags (`spills`) without charging time for it. The head dimension is padded to a
+power of two ≥ 16 for these estimates, as Triton pads it.
+
+Footprints by kernel kind (e = dtype bytes, d = padded head dim, R = rows per CTA):
+    fwd            smem (R·d + stages·2·BN·d)·e          regs R·d + R·BN·(1 + e/4)
+    fa1            smem (2·BN·d + stages·2·R·d)·e        regs R·d + R·BN·(1 + e/4)
+    bwd            smem (2·BN·d + stages·2·R·d + R·BN)·e regs 2·BN·d + 3·R·BN
+    naive_qk       smem (R·d + stages·BN·d)·e            regs R·BN
+    naive_softmax  smem 0                                regs R·BN
+    naive_pv       smem stages·(R·BN + BN·d)·e           regs R·d
+    rowwise        smem 0                                regs R·d
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .hardware import GPU
+
+RESERVED_SMEM = 1024  # bytes per CTA that CUDA keeps for itself (CC ≥ 8.0)
+REG_UNIT = 8  # registers per thread are allocated in multiples of this
+MAX_REGS = 255
+
+
+def pad_head_dim(d: int) -> int:
+    return max(16, 1 << (d - 1).bit_length())
+
+
+@dataclass(frozen=True)
+class Footprint:
+    """What one CTA of a kernel asks of an SM."""
+
+    smem_bytes: int
+    regs_per_thread: int
+    warps: int
+    spills: bool
+
+
+@dataclass(frozen=True)
+class Occupancy:
+    """Resident CTAs per SM and the resource that sets the number."""
+
+    ctas_per_sm: int
+    limiter: str  # "smem", "regs", "warps" or "ctas"
+    limits: dict[str, int]
+    footprint: Footprint
+
+
+def footprint(
+    kind: str,
+    rows: int,
+    block_n: int,
+    head_dim: int,
+    stages: int,
+    warps: int,
+    dtype_bytes: int,
+    gpu: GPU,
+) -> Footprint:
+    """Shared memory and registers of one CTA of `kind` (see the module docstring)."""
+    d, r, bn, e, s = pad_head_dim(head_dim), rows, block_n, dtype_bytes, stages
+    smem_elems, reg_elems = {
+        "fwd": (r * d + s * 2 * bn * d, r * d + r * bn * (1 + e / 4)),
+        "fa1": (2 * bn * d + s * 2 * r * d, r * d + r * bn * (1 + e / 4)),
+        "bwd": (2 * bn * d + s * 2 * r * d + r * bn, 2 * bn * d + 3 * r * bn),
+        "naive_qk": (r * d + s * bn * d, r * bn),
+        "naive_softmax": (0, r * bn),
+        "naive_pv": (s * (r * bn + bn * d), r * d),
+        "rowwise": (0, r * d),
+    }[kind]
+    threads = 32 * warps
+    want = gpu.efficiency.reg_overhead + -(-reg_elems // threads)
+    want = int(-(-want // REG_UNIT) * REG_UNIT)
+    # The compiler never asks for more than fits one CTA on the SM, nor more than 255.
+    cap = min(MAX_REGS, gpu.regs_per_sm // threads // REG_UNIT * REG_UNIT)
+    return Footprint(int(smem_elems * e), min(want, cap), warps, want > cap)
+
+
+def occupancy(fp: Footprint, gpu: GPU) -> Occupancy:
+    """CTAs per SM; ValueError when one CTA's tiles do not fit in shared memory at all."""
+    if fp.smem_bytes > gpu.smem_per_block:
+        raise ValueError(
+            f"the tiles need {fp.smem_bytes / 1024:.0f} KiB of shared memory per CTA, more than "
+            f"the {gpu.smem_per_block_kib} KiB a CTA may use on {gpu.name}: use smaller "
+            "block_m/block_n, fewer stages or a smaller head_dim"
+        )
+    threads = 32 * fp.warps
+    if threads > 1024 or fp.warps > gpu.max_warps_per_sm:
+        raise ValueError(f"warps: {fp.warps} warps exceed the 1024 threads a CTA may have")
+    smem = fp.smem_bytes + RESERVED_SMEM if fp.smem_bytes else 0
+    limits = {
+        "smem": gpu.smem_per_sm // smem if smem else gpu.max_ctas_per_sm,
+        "regs": gpu.regs_per_sm // (fp.regs_per_thread * threads),
+        "warps": gpu.max_warps_per_sm // fp.warps,
+        "ctas": gpu.max_ctas_per_sm,
+    }
+    limiter = min(limits, key=limits.__getitem__)
+    return Occupancy(max(1, limits[limiter]), limiter, limits, fp)
