@@ -1,4 +1,4 @@
-"""The `flashscope` command line: serve the app, count traffic (more join as the simulator grows).
+"""The `flashscope` command line: serve the app, count traffic, simulate a kernel on a GPU.
 
 Errors in arguments print one line naming the argument and exit with code 2 (argparse's rule).
 Importing this module imports nothing heavy: each command imports what it needs when it runs.
@@ -11,7 +11,7 @@ import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
-from . import cli_traffic
+from . import cli_simulate, cli_traffic
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -74,6 +74,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     serve.set_defaults(func=_serve)
     cli_traffic.add_command(sub)
+    cli_simulate.add_command(sub)
     return parser
 
 

@@ -1,0 +1,206 @@
+"""`flashscope simulate`: predict an attention kernel's time on a GPU with the timing engine.
+
+    flashscope simulate --gpu h100 --algo fa2 --batch 4 --heads 32 --seq 16384 --head-dim 128 \\
+        --block-m 128 --block-n 128 --json
+
+prints the engine's summary as one JSON object (or a table without --json). `--set NAME=VALUE`
+(repeatable) changes any hardware or efficiency field first, e.g. `--set smem_per_sm_kib=456`.
+Bad arguments print one line naming the argument and exit with code 2. Only NumPy and the
+simulator are imported: no torch, triton or FastAPI.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+
+from simulator import hardware
+from simulator.engine import simulate_workload
+from simulator.problem import AttentionProblem, TileConfig, is_power_of_two
+from simulator.report import summary
+from simulator.workload import ALGOS, build, ctas_of
+
+MAX_CTAS = 4_194_304  # beyond this a simulation takes seconds: refuse rather than hang
+FLAGS = {
+    "seq_q": "--seq",
+    "seq_k": "--seq-k",
+    "head_dim": "--head-dim",
+    "batch": "--batch",
+    "heads": "--heads",
+    "kv_heads": "--kv-heads",
+    "dtype": "--dtype",
+    "causal": "--causal",
+    "block_m": "--block-m",
+    "block_n": "--block-n",
+    "stages": "--stages",
+    "warps": "--warps",
+    "splits": "--splits",
+}
+
+
+def positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be ≥ 1, got {value}")
+    return value
+
+
+def power_of_two(text: str) -> int:
+    value = positive(text)
+    if not is_power_of_two(value):
+        raise argparse.ArgumentTypeError(f"must be a power of two, got {value}")
+    return value
+
+
+def gpu_name(text: str) -> str:
+    try:
+        return hardware.resolve(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def hardware_change(text: str) -> tuple[str, int | float]:
+    name, sep, raw = text.partition("=")
+    if not sep or not name:
+        raise argparse.ArgumentTypeError(f"expected NAME=VALUE, got {text!r}")
+    try:
+        value: int | float = int(raw)
+    except ValueError:
+        try:
+            value = float(raw)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{name}: not a number: {raw!r}") from None
+    return name.strip(), value
+
+
+def _one_line_error(parser: argparse.ArgumentParser):
+    def error(message: str):
+        parser.exit(2, f"{parser.prog}: error: {message}\n")
+
+    return error
+
+
+def add_simulate(sub: argparse._SubParsersAction) -> None:
+    """Register the `simulate` command on the `flashscope` parser."""
+    p = sub.add_parser(
+        "simulate",
+        help="predict a kernel's time on a GPU (the timing engine)",
+        description="Simulate an attention algorithm on a GPU: time, bytes per memory level, "
+        "occupancy, waves and what limits it.",
+    )
+    p.error = _one_line_error(p)  # type: ignore[method-assign]
+    p.add_argument("--gpu", type=gpu_name, default="h100-sxm", help="preset or alias (h100, …)")
+    p.add_argument("--algo", choices=ALGOS, default="fa2")
+    p.add_argument("--batch", type=positive, default=1)
+    p.add_argument("--heads", type=positive, default=1)
+    p.add_argument("--kv-heads", type=positive, default=None, help="default: --heads")
+    p.add_argument("--seq", type=positive, required=True, help="query length N")
+    p.add_argument("--seq-k", type=positive, default=None, help="key/value length (default N)")
+    p.add_argument("--head-dim", type=positive, required=True)
+    p.add_argument("--causal", action="store_true")
+    p.add_argument("--dtype", choices=("fp16", "bf16", "fp32"), default="fp16")
+    p.add_argument("--block-m", type=power_of_two, default=128)
+    p.add_argument("--block-n", type=power_of_two, default=64)
+    p.add_argument("--stages", type=positive, default=2)
+    p.add_argument("--warps", type=power_of_two, default=8)
+    p.add_argument("--splits", type=positive, default=None, help="decode: KV splits")
+    p.add_argument(
+        "--set",
+        type=hardware_change,
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="change a hardware or efficiency field (repeatable)",
+    )
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(func=run)
+
+
+def _fail(flag: str, message: str) -> int:
+    print(f"flashscope simulate: error: argument {flag}: {message}", file=sys.stderr)
+    return 2
+
+
+def _flag_for(message: str, default: str) -> str:
+    """The CLI flag of the field a ValueError message starts with."""
+    m = re.match(r"(\w+)", message)
+    return FLAGS.get(m.group(1), default) if m else default
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        problem = AttentionProblem(
+            seq_q=args.seq,
+            seq_k=args.seq_k,
+            head_dim=args.head_dim,
+            batch=args.batch,
+            heads=args.heads,
+            kv_heads=args.kv_heads,
+            causal=args.causal,
+            dtype=args.dtype,
+        )
+        tiles = TileConfig(args.block_m, args.block_n, args.stages, args.warps)
+    except ValueError as exc:
+        return _fail(_flag_for(str(exc), "--seq"), str(exc))
+    try:
+        gpu = hardware.from_name(args.gpu)
+        if args.set:
+            gpu = hardware.custom(gpu, **dict(args.set))
+    except ValueError as exc:
+        return _fail("--set", str(exc))
+    try:
+        ctas = ctas_of(args.algo, problem, tiles, sms=gpu.sms, splits=args.splits)
+    except ValueError as exc:
+        return _fail(_flag_for(str(exc), "--algo"), str(exc))
+    if ctas > MAX_CTAS:
+        return _fail("--seq", f"{ctas} CTAs to simulate; the limit is {MAX_CTAS}")
+    try:
+        workload = build(args.algo, problem, tiles, sms=gpu.sms, splits=args.splits)
+        result = simulate_workload(workload, gpu)
+    except ValueError as exc:
+        return _fail(_flag_for(str(exc), "--block-m/--block-n/--stages"), str(exc))
+    out = summary(result)
+    if args.json:
+        print(json.dumps(out))
+    else:
+        print(table(out))
+    return 0
+
+
+def _bytes(n: float) -> str:
+    for unit, size in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if n >= size:
+            return f"{n / size:,.2f} {unit}"
+    return f"{n:,.0f} B"
+
+
+def table(s: dict) -> str:
+    """The summary as a few aligned lines for a terminal."""
+    p = s["problem"]
+    lim = " · ".join(f"{k} {v:.1%}" for k, v in s["limiter"].items() if v and v >= 0.0005)
+    lines = [
+        f"{s['algo']} on {s['gpu_name']}: batch {p['batch']}, heads {p['heads']}/"
+        f"{p['kv_heads']} kv, N {p['seq']}×{p['seq_k']}, d {p['head_dim']}, "
+        f"{'causal, ' if p['causal'] else ''}{p['dtype']}",
+        f"  time        {s['time_us']:,.1f} µs   (floor {s['floor_us']:,.1f} µs, "
+        f"{s['floors']['bound']})",
+        f"  throughput  {s['tflops']:,.1f} TFLOP/s useful, {s['tflops_executed']:,.1f} executed",
+        f"  DRAM        read {_bytes(s['dram_read_bytes'])}, write {_bytes(s['dram_write_bytes'])}",
+        f"  L2          {_bytes(s['l2_bytes'])} requested",
+        f"  occupancy   {s['ctas_per_sm']} CTA/SM ({s['occupancy_limiter']}), "
+        f"{s['waves']:,.2f} waves of {s['main_kernel']}",
+        f"  limiters    {lim}",
+        "  kernels",
+    ]
+    for k in s["kernels"]:
+        lines.append(
+            f"    {k['name']:<16} {k['ctas']:>8,} CTAs  {k['time_us']:>12,.1f} µs  "
+            f"{k['ctas_per_sm']} CTA/SM  smem {k['smem_bytes'] / 1024:,.0f} KiB  "
+            f"{k['regs_per_thread']} regs{' (spills)' if k['register_spill'] else ''}"
+        )
+    return "\n".join(lines)
