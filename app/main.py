@@ -13,7 +13,7 @@ from fastapi.templating import Jinja2Templates
 from . import __version__
 from .config import Settings, get_settings
 from .errors import validation_handler
-from .routes import health, pages, runs, trace, traffic
+from .routes import health, pages, runs, simulate, trace, traffic
 from .runservice import RunService
 from .traces import TraceStore
 
@@ -48,7 +48,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.runs = RunService(settings)
     app.mount("/static", StaticFiles(directory=settings.static_dir), name="static")
     app.add_exception_handler(RequestValidationError, validation_handler)  # type: ignore[arg-type]
-    for module in (health, pages, trace, runs, traffic):
+    for module in (health, pages, trace, runs, traffic, simulate):
         app.include_router(module.router)
 
     @app.middleware("http")

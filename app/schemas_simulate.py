@@ -1,0 +1,117 @@
+"""Request models and limit checks of the timing engine's API (POST /api/simulate)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from simulator import hardware
+from simulator.problem import is_power_of_two
+from simulator.workload import ALGOS
+
+from .config import Settings
+from .errors import limit_error, value_error
+
+Algo = Literal[ALGOS]  # type: ignore[valid-type]
+
+
+class SimulateRequest(BaseModel):
+    """One simulation: an algorithm on a problem with a tile configuration, on a GPU."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    gpu: str = Field("h100-sxm", description="Preset or alias (GET /api/hardware lists them).")
+    algo: Algo = Field("fa2", description="Algorithm whose kernels to simulate.")
+    batch: int = Field(1, ge=1)
+    heads: int = Field(1, ge=1)
+    kv_heads: int | None = Field(None, ge=1, description="Default: heads (no grouping).")
+    seq: int = Field(4096, ge=1, description="Query length N.")
+    seq_k: int | None = Field(None, ge=1, description="Key/value length; default N.")
+    head_dim: int = Field(128, ge=1)
+    causal: bool = False
+    dtype: Literal["fp16", "bf16", "fp32"] = "fp16"
+    block_m: int = Field(128, ge=1, description="Query rows per CTA (power of two).")
+    block_n: int = Field(64, ge=1, description="Keys per inner step (power of two).")
+    stages: int = Field(2, ge=1, le=8, description="Software-pipeline depth.")
+    warps: int = Field(8, ge=1, le=32, description="Warps per CTA (power of two).")
+    splits: int | None = Field(None, ge=1, description="decode: KV splits (default: the rule).")
+    hardware: dict[str, int | float] | None = Field(
+        None, description="Hardware or efficiency fields to change, e.g. {smem_per_sm_kib: 456}."
+    )
+    timeline: bool = Field(False, description="Include the SM Gantt chart (Plotly figure).")
+
+
+def check_simulate_request(r: SimulateRequest, s: Settings) -> list[dict]:
+    """Errors for every field beyond a server limit or invalid together (empty when fine)."""
+    where = "body"
+    errs: list[dict] = []
+    try:
+        hardware.resolve(r.gpu)
+    except ValueError:
+        choices = hardware.names()
+        errs.append(
+            limit_error(
+                "gpu",
+                f"unknown gpu {r.gpu!r}; choose one of {', '.join(choices)}",
+                r.gpu,
+                choices,
+                where,
+            )
+        )
+    for field, limit in (
+        ("batch", s.sim_max_batch),
+        ("heads", s.sim_max_heads),
+        ("seq", s.sim_max_seq),
+        ("seq_k", s.sim_max_seq),
+        ("head_dim", s.sim_max_head_dim),
+        ("splits", s.sim_max_splits),
+    ):
+        value = getattr(r, field)
+        if value is not None and value > limit:
+            errs.append(
+                limit_error(field, f"{field} must be ≤ {limit}, got {value}", value, limit, where)
+            )
+    for field in ("block_m", "block_n"):
+        value = getattr(r, field)
+        if not is_power_of_two(value) or not s.sim_min_block <= value <= s.sim_max_block:
+            errs.append(
+                limit_error(
+                    field,
+                    f"{field} must be a power of two from {s.sim_min_block} to "
+                    f"{s.sim_max_block}, got {value}",
+                    value,
+                    [s.sim_min_block, s.sim_max_block],
+                    where,
+                )
+            )
+    if not is_power_of_two(r.warps):
+        errs.append(
+            value_error("warps", f"warps must be a power of two, got {r.warps}", r.warps, where)
+        )
+    kv = r.kv_heads if r.kv_heads is not None else r.heads
+    if r.heads % kv:
+        errs.append(
+            value_error("kv_heads", f"kv_heads must divide heads ({r.heads}), got {kv}", kv, where)
+        )
+    if r.causal and r.algo == "decode":
+        errs.append(
+            value_error(
+                "causal",
+                "causal must be false for decode: a new token sees the whole KV cache",
+                r.causal,
+                where,
+            )
+        )
+    for name in r.hardware or {}:
+        if name not in hardware.GPU_FIELDS + hardware.EFFICIENCY_FIELDS:
+            errs.append(
+                limit_error(
+                    name,
+                    f"unknown hardware field {name!r}",
+                    name,
+                    list(hardware.GPU_FIELDS + hardware.EFFICIENCY_FIELDS),
+                    where,
+                )
+            )
+    return errs
