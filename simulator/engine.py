@@ -46,7 +46,7 @@ import math
 import numpy as np
 
 from .hardware import GPU
-from .l2model import split_traffic
+from .l2model import L2Split, split_traffic
 from .occupancy import Occupancy, footprint, occupancy
 from .problem import AttentionProblem, TileConfig
 from .results import LIMITERS, KernelResult, SimResult
@@ -128,7 +128,7 @@ def _schedule(dur: np.ndarray, slots: int, sms: int):
 
 
 def _run_launch(
-    w: Launch, p: AttentionProblem, t: TileConfig, gpu: GPU, r: _Rates, carry: np.ndarray | None
+    w: Launch, p: AttentionProblem, t: TileConfig, gpu: GPU, r: _Rates, carry: L2Split | None
 ):
     e = p.dtype_bytes
     fp = footprint(w.kind, _pad_rows(w.rows), t.block_n, p.head_dim, t.stages, t.warps, e, gpu)
@@ -174,7 +174,7 @@ def _run_launch(
         "breakdown": {lim: breakdown[lim] for lim in LIMITERS},
         "span": warped,
     }
-    return result, l2.refs
+    return result, l2
 
 
 def simulate_workload(workload: Workload, gpu: GPU) -> SimResult:

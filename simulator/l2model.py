@@ -42,6 +42,7 @@ class L2Split:
     dram_write: np.ndarray  # (n,) bytes
     loop_hit: np.ndarray  # (n,) fraction of the loop's reads served by L2
     refs: np.ndarray  # (n,) distinct bytes each CTA referenced (for the next launch's carry)
+    footprint: float  # distinct bytes the whole launch touched
 
 
 def hit_chance(distance: np.ndarray, capacity: float, exponent: float) -> np.ndarray:
@@ -69,19 +70,20 @@ def _grouped_cummax(group: np.ndarray, value: np.ndarray) -> np.ndarray:
     return np.maximum.accumulate(shifted) - group * big
 
 
-def _stream_split(w: Launch, loop_start, loop_time, rho, cap, gamma):
-    """(new blocks, re-referenced blocks, hit chance) per CTA for stream reads.
+def _stream_split(w: Launch, loop_start, loop_time):
+    """(new bytes, re-referenced bytes, gap to the previous reference in s) per CTA.
 
     Start times never decrease in launch order (list scheduling starts CTAs in order), so
-    "sorted by start within a stream" is a stable sort by stream id.
+    "sorted by start within a stream" is a stable sort by stream id. Every block of a stream
+    holds the same bytes but its last one (`stream_tail` of a full block: ragged lengths).
     """
     n = w.n_ctas
     new = np.zeros(n)
     reacc = np.zeros(n)
-    p = np.ones(n)
+    gap = np.zeros(n)
     idx = np.flatnonzero((w.stream >= 0) & (w.stream_hi > w.stream_lo))
     if idx.size == 0:
-        return new, reacc, p
+        return new, reacc, gap
     sid = w.stream[idx]
     if np.any(sid[1:] < sid[:-1]):
         idx = idx[np.argsort(sid, kind="stable")]
@@ -94,19 +96,24 @@ def _stream_split(w: Launch, loop_start, loop_time, rho, cap, gamma):
     top = float(hi.max()) + 1.0
     prev_hi = np.where(first, 0.0, _shift(_grouped_cummax(g, hi), 0.0))
     prev_lo = np.where(first, top, top - _shift(_grouped_cummax(g, top - lo), 0.0))
-    covered = np.clip(np.minimum(hi, prev_hi) - np.maximum(lo, prev_lo), 0.0, None)
-    new[idx], reacc[idx] = (hi - lo) - covered, covered
-    if math.isinf(cap):
-        return new, reacc, p
+    # Blocks no earlier CTA read lie below the union or above it (one side or both).
+    last, short = float(w.stream_blocks), 1.0 - w.stream_tail
+
+    def blocks(a, b):  # full-block equivalents of the block ranges [a, b)
+        return np.maximum(b - a, 0.0) - short * ((b >= last) & (b > a))
+
+    unit = w.stream_read[idx] / blocks(lo, hi)  # bytes of one full block
+    fresh = blocks(lo, np.minimum(hi, prev_lo)) + blocks(np.maximum(lo, prev_hi), hi)
+    new[idx] = unit * np.where(first, blocks(lo, hi), fresh)
+    reacc[idx] = w.stream_read[idx] - new[idx]
     # Gap to the previous CTA of the stream at the middle of the blocks they share.
     a = loop_start[idx]
     tb = loop_time[idx] / (hi - lo)  # seconds per block
     p_lo, p_hi, p_a, p_tb = _shift(lo, 0.0), _shift(hi, 0.0), _shift(a, 0.0), _shift(tb, 0.0)
     both_lo, both_hi = np.maximum(lo, p_lo), np.minimum(hi, p_hi)
     mid = np.where(both_hi > both_lo, 0.5 * (both_lo + both_hi), 0.5 * (lo + hi))
-    gap = np.abs((a + (mid - lo) * tb) - (p_a + (mid - p_lo) * p_tb))
-    p[idx] = np.where(first, 1.0, hit_chance(rho * gap, cap, gamma))
-    return new, reacc, p
+    gap[idx] = np.where(first, 0.0, np.abs((a + (mid - lo) * tb) - (p_a + (mid - p_lo) * p_tb)))
+    return new, reacc, gap
 
 
 def split_traffic(
@@ -116,12 +123,13 @@ def split_traffic(
     edge_time: np.ndarray,
     capacity: float,
     exponent: float,
-    carry_refs: np.ndarray | None = None,
+    carry: L2Split | None = None,
 ) -> L2Split:
     """DRAM reads and writes per CTA of launch `w` run on the schedule (start, end).
 
-    `capacity` in bytes (np.inf: every re-reference hits); `carry_refs` is the previous
-    launch's `refs` in its launch order (None: nothing carried over).
+    `capacity` in bytes (np.inf: every re-reference hits); `carry` is the previous launch's
+    split (None: nothing carried over). A reuse distance never exceeds the footprint: the
+    distinct bytes touched in all (so a launch whose data fits in L2 misses only once).
     """
     read, write = w.read_bytes, w.write_bytes
     loop_start = start + edge_time
@@ -144,22 +152,27 @@ def split_traffic(
     rho = float(refs.sum()) / span if span > 0 else 0.0
     cap, gamma = capacity, exponent
 
-    new, reacc, p_stream = _stream_split(w, loop_start, loop_time, rho, cap, gamma)
-    blocks = np.maximum(w.stream_hi - w.stream_lo, 1).astype(np.float64)
-    per_block = w.stream_read / blocks
-    dram_stream = per_block * (new + reacc * (1.0 - p_stream))
+    new, reacc, gap = _stream_split(w, loop_start, loop_time)
+    footprint = float(cold.sum() + (write - w.merge_write).sum() + new.sum())
 
-    p_self = hit_chance(rho * loop_time / w.passes, cap, gamma)
+    def chance(distance: np.ndarray) -> np.ndarray:
+        return hit_chance(np.minimum(distance, footprint), cap, gamma)
+
+    p_stream = chance(rho * gap)
+    dram_stream = new + reacc * (1.0 - p_stream)
+
+    p_self = chance(rho * loop_time / w.passes)
     dram_self = w.self_read * (1.0 - p_self)
 
     carried = w.carry_read
     dram_carry = carried
-    if carry_refs is not None and carried.any():
-        n, m = w.n_ctas, len(carry_refs)
-        after = np.concatenate([np.cumsum(carry_refs[::-1])[::-1], [0.0]])  # producer suffix
+    if carry is not None and carried.any():
+        n, m = w.n_ctas, len(carry.refs)
+        after = np.concatenate([np.cumsum(carry.refs[::-1])[::-1], [0.0]])  # producer suffix
         pos = np.minimum(np.ceil((np.arange(n) + 0.5) * m / n).astype(np.int64), m)
         before = np.concatenate([[0.0], np.cumsum(read + write)[:-1]])  # this launch, earlier
-        dram_carry = carried * (1.0 - hit_chance(after[pos] + before, cap, gamma))
+        distance = np.minimum(after[pos] + before, carry.footprint + footprint)
+        dram_carry = carried * (1.0 - hit_chance(distance, cap, gamma))
 
     dram_read = (cold - carried) + dram_carry + dram_stream + dram_self
     p_merge = np.where(w.self_read > 0, p_self, p_stream)
@@ -168,4 +181,4 @@ def split_traffic(
     with np.errstate(invalid="ignore", divide="ignore"):
         loop_miss = np.clip(dram_read - w.edge_read, 0.0, None) / loop_read
     loop_hit = np.where(loop_read > 0, 1.0 - np.minimum(loop_miss, 1.0), 1.0)
-    return L2Split(dram_read, dram_write, loop_hit, refs)
+    return L2Split(dram_read, dram_write, loop_hit, refs, footprint)

@@ -101,14 +101,19 @@ class Launch:
     stream_lo: np.ndarray
     stream_hi: np.ndarray
     passes: np.ndarray
+    stream_blocks: int = 0  # blocks of every stream of the launch
+    stream_tail: float = 1.0  # the last block's bytes as a fraction of a full block's
 
     @classmethod
     def make(cls, name: str, kind: str, rows: int, grid: tuple[int, ...], e: int, **cols):
         """Fill absent columns with zeros (stream with −1, passes with 1) and fix dtypes."""
         n = int(np.prod(grid))
-        out = {}
+        out: dict = {
+            "stream_blocks": int(cols.pop("stream_blocks", 0)),
+            "stream_tail": float(cols.pop("stream_tail", 1.0)),
+        }
         for f in cls.__dataclass_fields__:
-            if f in ("name", "kind", "rows", "grid", "dtype_bytes"):
+            if f in ("name", "kind", "rows", "grid", "dtype_bytes", "stream_blocks", "stream_tail"):
                 continue
             default = -1 if f == "stream" else (1 if f == "passes" else 0)
             value = cols.pop(f, default)
@@ -189,6 +194,13 @@ def _heads(p: AttentionProblem, per_head: int):
     return bh, kv
 
 
+def _kv_stream(p: AttentionProblem, t: TileConfig) -> dict:
+    """Block count and ragged tail of a K/V stream."""
+    n_kv = cdiv(p.seq_k, t.block_n)  # type: ignore[arg-type]
+    last = p.seq_k - (n_kv - 1) * t.block_n  # type: ignore[operator]
+    return {"stream_blocks": n_kv, "stream_tail": last / t.block_n}
+
+
 def _fa2(p: AttentionProblem, t: TileConfig) -> tuple[Launch, ...]:
     e, d, bh_n = p.dtype_bytes, p.head_dim, p.batch * p.heads
     rows, vis, vcols, _ = _query_grid(p, t)
@@ -218,6 +230,7 @@ def _fa2(p: AttentionProblem, t: TileConfig) -> tuple[Launch, ...]:
             stream_read=tile(2.0 * d * vcols * e),
             stream=np.where(tile(vis) > 0, kv, -1),
             stream_hi=tile(vis),
+            **_kv_stream(p, t),
         ),
     )
 
@@ -253,6 +266,7 @@ def _fa1(p: AttentionProblem, t: TileConfig) -> tuple[Launch, ...]:
             stream=np.where(used > 0, kv, -1),
             stream_hi=used,
             passes=max(used, 1),
+            **_kv_stream(p, t),
         ),
     )
 
@@ -367,6 +381,8 @@ def _fa2_bwd(p: AttentionProblem, t: TileConfig) -> tuple[Launch, ...]:
         stream=bh_kv,
         stream_lo=tq(lo),
         stream_hi=n_q,
+        stream_blocks=n_q,
+        stream_tail=float(rows[-1]) / t.block_m,
     )
     post = Launch.make(
         "bwd_postprocess",

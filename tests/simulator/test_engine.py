@@ -1,0 +1,173 @@
+"""The timing engine's invariants on random problems: floors, monotonicity, waves, occupancy,
+bytes per memory level, and a breakdown whose shares sum to 1."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
+
+from simulator.engine import simulate
+from simulator.hardware import custom, from_name
+from simulator.problem import STATS_BYTES, AttentionProblem, TileConfig
+from simulator.roofline import compulsory_bytes
+
+from .brute_workload import brute
+from .engine_cases import cases, run
+
+
+@settings(max_examples=60, deadline=None)
+@given(case=cases())
+def test_time_never_below_the_floors_and_shares_sum_to_one(case):
+    r = run(*case)
+    fl = r.floors
+    assert r.time_s >= fl.floor_s > 0, case
+    assert r.time_s >= max(fl.tensor_s, fl.sfu_s, fl.memory_s)
+    shares = r.limiter
+    assert all(v >= 0 for v in shares.values()), shares
+    assert sum(shares.values()) == pytest.approx(1.0, abs=1e-9)
+    assert r.time_s == pytest.approx(sum(k.time_s for k in r.kernels))
+    for k in r.kernels:
+        assert sum(k.breakdown.values()) == pytest.approx(k.time_s, rel=1e-9)
+
+
+@settings(max_examples=40, deadline=None)
+@given(case=cases(), factor=st.floats(1.0, 4.0))
+def test_more_dram_bandwidth_is_never_slower(case, factor):
+    algo, p, t, gpu = case
+    slow = run(algo, p, t, gpu, splits=3)
+    fast = run(algo, p, t, custom(gpu, hbm_gbs=gpu.hbm_gbs * factor), splits=3)
+    assert fast.time_s <= slow.time_s * (1 + 1e-12), case
+
+
+@settings(max_examples=40, deadline=None)
+@given(case=cases(), extra=st.integers(1, 200))
+def test_more_sms_are_never_slower(case, extra):
+    """With an L2 too large to thrash, more SMs never lose time (splits fixed for decode)."""
+    algo, p, t, gpu = case
+    gpu = custom(gpu, l2_mib=1e6)
+    few = run(algo, p, t, gpu, splits=3)
+    many = run(algo, p, t, custom(gpu, sms=gpu.sms + extra), splits=3)
+    assert many.time_s <= few.time_s * (1 + 1e-12), case
+
+
+@settings(max_examples=40, deadline=None)
+@given(case=cases(), extra=st.integers(1, 200))
+def test_more_sms_cost_time_only_through_more_dram_traffic(case, extra):
+    """With the real L2, more CTAs in flight can reference more distinct data and miss more:
+    the only way more SMs may take longer is a launch that moves more DRAM bytes."""
+    algo, p, t, gpu = case
+    few = run(algo, p, t, gpu, splits=3)
+    many = run(algo, p, t, custom(gpu, sms=gpu.sms + extra), splits=3)
+    if many.time_s > few.time_s * (1 + 1e-12):
+        grew = [
+            b.dram_read_bytes + b.dram_write_bytes > a.dram_read_bytes + a.dram_write_bytes
+            for a, b in zip(few.kernels, many.kernels, strict=True)
+        ]
+        assert any(grew), case
+
+
+@settings(max_examples=40, deadline=None)
+@given(case=cases())
+def test_dram_bytes_cover_the_compulsory_traffic(case):
+    algo, p = case[:2]
+    r = run(*case)
+    assert r.dram_read_bytes + r.dram_write_bytes >= compulsory_bytes(algo, p) * (1 - 1e-12)
+    assert r.dram_read_bytes <= r.l2_read_bytes * (1 + 1e-12)
+    assert r.dram_write_bytes <= r.l2_write_bytes * (1 + 1e-12)
+
+
+@settings(max_examples=30, deadline=None)
+@given(case=cases())
+def test_l2_bytes_are_the_counted_global_traffic(case):
+    """Every request goes through L2: its bytes are the convention's counts × element sizes."""
+    algo, p, t, gpu = case
+    assume(p.seq_q * p.seq_k * p.batch * p.heads <= 2_000_000)  # keep the per-tile oracle quick
+    r = run(*case, splits=3)
+    e = p.dtype_bytes
+    for k, ctas in zip(r.kernels, brute(algo, p, t, sms=gpu.sms, splits=3), strict=True):
+        reads = sum(
+            c["hbm_read"] * e + (c["stats_read"] + c["acc_read"]) * STATS_BYTES for c in ctas
+        )
+        writes = sum(
+            c["hbm_write"] * e + (c["stats_write"] + c["acc_write"]) * STATS_BYTES for c in ctas
+        )
+        assert (k.l2_read_bytes, k.l2_write_bytes) == (reads, writes), (k.name, case)
+
+
+@settings(max_examples=40, deadline=None)
+@given(case=cases())
+def test_timeline_never_holds_more_ctas_than_the_occupancy(case):
+    r = run(*case)
+    previous_end = 0.0
+    for k in r.kernels:
+        assert k.n_ctas == int(np.prod(k.grid))
+        assert np.all(k.end > k.start)
+        assert k.start.min() >= previous_end  # launches run one after another
+        previous_end = k.end.max()
+        t = np.concatenate([k.start, k.end])
+        step = np.concatenate([np.ones(k.n_ctas), -np.ones(k.n_ctas)])
+        sm = np.concatenate([k.sm, k.sm])
+        order = np.lexsort((step, t, sm))  # ends before starts at equal times
+        resident = np.zeros(k.sm.max() + 1, dtype=int)
+        peak = 0
+        for i in order:  # a sweep per SM
+            resident[sm[i]] += int(step[i])
+            peak = max(peak, resident[sm[i]])
+        assert peak <= k.ctas_per_sm, (k.name, peak, k.ctas_per_sm)
+        assert np.all(k.coresidency <= k.ctas_per_sm + 1e-9)
+
+
+def test_causal_does_about_half_the_work_at_large_n():
+    p = AttentionProblem(seq_q=16384, head_dim=128, batch=1, heads=16)
+    pc = AttentionProblem(seq_q=16384, head_dim=128, batch=1, heads=16, causal=True)
+    gpu = from_name("h100")
+    for algo, t in (("fa2", TileConfig(128, 64, 2, 8)), ("fa2-bwd", TileConfig(64, 64, 2, 8))):
+        full, causal = simulate(algo, p, t, gpu), simulate(algo, pc, t, gpu)
+        assert causal.flops / full.flops == pytest.approx(0.5, abs=0.01)
+        ratio = causal.time_s / full.time_s
+        # half the tiles plus the imbalance of light and heavy query blocks in the last waves
+        assert 0.48 <= ratio <= 0.62, (algo, ratio)
+
+
+def test_133_equal_ctas_on_132_sms_take_two_waves():
+    """One query block per head, every head reading the same K/V (kv_heads = 1): CTAs of equal
+    work, one per SM (160 KiB of shared memory each)."""
+    gpu = from_name("h100")
+    t = TileConfig(128, 128, 2, 8)
+
+    def run_heads(h):
+        p = AttentionProblem(seq_q=128, seq_k=16384, head_dim=128, heads=h, kv_heads=1)
+        return simulate("fa2", p, t, gpu).kernels[0]
+
+    one, two = run_heads(132), run_heads(133)
+    assert one.ctas_per_sm == 1 and one.waves == 1.0
+    assert two.waves == pytest.approx(133 / 132)
+    span = lambda k: k.end.max() - k.start.min()  # noqa: E731
+    assert span(two) / span(one) == pytest.approx(2.0, rel=0.02)
+    assert two.breakdown["tail"] / two.time_s > 0.45  # the second wave is almost all tail
+    assert one.breakdown["tail"] / one.time_s < 0.02
+
+
+def test_tiles_that_do_not_fit_are_refused():
+    p = AttentionProblem(seq_q=1024, head_dim=128)
+    with pytest.raises(ValueError, match="shared memory"):
+        simulate("fa2", p, TileConfig(128, 128, 4, 8), from_name("h100"))
+    with pytest.raises(ValueError, match="shared memory"):
+        simulate("fa2", p, TileConfig(128, 64, 3, 8), from_name("4090"))  # 128 of 99 KiB
+    # twice the SRAM makes it fit: the "what if" lever
+    bigger = custom("4090", smem_per_sm_kib=200, smem_per_block_kib=199)
+    assert simulate("fa2", p, TileConfig(128, 64, 3, 8), bigger).time_s > 0
+
+
+def test_occupancy_follows_the_scarcest_resource():
+    gpu = from_name("h100")
+    p = AttentionProblem(seq_q=8192, head_dim=64, batch=2, heads=8)
+    small = simulate("fa2", p, TileConfig(64, 64, 2, 4), gpu).main
+    big = simulate("fa2", p, TileConfig(128, 128, 2, 8), gpu).main
+    assert small.ctas_per_sm > big.ctas_per_sm >= 1
+    fp = big.occupancy.footprint
+    assert fp.smem_bytes == (128 * 64 + 2 * 2 * 128 * 64) * 2
+    assert big.occupancy.limits["smem"] == gpu.smem_per_sm // (fp.smem_bytes + 1024)
+    assert small.occupancy.limiter in ("regs", "smem", "warps")

@@ -1,0 +1,70 @@
+"""Greedy CTA scheduling: the vectorized scheduler equals a plain heap, CTA for CTA."""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from simulator.scheduler import coresidency, list_schedule
+
+
+def heap_schedule(durations, slots):
+    """The textbook version: each CTA takes the slot that frees first (lowest slot on ties)."""
+    heap = [(0.0, s) for s in range(slots)]
+    start, slot = [], []
+    for d in durations:
+        t, s = heapq.heappop(heap)
+        start.append(t)
+        slot.append(s)
+        heapq.heappush(heap, (t + d, s))
+    return np.array(start), np.array(slot)
+
+
+DURATIONS = st.one_of(
+    st.lists(st.floats(0.01, 10.0), min_size=1, max_size=400),  # anything
+    st.lists(st.integers(1, 3).map(float), min_size=1, max_size=400),  # many ties
+    st.integers(1, 50).flatmap(  # causal-like ramps repeated per head
+        lambda m: st.integers(1, 12).map(lambda h: [float(k + 1) for k in range(m)] * h)
+    ),
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(durations=DURATIONS, slots=st.integers(1, 140))
+def test_equals_the_heap(durations, slots):
+    got_start, got_slot = list_schedule(np.array(durations), slots)
+    want_start, want_slot = heap_schedule(durations, slots)
+    np.testing.assert_array_equal(got_start, want_start)
+    np.testing.assert_array_equal(got_slot, want_slot)
+
+
+def test_equal_ctas_fill_waves_round_robin():
+    rng = np.random.default_rng()
+    slots, n = int(rng.integers(1, 300)), int(rng.integers(1, 5000))
+    start, slot = list_schedule(np.full(n, 2.5), slots)
+    k = np.arange(n)
+    np.testing.assert_array_equal(slot, k % slots, err_msg=f"slots={slots} n={n}")
+    np.testing.assert_array_equal(start, (k // slots) * 2.5)
+
+
+@settings(max_examples=50, deadline=None)
+@given(durations=DURATIONS, slots=st.integers(1, 20), sms=st.integers(1, 8))
+def test_coresidency_is_the_mean_resident_count(durations, slots, sms):
+    dur = np.array(durations)
+    start, slot = list_schedule(dur, slots)
+    end = start + dur
+    sm = slot % sms
+    got = coresidency(start, end, sm)
+    for k in range(0, len(dur), max(1, len(dur) // 15)):  # a sample of CTAs, by brute force
+        same = np.flatnonzero(sm == sm[k])
+        edges = np.unique(np.concatenate([[start[k], end[k]], start[same], end[same]]))
+        edges = edges[(edges >= start[k]) & (edges <= end[k])]
+        area = 0.0
+        for a, b in itertools.pairwise(edges):
+            mid = 0.5 * (a + b)
+            area += (b - a) * np.sum((start[same] <= mid) & (end[same] > mid))
+        assert np.isclose(got[k], area / dur[k], rtol=1e-9), k

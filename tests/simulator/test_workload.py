@@ -1,0 +1,122 @@
+"""The engine's workload: per-CTA counts in launch order equal a per-tile loop and the closed
+forms of the counting convention, for every algorithm, on random (ragged, causal, GQA) shapes."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from simulator import traffic
+from simulator.problem import AttentionProblem, TileConfig
+from simulator.workload import ALGOS, COUNTS, build, ctas_of
+
+from .brute_workload import brute
+
+HEADS = st.sampled_from([(1, 1), (2, 2), (4, 2), (4, 1), (3, 3), (6, 2)])
+
+
+@st.composite
+def problems(draw, algo: str):
+    heads, kv = draw(HEADS)
+    decode = algo == "decode"
+    p = AttentionProblem(
+        seq_q=draw(st.integers(1, 4)) if decode else draw(st.integers(1, 200)),
+        seq_k=draw(st.integers(1, 300)),
+        head_dim=draw(st.integers(1, 40)),
+        batch=draw(st.integers(1, 3)),
+        heads=heads,
+        kv_heads=kv,
+        causal=False if decode else draw(st.booleans()),
+    )
+    t = TileConfig(draw(st.sampled_from([1, 2, 16, 32, 64])), draw(st.sampled_from([1, 16, 64])))
+    return p, t
+
+
+def _column(launch, name: str) -> list[int]:
+    return getattr(launch, name).tolist()
+
+
+@pytest.mark.parametrize("algo", ALGOS)
+@settings(max_examples=25, deadline=None)
+@given(data=st.data())
+def test_per_cta_counts_equal_a_per_tile_loop(algo, data):
+    p, t = data.draw(problems(algo))
+    splits = data.draw(st.one_of(st.none(), st.integers(1, 40))) if algo == "decode" else None
+    sms = data.draw(st.integers(1, 200))
+    w = build(algo, p, t, sms=sms, splits=splits)
+    want = brute(algo, p, t, sms=sms, splits=splits)
+    assert len(w.launches) == len(want)
+    assert ctas_of(algo, p, t, sms=sms, splits=splits) == sum(x.n_ctas for x in w.launches)
+    for launch, ctas in zip(w.launches, want, strict=True):
+        assert launch.n_ctas == len(ctas) == int(np.prod(launch.grid)), (algo, p, t)
+        for name in (*COUNTS, "iters"):
+            assert _column(launch, name) == [c[name] for c in ctas], (algo, name, p, t)
+
+
+@settings(max_examples=40, deadline=None)
+@given(data=st.data())
+def test_fa2_and_naive_totals_equal_the_closed_forms(data):
+    p, t = data.draw(problems("fa2"))
+    p = AttentionProblem(**{**p.__dict__, "causal": False})  # the closed form skips no tile
+    heads = p.batch * p.heads
+    for algo, closed in (("fa2", traffic.fa2_head(p, t)), ("naive", traffic.naive_head(p))):
+        got = build(algo, p, t).totals()
+        want = closed.scaled(heads)
+        assert (got["hbm_read"], got["hbm_write"]) == (want.hbm_read, want.hbm_write), (algo, p)
+        assert (got["stats_read"], got["stats_write"]) == (want.stats_read, want.stats_write)
+
+
+def test_seed_table_counts():
+    """The seed's HBM access table (d = 64, 128 × 128 blocks, one head)."""
+    t = TileConfig(128, 128)
+    for n, naive, flash in [(256, 327_680, 98_304), (1024, 4_456_448, 1_179_648)]:
+        p = AttentionProblem(seq_q=n, head_dim=64)
+        for algo, want in (("naive", naive), ("fa2", flash)):
+            got = build(algo, p, t).totals()
+            assert got["hbm_read"] + got["hbm_write"] == want, (algo, n)
+
+
+def test_fa2_grid_runs_query_blocks_of_one_head_first():
+    p = AttentionProblem(seq_q=300, head_dim=16, batch=2, heads=4, kv_heads=2, causal=True)
+    (launch,) = build("fa2", p, TileConfig(64, 64)).launches
+    assert launch.grid == (5, 8)
+    # program_id 0 (the query block) varies fastest: causal work ramps up within each head
+    assert launch.iters.tolist()[:5] == [1, 2, 3, 4, 5]
+    assert launch.iters.tolist()[5:10] == [1, 2, 3, 4, 5]
+    # head h of batch b streams kv head b·kv_heads + h // group
+    assert launch.stream.reshape(8, 5)[:, 0].tolist() == [0, 0, 1, 1, 2, 2, 3, 3]
+
+
+def test_decode_drops_empty_splits_and_refuses_causal():
+    p = AttentionProblem(seq_q=1, seq_k=10 * 64, head_dim=32, batch=1, heads=8, kv_heads=2)
+    w = build("decode", p, TileConfig(16, 64), splits=4)  # 10 blocks, chunks of 3: 4 splits
+    assert w.splits == 4
+    w = build("decode", p, TileConfig(16, 64), splits=6)  # chunks of 2: 5 non-empty splits
+    assert w.splits == 5 and w.launches[0].grid == (5, 2)
+    assert w.launches[0].rows == 4  # the group of 4 query heads packed into one CTA
+    with pytest.raises(ValueError, match="causal"):
+        build("decode", AttentionProblem(seq_q=1, seq_k=64, head_dim=8, causal=True), TileConfig())
+
+
+def test_byte_classes_add_up():
+    """Edge, stream, self and carried bytes never exceed what a CTA reads and writes."""
+    rng = np.random.default_rng()
+    n = int(rng.integers(1, 3000))
+    p = AttentionProblem(seq_q=n, head_dim=32, batch=2, heads=4, kv_heads=2, causal=True)
+    t = TileConfig(32, 64)
+    for algo in ALGOS:
+        q = p if algo != "decode" else AttentionProblem(seq_q=1, seq_k=n, head_dim=32, heads=4)
+        for launch in build(algo, q, t).launches:
+            read, write = launch.read_bytes, launch.write_bytes
+            parts = launch.edge_read + launch.stream_read + launch.self_read
+            assert np.all(parts <= read + 1e-9), (algo, launch.name, n)
+            assert np.all(launch.carry_read <= launch.cold_read + 1e-9), (algo, launch.name)
+            assert np.all(launch.spread_read <= launch.edge_read), (algo, launch.name)
+            assert np.all(launch.edge_write + launch.merge_write <= write + 1e-9), algo
+
+
+def test_unknown_algorithm():
+    with pytest.raises(ValueError, match="algo must be one of"):
+        build("fa9", AttentionProblem(), TileConfig())
