@@ -53,6 +53,7 @@ format: $(VENV)/.installed-test
 
 bench: $(VENV)/.installed
 	$(BIN)/python benchmarks/simulator_speed.py
+	$(BIN)/python benchmarks/engine_speed.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis

@@ -97,6 +97,7 @@ class Launch:
     carry_read: np.ndarray
     merge_write: np.ndarray
     spread_read: np.ndarray
+    kv_head: np.ndarray  # the K/V head (batch · kv_heads + kv head) it reads, −1 for none
     stream: np.ndarray  # stream id, −1 for none
     stream_lo: np.ndarray
     stream_hi: np.ndarray
@@ -115,7 +116,7 @@ class Launch:
         for f in cls.__dataclass_fields__:
             if f in ("name", "kind", "rows", "grid", "dtype_bytes", "stream_blocks", "stream_tail"):
                 continue
-            default = -1 if f == "stream" else (1 if f == "passes" else 0)
+            default = -1 if f in ("stream", "kv_head") else (1 if f == "passes" else 0)
             value = cols.pop(f, default)
             dtype = np.float64 if f in _FLOAT else np.int64
             arr = np.asarray(value, dtype=dtype)
@@ -228,6 +229,7 @@ def _fa2(p: AttentionProblem, t: TileConfig) -> tuple[Launch, ...]:
             edge_read=tile(rows * d * e),
             edge_write=tile(rows * d * e + rows * STATS_BYTES),
             stream_read=tile(2.0 * d * vcols * e),
+            kv_head=kv,
             stream=np.where(tile(vis) > 0, kv, -1),
             stream_hi=tile(vis),
             **_kv_stream(p, t),
@@ -263,6 +265,7 @@ def _fa1(p: AttentionProblem, t: TileConfig) -> tuple[Launch, ...]:
             stream_read=2.0 * d * kv_cols * e,
             self_read=float(qo_bytes * (sum_rows - first)),
             merge_write=float((d * e + 2 * STATS_BYTES) * sum_rows),
+            kv_head=kv,
             stream=np.where(used > 0, kv, -1),
             stream_hi=used,
             passes=max(used, 1),
@@ -283,7 +286,7 @@ def _naive(p: AttentionProblem, t: TileConfig) -> tuple[Launch, ...]:
         return np.tile(x, bh_n)
 
     grid = (n_q, bh_n)
-    bh, _ = _heads(p, n_q)
+    bh, kv = _heads(p, n_q)
     common = {"iters": n_kv}
     return (
         Launch.make(
@@ -299,6 +302,7 @@ def _naive(p: AttentionProblem, t: TileConfig) -> tuple[Launch, ...]:
             edge_read=tile((rows * d + first * nk * d) * e),
             spread_read=tile(first * nk * d * e),
             stream=bh,
+            kv_head=kv,
             **common,
         ),
         Launch.make(
@@ -326,6 +330,7 @@ def _naive(p: AttentionProblem, t: TileConfig) -> tuple[Launch, ...]:
             edge_read=tile(first * nk * d * e),
             spread_read=tile(first * nk * d * e),
             stream=bh,
+            kv_head=kv,
             edge_write=tile(rows * d * e),
             carry_read=tile(s * e),
             **common,
@@ -342,7 +347,7 @@ def _fa2_bwd(p: AttentionProblem, t: TileConfig) -> tuple[Launch, ...]:
     lo = np.searchsorted(vis, np.arange(n_kv), side="right")  # first query block seeing j
     suffix = np.concatenate([np.cumsum(rows[::-1])[::-1], [0]])  # Σ r_i for i ≥ k
     sr = suffix[lo]  # (n_kv,) rows of the visible query blocks
-    bh_kv, _ = _heads(p, n_kv)
+    bh_kv, kv = _heads(p, n_kv)
     stream_bytes = sr * (2 * d * e + 2 * STATS_BYTES + d * ACC_BYTES)
 
     def tq(x):
@@ -378,6 +383,7 @@ def _fa2_bwd(p: AttentionProblem, t: TileConfig) -> tuple[Launch, ...]:
         edge_write=tq(2.0 * cols * d * e),
         stream_read=tq(stream_bytes.astype(np.float64)),
         merge_write=tq(sr * d * ACC_BYTES),
+        kv_head=kv,
         stream=bh_kv,
         stream_lo=tq(lo),
         stream_hi=n_q,
@@ -441,6 +447,7 @@ def _decode(p: AttentionProblem, t: TileConfig, splits: int | None, sms: int):
         alu=ts(4.0 * r * cols + r * d * blocks + r * d),
         edge_read=r * d * e,
         edge_write=r * d * ACC_BYTES + r * STATS_BYTES,
+        kv_head=np.repeat(np.arange(heads, dtype=np.int64), used),
     )
     reduce = Launch.make(
         "decode_reduce",

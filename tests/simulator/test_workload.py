@@ -87,6 +87,13 @@ def test_fa2_grid_runs_query_blocks_of_one_head_first():
     assert launch.iters.tolist()[5:10] == [1, 2, 3, 4, 5]
     # head h of batch b streams kv head b·kv_heads + h // group
     assert launch.stream.reshape(8, 5)[:, 0].tolist() == [0, 0, 1, 1, 2, 2, 3, 3]
+    assert np.array_equal(launch.kv_head, np.repeat([0, 0, 1, 1, 2, 2, 3, 3], 5))
+    mapping = np.array([0, 0, 1, 1, 2, 2, 3, 3])[:, None]
+    for algo in ("naive", "fa2-bwd"):
+        for k in build(algo, p, TileConfig(64, 64)).launches:
+            reads_kv = k.name in ("naive_qk", "naive_pv", "bwd_main")
+            want = mapping if reads_kv else -1
+            assert np.all(k.kv_head.reshape(8, -1) == want), k.name
 
 
 def test_decode_drops_empty_splits_and_refuses_causal():
