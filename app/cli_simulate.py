@@ -5,8 +5,8 @@
 
 prints the engine's summary as one JSON object (or a table without --json). `--set NAME=VALUE`
 (repeatable) changes any hardware or efficiency field first, e.g. `--set smem_per_sm_kib=456`.
-Bad arguments print one line naming the argument and exit with code 2. Only NumPy and the
-simulator are imported: no torch, triton or FastAPI.
+Bad arguments print one line naming the argument and exit with code 2. The simulator (NumPy) is
+imported when the command runs; torch, triton and FastAPI never are.
 """
 
 from __future__ import annotations
@@ -16,12 +16,7 @@ import json
 import re
 import sys
 
-from simulator import hardware
-from simulator.engine import simulate_workload
-from simulator.problem import AttentionProblem, TileConfig, is_power_of_two
-from simulator.report import summary
-from simulator.workload import ALGOS, build, ctas_of
-
+ALGOS = ("naive", "fa1", "fa2", "fa2-bwd", "decode")  # simulator.workload.ALGOS (tested)
 MAX_CTAS = 4_194_304  # beyond this a simulation takes seconds: refuse rather than hang
 FLAGS = {
     "seq_q": "--seq",
@@ -52,12 +47,14 @@ def positive(text: str) -> int:
 
 def power_of_two(text: str) -> int:
     value = positive(text)
-    if not is_power_of_two(value):
+    if value & (value - 1):
         raise argparse.ArgumentTypeError(f"must be a power of two, got {value}")
     return value
 
 
 def gpu_name(text: str) -> str:
+    from simulator import hardware
+
     try:
         return hardware.resolve(text)
     except ValueError as exc:
@@ -78,22 +75,14 @@ def hardware_change(text: str) -> tuple[str, int | float]:
     return name.strip(), value
 
 
-def _one_line_error(parser: argparse.ArgumentParser):
-    def error(message: str):
-        parser.exit(2, f"{parser.prog}: error: {message}\n")
-
-    return error
-
-
-def add_simulate(sub: argparse._SubParsersAction) -> None:
-    """Register the `simulate` command on the `flashscope` parser."""
+def add_command(sub: argparse._SubParsersAction) -> None:
+    """Register `simulate` on the CLI's subcommands."""
     p = sub.add_parser(
         "simulate",
         help="predict a kernel's time on a GPU (the timing engine)",
         description="Simulate an attention algorithm on a GPU: time, bytes per memory level, "
         "occupancy, waves and what limits it.",
     )
-    p.error = _one_line_error(p)  # type: ignore[method-assign]
     p.add_argument("--gpu", type=gpu_name, default="h100-sxm", help="preset or alias (h100, …)")
     p.add_argument("--algo", choices=ALGOS, default="fa2")
     p.add_argument("--batch", type=positive, default=1)
@@ -133,6 +122,12 @@ def _flag_for(message: str, default: str) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    from simulator import hardware
+    from simulator.engine import simulate_workload
+    from simulator.problem import AttentionProblem, TileConfig
+    from simulator.report import summary
+    from simulator.workload import build, ctas_of
+
     try:
         problem = AttentionProblem(
             seq_q=args.seq,

@@ -73,19 +73,25 @@ class Settings(BaseSettings):
     )
 
     # Timing engine (POST /api/simulate).
-    sim_max_batch: int = Field(1024, ge=1, description="Largest batch a simulation may have.")
-    sim_max_heads: int = Field(256, ge=1, description="Largest head count a simulation may have.")
-    sim_max_seq: int = Field(
+    simulate_max_batch: int = Field(1024, ge=1, description="Largest batch a simulation may have.")
+    simulate_max_heads: int = Field(
+        256, ge=1, description="Largest head count a simulation may have."
+    )
+    simulate_max_seq: int = Field(
         1_048_576, ge=1, description="Largest seq or seq_k (tokens) a simulation may have."
     )
-    sim_max_head_dim: int = Field(256, ge=1, description="Largest head_dim a simulation may have.")
-    sim_min_block: int = Field(16, ge=1, description="Smallest block_m / block_n to simulate.")
-    sim_max_block: int = Field(256, ge=1, description="Largest block_m / block_n to simulate.")
-    sim_max_splits: int = Field(4096, ge=1, description="Most KV splits of a decode simulation.")
-    sim_max_ctas: int = Field(
+    simulate_max_head_dim: int = Field(
+        256, ge=1, description="Largest head_dim a simulation may have."
+    )
+    simulate_min_block: int = Field(16, ge=1, description="Smallest block_m / block_n to simulate.")
+    simulate_max_block: int = Field(256, ge=1, description="Largest block_m / block_n to simulate.")
+    simulate_max_splits: int = Field(
+        4096, ge=1, description="Most KV splits of a decode simulation."
+    )
+    simulate_max_ctas: int = Field(
         524_288, ge=1, description="Most CTAs (all launches together) one simulation may run."
     )
-    sim_max_timeline_ctas: int = Field(
+    simulate_max_timeline_ctas: int = Field(
         20000, ge=1, description="Most CTAs of the SM timeline a simulation response carries."
     )
 

@@ -17,7 +17,7 @@ from simulator.workload import build, ctas_of
 
 from ..deps import SettingsDep
 from ..errors import limit_error, refuse, value_error
-from ..schemas_simulate import SimulateRequest, check_simulate_request
+from ..simulate_schemas import SimulateRequest, check_simulate_request
 
 router = APIRouter(tags=["simulate"])
 
@@ -53,12 +53,12 @@ def post_simulate(body: SimulateRequest, settings: SettingsDep) -> Any:
         field = _field(str(exc), "hardware")
         raise refuse([value_error(field, str(exc), body.hardware, "body")]) from None
     ctas = ctas_of(body.algo, problem, tiles, sms=gpu.sms, splits=body.splits)
-    if ctas > settings.sim_max_ctas:
+    if ctas > settings.simulate_max_ctas:
         msg = (
-            f"these sizes launch {ctas} CTAs; the limit is {settings.sim_max_ctas}: "
+            f"these sizes launch {ctas} CTAs; the limit is {settings.simulate_max_ctas}: "
             "use larger blocks or a smaller problem"
         )
-        raise refuse([limit_error("seq", msg, body.seq, settings.sim_max_ctas, "body")])
+        raise refuse([limit_error("seq", msg, body.seq, settings.simulate_max_ctas, "body")])
     try:
         result = simulate_workload(build(body.algo, problem, tiles, gpu.sms, body.splits), gpu)
     except ValueError as exc:  # tiles that do not fit in shared memory, too many warps
@@ -67,7 +67,7 @@ def post_simulate(body: SimulateRequest, settings: SettingsDep) -> Any:
         raise refuse([limit_error(field, str(exc), getattr(body, field), limit, "body")]) from None
     out = summary(result)
     if body.timeline:
-        out["timeline"] = gantt(result, settings.sim_max_timeline_ctas)
+        out["timeline"] = gantt(result, settings.simulate_max_timeline_ctas)
     return out
 
 

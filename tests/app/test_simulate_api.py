@@ -68,9 +68,9 @@ def test_custom_hardware_and_timeline(client):
             ["h100-sxm", "h100-pcie", "h200", "a100-80gb", "l40s", "rtx-4090"],
         ),
         ({"seq": 0}, "seq", 1),
-        ({"seq": 10**8}, "seq", Settings().sim_max_seq),
-        ({"batch": 10**5}, "batch", Settings().sim_max_batch),
-        ({"head_dim": 4096}, "head_dim", Settings().sim_max_head_dim),
+        ({"seq": 10**8}, "seq", Settings().simulate_max_seq),
+        ({"batch": 10**5}, "batch", Settings().simulate_max_batch),
+        ({"head_dim": 4096}, "head_dim", Settings().simulate_max_head_dim),
         ({"block_m": 48}, "block_m", [16, 256]),
         ({"block_n": 8}, "block_n", [16, 256]),
         ({"heads": 6, "kv_heads": 4}, "kv_heads", None),
@@ -80,7 +80,7 @@ def test_custom_hardware_and_timeline(client):
         (
             {"batch": 1024, "heads": 256, "seq": 65536, "block_m": 16},
             "seq",
-            Settings().sim_max_ctas,
+            Settings().simulate_max_ctas,
         ),
         ({"stages": 9}, "stages", 8),
         ({"unknown": 1}, "unknown", None),
@@ -102,7 +102,7 @@ def test_settings_bound_the_requests():
 
     from app.main import create_app
 
-    with TestClient(create_app(Settings(sim_max_ctas=10))) as c:
+    with TestClient(create_app(Settings(simulate_max_ctas=10))) as c:
         r = c.post("/api/simulate", json={"seq": 1024, "head_dim": 64, "block_m": 64})
         assert r.status_code == 422 and r.json()["detail"][0]["limit"] == 10
 

@@ -122,6 +122,13 @@ def test_bad_arguments_give_one_line_and_exit_2(argv, needle, capsys):
     assert err.count("\n") == 1 and "Traceback" not in err
 
 
+def test_the_command_knows_every_algorithm_of_the_engine():
+    from app import cli_simulate
+    from simulator.workload import ALGOS
+
+    assert cli_simulate.ALGOS == ALGOS
+
+
 def test_simulate_imports_neither_torch_nor_triton_nor_fastapi():
     code = (
         "import sys, json\n"

@@ -8,6 +8,7 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
+from simulator import traffic
 from simulator.engine import simulate
 from simulator.hardware import custom, from_name
 from simulator.problem import STATS_BYTES, AttentionProblem, TileConfig
@@ -94,6 +95,8 @@ def test_l2_bytes_are_the_counted_global_traffic(case):
             c["hbm_write"] * e + (c["stats_write"] + c["acc_write"]) * STATS_BYTES for c in ctas
         )
         assert (k.l2_read_bytes, k.l2_write_bytes) == (reads, writes), (k.name, case)
+    closed = traffic.for_algo(algo, p, t, **({"splits": 3} if algo == "decode" else {}))
+    assert r.l2_bytes == closed.as_dict(e)["bytes"]["global_total"], case
 
 
 @settings(max_examples=40, deadline=None)

@@ -55,17 +55,21 @@ def test_per_cta_counts_equal_a_per_tile_loop(algo, data):
             assert _column(launch, name) == [c[name] for c in ctas], (algo, name, p, t)
 
 
+@pytest.mark.parametrize("algo", ALGOS)
 @settings(max_examples=40, deadline=None)
 @given(data=st.data())
-def test_fa2_and_naive_totals_equal_the_closed_forms(data):
-    p, t = data.draw(problems("fa2"))
-    p = AttentionProblem(**{**p.__dict__, "causal": False})  # the closed form skips no tile
-    heads = p.batch * p.heads
-    for algo, closed in (("fa2", traffic.fa2_head(p, t)), ("naive", traffic.naive_head(p))):
-        got = build(algo, p, t).totals()
-        want = closed.scaled(heads)
-        assert (got["hbm_read"], got["hbm_write"]) == (want.hbm_read, want.hbm_write), (algo, p)
-        assert (got["stats_read"], got["stats_write"]) == (want.stats_read, want.stats_write)
+def test_totals_equal_the_closed_forms_of_traffic(algo, data):
+    """The counting convention's closed forms (simulator/traffic.py), on larger sizes too."""
+    p, t = data.draw(problems(algo))
+    scale = data.draw(st.sampled_from([1, 37]))  # ×37: beyond what the per-tile loop could do
+    p = AttentionProblem(**{**p.__dict__, "seq_q": p.seq_q * scale, "seq_k": p.seq_k * scale})
+    kw = {"sms": data.draw(st.integers(1, 200))} if algo == "decode" else {}
+    got = build(algo, p, t, **kw).totals()
+    want = traffic.for_algo(algo, p, t, **kw)
+    assert got == {k: getattr(want, k) for k in COUNTS}, (algo, p, t)
+    if not p.causal and algo in ("fa2", "naive"):  # and the seed-style one-head forms
+        head = traffic.fa2_head(p, t) if algo == "fa2" else traffic.naive_head(p)
+        assert got["hbm_read"] == head.hbm_read * p.batch * p.heads
 
 
 def test_seed_table_counts():

@@ -60,12 +60,12 @@ def check_simulate_request(r: SimulateRequest, s: Settings) -> list[dict]:
             )
         )
     for field, limit in (
-        ("batch", s.sim_max_batch),
-        ("heads", s.sim_max_heads),
-        ("seq", s.sim_max_seq),
-        ("seq_k", s.sim_max_seq),
-        ("head_dim", s.sim_max_head_dim),
-        ("splits", s.sim_max_splits),
+        ("batch", s.simulate_max_batch),
+        ("heads", s.simulate_max_heads),
+        ("seq", s.simulate_max_seq),
+        ("seq_k", s.simulate_max_seq),
+        ("head_dim", s.simulate_max_head_dim),
+        ("splits", s.simulate_max_splits),
     ):
         value = getattr(r, field)
         if value is not None and value > limit:
@@ -74,14 +74,14 @@ def check_simulate_request(r: SimulateRequest, s: Settings) -> list[dict]:
             )
     for field in ("block_m", "block_n"):
         value = getattr(r, field)
-        if not is_power_of_two(value) or not s.sim_min_block <= value <= s.sim_max_block:
+        if not is_power_of_two(value) or not s.simulate_min_block <= value <= s.simulate_max_block:
             errs.append(
                 limit_error(
                     field,
-                    f"{field} must be a power of two from {s.sim_min_block} to "
-                    f"{s.sim_max_block}, got {value}",
+                    f"{field} must be a power of two from {s.simulate_min_block} to "
+                    f"{s.simulate_max_block}, got {value}",
                     value,
-                    [s.sim_min_block, s.sim_max_block],
+                    [s.simulate_min_block, s.simulate_max_block],
                     where,
                 )
             )
