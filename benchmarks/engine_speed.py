@@ -100,6 +100,7 @@ def main() -> None:
     ap.add_argument("--process-runs", type=int, default=5)
     args = ap.parse_args()
 
+    load_before = os.getloadavg()
     t = TileConfig(CASE["block_m"], CASE["block_n"], 2, 8)
     big = dict(seq_q=CASE["seq"], head_dim=CASE["head_dim"], batch=CASE["batch"])
     main_case = time_in_process(
@@ -122,6 +123,8 @@ def main() -> None:
         "benchmark": "engine_speed",
         "date": today,
         "device": {"cpu": cpu_model(), "cores": os.cpu_count(), "machine": platform.machine()},
+        # the machine is shared: 1-minute load averages before and after, for context
+        "load_average_1min": {"before": load_before[0], "after": os.getloadavg()[0]},
         "versions": {
             "python": platform.python_version(),
             "numpy": np.__version__,

@@ -47,12 +47,13 @@ import numpy as np
 
 from .hardware import GPU
 from .l2model import L2Split, split_traffic
+from .launch import Launch, stream_groups
 from .occupancy import Occupancy, footprint, occupancy
 from .problem import AttentionProblem, TileConfig
 from .results import LIMITERS, KernelResult, SimResult
 from .roofline import floors
 from .scheduler import coresidency, list_schedule
-from .workload import Launch, Workload, build, stream_groups
+from .workload import Workload, build
 
 _PARTS = ("tensor", "sfu", "alu", "memory", "latency")
 

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .workload import Launch, stream_groups
+from .launch import Launch, stream_groups
 
 
 @dataclass(frozen=True)

@@ -9,8 +9,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from simulator import traffic
+from simulator.launch import COUNTS
 from simulator.problem import AttentionProblem, TileConfig
-from simulator.workload import ALGOS, COUNTS, build, ctas_of
+from simulator.workload import ALGOS, build, ctas_of
 
 from .brute_workload import brute
 
