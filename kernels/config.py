@@ -30,7 +30,7 @@ class KernelConfig:
     block_n: int = 64
     num_warps: int = 4
     num_stages: int = 2
-    warp_specialize: bool = False  # forward only: Triton's automatic warp specialization
+    prefetch: bool = False  # forward only: issue the next tile's Q Kᵀ before this softmax
 
     def __post_init__(self) -> None:
         for name in ("block_m", "block_n"):
@@ -43,12 +43,12 @@ class KernelConfig:
             raise ValueError(f"num_warps must be 1, 2, 4, 8 or 16, got {self.num_warps!r}")
         if isinstance(self.num_stages, bool) or self.num_stages not in range(1, 9):
             raise ValueError(f"num_stages must be an integer in [1, 8], got {self.num_stages!r}")
-        if not isinstance(self.warp_specialize, bool):
-            raise ValueError(f"warp_specialize must be a bool, got {self.warp_specialize!r}")
+        if not isinstance(self.prefetch, bool):
+            raise ValueError(f"prefetch must be a bool, got {self.prefetch!r}")
 
     def as_list(self) -> list[int]:
-        """[block_m, block_n, num_warps, num_stages, warp_specialize (0/1)], as tuned.json holds."""
-        return [self.block_m, self.block_n, self.num_warps, self.num_stages, int(self.warp_specialize)]
+        """[block_m, block_n, num_warps, num_stages, prefetch (0/1)], as tuned.json holds them."""
+        return [self.block_m, self.block_n, self.num_warps, self.num_stages, int(self.prefetch)]
 
     @classmethod
     def from_list(cls, entry: list[int]) -> KernelConfig:

@@ -83,11 +83,10 @@ def make_source(base, n_rows, stride, HEAD_DIM: tl.constexpr, ROWS: tl.constexpr
 
 
 @triton.jit
-def online_softmax_step(acc, l, m, q, k, v, qk_scale2, rows, cols, n_k, off,
+def online_softmax_step(acc, l, m, s, v, qk_scale2, rows, cols, n_k, off,
                         MASKED: tl.constexpr, CAUSAL: tl.constexpr, POS_SCALE: tl.constexpr,
                         P_DTYPE: tl.constexpr, UPCAST: tl.constexpr, DOT_PREC: tl.constexpr):
-    """One tile (i, j): S = Q Kᵀ, the running max/sum update and Õ ← α·Õ + P V (log2 domain)."""
-    s = tl.dot(q, tl.trans(k), input_precision=DOT_PREC)  # (BM, BN) fp32, on chip only
+    """Tile (i, j) given S = Q Kⱼᵀ: running max/sum update and Õ ← α·Õ + P Vⱼ (log2 domain)."""
     if MASKED:
         keep = (cols < n_k)[None, :]
         if CAUSAL:
@@ -116,6 +115,18 @@ def online_softmax_step(acc, l, m, q, k, v, qk_scale2, rows, cols, n_k, off,
 
 
 @triton.jit
+def load_kv(k_src, k_base, v_src, v_base, start_n, N_K, s_kn, s_vn, HEAD_DIM: tl.constexpr,
+            BLOCK_N: tl.constexpr, D_PAD: tl.constexpr, USE_TMA: tl.constexpr,
+            UPCAST: tl.constexpr):
+    k = load_rows(k_src, k_base, start_n, N_K, s_kn, HEAD_DIM, BLOCK_N, D_PAD, USE_TMA)
+    v = load_rows(v_src, v_base, start_n, N_K, s_vn, HEAD_DIM, BLOCK_N, D_PAD, USE_TMA)
+    if UPCAST:
+        k = k.to(tl.float32)
+        v = v.to(tl.float32)
+    return k, v
+
+
+@triton.jit
 def record_state(TR, pid_m, j, n_kv, m, l, alpha, acc, BLOCK_M: tl.constexpr,
                  D_PAD: tl.constexpr):
     """Side buffer row block [pid_m, j]: (BLOCK_M, D_PAD + 3) = accumulator | m | ℓ | α."""
@@ -136,7 +147,7 @@ def _attn_fwd(Q, K, V, O, LSE, TR, qk_scale2,
               HEAD_DIM: tl.constexpr, D_PAD: tl.constexpr, BLOCK_M: tl.constexpr,
               BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr, POS_SCALE: tl.constexpr,
               USE_TMA: tl.constexpr, UPCAST: tl.constexpr, DOT_PREC: tl.constexpr,
-              TRACE: tl.constexpr, WS: tl.constexpr):
+              TRACE: tl.constexpr, PREFETCH: tl.constexpr):
     n_mb = tl.cdiv(N_Q, BLOCK_M)
     pid_m = tl.program_id(0)
     if CAUSAL:
@@ -176,32 +187,58 @@ def _attn_fwd(Q, K, V, O, LSE, TR, qk_scale2,
         q = q.to(tl.float32)
     P_DTYPE: tl.constexpr = V.dtype.element_ty
 
-    for start_n in tl.range(0, full_hi, BLOCK_N, warp_specialize=WS):
-        k = load_rows(k_src, k_base, start_n, N_K, s_kn, HEAD_DIM, BLOCK_N, D_PAD, USE_TMA)
-        v = load_rows(v_src, v_base, start_n, N_K, s_vn, HEAD_DIM, BLOCK_N, D_PAD, USE_TMA)
-        if UPCAST:
-            k = k.to(tl.float32)
-            v = v.to(tl.float32)
-        cols = start_n + tl.arange(0, BLOCK_N)
-        acc, l, m, alpha = online_softmax_step(acc, l, m, q, k, v, qk_scale2, rows, cols, N_K,
-                                               off, False, CAUSAL, POS_SCALE, P_DTYPE, UPCAST,
-                                               DOT_PREC)
-        if TRACE:
-            if bh == trace_bh:
-                record_state(TR, pid_m, start_n // BLOCK_N, n_kv, m, l, alpha, acc, BLOCK_M,
-                             D_PAD)
+    if PREFETCH:
+        # S of the next tile is issued before this tile's softmax, so the tensor cores work
+        # on it while the exponentials run (FlashAttention-3's overlap within a warpgroup).
+        if full_hi > 0:
+            k, v = load_kv(k_src, k_base, v_src, v_base, 0, N_K, s_kn, s_vn, HEAD_DIM, BLOCK_N,
+                           D_PAD, USE_TMA, UPCAST)
+            s = tl.dot(q, tl.trans(k), input_precision=DOT_PREC)
+            for start_n in range(0, full_hi - BLOCK_N, BLOCK_N):
+                k, v_next = load_kv(k_src, k_base, v_src, v_base, start_n + BLOCK_N, N_K, s_kn,
+                                    s_vn, HEAD_DIM, BLOCK_N, D_PAD, USE_TMA, UPCAST)
+                s_next = tl.dot(q, tl.trans(k), input_precision=DOT_PREC)
+                cols = start_n + tl.arange(0, BLOCK_N)
+                acc, l, m, alpha = online_softmax_step(acc, l, m, s, v, qk_scale2, rows, cols,
+                                                       N_K, off, False, CAUSAL, POS_SCALE,
+                                                       P_DTYPE, UPCAST, DOT_PREC)
+                if TRACE:
+                    if bh == trace_bh:  # noqa: SIM102
+                        record_state(TR, pid_m, start_n // BLOCK_N, n_kv, m, l, alpha, acc,
+                                     BLOCK_M, D_PAD)
+                s = s_next
+                v = v_next
+            cols = full_hi - BLOCK_N + tl.arange(0, BLOCK_N)
+            acc, l, m, alpha = online_softmax_step(acc, l, m, s, v, qk_scale2, rows, cols, N_K,
+                                                   off, False, CAUSAL, POS_SCALE, P_DTYPE,
+                                                   UPCAST, DOT_PREC)
+            if TRACE:
+                if bh == trace_bh:  # noqa: SIM102
+                    record_state(TR, pid_m, full_hi // BLOCK_N - 1, n_kv, m, l, alpha, acc,
+                                 BLOCK_M, D_PAD)
+    else:
+        for start_n in range(0, full_hi, BLOCK_N):
+            k, v = load_kv(k_src, k_base, v_src, v_base, start_n, N_K, s_kn, s_vn, HEAD_DIM,
+                           BLOCK_N, D_PAD, USE_TMA, UPCAST)
+            s = tl.dot(q, tl.trans(k), input_precision=DOT_PREC)
+            cols = start_n + tl.arange(0, BLOCK_N)
+            acc, l, m, alpha = online_softmax_step(acc, l, m, s, v, qk_scale2, rows, cols, N_K,
+                                                   off, False, CAUSAL, POS_SCALE, P_DTYPE,
+                                                   UPCAST, DOT_PREC)
+            if TRACE:
+                if bh == trace_bh:  # noqa: SIM102
+                    record_state(TR, pid_m, start_n // BLOCK_N, n_kv, m, l, alpha, acc, BLOCK_M,
+                                 D_PAD)
     for start_n in range(full_hi, hi, BLOCK_N):
-        k = load_rows(k_src, k_base, start_n, N_K, s_kn, HEAD_DIM, BLOCK_N, D_PAD, USE_TMA)
-        v = load_rows(v_src, v_base, start_n, N_K, s_vn, HEAD_DIM, BLOCK_N, D_PAD, USE_TMA)
-        if UPCAST:
-            k = k.to(tl.float32)
-            v = v.to(tl.float32)
+        k, v = load_kv(k_src, k_base, v_src, v_base, start_n, N_K, s_kn, s_vn, HEAD_DIM,
+                       BLOCK_N, D_PAD, USE_TMA, UPCAST)
+        s = tl.dot(q, tl.trans(k), input_precision=DOT_PREC)
         cols = start_n + tl.arange(0, BLOCK_N)
-        acc, l, m, alpha = online_softmax_step(acc, l, m, q, k, v, qk_scale2, rows, cols, N_K,
-                                               off, True, CAUSAL, POS_SCALE, P_DTYPE, UPCAST,
+        acc, l, m, alpha = online_softmax_step(acc, l, m, s, v, qk_scale2, rows, cols, N_K, off,
+                                               True, CAUSAL, POS_SCALE, P_DTYPE, UPCAST,
                                                DOT_PREC)
         if TRACE:
-            if bh == trace_bh:
+            if bh == trace_bh:  # noqa: SIM102
                 record_state(TR, pid_m, start_n // BLOCK_N, n_kv, m, l, alpha, acc, BLOCK_M,
                              D_PAD)
 
@@ -248,7 +285,7 @@ def launch_forward(
         h, h // k.shape[1], n_q, n_k, tr_bh,
         HEAD_DIM=d, D_PAD=d_pad, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, CAUSAL=causal,
         POS_SCALE=scale >= 0, USE_TMA=tma, UPCAST=upcast(q.dtype),
-        DOT_PREC=dot_precision(q.dtype), TRACE=trace is not None, WS=cfg.warp_specialize,
+        DOT_PREC=dot_precision(q.dtype), TRACE=trace is not None, PREFETCH=cfg.prefetch,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )  # fmt: skip
     return o, lse
