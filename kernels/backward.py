@@ -85,7 +85,10 @@ def dkdv_step(dk, dv, k, v, q_src, q_base, do_src, do_base, dq_src, dq_base, LSE
         do = do.to(tl.float32)
     rows = m0 + tl.arange(0, BLOCK_M)
     lse2, delta = row_stats(LSE, DELTA, bh, rows, N_Q)
+    # Both products that need only loaded tiles go first: the exponentials of Sᵀ then overlap
+    # the tensor cores' work on dPᵀ.
     st = tl.dot(k, tl.trans(q), input_precision=DOT_PREC)  # (BN, BM)
+    dpt = tl.dot(v, tl.trans(do), input_precision=DOT_PREC)  # (BN, BM)
     pt = tl.math.exp2(st * qk_scale2 - lse2[None, :])
     if MASKED:
         keep = (cols < N_K)[:, None]
@@ -96,7 +99,6 @@ def dkdv_step(dk, dv, k, v, q_src, q_base, do_src, do_base, dq_src, dq_base, LSE
     if UPCAST:
         ptc = ptc.to(tl.float32)
     dv = tl.dot(ptc, do, dv, input_precision=DOT_PREC)
-    dpt = tl.dot(v, tl.trans(do), input_precision=DOT_PREC)  # (BN, BM)
     dst = (pt * (dpt - delta[None, :])).to(dtype)
     if UPCAST:
         dst = dst.to(tl.float32)
@@ -199,6 +201,7 @@ def dq_step(dq, q, do, lse2, delta, k_src, k_base, v_src, v_base, n0, rows, N_K,
         k = k.to(tl.float32)
         v = v.to(tl.float32)
     s = tl.dot(q, tl.trans(k), input_precision=DOT_PREC)  # (BM, BN)
+    dp = tl.dot(do, tl.trans(v), input_precision=DOT_PREC)
     p = tl.math.exp2(s * qk_scale2 - lse2[:, None])
     if MASKED:
         cols = n0 + tl.arange(0, BLOCK_N)
@@ -206,7 +209,6 @@ def dq_step(dq, q, do, lse2, delta, k_src, k_base, v_src, v_base, n0, rows, N_K,
         if CAUSAL:
             keep = keep & (cols[None, :] <= rows[:, None] + off)
         p = tl.where(keep, p, 0.0)
-    dp = tl.dot(do, tl.trans(v), input_precision=DOT_PREC)
     ds = (p * (dp - delta[:, None])).to(dtype)
     if UPCAST:
         ds = ds.to(tl.float32)
