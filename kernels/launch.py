@@ -60,15 +60,14 @@ def _scratch(size: int, alignment: int, stream: int | None) -> torch.Tensor:
     return torch.empty(size, dtype=torch.int8, device="cuda")
 
 
-@lru_cache
-def _set_allocator() -> None:
-    triton.set_allocator(_scratch)
-
-
 def prepare_tma(tma: bool) -> None:
-    """Descriptors built inside a kernel live in a global scratch buffer that Triton allocates."""
+    """Descriptors built inside a kernel live in a global scratch buffer that Triton allocates.
+
+    Triton keeps the allocator in a context variable, so it is set on every launch: autograd
+    runs the backward on a thread of its own, where a setting made elsewhere is not seen.
+    """
     if tma and not interpreting():
-        _set_allocator()
+        triton.set_allocator(_scratch)
 
 
 def gpu_name() -> str:
