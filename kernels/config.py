@@ -90,21 +90,34 @@ INTERPRETER = {
 }
 
 
+C = KernelConfig
+# Per kind of kernel, per padded head_dim: what an unknown GPU tries (each fits in Hopper's
+# 227 KiB of shared memory at that head_dim).
+CANDIDATES = {
+    "fwd": {
+        64: [C(128, 64, 4, 3), C(64, 64, 4, 3), C(128, 128, 8, 2)],
+        128: [C(128, 128, 8, 3), C(128, 64, 8, 3), C(64, 64, 4, 3)],
+        256: [C(64, 64, 4, 2), C(64, 32, 4, 2), C(128, 32, 8, 2)],
+    },
+    "bwd": {
+        64: [C(64, 64, 4, 3), C(32, 64, 4, 3), C(32, 128, 4, 3)],
+        128: [C(64, 64, 4, 2), C(32, 64, 4, 3), C(64, 128, 8, 2)],
+        256: [C(32, 64, 4, 2), C(16, 64, 4, 2), C(32, 32, 4, 2)],
+    },
+    "bwd-dq": {
+        64: [C(128, 32, 4, 3), C(128, 64, 8, 3), C(64, 64, 4, 3)],
+        128: [C(128, 64, 8, 3), C(128, 32, 4, 3), C(64, 64, 4, 2)],
+        256: [C(64, 32, 4, 2), C(32, 32, 4, 2), C(64, 16, 4, 2)],
+    },
+    "decode": {
+        64: [C(16, 64, 4, 3), C(16, 128, 4, 2), C(16, 32, 4, 3)],
+        128: [C(16, 64, 4, 3), C(16, 128, 4, 2), C(16, 32, 4, 3)],
+        256: [C(16, 64, 4, 2), C(16, 32, 4, 3)],
+    },
+}
+CANDIDATES["bwd-atomic"] = CANDIDATES["bwd"]
+
+
 def candidates(mode: str, d_pad: int) -> list[KernelConfig]:
-    """Configurations worth timing on an unknown GPU (Hopper-sized shared memory assumed)."""
-    big = d_pad > 64
-    if mode == "fwd":
-        out = [KernelConfig(128, 64, 8 if big else 4, 3), KernelConfig(128, 128, 8, 2)]
-        out += [KernelConfig(128, 64, 8, 2), KernelConfig(64, 64, 4, 3)]
-    elif mode in ("bwd", "bwd-atomic"):
-        out = [KernelConfig(m, 128, w, 2) for m in (32, 64) for w in (4, 8)]
-        out += [KernelConfig(64, 64, 4, 3)]
-    elif mode == "bwd-dq":
-        out = [KernelConfig(128, n, w, 2) for n in (32, 64) for w in (4, 8)]
-        out += [KernelConfig(64, 64, 4, 3)]
-    else:
-        out = [KernelConfig(16, n, w, s) for n in (64, 128) for w in (4, 8) for s in (2, 3)]
-    if d_pad >= 256:
-        small = [c for c in out if c.block_m <= 64 and c.block_n <= 64]
-        out = small or [KernelConfig(64, 32, 4, 2)]
-    return out
+    """Configurations worth timing on a GPU that kernels/tuned.json does not list."""
+    return CANDIDATES[mode][max(64, d_pad)]
