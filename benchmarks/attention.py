@@ -34,8 +34,8 @@ sys.path.insert(0, str(ROOT))
 
 import kernels  # noqa: E402
 from kernels import flash_attention, flash_decode  # noqa: E402
-from kernels.forward import launch_forward  # noqa: E402
 from kernels.config import KernelConfig  # noqa: E402
+from kernels.forward import launch_forward  # noqa: E402
 from kernels.launch import pad_dim  # noqa: E402
 from kernels.microbench import copy, matmul  # noqa: E402
 from kernels.timing import input_sets, median_ms, tensor_bytes  # noqa: E402
@@ -50,11 +50,11 @@ SDPA = {
 }
 
 
-def attention_fn(impl: str):  # noqa: ANN201
+def attention_fn(impl: str):
     if impl == "flashscope":
         return lambda q, k, v, causal: flash_attention(q, k, v, causal)
 
-    def run(q, k, v, causal):  # noqa: ANN001, ANN202
+    def run(q, k, v, causal):
         with sdpa_kernel(SDPA[impl]):
             return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
 
@@ -80,7 +80,9 @@ def time_case(impl: str, mode: str, dtype: torch.dtype, d: int, n: int, causal: 
             o = fn(*leaves, causal)
             do = torch.randn_like(o)
             calls.append(
-                lambda o=o, leaves=leaves, do=do: torch.autograd.grad(o, leaves, do, retain_graph=True)
+                lambda o=o, leaves=leaves, do=do: torch.autograd.grad(
+                    o, leaves, do, retain_graph=True
+                )
             )
     return median_ms(calls)
 
@@ -89,7 +91,9 @@ def warm_worker(index: int, count: int) -> None:
     """Compile flashscope's kernels for part of the sweep (the on-disk cache is shared)."""
     cases = [(d, c, t) for d in HEAD_DIMS for c in (False, True) for t in DTYPES]
     for d, causal, t in cases[index::count]:
-        q, k, v = (torch.randn(32, 2048 // d, 512, d, device="cuda", dtype=DTYPES[t]) for _ in range(3))
+        q, k, v = (
+            torch.randn(32, 2048 // d, 512, d, device="cuda", dtype=DTYPES[t]) for _ in range(3)
+        )
         leaves = [x.requires_grad_() for x in (q, k, v)]
         o = flash_attention(*leaves, causal)
         torch.autograd.grad(o, leaves, torch.randn_like(o))
@@ -110,7 +114,9 @@ def decode_rows() -> list[dict]:
     rows = []
     for h_kv in (32, 8):
         q = torch.randn(1, 32, 1, 128, device="cuda", dtype=torch.float16)
-        k, v = (torch.randn(1, h_kv, 65536, 128, device="cuda", dtype=torch.float16) for _ in range(2))
+        k, v = (
+            torch.randn(1, h_kv, 65536, 128, device="cuda", dtype=torch.float16) for _ in range(2)
+        )
         kv_bytes = tensor_bytes(k, v)
         impls = {"flashscope": lambda q=q, k=k, v=v: flash_decode(q, k, v)}
         if h_kv == 32:
@@ -160,7 +166,9 @@ def instrumented_rows() -> list[dict]:
     }
     rows = []
     for name, trace in variants.items():
-        ms = median_ms([lambda trace=trace: launch_forward(q, k, v, False, d**-0.5, cfg, trace=trace)])
+        ms = median_ms(
+            [lambda trace=trace: launch_forward(q, k, v, False, d**-0.5, cfg, trace=trace)]
+        )
         rows.append({"variant": name, "batch": b, "heads": h, "seq_len": n, "head_dim": d, "ms": ms,
                      "config": cfg.as_list()})  # fmt: skip
     return rows
@@ -218,12 +226,13 @@ def main() -> None:
                             b, h = 16384 // n, 2048 // d
                             try:
                                 ms = time_case(impl, mode, dtype, d, n, causal)
-                            except Exception as e:  # noqa: BLE001 — a backend may refuse a shape
+                            except Exception as e:
                                 print(f"{impl} {mode} {dname} d={d} N={n}: {e}"[:300], flush=True)
                                 continue
+                            tflops = flops(b, h, n, d, causal, mode) / ms / 1e9
                             row = {"impl": impl, "mode": mode, "dtype": dname, "head_dim": d,
                                    "seq_len": n, "batch": b, "heads": h, "causal": causal,
-                                   "ms": ms, "tflops": flops(b, h, n, d, causal, mode) / ms / 1e9}  # fmt: skip
+                                   "ms": ms, "tflops": tflops}  # fmt: skip
                             rows.append(row)
                             print(json.dumps(row), flush=True)
     result["rows"] = rows

@@ -61,7 +61,9 @@ def jobs() -> list[dict]:
     for d in (64, 128):
         for causal in (False, True):
             for kind, table in (("fwd", FWD), ("bwd", DKDV), ("bwd-atomic", DKDV), ("bwd-dq", DQ)):
-                out += [{"kind": kind, "d": d, "causal": causal, "cfg": c.as_list()} for c in table[d]]
+                out += [
+                    {"kind": kind, "d": d, "causal": causal, "cfg": c.as_list()} for c in table[d]
+                ]
     out += [{"kind": "decode", "d": 128, "causal": False, "cfg": c.as_list()} for c in DECODE]
     return out
 
@@ -78,7 +80,7 @@ class Problem:
             n = 4096
             shape_q = shape_kv = (16384 // n, 2048 // d, n, d)
 
-        def rnd(shape):  # noqa: ANN001, ANN202
+        def rnd(shape):
             return torch.randn(shape, generator=g, device="cuda", dtype=torch.float16)
 
         self.q, self.k, self.v = rnd(shape_q), rnd(shape_kv), rnd(shape_kv)
@@ -88,10 +90,12 @@ class Problem:
         self.ref_o = ref.detach()
         if not decode:
             self.ref_g = torch.autograd.grad(ref, leaves, self.do)
-            self.o, self.lse = launch_forward(self.q, self.k, self.v, causal, self.scale, FWD_FOR_BWD)
+            self.o, self.lse = launch_forward(
+                self.q, self.k, self.v, causal, self.scale, FWD_FOR_BWD
+            )
             self.delta = preprocess(self.o, self.do)
 
-    def call(self, kind: str, cfg: KernelConfig):  # noqa: ANN201
+    def call(self, kind: str, cfg: KernelConfig):
         """(callable that launches the kernel, callable that returns the error vs SDPA)."""
         a = (self.q, self.k, self.v)
         s = self.scale
@@ -119,7 +123,9 @@ class Problem:
 
             def err() -> float:
                 acc, dk, dv = box["g"]
-                e = max((dk - self.ref_g[1]).abs().max().item(), (dv - self.ref_g[2]).abs().max().item())
+                e = max(
+                    (dk - self.ref_g[1]).abs().max().item(), (dv - self.ref_g[2]).abs().max().item()
+                )
                 if atomic:
                     e = max(e, (acc * s - self.ref_g[0]).abs().max().item())
                 return e
@@ -139,7 +145,7 @@ def check_worker(index: int, count: int, path: Path) -> None:
             run()
             torch.cuda.synchronize()
             result[i] = err()
-        except Exception as e:  # noqa: BLE001 — a failing candidate is recorded and dropped
+        except Exception as e:
             result[i] = f"{type(e).__name__}: {str(e)[:300]}"
         path.write_text(json.dumps(result))  # after each job: a crash loses only the rest
 

@@ -20,6 +20,9 @@ dQ takes one of two routes (`dq_mode`):
 The route per (head_dim, causal) is the one measured faster on this GPU (kernels/tuned.json).
 Rows that saw no key (LSE = −∞) get P = 0 and so zero gradients.
 
+The three kernels and their launchers share one module (over 400 lines) because they share the
+tile helpers and the choice of dQ route.
+
 Leaves out: dropout, attention bias, deterministic mode for the atomic route (fp32 sums land in
 any order), sliding windows, variable-length batches.
 """
@@ -49,6 +52,8 @@ from .launch import (
 LOG2E = 1.4426950408889634
 
 
+# Triton kernels keep compact argument lists, as in Triton's own tutorials.
+# fmt: off
 @triton.jit
 def _bwd_preprocess(O, DO, DELTA, s_ob, s_oh, s_on, s_db, s_dh, s_dn, H, N_Q,
                     HEAD_DIM: tl.constexpr, D_PAD: tl.constexpr, BLOCK_M: tl.constexpr):
@@ -276,6 +281,9 @@ def _attn_bwd_dq(Q, K, V, DO, DQ, LSE, DELTA, qk_scale2, scale,
                BLOCK_M, D_PAD, USE_TMA)
 
 
+# fmt: on
+
+
 DQ_MODES = ("separate", "atomic")
 
 
@@ -372,7 +380,9 @@ def launch_backward(
     delta = preprocess(o, do, dlse)
 
     def dkdv_only(c: KernelConfig) -> object:
-        acc = torch.zeros(q.shape, dtype=torch.float32, device=q.device) if mode == "atomic" else None
+        acc = (
+            torch.zeros(q.shape, dtype=torch.float32, device=q.device) if mode == "atomic" else None
+        )
         return run_dkdv(q, k, v, do, lse, delta, causal, scale, c, dq_acc=acc, use_tma=use_tma)
 
     bwd = "bwd" if mode == "separate" else "bwd-atomic"

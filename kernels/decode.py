@@ -46,6 +46,8 @@ LOG2E = 1.4426950408889634
 MAX_QUERY_TOKENS = 16
 
 
+# Triton kernels keep compact argument lists, as in Triton's own tutorials.
+# fmt: off
 @triton.jit
 def _decode_split(Q, K, V, LENS, PO, PL, qk_scale2,
                   s_qb, s_qh, s_qn, s_kb, s_kh, s_kn, s_vb, s_vh, s_vn,
@@ -139,13 +141,20 @@ def _decode_reduce(PO, PL, O, s_ob, s_oh, s_on, H_KV, GROUP, N_Q, SPLITS,
     tl.store(o_ptrs, out.to(O.dtype.element_ty), mask=tile_mask)
 
 
+# fmt: on
+
+
 def _check_lens(cache_seqlens: object, batch: int, n_cache: int, device: torch.device) -> None:
     if not isinstance(cache_seqlens, torch.Tensor):
-        raise ValueError(f"cache_seqlens must be a tensor or None, got {type(cache_seqlens).__name__}")
+        raise ValueError(
+            f"cache_seqlens must be a tensor or None, got {type(cache_seqlens).__name__}"
+        )
     if cache_seqlens.dtype not in (torch.int32, torch.int64):
         raise ValueError(f"cache_seqlens must be int32 or int64, got {cache_seqlens.dtype}")
     if tuple(cache_seqlens.shape) != (batch,):
-        raise ValueError(f"cache_seqlens must have shape ({batch},), got {tuple(cache_seqlens.shape)}")
+        raise ValueError(
+            f"cache_seqlens must have shape ({batch},), got {tuple(cache_seqlens.shape)}"
+        )
     if cache_seqlens.device != device:
         raise ValueError(f"cache_seqlens must be on {device}, got {cache_seqlens.device}")
     lo, hi = int(cache_seqlens.min()), int(cache_seqlens.max())
@@ -178,7 +187,7 @@ def flash_decode(
     if cache_seqlens is not None:
         _check_lens(cache_seqlens, shapes.batch, shapes.seq_k, q.device)
     q, k, v = (last_dim_contiguous(x) for x in (q, k_cache, v_cache))
-    b, h, n_q, d = q.shape
+    b, _, n_q, d = q.shape
     h_kv, n_cache = k.shape[1], k.shape[2]
     d_pad = pad_dim(d)
     cfg = config or choose_config(

@@ -42,6 +42,8 @@ LOG2E = 1.4426950408889634
 LN2 = 0.6931471805599453
 
 
+# Triton kernels keep compact argument lists, as in Triton's own tutorials.
+# fmt: off
 @triton.jit
 def load_rows(src, base, row0, n_rows, stride, HEAD_DIM: tl.constexpr, ROWS: tl.constexpr,
               D_PAD: tl.constexpr, USE_TMA: tl.constexpr):
@@ -202,8 +204,8 @@ def _attn_fwd(Q, K, V, O, LSE, TR, qk_scale2,
                 acc, l, m, alpha = online_softmax_step(acc, l, m, s, v, qk_scale2, rows, cols,
                                                        N_K, off, False, CAUSAL, POS_SCALE,
                                                        P_DTYPE, UPCAST, DOT_PREC)
-                if TRACE:
-                    if bh == trace_bh:  # noqa: SIM102
+                if TRACE:  # noqa: SIM102 — compile-time flag outside, runtime test inside
+                    if bh == trace_bh:
                         record_state(TR, pid_m, start_n // BLOCK_N, n_kv, m, l, alpha, acc,
                                      BLOCK_M, D_PAD)
                 s = s_next
@@ -212,8 +214,8 @@ def _attn_fwd(Q, K, V, O, LSE, TR, qk_scale2,
             acc, l, m, alpha = online_softmax_step(acc, l, m, s, v, qk_scale2, rows, cols, N_K,
                                                    off, False, CAUSAL, POS_SCALE, P_DTYPE,
                                                    UPCAST, DOT_PREC)
-            if TRACE:
-                if bh == trace_bh:  # noqa: SIM102
+            if TRACE:  # noqa: SIM102 — compile-time flag outside, runtime test inside
+                if bh == trace_bh:
                     record_state(TR, pid_m, full_hi // BLOCK_N - 1, n_kv, m, l, alpha, acc,
                                  BLOCK_M, D_PAD)
     else:
@@ -225,8 +227,8 @@ def _attn_fwd(Q, K, V, O, LSE, TR, qk_scale2,
             acc, l, m, alpha = online_softmax_step(acc, l, m, s, v, qk_scale2, rows, cols, N_K,
                                                    off, False, CAUSAL, POS_SCALE, P_DTYPE,
                                                    UPCAST, DOT_PREC)
-            if TRACE:
-                if bh == trace_bh:  # noqa: SIM102
+            if TRACE:  # noqa: SIM102 — compile-time flag outside, runtime test inside
+                if bh == trace_bh:
                     record_state(TR, pid_m, start_n // BLOCK_N, n_kv, m, l, alpha, acc, BLOCK_M,
                                  D_PAD)
     for start_n in range(full_hi, hi, BLOCK_N):
@@ -237,8 +239,8 @@ def _attn_fwd(Q, K, V, O, LSE, TR, qk_scale2,
         acc, l, m, alpha = online_softmax_step(acc, l, m, s, v, qk_scale2, rows, cols, N_K, off,
                                                True, CAUSAL, POS_SCALE, P_DTYPE, UPCAST,
                                                DOT_PREC)
-        if TRACE:
-            if bh == trace_bh:  # noqa: SIM102
+        if TRACE:  # noqa: SIM102 — compile-time flag outside, runtime test inside
+            if bh == trace_bh:
                 record_state(TR, pid_m, start_n // BLOCK_N, n_kv, m, l, alpha, acc, BLOCK_M,
                              D_PAD)
 
@@ -249,6 +251,9 @@ def _attn_fwd(Q, K, V, O, LSE, TR, qk_scale2,
     tl.store(LSE + bh.to(tl.int64) * N_Q + rows, lse, mask=rows < N_Q)
     store_rows(o_src, o_base, m0, N_Q, s_on, o.to(O.dtype.element_ty), HEAD_DIM, BLOCK_M, D_PAD,
                USE_TMA)
+
+
+# fmt: on
 
 
 def launch_forward(
@@ -289,4 +294,3 @@ def launch_forward(
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )  # fmt: skip
     return o, lse
-

@@ -39,7 +39,9 @@ def _check_tensor(name: str, x: object) -> torch.Tensor:
     if not isinstance(x, torch.Tensor):
         raise ValueError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
     if x.dim() != 4:
-        raise ValueError(f"{name} must be 4-D (batch, heads, seq, head_dim), got shape {tuple(x.shape)}")
+        raise ValueError(
+            f"{name} must be 4-D (batch, heads, seq, head_dim), got shape {tuple(x.shape)}"
+        )
     if x.dtype not in DTYPES:
         raise ValueError(f"{name} dtype must be float16, bfloat16 or float32, got {x.dtype}")
     if any(s == 0 for s in x.shape):
@@ -70,11 +72,15 @@ def check_attention(q: object, k: object, v: object, causal: object, sm_scale: o
     if not isinstance(causal, bool):
         raise ValueError(f"causal must be a bool, got {causal!r}")
     if k.shape != v.shape:
-        raise ValueError(f"k and v must have the same shape, got {tuple(k.shape)} and {tuple(v.shape)}")
+        raise ValueError(
+            f"k and v must have the same shape, got {tuple(k.shape)} and {tuple(v.shape)}"
+        )
     if not (q.dtype == k.dtype == v.dtype):
         raise ValueError(f"q, k and v must share a dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
     if not (q.device == k.device == v.device):
-        raise ValueError(f"q, k and v must be on one device, got {q.device}, {k.device}, {v.device}")
+        raise ValueError(
+            f"q, k and v must be on one device, got {q.device}, {k.device}, {v.device}"
+        )
     check_device(q)
     b, h, _, d = q.shape
     bk, hk, nk, dk = k.shape

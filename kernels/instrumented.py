@@ -9,7 +9,8 @@ other call) the stores are not compiled at all.
 
 The host turns the buffer into a simulator Trace: the ops, phases, counters and metadata come
 from the simulator's FA-2 tile program for the same problem, tiles and seed
-(simulator.tracing.build_trace); the `state` of every event comes from the kernel. m is given in
+(simulator.tracing.build_trace), and the `state` of every event is built by the simulator's own
+state builder (simulator.trace_states.forward_states) from the kernel's numbers. m is given in
 natural units (the kernel keeps it in the log2 domain). Key blocks a query block skips keep its
 previous state with α = 1, as the simulator's numerics do.
 
@@ -19,15 +20,17 @@ Leaves out: backward and decode traces, and timing (events carry no cycles).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import torch
 import triton
 
-from simulator.numerics import shown_columns
+from simulator.numerics_forward import ForwardRecording
 from simulator.problem import AttentionProblem, TileConfig
-from simulator.trace import PHASES, Trace, json_floats
+from simulator.snapshots import block_mean
+from simulator.tiling import TileGrid
+from simulator.trace import Trace
+from simulator.trace_states import forward_states
 from simulator.tracing import build_trace, random_inputs
 
 from .config import KernelConfig
@@ -126,51 +129,22 @@ def measured_trace(
     )
     config = KernelConfig(tiles.block_m, tiles.block_n, tiles.warps, tiles.stages)
     rec = trace_forward(q, k, v, problem.causal, problem.scale, config=config)
-    stride = shown_columns(problem.head_dim, o_col_limit)
-    acc_shown = _mean_columns(rec.acc, stride)
-    ops = simulated.ops
-    snap, phase, q_block = ops.columns["snapshot"], ops.columns["phase"], ops.columns["q_block"]
-    softmax, store = PHASES.index("softmax"), PHASES.index("store")
-
-    def state_of(i: int) -> dict[str, Any]:
-        r0 = int(q_block[i]) * tiles.block_m
-        r1 = min(r0 + tiles.block_m, problem.seq_q)
-        s = int(snap[i])
-        if s < 0:
-            m, l, alpha = np.full(r1 - r0, -np.inf), np.zeros(r1 - r0), None
-        else:
-            m, l, alpha = rec.m[s, r0:r1], rec.l[s, r0:r1], rec.alpha[s, r0:r1]
-        # the softmax op has updated m, ℓ and α but not yet the accumulator
-        a = s - 1 if phase[i] == softmax else s
-        acc = acc_shown[a, r0:r1] if a >= 0 else np.zeros((r1 - r0, acc_shown.shape[-1]))
-        with np.errstate(divide="ignore", invalid="ignore"):
-            o_hat = np.where(l[:, None] > 0, acc / np.maximum(l[:, None], 1e-30), 0.0)
-        return {
-            "rows": [r0, r1],
-            "m": json_floats(m),
-            "l": json_floats(l),
-            "alpha": json_floats(alpha),
-            "o": json_floats(acc, 5),
-            "o_hat": json_floats(o_hat, 5),
-            "col_stride": stride,
-            "final": bool(phase[i] == store),
-        }
-
+    stride = int(simulated.meta["col_stride"])
+    as_simulated = ForwardRecording(
+        m=rec.m,
+        l=rec.l,
+        alpha=rec.alpha,
+        acc=block_mean(rec.acc, stride),
+        o=rec.o,
+        lse=rec.lse,
+        col_stride=stride,
+    )
+    state_of = forward_states(simulated.ops, TileGrid(problem, tiles), as_simulated)
     meta = dict(simulated.meta)
     meta["source"] = "measured"
     meta["device"] = describe()
     meta["kernel"] = {"config": config.as_list(), "file": "kernels/forward.py"}
-    o_ref = simulated.extras.get("o_ref")
-    if o_ref is not None:
-        meta["max_abs_err"] = float(np.max(np.abs(rec.o - o_ref)))
-    extras = {"o": rec.o, "lse": rec.lse, "recording": rec, "simulated": simulated}
-    return Trace(meta=meta, ops=ops, state_of=state_of, extras=extras)
-
-
-def _mean_columns(acc: np.ndarray, stride: int) -> np.ndarray:
-    """Average each group of `stride` head-dim columns (the trace shows at most a few dozen)."""
-    if stride == 1:
-        return acc
-    d = acc.shape[-1]
-    keep = d // stride * stride
-    return acc[..., :keep].reshape(*acc.shape[:-1], d // stride, stride).mean(axis=-1)
+    o_ref = simulated.extras["o_ref"]
+    meta["max_abs_err"] = float(np.max(np.abs(rec.o - o_ref), initial=0.0))
+    extras = {"o": rec.o, "o_ref": o_ref, "lse": rec.lse, "recording": rec, "simulated": simulated}
+    return Trace(meta=meta, ops=simulated.ops, state_of=state_of, extras=extras)

@@ -71,7 +71,12 @@ def prepare_tma(tma: bool) -> None:
 
 
 def gpu_name() -> str:
-    return "interpreter" if interpreting() else torch.cuda.get_device_name()
+    return "interpreter" if interpreting() else _cuda_name()
+
+
+@lru_cache
+def _cuda_name() -> str:
+    return torch.cuda.get_device_name()
 
 
 def choose_config(

@@ -80,4 +80,3 @@ def attention_backward(
     dk = dk.view(b, kv_heads, group, nk, d).sum(2)  # (B, H_kv, N_k, d)
     dv = dv.view(b, kv_heads, group, nk, d).sum(2)
     return dq, dk, dv
-

@@ -46,4 +46,6 @@ def assert_close(
     assert not torch.isnan(out).any(), f"{what}: NaN (unwritten or invalid) elements, seed={seed}"
     err, base = max_err(out, ref), max_err(lowp, ref)
     bound = 2 * base + FLOOR[out.dtype]
-    assert err <= bound, f"{what}: error {err:.3g} > bound {bound:.3g} (pytorch {base:.3g}), seed={seed}"
+    assert err <= bound, (
+        f"{what}: error {err:.3g} > bound {bound:.3g} (pytorch {base:.3g}), seed={seed}"
+    )

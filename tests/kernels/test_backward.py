@@ -14,7 +14,7 @@ from .conftest import assert_close, rand
 F16 = torch.float16
 
 
-def check_backward(seed, b, h, h_kv, n_q, n_k, d, causal, dtype=F16, **kw):  # noqa: ANN001, ANN201
+def check_backward(seed, b, h, h_kv, n_q, n_k, d, causal, dtype=F16, **kw):
     q = rand(b, h, n_q, d, dtype=dtype).requires_grad_()
     k = rand(b, h_kv, n_k, d, dtype=dtype).requires_grad_()
     v = rand(b, h_kv, n_k, d, dtype=dtype).requires_grad_()

@@ -13,7 +13,7 @@ from simulator.problem import decode_splits
 from .conftest import DEV, assert_close, rand
 
 
-def reference(q, k, v, lens, dtype):  # noqa: ANN001, ANN201
+def reference(q, k, v, lens, dtype):
     """Per batch over its valid keys; a batch with no key gets zeros."""
     outs = []
     for b in range(q.shape[0]):
@@ -21,7 +21,9 @@ def reference(q, k, v, lens, dtype):  # noqa: ANN001, ANN201
         if n == 0:
             outs.append(torch.zeros((1, *q.shape[1:]), dtype=torch.float64))
             continue
-        o, _ = attention_forward(q[b : b + 1], k[b : b + 1, :, :n], v[b : b + 1, :, :n], dtype=dtype)
+        o, _ = attention_forward(
+            q[b : b + 1], k[b : b + 1, :, :n], v[b : b + 1, :, :n], dtype=dtype
+        )
         outs.append(o.double().cpu())
     return torch.cat(outs)
 
@@ -35,16 +37,20 @@ def reference(q, k, v, lens, dtype):  # noqa: ANN001, ANN201
         (3, 6, 3, 513, 16, torch.float16, [200, 513, 64]),
     ],
 )
-def test_decode(seed, n_q, h, h_kv, n_cache, d, dtype, lens) -> None:  # noqa: ANN001
+def test_decode(seed, n_q, h, h_kv, n_cache, d, dtype, lens) -> None:
     b = 1 if lens is None else len(lens)
-    q, k, v = rand(b, h, n_q, d, dtype=dtype), rand(b, h_kv, n_cache, d, dtype=dtype), rand(
-        b, h_kv, n_cache, d, dtype=dtype
+    q, k, v = (
+        rand(b, h, n_q, d, dtype=dtype),
+        rand(b, h_kv, n_cache, d, dtype=dtype),
+        rand(b, h_kv, n_cache, d, dtype=dtype),
     )
     seqlens = None if lens is None else torch.tensor(lens, device=DEV)
     o = flash_decode(q, k, v, seqlens)
     what = f"decode n_q={n_q} h={h}/{h_kv} cache={n_cache} d={d} {dtype} lens={lens}"
     assert o.shape == q.shape and o.dtype == dtype, what
-    assert_close(o, reference(q, k, v, lens, torch.float64), reference(q, k, v, lens, dtype), what, seed)
+    assert_close(
+        o, reference(q, k, v, lens, torch.float64), reference(q, k, v, lens, dtype), what, seed
+    )
 
 
 @pytest.mark.parametrize("splits", [1, 3, 7])

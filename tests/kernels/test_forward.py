@@ -13,9 +13,11 @@ from .conftest import assert_close, rand
 F16, BF16, F32 = torch.float16, torch.bfloat16, torch.float32
 
 
-def check_forward(seed, b, h, h_kv, n_q, n_k, d, causal, dtype=F16, scale=None, **kw):  # noqa: ANN001, ANN201
-    q, k, v = rand(b, h, n_q, d, dtype=dtype), rand(b, h_kv, n_k, d, dtype=dtype), rand(
-        b, h_kv, n_k, d, dtype=dtype
+def check_forward(seed, b, h, h_kv, n_q, n_k, d, causal, dtype=F16, scale=None, **kw):
+    q, k, v = (
+        rand(b, h, n_q, d, dtype=dtype),
+        rand(b, h_kv, n_k, d, dtype=dtype),
+        rand(b, h_kv, n_k, d, dtype=dtype),
     )
     o, lse = flash_attention_lse(q, k, v, causal, scale, **kw)
     ref, ref_lse = attention_forward(q, k, v, causal, scale)
@@ -49,7 +51,9 @@ def test_unequal_lengths(seed: int, n_q: int, n_k: int, causal: bool) -> None:
     check_forward(seed, 1, 4, 2, n_q, n_k, 64, causal)
 
 
-@pytest.mark.parametrize(("dtype", "n_q", "n_k"), [(BF16, 97, 97), (BF16, 200, 150), (F32, 97, 130)])
+@pytest.mark.parametrize(
+    ("dtype", "n_q", "n_k"), [(BF16, 97, 97), (BF16, 200, 150), (F32, 97, 130)]
+)
 def test_dtypes(seed: int, dtype: torch.dtype, n_q: int, n_k: int) -> None:
     check_forward(seed, 1, 2, 1, n_q, n_k, 64, True, dtype)
 

@@ -1,6 +1,8 @@
 """The same checks on a CUDA GPU at long sequences (up to 16384), bf16 and strided inputs.
 
 Marked `gpu`: skipped where there is no CUDA device (CI runs the interpreter tests instead).
+tests/conftest.py turns the interpreter on unless told otherwise, so on a GPU machine run
+`TRITON_INTERPRET=0 python -m pytest -m gpu tests/kernels`.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ pytestmark = [
 F16, BF16 = torch.float16, torch.bfloat16
 
 
-def grads(q, k, v, do, causal, **kw):  # noqa: ANN001, ANN201
+def grads(q, k, v, do, causal, **kw):
     leaves = [x.detach().requires_grad_() for x in (q, k, v)]
     return torch.autograd.grad(flash_attention(*leaves, causal, **kw), leaves, do)
 
@@ -34,15 +36,20 @@ def grads(q, k, v, do, causal, **kw):  # noqa: ANN001, ANN201
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 @pytest.mark.parametrize(("n", "d"), [(16384, 128), (4096, 64), (3001, 80), (1000, 256)])
 def test_long_sequences(seed: int, n: int, d: int, causal: bool, dtype: torch.dtype) -> None:
-    q, k, v, do = rand(1, 2, n, d, dtype=dtype), rand(1, 1, n, d, dtype=dtype), rand(
-        1, 1, n, d, dtype=dtype
-    ), rand(1, 2, n, d, dtype=dtype)
+    q, k, v, do = (
+        rand(1, 2, n, d, dtype=dtype),
+        rand(1, 1, n, d, dtype=dtype),
+        rand(1, 1, n, d, dtype=dtype),
+        rand(1, 2, n, d, dtype=dtype),
+    )
     o, lse = flash_attention_lse(q, k, v, causal)
     ref, ref_lse = attention_forward(q, k, v, causal)
     lowp, _ = attention_forward(q, k, v, causal, dtype=dtype)
     what = f"n={n} d={d} causal={causal} {dtype}"
     assert_close(o, ref, lowp, f"O {what}", seed)
-    assert torch.allclose(lse, ref_lse.to(lse.device), atol=1e-3, rtol=1e-4), f"LSE {what}, seed={seed}"
+    assert torch.allclose(lse, ref_lse.to(lse.device), atol=1e-3, rtol=1e-4), (
+        f"LSE {what}, seed={seed}"
+    )
     del ref, lowp
     got = grads(q, k, v, do, causal)
     ref = attention_backward(q, k, v, do, causal)
@@ -54,11 +61,18 @@ def test_long_sequences(seed: int, n: int, d: int, causal: bool, dtype: torch.dt
 @pytest.mark.parametrize("use_tma", [False, True], ids=["pointers", "descriptors"])
 @pytest.mark.parametrize("route", ["separate", "atomic"])
 def test_ragged_gqa_both_routes(seed: int, route: str, use_tma: bool) -> None:
-    q, k, v, do = rand(2, 8, 1537, 64), rand(2, 2, 2049, 64), rand(2, 2, 2049, 64), rand(2, 8, 1537, 64)
+    q, k, v, do = (
+        rand(2, 8, 1537, 64),
+        rand(2, 2, 2049, 64),
+        rand(2, 2, 2049, 64),
+        rand(2, 8, 1537, 64),
+    )
     for causal in (False, True):
         o, lse = flash_attention_lse(q, k, v, causal, use_tma=use_tma)
         ref, _ = attention_forward(q, k, v, causal)
-        assert_close(o, ref, attention_forward(q, k, v, causal, dtype=F16)[0], f"O causal={causal}", seed)
+        assert_close(
+            o, ref, attention_forward(q, k, v, causal, dtype=F16)[0], f"O causal={causal}", seed
+        )
         got = launch_backward(q, k, v, o, lse, do, causal, 0.125, dq_mode=route, use_tma=use_tma)
         ref = attention_backward(q, k, v, do, causal)
         lowp = attention_backward(q, k, v, do, causal, dtype=F16)
@@ -96,7 +110,10 @@ def test_decode_long_cache(seed: int, h: int, h_kv: int, n_q: int) -> None:
 def test_instrumented_trace_on_gpu(seed: int) -> None:
     problem = AttentionProblem(seq_q=300, head_dim=64, dtype="fp16")
     tiles = TileConfig(64, 64)
-    measured, simulated = measured_trace(problem, tiles, seed), build_trace("fa2", problem, tiles, seed)
+    measured, simulated = (
+        measured_trace(problem, tiles, seed),
+        build_trace("fa2", problem, tiles, seed),
+    )
     last = len(measured) - 1
     for key in ("m", "l", "o_hat"):
         x = np.array(measured.event(last)["state"][key], dtype=float)

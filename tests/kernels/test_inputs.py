@@ -15,7 +15,7 @@ Q = (1, 4, 8, 16)
 KV = (1, 2, 8, 16)
 
 
-def call(q_shape=Q, kv_shape=KV, v_shape=None, dtypes=(torch.float16,) * 3, **kw):  # noqa: ANN001, ANN201
+def call(q_shape=Q, kv_shape=KV, v_shape=None, dtypes=(torch.float16,) * 3, **kw):
     q = rand(*q_shape, dtype=dtypes[0])
     k = rand(*kv_shape, dtype=dtypes[1])
     v = rand(*(v_shape or kv_shape), dtype=dtypes[2])
@@ -48,7 +48,7 @@ def test_attention_rejects(kwargs: dict, match: str) -> None:
 
 
 def test_not_a_tensor() -> None:
-    with pytest.raises(ValueError, match="torch.Tensor"):
+    with pytest.raises(ValueError, match=r"torch\.Tensor"):
         flash_attention([[1.0]], rand(*KV), rand(*KV))
 
 
