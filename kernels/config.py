@@ -1,0 +1,123 @@
+"""Tile configurations: the explicit override type and the per-GPU choices the kernels default to.
+
+`KernelConfig(block_m, block_n, num_warps, num_stages)` fixes a launch: for the forward pass
+block_m query rows per CTA and block_n keys per inner step; for the backward pass block_n keys
+per CTA and block_m query rows per inner step; for decode block_n keys per step (block_m is
+ignored: the rows are the query tokens of one K/V head). Defaults come from `tuned.json`, written
+by `benchmarks/tune.py` on each GPU; a GPU missing from it is autotuned on first use
+(`kernels.tuning`), and the interpreter uses small fixed tiles.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+TUNED_FILE = Path(__file__).with_name("tuned.json")
+
+
+def _power_of_two(x: int) -> bool:
+    return x >= 1 and x & (x - 1) == 0
+
+
+@dataclass(frozen=True)
+class KernelConfig:
+    """One launch configuration of a kernel (all four are Triton compile-time constants)."""
+
+    block_m: int = 64
+    block_n: int = 64
+    num_warps: int = 4
+    num_stages: int = 2
+    prefetch: bool = False  # forward only: issue the next tile's Q Kᵀ before this softmax
+
+    def __post_init__(self) -> None:
+        for name in ("block_m", "block_n"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise ValueError(f"{name} must be an integer, got {value!r}")
+            if not (_power_of_two(value) and 16 <= value <= 256):
+                raise ValueError(f"{name} must be a power of two in [16, 256], got {value}")
+        if self.num_warps not in (1, 2, 4, 8, 16):
+            raise ValueError(f"num_warps must be 1, 2, 4, 8 or 16, got {self.num_warps!r}")
+        if isinstance(self.num_stages, bool) or self.num_stages not in range(1, 9):
+            raise ValueError(f"num_stages must be an integer in [1, 8], got {self.num_stages!r}")
+        if not isinstance(self.prefetch, bool):
+            raise ValueError(f"prefetch must be a bool, got {self.prefetch!r}")
+
+    def as_list(self) -> list[int]:
+        """[block_m, block_n, num_warps, num_stages, prefetch (0/1)], as tuned.json holds them."""
+        return [self.block_m, self.block_n, self.num_warps, self.num_stages, int(self.prefetch)]
+
+    @classmethod
+    def from_list(cls, entry: list[int]) -> KernelConfig:
+        bm, bn, warps, stages, *rest = entry
+        return cls(bm, bn, warps, stages, bool(rest[0]) if rest else False)
+
+
+def table_key(mode: str, dtype_bits: int, d_pad: int, causal: bool) -> str:
+    """Key of a tuned-table entry, e.g. "fwd/16/d128/causal"."""
+    return f"{mode}/{dtype_bits}/d{d_pad}/{'causal' if causal else 'full'}"
+
+
+@lru_cache
+def tuned_table() -> dict[str, dict[str, dict]]:
+    """GPU name → {"configs": key → [bm, bn, warps, stages, ws], "routes": key → name}."""
+    if not TUNED_FILE.exists():
+        return {}
+    return json.loads(TUNED_FILE.read_text())["gpus"]
+
+
+def lookup(gpu: str, key: str) -> KernelConfig | None:
+    entry = tuned_table().get(gpu, {}).get("configs", {}).get(key)
+    return KernelConfig.from_list(entry) if entry else None
+
+
+def route(gpu: str, key: str) -> str | None:
+    """A measured choice between two kernel structures (the backward's dQ route)."""
+    return tuned_table().get(gpu, {}).get("routes", {}).get(key)
+
+
+# What the interpreter runs: small tiles keep its per-program NumPy work short, and tiles of
+# unequal sides exercise the causal diagonal logic.
+INTERPRETER = {
+    "fwd": KernelConfig(32, 16, 4, 1),
+    "bwd": KernelConfig(16, 32, 4, 1),
+    "bwd-atomic": KernelConfig(16, 32, 4, 1),
+    "bwd-dq": KernelConfig(32, 16, 4, 1),
+    "decode": KernelConfig(16, 32, 4, 1),
+}
+
+
+C = KernelConfig
+# Per kind of kernel, per padded head_dim: what an unknown GPU tries (each fits in Hopper's
+# 227 KiB of shared memory at that head_dim).
+CANDIDATES = {
+    "fwd": {
+        64: [C(128, 64, 4, 3), C(64, 64, 4, 3), C(128, 128, 8, 2)],
+        128: [C(128, 128, 8, 3), C(128, 64, 8, 3), C(64, 64, 4, 3)],
+        256: [C(64, 64, 4, 2), C(64, 32, 4, 2), C(128, 32, 8, 2)],
+    },
+    "bwd": {
+        64: [C(64, 64, 4, 3), C(32, 64, 4, 3), C(32, 128, 4, 3)],
+        128: [C(64, 64, 4, 2), C(32, 64, 4, 3), C(64, 128, 8, 2)],
+        256: [C(32, 64, 4, 2), C(16, 64, 4, 2), C(32, 32, 4, 2)],
+    },
+    "bwd-dq": {
+        64: [C(128, 32, 4, 3), C(128, 64, 8, 3), C(64, 64, 4, 3)],
+        128: [C(128, 64, 8, 3), C(128, 32, 4, 3), C(64, 64, 4, 2)],
+        256: [C(64, 32, 4, 2), C(32, 32, 4, 2), C(64, 16, 4, 2)],
+    },
+    "decode": {
+        64: [C(16, 64, 4, 3), C(16, 128, 4, 2), C(16, 32, 4, 3)],
+        128: [C(16, 64, 4, 3), C(16, 128, 4, 2), C(16, 32, 4, 3)],
+        256: [C(16, 64, 4, 2), C(16, 32, 4, 3)],
+    },
+}
+CANDIDATES["bwd-atomic"] = CANDIDATES["bwd"]
+
+
+def candidates(mode: str, d_pad: int) -> list[KernelConfig]:
+    """Configurations worth timing on a GPU that kernels/tuned.json does not list."""
+    return CANDIDATES[mode][max(64, d_pad)]

@@ -1,0 +1,224 @@
+"""Flash-Decoding in Triton: a few new query tokens against a long K/V cache, split over the cache.
+
+    flash_decode(q, k_cache, v_cache, cache_seqlens=None, sm_scale=None, *, config=None,
+                 splits=None) → O
+
+q (B, H, N_q, d) with 1 ≤ N_q ≤ 16; k_cache and v_cache (B, H_kv, N_cache, d); cache_seqlens
+(B,) integers in [0, N_cache]: batch b attends to its first cache_seqlens[b] keys (all of them
+when None). Every query token sees every valid key (no causal mask); a batch with no valid key
+gets O = 0, the fully-masked-row convention of the other kernels.
+
+Loop order: the split kernel runs one program per (split s, batch · K/V head). It packs the
+group = H / H_kv query heads that share the K/V head, times N_q tokens, into one tile of
+R = group · N_q rows (padded to 16 on chip), so each K/V block is read once for all of them, and
+streams the key blocks [s·b, (s+1)·b) of its chunk (b = ⌈n_blocks / S⌉) with the online softmax.
+It writes a normalized fp32 partial O and the partial LSE for its R rows (−∞ for an empty chunk).
+The reduce kernel, one program per (batch · K/V head), merges the S partials of its rows by
+their LSE and writes O. S = simulator.problem.decode_splits(B · H_kv, n_blocks, SMs).
+
+Leaves out: paged caches (block tables), appending new keys to the cache, causal masking among
+the new tokens, rotary embeddings, fp8 caches.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from simulator.problem import decode_splits
+
+from .config import KernelConfig
+from .device import interpreting
+from .forward import load_rows, make_source
+from .inputs import check_attention, last_dim_contiguous
+from .launch import (
+    choose_config,
+    dot_precision,
+    output,
+    pad_dim,
+    prepare_tma,
+    upcast,
+    use_tma_for,
+)
+
+LOG2E = 1.4426950408889634
+MAX_QUERY_TOKENS = 16
+
+
+# Triton kernels keep compact argument lists, as in Triton's own tutorials.
+# fmt: off
+@triton.jit
+def _decode_split(Q, K, V, LENS, PO, PL, qk_scale2,
+                  s_qb, s_qh, s_qn, s_kb, s_kh, s_kn, s_vb, s_vh, s_vn,
+                  H_KV, GROUP, N_Q, N_CACHE, BLOCKS_PER_SPLIT, SPLITS,
+                  HEAD_DIM: tl.constexpr, D_PAD: tl.constexpr, R_PAD: tl.constexpr,
+                  BLOCK_N: tl.constexpr, HAS_LENS: tl.constexpr, USE_TMA: tl.constexpr,
+                  UPCAST: tl.constexpr, DOT_PREC: tl.constexpr):
+    split = tl.program_id(0)
+    bhk = tl.program_id(1)
+    b = bhk // H_KV
+    hk = bhk % H_KV
+    n_rows = GROUP * N_Q
+    r = tl.arange(0, R_PAD)
+    c = tl.arange(0, D_PAD)
+    head = hk * GROUP + r // N_Q  # row r is token r % N_q of query head hk · group + r // N_q
+    q_ptrs = (Q + b.to(tl.int64) * s_qb + head.to(tl.int64)[:, None] * s_qh
+              + (r % N_Q)[:, None] * s_qn + c[None, :])
+    q = tl.load(q_ptrs, mask=(r < n_rows)[:, None] & (c < HEAD_DIM)[None, :], other=0.0)
+    if UPCAST:
+        q = q.to(tl.float32)
+    length = N_CACHE
+    if HAS_LENS:
+        length = tl.load(LENS + b).to(tl.int32)
+    start = split * BLOCKS_PER_SPLIT * BLOCK_N
+    stop = tl.minimum(start + BLOCKS_PER_SPLIT * BLOCK_N, length)
+    k_base = K + b.to(tl.int64) * s_kb + hk.to(tl.int64) * s_kh
+    v_base = V + b.to(tl.int64) * s_vb + hk.to(tl.int64) * s_vh
+    k_src = make_source(k_base, N_CACHE, s_kn, HEAD_DIM, BLOCK_N, D_PAD, USE_TMA)
+    v_src = make_source(v_base, N_CACHE, s_vn, HEAD_DIM, BLOCK_N, D_PAD, USE_TMA)
+
+    m = tl.full([R_PAD], float("-inf"), tl.float32)
+    l = tl.zeros([R_PAD], tl.float32)
+    acc = tl.zeros([R_PAD, D_PAD], tl.float32)
+    for n0 in range(start, stop, BLOCK_N):
+        k = load_rows(k_src, k_base, n0, N_CACHE, s_kn, HEAD_DIM, BLOCK_N, D_PAD, USE_TMA)
+        v = load_rows(v_src, v_base, n0, N_CACHE, s_vn, HEAD_DIM, BLOCK_N, D_PAD, USE_TMA)
+        if UPCAST:
+            k = k.to(tl.float32)
+            v = v.to(tl.float32)
+        cols = n0 + tl.arange(0, BLOCK_N)
+        s = tl.dot(q, tl.trans(k), input_precision=DOT_PREC) * qk_scale2  # (R_PAD, BN)
+        s = tl.where((cols < stop)[None, :], s, float("-inf"))
+        m_new = tl.maximum(m, tl.max(s, 1))
+        alpha = tl.math.exp2(m - m_new)  # every visited block has a valid key: m_new is finite
+        p = tl.math.exp2(s - m_new[:, None])
+        l = l * alpha + tl.sum(p, 1)
+        pv = p.to(V.dtype.element_ty)
+        if UPCAST:
+            pv = pv.to(tl.float32)
+        acc = tl.dot(pv, v, acc * alpha[:, None], input_precision=DOT_PREC)
+        m = m_new
+    seen = l > 0
+    o = acc / tl.where(seen, l, 1.0)[:, None]
+    lse2 = tl.where(seen, m + tl.math.log2(tl.where(seen, l, 1.0)), float("-inf"))
+    part = (bhk * SPLITS + split).to(tl.int64) * n_rows
+    keep = r < n_rows
+    tl.store(PL + part + r, lse2, mask=keep)
+    tl.store(PO + (part + r)[:, None] * HEAD_DIM + c[None, :], o,
+             mask=keep[:, None] & (c < HEAD_DIM)[None, :])
+
+
+@triton.jit
+def _decode_reduce(PO, PL, O, s_ob, s_oh, s_on, H_KV, GROUP, N_Q, SPLITS,
+                   HEAD_DIM: tl.constexpr, D_PAD: tl.constexpr, R_PAD: tl.constexpr):
+    bhk = tl.program_id(0)
+    b = bhk // H_KV
+    hk = bhk % H_KV
+    n_rows = GROUP * N_Q
+    r = tl.arange(0, R_PAD)
+    c = tl.arange(0, D_PAD)
+    keep = r < n_rows
+    tile_mask = keep[:, None] & (c < HEAD_DIM)[None, :]
+    m = tl.full([R_PAD], float("-inf"), tl.float32)
+    w = tl.zeros([R_PAD], tl.float32)
+    acc = tl.zeros([R_PAD, D_PAD], tl.float32)
+    for split in range(SPLITS):
+        part = (bhk * SPLITS + split).to(tl.int64) * n_rows
+        lse2 = tl.load(PL + part + r, mask=keep, other=float("-inf"))
+        o = tl.load(PO + (part + r)[:, None] * HEAD_DIM + c[None, :], mask=tile_mask, other=0.0)
+        m_new = tl.maximum(m, lse2)
+        m_sub = tl.where(m_new == float("-inf"), 0.0, m_new)
+        alpha = tl.math.exp2(m - m_sub)
+        beta = tl.math.exp2(lse2 - m_sub)
+        w = w * alpha + beta
+        acc = acc * alpha[:, None] + o * beta[:, None]
+        m = m_new
+    out = acc / tl.where(w > 0, w, 1.0)[:, None]
+    head = hk * GROUP + r // N_Q
+    o_ptrs = (O + b.to(tl.int64) * s_ob + head.to(tl.int64)[:, None] * s_oh
+              + (r % N_Q)[:, None] * s_on + c[None, :])
+    tl.store(o_ptrs, out.to(O.dtype.element_ty), mask=tile_mask)
+
+
+# fmt: on
+
+
+def _check_lens(cache_seqlens: object, batch: int, n_cache: int, device: torch.device) -> None:
+    if not isinstance(cache_seqlens, torch.Tensor):
+        raise ValueError(
+            f"cache_seqlens must be a tensor or None, got {type(cache_seqlens).__name__}"
+        )
+    if cache_seqlens.dtype not in (torch.int32, torch.int64):
+        raise ValueError(f"cache_seqlens must be int32 or int64, got {cache_seqlens.dtype}")
+    if tuple(cache_seqlens.shape) != (batch,):
+        raise ValueError(
+            f"cache_seqlens must have shape ({batch},), got {tuple(cache_seqlens.shape)}"
+        )
+    if cache_seqlens.device != device:
+        raise ValueError(f"cache_seqlens must be on {device}, got {cache_seqlens.device}")
+    lo, hi = int(cache_seqlens.min()), int(cache_seqlens.max())
+    if lo < 0 or hi > n_cache:
+        raise ValueError(f"cache_seqlens must lie in [0, {n_cache}], got values in [{lo}, {hi}]")
+
+
+def sm_count() -> int:
+    """Streaming multiprocessors of this GPU (132, an H100's, under the interpreter)."""
+    return 132 if interpreting() else torch.cuda.get_device_properties(0).multi_processor_count
+
+
+def flash_decode(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    cache_seqlens: torch.Tensor | None = None,
+    sm_scale: float | None = None,
+    *,
+    config: KernelConfig | None = None,
+    splits: int | None = None,
+    use_tma: bool | None = None,
+) -> torch.Tensor:
+    """Attention of 1–16 query tokens per head over a K/V cache; returns O (B, H, N_q, d)."""
+    shapes = check_attention(q, k_cache, v_cache, False, sm_scale)
+    if shapes.seq_q > MAX_QUERY_TOKENS:
+        raise ValueError(f"decode takes 1 to {MAX_QUERY_TOKENS} query tokens, got {shapes.seq_q}")
+    if config is not None and not isinstance(config, KernelConfig):
+        raise ValueError(f"config must be a KernelConfig or None, got {type(config).__name__}")
+    if cache_seqlens is not None:
+        _check_lens(cache_seqlens, shapes.batch, shapes.seq_k, q.device)
+    q, k, v = (last_dim_contiguous(x) for x in (q, k_cache, v_cache))
+    b, _, n_q, d = q.shape
+    h_kv, n_cache = k.shape[1], k.shape[2]
+    d_pad = pad_dim(d)
+    cfg = config or choose_config(
+        "decode", q.dtype, d_pad, False,
+        lambda c: flash_decode(q, k, v, cache_seqlens, sm_scale, config=c, use_tma=use_tma),
+    )  # fmt: skip
+    n_blocks = triton.cdiv(n_cache, cfg.block_n)
+    if splits is None:
+        splits = decode_splits(b * h_kv, n_blocks, sm_count())
+    if isinstance(splits, bool) or not isinstance(splits, int) or not 1 <= splits <= n_blocks:
+        raise ValueError(f"splits must be an integer in [1, {n_blocks}], got {splits!r}")
+    per_split = triton.cdiv(n_blocks, splits)
+    splits = triton.cdiv(n_blocks, per_split)  # drop splits that would have no block at all
+    rows = shapes.group * n_q
+    r_pad = max(16, triton.next_power_of_2(rows))
+    part_o = output((b * h_kv, splits, rows, d), torch.float32, q.device)
+    part_l = output((b * h_kv, splits, rows), torch.float32, q.device)
+    o = output(q.shape, q.dtype, q.device)  # (B, H, N_q, d)
+    tma = use_tma_for([k, v], use_tma)
+    prepare_tma(tma)
+    lens = cache_seqlens if cache_seqlens is not None else part_l
+    _decode_split[(splits, b * h_kv)](
+        q, k, v, lens, part_o, part_l, shapes.scale * LOG2E,
+        *q.stride()[:3], *k.stride()[:3], *v.stride()[:3],
+        h_kv, shapes.group, n_q, n_cache, per_split, splits,
+        HEAD_DIM=d, D_PAD=d_pad, R_PAD=r_pad, BLOCK_N=cfg.block_n,
+        HAS_LENS=cache_seqlens is not None, USE_TMA=tma, UPCAST=upcast(q.dtype),
+        DOT_PREC=dot_precision(q.dtype), num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+    )  # fmt: skip
+    _decode_reduce[(b * h_kv,)](
+        part_o, part_l, o, *o.stride()[:3], h_kv, shapes.group, n_q, splits,
+        HEAD_DIM=d, D_PAD=d_pad, R_PAD=r_pad, num_warps=4,
+    )  # fmt: skip
+    return o

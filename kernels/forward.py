@@ -1,0 +1,296 @@
+"""FlashAttention-2 forward pass in Triton: O = softmax(Q Kᵀ · scale, causal-masked) V, and LSE.
+
+Loop order: one program (CTA) per (query block i, batch · head); Q_i stays on chip for the whole
+program; the inner loop streams the K/V blocks that block i can see, in key order: first the
+tiles that need no mask, then the partial ones (the causal diagonal and the ragged last key
+block) with the mask applied. Fully masked tiles are skipped; causal query blocks are launched
+heaviest first. The online softmax runs in the log2 domain (scale · log2 e folded into one
+multiply, exp2), the accumulator stays unnormalized until the end, and each program writes its
+O rows and one natural-log LSE per row (−∞, with O = 0, for a row that sees no key).
+
+Memory: on Hopper each program builds tensor descriptors for its (batch, head) and loads tiles
+with the tensor-memory copy engine (out-of-range rows and columns read as zeros, stores are
+clipped); elsewhere, or for strides the engine cannot take, plain masked loads. Grouped-query
+attention reads K/V head h // group. head_dim is padded to a power of two on chip.
+
+TRACE (compile-time): the program of one chosen (batch, head) also stores m, ℓ, α and the
+accumulator after every inner iteration into a side buffer (kernels/instrumented.py). With
+TRACE off that code does not exist in the compiled kernel.
+
+Leaves out: dropout, attention bias, sliding windows, variable-length (packed) batches, fp8,
+and persistent or warp-specialized schedules.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from .config import KernelConfig
+from .launch import (
+    choose_config,
+    dot_precision,
+    output,
+    pad_dim,
+    prepare_tma,
+    upcast,
+    use_tma_for,
+)
+
+LOG2E = 1.4426950408889634
+LN2 = 0.6931471805599453
+
+
+# Triton kernels keep compact argument lists, as in Triton's own tutorials.
+# fmt: off
+@triton.jit
+def load_rows(src, base, row0, n_rows, stride, HEAD_DIM: tl.constexpr, ROWS: tl.constexpr,
+              D_PAD: tl.constexpr, USE_TMA: tl.constexpr):
+    """A (ROWS, D_PAD) tile starting at row0; rows ≥ n_rows and columns ≥ HEAD_DIM read as 0."""
+    if USE_TMA:
+        tile = src.load([row0, 0])
+    else:
+        rows = row0 + tl.arange(0, ROWS)
+        cols = tl.arange(0, D_PAD)
+        mask = (rows < n_rows)[:, None] & (cols < HEAD_DIM)[None, :]
+        ptrs = base + rows.to(tl.int64)[:, None] * stride + cols[None, :]
+        tile = tl.load(ptrs, mask=mask, other=0.0)
+    return tile
+
+
+@triton.jit
+def store_rows(dst, base, row0, n_rows, stride, tile, HEAD_DIM: tl.constexpr, ROWS: tl.constexpr,
+               D_PAD: tl.constexpr, USE_TMA: tl.constexpr):
+    """Write a (ROWS, D_PAD) tile at row0, dropping rows ≥ n_rows and columns ≥ HEAD_DIM."""
+    if USE_TMA:
+        dst.store([row0, 0], tile)
+    else:
+        rows = row0 + tl.arange(0, ROWS)
+        cols = tl.arange(0, D_PAD)
+        mask = (rows < n_rows)[:, None] & (cols < HEAD_DIM)[None, :]
+        tl.store(base + rows.to(tl.int64)[:, None] * stride + cols[None, :], tile, mask=mask)
+
+
+@triton.jit
+def make_source(base, n_rows, stride, HEAD_DIM: tl.constexpr, ROWS: tl.constexpr,
+                D_PAD: tl.constexpr, USE_TMA: tl.constexpr):
+    """A tensor descriptor over one head's (n_rows, HEAD_DIM) matrix, or the bare pointer."""
+    if USE_TMA:
+        src = tl.make_tensor_descriptor(base, shape=[n_rows, HEAD_DIM], strides=[stride, 1],
+                                        block_shape=[ROWS, D_PAD])
+    else:
+        src = base
+    return src
+
+
+@triton.jit
+def online_softmax_step(acc, l, m, s, v, qk_scale2, rows, cols, n_k, off,
+                        MASKED: tl.constexpr, CAUSAL: tl.constexpr, POS_SCALE: tl.constexpr,
+                        P_DTYPE: tl.constexpr, UPCAST: tl.constexpr, DOT_PREC: tl.constexpr):
+    """Tile (i, j) given S = Q Kⱼᵀ: running max/sum update and Õ ← α·Õ + P Vⱼ (log2 domain)."""
+    if MASKED:
+        keep = (cols < n_k)[None, :]
+        if CAUSAL:
+            keep = keep & (cols[None, :] <= rows[:, None] + off)
+        s = tl.where(keep, s * qk_scale2, float("-inf"))
+        m_new = tl.maximum(m, tl.max(s, 1))
+        m_sub = tl.where(m_new == float("-inf"), 0.0, m_new)  # a row that saw nothing yet
+        p = tl.math.exp2(s - m_sub[:, None])
+        alpha = tl.math.exp2(m - m_sub)
+    else:
+        if POS_SCALE:  # max commutes with a positive scale: one FMA per score
+            m_new = tl.maximum(m, tl.max(s, 1) * qk_scale2)
+            p = tl.math.exp2(s * qk_scale2 - m_new[:, None])
+        else:
+            s = s * qk_scale2
+            m_new = tl.maximum(m, tl.max(s, 1))
+            p = tl.math.exp2(s - m_new[:, None])
+        alpha = tl.math.exp2(m - m_new)
+    l = l * alpha + tl.sum(p, 1)
+    acc = acc * alpha[:, None]
+    p = p.to(P_DTYPE)  # P is rounded to the input dtype before P·V, as FlashAttention does
+    if UPCAST:
+        p = p.to(tl.float32)
+    acc = tl.dot(p, v, acc, input_precision=DOT_PREC)
+    return acc, l, m_new, alpha
+
+
+@triton.jit
+def load_kv(k_src, k_base, v_src, v_base, start_n, N_K, s_kn, s_vn, HEAD_DIM: tl.constexpr,
+            BLOCK_N: tl.constexpr, D_PAD: tl.constexpr, USE_TMA: tl.constexpr,
+            UPCAST: tl.constexpr):
+    k = load_rows(k_src, k_base, start_n, N_K, s_kn, HEAD_DIM, BLOCK_N, D_PAD, USE_TMA)
+    v = load_rows(v_src, v_base, start_n, N_K, s_vn, HEAD_DIM, BLOCK_N, D_PAD, USE_TMA)
+    if UPCAST:
+        k = k.to(tl.float32)
+        v = v.to(tl.float32)
+    return k, v
+
+
+@triton.jit
+def record_state(TR, pid_m, j, n_kv, m, l, alpha, acc, BLOCK_M: tl.constexpr,
+                 D_PAD: tl.constexpr):
+    """Side buffer row block [pid_m, j]: (BLOCK_M, D_PAD + 3) = accumulator | m | ℓ | α."""
+    width: tl.constexpr = D_PAD + 3
+    base = TR + (pid_m * n_kv + j).to(tl.int64) * (BLOCK_M * width)
+    r = tl.arange(0, BLOCK_M)
+    c = tl.arange(0, D_PAD)
+    tl.store(base + r[:, None] * width + c[None, :], acc)
+    tl.store(base + r * width + D_PAD, m * 0.6931471805599453)  # log2 domain → natural
+    tl.store(base + r * width + D_PAD + 1, l)
+    tl.store(base + r * width + D_PAD + 2, alpha)
+
+
+@triton.jit
+def _attn_fwd(Q, K, V, O, LSE, TR, qk_scale2,
+              s_qb, s_qh, s_qn, s_kb, s_kh, s_kn, s_vb, s_vh, s_vn, s_ob, s_oh, s_on,
+              H, GROUP, N_Q, N_K, trace_bh,
+              HEAD_DIM: tl.constexpr, D_PAD: tl.constexpr, BLOCK_M: tl.constexpr,
+              BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr, POS_SCALE: tl.constexpr,
+              USE_TMA: tl.constexpr, UPCAST: tl.constexpr, DOT_PREC: tl.constexpr,
+              TRACE: tl.constexpr, PREFETCH: tl.constexpr):
+    n_mb = tl.cdiv(N_Q, BLOCK_M)
+    pid_m = tl.program_id(0)
+    if CAUSAL:
+        pid_m = n_mb - 1 - pid_m  # longest rows first: the tail of the grid is short work
+    bh = tl.program_id(1)
+    b = bh // H
+    h = bh % H
+    hk = h // GROUP
+    q_base = Q + b.to(tl.int64) * s_qb + h.to(tl.int64) * s_qh
+    k_base = K + b.to(tl.int64) * s_kb + hk.to(tl.int64) * s_kh
+    v_base = V + b.to(tl.int64) * s_vb + hk.to(tl.int64) * s_vh
+    o_base = O + b.to(tl.int64) * s_ob + h.to(tl.int64) * s_oh
+    q_src = make_source(q_base, N_Q, s_qn, HEAD_DIM, BLOCK_M, D_PAD, USE_TMA)
+    k_src = make_source(k_base, N_K, s_kn, HEAD_DIM, BLOCK_N, D_PAD, USE_TMA)
+    v_src = make_source(v_base, N_K, s_vn, HEAD_DIM, BLOCK_N, D_PAD, USE_TMA)
+    o_src = make_source(o_base, N_Q, s_on, HEAD_DIM, BLOCK_M, D_PAD, USE_TMA)
+
+    m0 = pid_m * BLOCK_M
+    rows = m0 + tl.arange(0, BLOCK_M)
+    off = N_K - N_Q  # bottom-right causal alignment: key c visible to row r iff c ≤ r + off
+    if CAUSAL:
+        last_row = tl.minimum(m0 + BLOCK_M, N_Q) - 1
+        hi = tl.maximum(tl.minimum(N_K, last_row + off + 1), 0)  # keys [0, hi) are visible
+        full_hi = tl.maximum(m0 + off + 1, 0) // BLOCK_N * BLOCK_N  # every row sees these
+        full_hi = tl.minimum(full_hi, N_K // BLOCK_N * BLOCK_N)
+        full_hi = tl.minimum(full_hi, hi)
+    else:
+        hi = N_K
+        full_hi = N_K // BLOCK_N * BLOCK_N
+    n_kv = tl.cdiv(N_K, BLOCK_N)
+
+    m = tl.full([BLOCK_M], float("-inf"), tl.float32)
+    l = tl.zeros([BLOCK_M], tl.float32)
+    acc = tl.zeros([BLOCK_M, D_PAD], tl.float32)
+    q = load_rows(q_src, q_base, m0, N_Q, s_qn, HEAD_DIM, BLOCK_M, D_PAD, USE_TMA)  # stays on chip
+    if UPCAST:
+        q = q.to(tl.float32)
+    P_DTYPE: tl.constexpr = V.dtype.element_ty
+
+    if PREFETCH:
+        # S of the next tile is issued before this tile's softmax, so the tensor cores work
+        # on it while the exponentials run (FlashAttention-3's overlap within a warpgroup).
+        if full_hi > 0:
+            k, v = load_kv(k_src, k_base, v_src, v_base, 0, N_K, s_kn, s_vn, HEAD_DIM, BLOCK_N,
+                           D_PAD, USE_TMA, UPCAST)
+            s = tl.dot(q, tl.trans(k), input_precision=DOT_PREC)
+            for start_n in range(0, full_hi - BLOCK_N, BLOCK_N):
+                k, v_next = load_kv(k_src, k_base, v_src, v_base, start_n + BLOCK_N, N_K, s_kn,
+                                    s_vn, HEAD_DIM, BLOCK_N, D_PAD, USE_TMA, UPCAST)
+                s_next = tl.dot(q, tl.trans(k), input_precision=DOT_PREC)
+                cols = start_n + tl.arange(0, BLOCK_N)
+                acc, l, m, alpha = online_softmax_step(acc, l, m, s, v, qk_scale2, rows, cols,
+                                                       N_K, off, False, CAUSAL, POS_SCALE,
+                                                       P_DTYPE, UPCAST, DOT_PREC)
+                if TRACE:  # noqa: SIM102 — compile-time flag outside, runtime test inside
+                    if bh == trace_bh:
+                        record_state(TR, pid_m, start_n // BLOCK_N, n_kv, m, l, alpha, acc,
+                                     BLOCK_M, D_PAD)
+                s = s_next
+                v = v_next
+            cols = full_hi - BLOCK_N + tl.arange(0, BLOCK_N)
+            acc, l, m, alpha = online_softmax_step(acc, l, m, s, v, qk_scale2, rows, cols, N_K,
+                                                   off, False, CAUSAL, POS_SCALE, P_DTYPE,
+                                                   UPCAST, DOT_PREC)
+            if TRACE:  # noqa: SIM102 — compile-time flag outside, runtime test inside
+                if bh == trace_bh:
+                    record_state(TR, pid_m, full_hi // BLOCK_N - 1, n_kv, m, l, alpha, acc,
+                                 BLOCK_M, D_PAD)
+    else:
+        for start_n in range(0, full_hi, BLOCK_N):
+            k, v = load_kv(k_src, k_base, v_src, v_base, start_n, N_K, s_kn, s_vn, HEAD_DIM,
+                           BLOCK_N, D_PAD, USE_TMA, UPCAST)
+            s = tl.dot(q, tl.trans(k), input_precision=DOT_PREC)
+            cols = start_n + tl.arange(0, BLOCK_N)
+            acc, l, m, alpha = online_softmax_step(acc, l, m, s, v, qk_scale2, rows, cols, N_K,
+                                                   off, False, CAUSAL, POS_SCALE, P_DTYPE,
+                                                   UPCAST, DOT_PREC)
+            if TRACE:  # noqa: SIM102 — compile-time flag outside, runtime test inside
+                if bh == trace_bh:
+                    record_state(TR, pid_m, start_n // BLOCK_N, n_kv, m, l, alpha, acc, BLOCK_M,
+                                 D_PAD)
+    for start_n in range(full_hi, hi, BLOCK_N):
+        k, v = load_kv(k_src, k_base, v_src, v_base, start_n, N_K, s_kn, s_vn, HEAD_DIM,
+                       BLOCK_N, D_PAD, USE_TMA, UPCAST)
+        s = tl.dot(q, tl.trans(k), input_precision=DOT_PREC)
+        cols = start_n + tl.arange(0, BLOCK_N)
+        acc, l, m, alpha = online_softmax_step(acc, l, m, s, v, qk_scale2, rows, cols, N_K, off,
+                                               True, CAUSAL, POS_SCALE, P_DTYPE, UPCAST,
+                                               DOT_PREC)
+        if TRACE:  # noqa: SIM102 — compile-time flag outside, runtime test inside
+            if bh == trace_bh:
+                record_state(TR, pid_m, start_n // BLOCK_N, n_kv, m, l, alpha, acc, BLOCK_M,
+                             D_PAD)
+
+    seen = l > 0
+    o = acc / tl.where(seen, l, 1.0)[:, None]
+    lse = tl.where(seen, (m + tl.math.log2(tl.where(seen, l, 1.0))) * 0.6931471805599453,
+                   float("-inf"))
+    tl.store(LSE + bh.to(tl.int64) * N_Q + rows, lse, mask=rows < N_Q)
+    store_rows(o_src, o_base, m0, N_Q, s_on, o.to(O.dtype.element_ty), HEAD_DIM, BLOCK_M, D_PAD,
+               USE_TMA)
+
+
+# fmt: on
+
+
+def launch_forward(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    causal: bool,
+    scale: float,
+    config: KernelConfig | None = None,
+    *,
+    use_tma: bool | None = None,
+    trace: tuple[int, torch.Tensor] | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Run the forward kernel on checked inputs: (O (B, H, N_q, d), LSE (B, H, N_q) fp32).
+
+    `trace=(bh, buffer)` compiles the TRACE variant and fills `buffer` for program row bh.
+    """
+    b, h, n_q, d = q.shape
+    n_k = k.shape[2]
+    d_pad = pad_dim(d)
+    cfg = config or choose_config(
+        "fwd", q.dtype, d_pad, causal,
+        lambda c: launch_forward(q, k, v, causal, scale, c, use_tma=use_tma),
+    )  # fmt: skip
+    o = output(q.shape, q.dtype, q.device)  # (B, H, N_q, d)
+    lse = output((b, h, n_q), torch.float32, q.device)
+    tma = use_tma_for([q, k, v, o], use_tma)
+    tr_bh, tr_buf = trace if trace is not None else (-1, lse)
+    grid = (triton.cdiv(n_q, cfg.block_m), b * h)
+    prepare_tma(tma)
+    _attn_fwd[grid](
+        q, k, v, o, lse, tr_buf, scale * LOG2E,
+        *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *o.stride()[:3],
+        h, h // k.shape[1], n_q, n_k, tr_bh,
+        HEAD_DIM=d, D_PAD=d_pad, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, CAUSAL=causal,
+        POS_SCALE=scale >= 0, USE_TMA=tma, UPCAST=upcast(q.dtype),
+        DOT_PREC=dot_precision(q.dtype), TRACE=trace is not None, PREFETCH=cfg.prefetch,
+        num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+    )  # fmt: skip
+    return o, lse

@@ -1,0 +1,96 @@
+"""What every kernel launcher decides the same way: padded head_dim, dot precision, the
+bf16 upcast of the interpreter, whether tiles move through tensor descriptors, and which tile
+configuration to run."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from functools import lru_cache
+
+import torch
+import triton
+
+from .config import INTERPRETER, KernelConfig, lookup, table_key
+from .device import interpreting
+from .inputs import tma_ready
+from .tuning import autotuned
+
+
+def output(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """An output buffer; NaN-filled when FLASHSCOPE_POISON=1, so tests catch unwritten elements."""
+    if os.environ.get("FLASHSCOPE_POISON") == "1":
+        return torch.full(shape, float("nan"), dtype=dtype, device=device)
+    return torch.empty(shape, dtype=dtype, device=device)
+
+
+def pad_dim(d: int) -> int:
+    """head_dim as held on chip: the next power of two, at least 16 (the smallest dot)."""
+    return max(16, triton.next_power_of_2(d))
+
+
+def dot_precision(dtype: torch.dtype) -> str:
+    """fp32 inputs get full-precision products (no tf32 rounding); 16-bit inputs are exact."""
+    return "ieee" if dtype == torch.float32 else "tf32"
+
+
+def upcast(dtype: torch.dtype) -> bool:
+    """The interpreter's bf16 dot is wrong: there, bf16 tiles go to fp32 before each dot."""
+    return interpreting() and dtype == torch.bfloat16
+
+
+@lru_cache
+def _hopper_or_newer() -> bool:
+    return torch.cuda.get_device_capability()[0] >= 9
+
+
+def use_tma_for(tensors: list[torch.Tensor], override: bool | None = None) -> bool:
+    """Tensor descriptors on Hopper (or when asked), when every stride allows them.
+
+    FLASHSCOPE_TMA=0 in the environment turns them off (for comparisons).
+    """
+    if override is not None:
+        return override and tma_ready(*tensors)
+    if interpreting() or os.environ.get("FLASHSCOPE_TMA") == "0":
+        return False
+    return _hopper_or_newer() and tma_ready(*tensors)
+
+
+def _scratch(size: int, alignment: int, stream: int | None) -> torch.Tensor:
+    return torch.empty(size, dtype=torch.int8, device="cuda")
+
+
+def prepare_tma(tma: bool) -> None:
+    """Descriptors built inside a kernel live in a global scratch buffer that Triton allocates.
+
+    Triton keeps the allocator in a context variable, so it is set on every launch: autograd
+    runs the backward on a thread of its own, where a setting made elsewhere is not seen.
+    """
+    if tma and not interpreting():
+        triton.set_allocator(_scratch)
+
+
+def gpu_name() -> str:
+    return "interpreter" if interpreting() else _cuda_name()
+
+
+@lru_cache
+def _cuda_name() -> str:
+    return torch.cuda.get_device_name()
+
+
+def choose_config(
+    mode: str,
+    dtype: torch.dtype,
+    d_pad: int,
+    causal: bool,
+    run: Callable[[KernelConfig], object],
+) -> KernelConfig:
+    """The interpreter's fixed tiles, else this GPU's tuned entry, else autotune with `run`."""
+    if interpreting():
+        return INTERPRETER[mode]
+    key = table_key(mode, 32 if dtype == torch.float32 else 16, d_pad, causal)
+    found = lookup(gpu_name(), key)
+    if found is not None:
+        return found
+    return autotuned(gpu_name(), mode, key, d_pad, run)

@@ -1,0 +1,51 @@
+"""Kernel-test helpers: fresh seeds, poisoned outputs, and the error rule against the oracle.
+
+The rule (FlashAttention's): the kernel's error against the float64 reference is at most twice
+the error of the same computation done by PyTorch in the input dtype, plus a small floor.
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+
+from kernels.device import device
+
+DEV = device()
+FLOOR = {torch.float32: 2e-5, torch.float16: 5e-4, torch.bfloat16: 4e-3}
+
+
+@pytest.fixture
+def seed() -> int:
+    """A seed drawn at test time (put in every assertion message)."""
+    s = random.SystemRandom().randrange(2**31)
+    torch.manual_seed(s)
+    return s
+
+
+@pytest.fixture(autouse=True)
+def poisoned_outputs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every kernel output starts as NaN, so an element the kernel never writes fails."""
+    monkeypatch.setenv("FLASHSCOPE_POISON", "1")
+
+
+def rand(*shape: int, dtype: torch.dtype = torch.float16) -> torch.Tensor:
+    return torch.randn(*shape, dtype=torch.float32).to(device=DEV, dtype=dtype)
+
+
+def max_err(x: torch.Tensor, ref: torch.Tensor) -> float:
+    return float((x.double() - ref.double().to(x.device)).abs().max())
+
+
+def assert_close(
+    out: torch.Tensor, ref: torch.Tensor, lowp: torch.Tensor, what: str, seed: int
+) -> None:
+    """out vs the float64 reference, bounded by 2 × PyTorch's own low-precision error + floor."""
+    assert not torch.isnan(out).any(), f"{what}: NaN (unwritten or invalid) elements, seed={seed}"
+    err, base = max_err(out, ref), max_err(lowp, ref)
+    bound = 2 * base + FLOOR[out.dtype]
+    assert err <= bound, (
+        f"{what}: error {err:.3g} > bound {bound:.3g} (pytorch {base:.3g}), seed={seed}"
+    )

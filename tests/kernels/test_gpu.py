@@ -1,0 +1,128 @@
+"""The same checks on a CUDA GPU at long sequences (up to 16384), bf16 and strided inputs.
+
+Marked `gpu`: skipped where there is no CUDA device (CI runs the interpreter tests instead).
+tests/conftest.py turns the interpreter on unless told otherwise, so on a GPU machine run
+`TRITON_INTERPRET=0 python -m pytest -m gpu tests/kernels`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from kernels import KernelConfig, flash_attention, flash_attention_lse, flash_decode
+from kernels.backward import launch_backward
+from kernels.instrumented import measured_trace
+from kernels.reference import attention_backward, attention_forward
+from simulator.problem import AttentionProblem, TileConfig
+from simulator.tracing import build_trace
+
+from .conftest import assert_close, rand
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
+]
+F16, BF16 = torch.float16, torch.bfloat16
+
+
+def grads(q, k, v, do, causal, **kw):
+    leaves = [x.detach().requires_grad_() for x in (q, k, v)]
+    return torch.autograd.grad(flash_attention(*leaves, causal, **kw), leaves, do)
+
+
+@pytest.mark.parametrize("dtype", [F16, BF16], ids=["fp16", "bf16"])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize(("n", "d"), [(16384, 128), (4096, 64), (3001, 80), (1000, 256)])
+def test_long_sequences(seed: int, n: int, d: int, causal: bool, dtype: torch.dtype) -> None:
+    q, k, v, do = (
+        rand(1, 2, n, d, dtype=dtype),
+        rand(1, 1, n, d, dtype=dtype),
+        rand(1, 1, n, d, dtype=dtype),
+        rand(1, 2, n, d, dtype=dtype),
+    )
+    o, lse = flash_attention_lse(q, k, v, causal)
+    ref, ref_lse = attention_forward(q, k, v, causal)
+    lowp, _ = attention_forward(q, k, v, causal, dtype=dtype)
+    what = f"n={n} d={d} causal={causal} {dtype}"
+    assert_close(o, ref, lowp, f"O {what}", seed)
+    assert torch.allclose(lse, ref_lse.to(lse.device), atol=1e-3, rtol=1e-4), (
+        f"LSE {what}, seed={seed}"
+    )
+    del ref, lowp
+    got = grads(q, k, v, do, causal)
+    ref = attention_backward(q, k, v, do, causal)
+    lowp = attention_backward(q, k, v, do, causal, dtype=dtype)
+    for g, r, lp, name in zip(got, ref, lowp, ("dQ", "dK", "dV"), strict=True):
+        assert_close(g, r, lp, f"{name} {what}", seed)
+
+
+@pytest.mark.parametrize("use_tma", [False, True], ids=["pointers", "descriptors"])
+@pytest.mark.parametrize("route", ["separate", "atomic"])
+def test_ragged_gqa_both_routes(seed: int, route: str, use_tma: bool) -> None:
+    q, k, v, do = (
+        rand(2, 8, 1537, 64),
+        rand(2, 2, 2049, 64),
+        rand(2, 2, 2049, 64),
+        rand(2, 8, 1537, 64),
+    )
+    for causal in (False, True):
+        o, lse = flash_attention_lse(q, k, v, causal, use_tma=use_tma)
+        ref, _ = attention_forward(q, k, v, causal)
+        assert_close(
+            o, ref, attention_forward(q, k, v, causal, dtype=F16)[0], f"O causal={causal}", seed
+        )
+        got = launch_backward(q, k, v, o, lse, do, causal, 0.125, dq_mode=route, use_tma=use_tma)
+        ref = attention_backward(q, k, v, do, causal)
+        lowp = attention_backward(q, k, v, do, causal, dtype=F16)
+        for g, r, lp, name in zip(got, ref, lowp, ("dQ", "dK", "dV"), strict=True):
+            assert_close(g, r, lp, f"{name} {route} causal={causal} tma={use_tma}", seed)
+
+
+def test_strided_bf16(seed: int) -> None:
+    q = rand(2, 3000, 4, 128, dtype=BF16).transpose(1, 2)  # (B, H, N, d) views, no copy
+    k = rand(2, 2500, 4, 128, dtype=BF16).transpose(1, 2)
+    v = rand(2, 2500, 4, 128, dtype=BF16).transpose(1, 2)
+    do = rand(2, 3000, 4, 128, dtype=BF16).transpose(1, 2)
+    o = flash_attention(q, k, v, True)
+    ref, _ = attention_forward(q, k, v, True)
+    assert_close(o, ref, attention_forward(q, k, v, True, dtype=BF16)[0], "strided O", seed)
+    got = grads(q, k, v, do, True)
+    ref = attention_backward(q, k, v, do, True)
+    lowp = attention_backward(q, k, v, do, True, dtype=BF16)
+    for g, r, lp, name in zip(got, ref, lowp, ("dQ", "dK", "dV"), strict=True):
+        assert_close(g, r, lp, f"strided {name}", seed)
+
+
+@pytest.mark.parametrize(("h", "h_kv", "n_q"), [(32, 32, 1), (32, 8, 4), (16, 2, 16)])
+def test_decode_long_cache(seed: int, h: int, h_kv: int, n_q: int) -> None:
+    q, k, v = rand(2, h, n_q, 128), rand(2, h_kv, 65536, 128), rand(2, h_kv, 65536, 128)
+    lens = torch.tensor([65536, 40001], device="cuda")
+    o = flash_decode(q, k, v, lens)
+    for b, n in enumerate((65536, 40001)):
+        args = (q[b : b + 1], k[b : b + 1, :, :n], v[b : b + 1, :, :n])
+        ref, _ = attention_forward(*args)
+        lowp, _ = attention_forward(*args, dtype=F16)
+        assert_close(o[b : b + 1], ref, lowp, f"decode h={h}/{h_kv} n_q={n_q} batch {b}", seed)
+
+
+def test_instrumented_trace_on_gpu(seed: int) -> None:
+    problem = AttentionProblem(seq_q=300, head_dim=64, dtype="fp16")
+    tiles = TileConfig(64, 64)
+    measured, simulated = (
+        measured_trace(problem, tiles, seed),
+        build_trace("fa2", problem, tiles, seed),
+    )
+    last = len(measured) - 1
+    for key in ("m", "l", "o_hat"):
+        x = np.array(measured.event(last)["state"][key], dtype=float)
+        y = np.array(simulated.event(last)["state"][key], dtype=float)
+        assert np.allclose(x, y, atol=2e-2, rtol=2e-2), f"{key}, seed={seed}"
+
+
+def test_fixed_config_matches_default(seed: int) -> None:
+    q, k, v = rand(1, 4, 2048, 64), rand(1, 4, 2048, 64), rand(1, 4, 2048, 64)
+    a = flash_attention(q, k, v, True)
+    b = flash_attention(q, k, v, True, config=KernelConfig(64, 32, 4, 2))
+    assert float((a.float() - b.float()).abs().max()) < 2e-3, f"seed={seed}"
