@@ -52,6 +52,32 @@ class Settings(BaseSettings):
         4096, ge=64, description="Largest message a client may send on a WebSocket."
     )
 
+    # Teaching views: the memory wall, the online-softmax explorer, memory scaling.
+    memory_wall_max_seq: int = Field(
+        8192, ge=1, description="Largest N of the memory-wall walk (/api/memory-wall `n`)."
+    )
+    memory_wall_max_steps: int = Field(
+        10000, ge=1, description="Most steps one memory-wall walk (naive or flash) may have."
+    )
+    memory_wall_table_max_seq: int = Field(
+        1048576, ge=1, description="Largest N of a row of the memory-wall access table."
+    )
+    memory_wall_table_max_rows: int = Field(
+        16, ge=1, description="Most rows (values of N) of the memory-wall access table."
+    )
+    online_softmax_max_len: int = Field(
+        256, ge=1, description="Most numbers in the online-softmax explorer's vector."
+    )
+    memory_scaling_max_seq: int = Field(
+        4194304, ge=1, description="Largest N of the memory-scaling sweep."
+    )
+    memory_scaling_max_batch: int = Field(
+        4096, ge=1, description="Largest batch of the memory-scaling sweep."
+    )
+    memory_scaling_max_heads: int = Field(
+        1024, ge=1, description="Largest head count of the memory-scaling sweep."
+    )
+
     # Live kernel runs (POST /api/runs).
     runs_executor: str = Field(
         "app.runjobs:execute", description="module:function that executes one run."

@@ -13,7 +13,18 @@ from fastapi.templating import Jinja2Templates
 from . import __version__
 from .config import Settings, get_settings
 from .errors import validation_handler
-from .routes import health, pages, runs, simulate, trace, traffic
+from .routes import (
+    exports,
+    health,
+    memory_scaling,
+    memory_wall,
+    online_softmax,
+    pages,
+    runs,
+    simulate,
+    trace,
+    traffic,
+)
 from .runservice import RunService
 from .traces import TraceStore
 
@@ -49,6 +60,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.mount("/static", StaticFiles(directory=settings.static_dir), name="static")
     app.add_exception_handler(RequestValidationError, validation_handler)  # type: ignore[arg-type]
     for module in (health, pages, trace, runs, traffic, simulate):
+        app.include_router(module.router)
+    for module in (exports, memory_wall, online_softmax, memory_scaling):  # teaching views
         app.include_router(module.router)
 
     @app.middleware("http")
