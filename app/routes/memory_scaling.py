@@ -132,5 +132,6 @@ def memory_scaling(
         ),
         "naive_max_n": largest_fitting(naive_peak, base, cap, settings.memory_scaling_max_seq),
         "flash_max_n": largest_fitting(flash_peak, base, cap, settings.memory_scaling_max_seq),
+        "n_search_max": settings.memory_scaling_max_seq,
         "measured": _measured(params),
     }

@@ -1,16 +1,9 @@
 // The tile stepper: step through a FlashAttention trace served over /ws/trace.
 // The server computes every event; this module only draws what it receives.
 
-import {
-  TraceSocket,
-  baseLayout,
-  bindStepKeys,
-  formatBytes,
-  formatCount,
-  plotConfig,
-  readParams,
-  writeParams,
-} from "./state.js";
+import { Controls } from "./controls.js";
+import { apiUrl, bindPngButtons, setExportLink } from "./exports.js";
+import { TraceSocket, baseLayout, formatBytes, formatCount, plotConfig, readParams, writeParams } from "./state.js";
 import { changed, registerView } from "./view.js";
 
 const DEFAULTS = { algo: "fa2", n: 256, d: 64, bm: 64, bn: 64, seed: 0, step: 0 };
@@ -22,8 +15,7 @@ const form = $("params");
 const view = {
   params: readParams(DEFAULTS),
   meta: null,
-  step: 0, // the step on screen
-  target: 0, // the newest step asked for (key repeats count from here, not from the screen)
+  step: 0, // the step on screen (controls.target is the newest step asked for)
   event: null,
   gridReady: false,
 };
@@ -62,12 +54,12 @@ const socket = new TraceSocket({
     view.meta = meta;
     showErrors([]);
     $("algo-title").textContent = meta.title;
-    $("step").max = meta.n_events - 1;
-    $("step-total").textContent = `of ${meta.n_events - 1}`;
+    controls.setTotal(meta.n_events);
+    setExports();
     renderPseudocode(meta.pseudocode);
     renderTotals(meta);
     view.gridReady = false;
-    goto(Math.min(Math.max(0, view.params.step | 0), meta.n_events - 1));
+    controls.goto(view.params.step);
   },
   onEvent(ev) {
     view.event = ev;
@@ -81,27 +73,27 @@ const socket = new TraceSocket({
   },
 });
 
+const controls = new Controls({ goto: (k) => view.meta && socket.step(k), jump: gotoMark });
+
 function open() {
   showErrors([]);
   writeParams(view.params);
   socket.open(traceParams()).catch((err) => showErrors([{ msg: String(err) }]));
 }
 
-function goto(k) {
-  if (!view.meta) return;
-  const clamped = Math.min(Math.max(0, k), view.meta.n_events - 1);
-  view.target = clamped;
-  socket.step(clamped);
-}
-
 function gotoMark(direction) {
   if (!view.meta) return;
   const marks = view.meta.marks;
-  const target =
-    direction > 0
-      ? marks.find((s) => s > view.target)
-      : [...marks].reverse().find((s) => s < view.target);
-  goto(target === undefined ? (direction > 0 ? view.meta.n_events - 1 : 0) : target);
+  const now = controls.target;
+  const target = direction > 0 ? marks.find((s) => s > now) : [...marks].reverse().find((s) => s < now);
+  controls.goto(target === undefined ? (direction > 0 ? view.meta.n_events - 1 : 0) : target);
+}
+
+function setExports() {
+  const p = traceParams();
+  const name = `trace-${p.algo}-n${p.n}-d${p.d}-${p.bm}x${p.bn}-seed${p.seed}`;
+  setExportLink("export-json", apiUrl("/api/trace/ops", p), `${name}.json`);
+  setExportLink("export-chrome", apiUrl("/api/trace/chrome", p), `${name}.trace.json`);
 }
 
 function renderPseudocode(lines) {
@@ -259,6 +251,7 @@ function render(ev) {
   renderStats(ev);
   renderOutput(ev);
   document.body.dataset.step = ev.step;
+  controls.shown(ev.step);
   changed();
 }
 
@@ -272,20 +265,6 @@ form.addEventListener("submit", (e) => {
   open();
 });
 
-$("prev").addEventListener("click", () => goto(view.target - 1));
-$("next").addEventListener("click", () => goto(view.target + 1));
-$("first").addEventListener("click", () => goto(0));
-$("last").addEventListener("click", () => view.meta && goto(view.meta.n_events - 1));
-$("step").addEventListener("change", (e) => goto(Number(e.target.value)));
-
-bindStepKeys({
-  prev: () => goto(view.target - 1),
-  next: () => goto(view.target + 1),
-  first: () => goto(0),
-  last: () => view.meta && goto(view.meta.n_events - 1),
-  nextTile: () => gotoMark(1),
-  prevTile: () => gotoMark(-1),
-});
 
 registerView({
   name: "tiles",
@@ -293,7 +272,7 @@ registerView({
   applyState(state) {
     const same = TRACE_FIELDS.every((f) => String(state.params[f]) === String(view.params[f]));
     Object.assign(view.params, state.params, { step: state.step ?? 0 });
-    if (same && view.meta) goto(view.params.step);
+    if (same && view.meta) controls.goto(view.params.step);
     else {
       fillForm();
       open();
@@ -301,5 +280,6 @@ registerView({
   },
 });
 
+bindPngButtons();
 fillForm();
 open();

@@ -1,0 +1,43 @@
+// Exports shared by every view: each figure as PNG (Plotly renders it in the page: no request
+// leaves the server), and the view's data as JSON or as a Chrome/Perfetto trace (links to the
+// server's JSON twin; the browser saves what the server computed, nothing is rebuilt here).
+
+/** Point the export link `id` at `url`, saved as `filename`. */
+export function setExportLink(id, url, filename) {
+  const a = document.getElementById(id);
+  if (!a) return;
+  a.href = url;
+  a.download = filename;
+}
+
+/** `/api/x` + params → "/api/x?a=1&b=2" (empty values left out). */
+export function apiUrl(path, params) {
+  const q = new URLSearchParams();
+  for (const [k, v] of Object.entries(params)) {
+    if (v !== null && v !== undefined && v !== "") q.set(k, typeof v === "boolean" ? (v ? "1" : "0") : v);
+  }
+  const s = q.toString();
+  return s ? `${path}?${s}` : path;
+}
+
+/** Make every `button[data-png-target]` download its Plotly figure as PNG (2× for slides). */
+export function bindPngButtons() {
+  for (const button of document.querySelectorAll("button[data-png-target]")) {
+    button.addEventListener("click", async () => {
+      const div = document.getElementById(button.dataset.pngTarget);
+      if (!div || !div.data) return;
+      button.disabled = true;
+      try {
+        await Plotly.downloadImage(div, {
+          format: "png",
+          filename: button.dataset.pngName,
+          width: div.clientWidth || 800,
+          height: div.clientHeight || 400,
+          scale: 2,
+        });
+      } finally {
+        button.disabled = false;
+      }
+    });
+  }
+}

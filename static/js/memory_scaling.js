@@ -1,0 +1,211 @@
+// Memory scaling: peak memory of naive and flash attention over N on one GPU.
+// GET /api/memory-scaling computes every figure; this module draws N number `step` of the sweep.
+
+import { Controls } from "./controls.js";
+import { apiUrl, bindPngButtons, setExportLink } from "./exports.js";
+import { baseLayout, formatCount, plotConfig, readParams, writeParams } from "./state.js";
+import { changed, registerView } from "./view.js";
+
+const DEFAULTS = { gpu: "H200", batch: 1, heads: 16, d: 64, dtype: "fp16", n_min: 1024, n_max: 131072, step: 0 };
+const FIELDS = ["gpu", "batch", "heads", "d", "dtype", "n_min", "n_max"];
+const TEXT = new Set(["gpu", "dtype"]);
+const COLORS = { naive: "#dc2626", flash: "#1d4ed8", cap: "#111827" };
+const PART_COLORS = { Q: "#94a3b8", K: "#64748b", V: "#475569", S: "#dc2626", P: "#f97316", O: "#0f766e", LSE: "#a855f7" };
+const GIB = 2 ** 30;
+
+const $ = (id) => document.getElementById(id);
+const form = $("params");
+const view = { params: readParams(DEFAULTS), data: null, step: 0 };
+
+/** Bytes → "64.2 GiB" (binary units, as allocators report memory). */
+function gib(b) {
+  const units = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
+  let i = 0;
+  let v = b;
+  while (v >= 1024 && i < units.length - 1) {
+    v /= 1024;
+    i += 1;
+  }
+  return `${v >= 100 || i === 0 ? v.toFixed(0) : v.toFixed(1)} ${units[i]}`;
+}
+
+function showErrors(errors) {
+  const box = $("errors");
+  box.hidden = !errors || errors.length === 0;
+  box.replaceChildren(
+    ...(errors || []).map((e) => {
+      const p = document.createElement("p");
+      p.textContent = e.msg;
+      return p;
+    }),
+  );
+}
+
+function dataParams() {
+  const out = {};
+  for (const f of FIELDS) out[f] = view.params[f];
+  return out;
+}
+
+function fillForm() {
+  for (const f of FIELDS) form.elements[f].value = view.params[f];
+}
+
+async function load() {
+  showErrors([]);
+  writeParams(view.params);
+  const url = apiUrl("/api/memory-scaling", dataParams());
+  const res = await fetch(url);
+  const body = await res.json();
+  if (!res.ok) {
+    showErrors(body.detail || [{ msg: `HTTP ${res.status}` }]);
+    return;
+  }
+  view.data = body;
+  const p = body.params;
+  setExportLink("export-json", url, `memory-scaling-${p.gpu.replace(/\s+/g, "")}-b${p.batch}-h${p.heads}-d${p.d}-${p.dtype}.json`);
+  const note = $("dataset-note");
+  note.hidden = !body.measured;
+  if (body.measured) note.querySelector(".dataset-device").textContent = body.measured.device;
+  const edge = body.naive_first_oom === null
+    ? `Naive attention fits on the ${p.gpu} over this whole sweep (up to N = ${formatCount(body.naive_max_n)}).`
+    : `Naive attention runs out of memory on the ${p.gpu} from N = ${formatCount(body.naive_first_oom)} in this sweep; the largest N that fits is ${formatCount(body.naive_max_n ?? 0)}.`;
+  const flashEdge = body.flash_max_n === body.n_search_max
+    ? `beyond N = ${formatCount(body.n_search_max)}, the end of the search`
+    : `up to N = ${formatCount(body.flash_max_n ?? 0)}`;
+  $("edge").textContent = `${edge} Flash fits ${flashEdge}.`;
+  controls.setTotal(body.ns.length);
+  renderPeaks();
+  controls.goto(view.params.step);
+}
+
+function renderPeaks(k = 0) {
+  const d = view.data;
+  const cap = d.gpu.capacity_bytes / GIB;
+  const toG = (xs) => xs.map((b) => b / GIB);
+  const oom = d.ns.map((_, i) => !d.naive.fits[i]);
+  const traces = [
+    { x: d.ns, y: toG(d.naive.total), name: "naive: peak", mode: "lines+markers", line: { color: COLORS.naive, width: 3 } },
+    { x: d.ns, y: toG(d.flash.total), name: "flash: peak", mode: "lines+markers", line: { color: COLORS.flash, width: 3 } },
+    { x: d.ns, y: toG(d.naive.beyond_inputs), name: "naive: beyond Q, K, V", mode: "lines", line: { color: COLORS.naive, dash: "dot" } },
+    { x: d.ns, y: toG(d.flash.beyond_inputs), name: "flash: beyond Q, K, V", mode: "lines", line: { color: COLORS.flash, dash: "dot" } },
+    {
+      x: d.ns.filter((_, i) => oom[i]),
+      y: toG(d.naive.total.filter((_, i) => oom[i])),
+      name: "naive: out of memory",
+      mode: "markers",
+      marker: { symbol: "x", size: 14, color: COLORS.naive, line: { width: 2 } },
+    },
+  ];
+  if (d.measured) {
+    for (const impl of ["naive", "sdpa-flash"]) {
+      const rows = d.measured.rows.filter((r) => r.impl === impl && !r.oom);
+      traces.push({
+        x: rows.map((r) => r.n),
+        y: rows.map((r) => r.peak_mib / 1024),
+        name: `${impl} measured on ${d.measured.device} (shipped)`,
+        mode: "markers",
+        marker: { symbol: "circle-open", size: 13, line: { width: 2 }, color: impl === "naive" ? COLORS.naive : COLORS.flash },
+      });
+    }
+  }
+  const n = d.ns[k];
+  Plotly.react(
+    "peaks",
+    traces,
+    {
+      ...baseLayout,
+      height: 330,
+      legend: { x: 1.02, y: 1, font: { size: 12 } },
+      xaxis: { type: "log", title: { text: "sequence length N" } },
+      yaxis: { type: "log", title: { text: "GiB" }, exponentformat: "power" },
+      margin: { ...baseLayout.margin, l: 64, r: 8 },
+      shapes: [
+        { type: "line", xref: "paper", x0: 0, x1: 1, y0: cap, y1: cap, line: { color: COLORS.cap, width: 2, dash: "dash" } },
+        { type: "line", x0: n, x1: n, yref: "paper", y0: 0, y1: 1, line: { color: "#6b7280", dash: "dot" } },
+      ],
+      annotations: [
+        { xref: "paper", x: 0, y: Math.log10(cap), text: `${d.gpu.name}: ${gib(d.gpu.capacity_bytes)}`, showarrow: false, xanchor: "left", yanchor: "bottom", font: { color: COLORS.cap } },
+      ],
+    },
+    plotConfig,
+  );
+}
+
+function renderParts(k) {
+  const d = view.data;
+  const parts = Object.keys(d.naive.parts);
+  const traces = parts.map((name) => ({
+    type: "bar",
+    orientation: "h",
+    name,
+    y: ["naive", "flash"],
+    x: [d.naive.parts[name][k] / GIB, d.flash.parts[name][k] / GIB],
+    marker: { color: PART_COLORS[name] },
+    hovertemplate: `${name}: %{x:.3f} GiB<extra>%{y}</extra>`,
+  }));
+  const cap = d.gpu.capacity_bytes / GIB;
+  Plotly.react(
+    "parts",
+    traces,
+    {
+      ...baseLayout,
+      height: 170,
+      barmode: "stack",
+      legend: { orientation: "h", y: 1.35 },
+      xaxis: { title: { text: "GiB at N = " + formatCount(d.ns[k]) }, rangemode: "tozero" },
+      yaxis: { autorange: "reversed" },
+      margin: { ...baseLayout.margin, l: 56, t: 28 },
+      shapes: [{ type: "line", x0: cap, x1: cap, yref: "paper", y0: 0, y1: 1, line: { color: COLORS.cap, dash: "dash" } }],
+    },
+    plotConfig,
+  );
+}
+
+function render(k) {
+  view.step = k;
+  view.params.step = k;
+  const d = view.data;
+  const n = d.ns[k];
+  const nv = d.naive.total[k];
+  const fl = d.flash.total[k];
+  $("now").textContent =
+    `N = ${formatCount(n)}: naive needs ${gib(nv)}${d.naive.fits[k] ? "" : " — out of memory"}, ` +
+    `flash ${gib(fl)} (${(nv / fl).toFixed(1)}× less).`;
+  renderPeaks(k);
+  renderParts(k);
+  writeParams(view.params);
+  document.body.dataset.step = k;
+  controls.shown(k);
+  changed();
+}
+
+const controls = new Controls({ goto: (k) => view.data && render(k) });
+
+form.addEventListener("submit", (e) => {
+  e.preventDefault();
+  for (const f of FIELDS) {
+    const raw = String(form.elements[f].value).trim();
+    view.params[f] = TEXT.has(f) ? raw : raw === "" ? NaN : Number(raw);
+  }
+  view.params.step = 0;
+  load();
+});
+
+registerView({
+  name: "memory-scaling",
+  getState: () => ({ params: dataParams(), step: view.step }),
+  applyState(state) {
+    const same = FIELDS.every((f) => String(state.params[f]) === String(view.params[f]));
+    Object.assign(view.params, state.params, { step: state.step ?? 0 });
+    if (same && view.data) controls.goto(view.params.step);
+    else {
+      fillForm();
+      load();
+    }
+  },
+});
+
+bindPngButtons();
+fillForm();
+load();
