@@ -17,7 +17,8 @@ const view = {
   meta: null,
   step: 0, // the step on screen (controls.target is the newest step asked for)
   event: null,
-  gridReady: false,
+  drawn: {}, // figure id → key of what it shows (unchanged figures are not redrawn)
+  ranges: {}, // axis name → [lo, hi] seen so far in this trace
 };
 
 function showErrors(errors) {
@@ -58,7 +59,8 @@ const socket = new TraceSocket({
     setExports();
     renderPseudocode(meta.pseudocode);
     renderTotals(meta);
-    view.gridReady = false;
+    view.drawn = {};
+    view.ranges = {};
     controls.goto(view.params.step);
   },
   onEvent(ev) {
@@ -122,10 +124,8 @@ function tileStatus(ev, meta) {
   const qb = ev.q_block ?? 0;
   const kb = ev.kv_block;
   const z = [];
-  const text = [];
   for (let i = 0; i < nq; i += 1) {
     const row = [];
-    const trow = [];
     for (let j = 0; j < nk; j += 1) {
       let s = 0;
       if (i < qb) s = 1;
@@ -135,18 +135,57 @@ function tileStatus(ev, meta) {
         else if (kb !== null && j === kb) s = 2;
       }
       row.push(s);
-      trow.push(`Q block ${i} × K/V block ${j}: ${["not yet", "done", "current"][s]}`);
     }
     z.push(row);
-    text.push(trow);
   }
-  return { z, text };
+  return z;
+}
+
+/**
+ * An axis range that only grows over a trace, rounded outwards to a coarse grid: the axes and
+ * colour bars of the per-row figures stay put while stepping (cheaper to redraw, easier to
+ * compare step with step). Returns null until a finite value has been seen.
+ */
+function stickyRange(name, values, { symmetric = false, zero = false } = {}) {
+  let lo = Infinity;
+  let hi = -Infinity;
+  for (const v of values.flat()) {
+    if (v === null || !Number.isFinite(v)) continue;
+    if (v < lo) lo = v;
+    if (v > hi) hi = v;
+  }
+  if (symmetric) [lo, hi] = [-Math.max(Math.abs(lo), Math.abs(hi)), Math.max(Math.abs(lo), Math.abs(hi))];
+  if (zero) lo = Math.min(0, lo);
+  const old = view.ranges[name];
+  if (old) [lo, hi] = [Math.min(lo, old[0]), Math.max(hi, old[1])];
+  if (!Number.isFinite(lo) || !Number.isFinite(hi)) return null;
+  const grid = 10 ** Math.floor(Math.log10(Math.max(hi - lo, Math.abs(hi), Math.abs(lo), 1e-9))) / 4;
+  const range = [Math.floor(lo / grid) * grid, Math.ceil(hi / grid) * grid];
+  if (range[0] === range[1]) range[1] += grid;
+  view.ranges[name] = range;
+  return range;
+}
+
+/** Equal numbers, arrays of numbers or arrays of such arrays (null for −∞). */
+function same(a, b) {
+  if (a === b) return true;
+  if (!Array.isArray(a) || !Array.isArray(b) || a.length !== b.length) return false;
+  for (let i = 0; i < a.length; i += 1) if (!same(a[i], b[i])) return false;
+  return true;
+}
+
+/** True when figure `id` does not show `parts` yet (and records that it will). */
+function stale(id, parts) {
+  if (same(view.drawn[id], parts)) return false;
+  view.drawn[id] = parts;
+  return true;
 }
 
 function renderGrid(ev) {
+  if (!stale("grid", [ev.q_block, ev.kv_block, ev.phase === "store"])) return;
   const meta = view.meta;
   const { q_blocks: nq, kv_blocks: nk } = meta.grid;
-  const { z, text } = tileStatus(ev, meta);
+  const z = tileStatus(ev, meta);
   const qb = ev.q_block ?? 0;
   const shapes = [
     {
@@ -161,7 +200,8 @@ function renderGrid(ev) {
     });
   }
   const trace = {
-    type: "heatmap", z, text, hoverinfo: "text", zmin: 0, zmax: 2, showscale: false,
+    type: "heatmap", z, zmin: 0, zmax: 2, showscale: false,
+    hovertemplate: "Q block %{y} × K/V block %{x}<extra></extra>",
     xgap: nk <= 32 ? 2 : 0, ygap: nq <= 32 ? 2 : 0,
     colorscale: [
       [0, COLORS.todo], [0.33, COLORS.todo], [0.34, COLORS.done], [0.66, COLORS.done],
@@ -181,15 +221,17 @@ function renderGrid(ev) {
 function renderStats(ev) {
   const st = ev.state;
   if (!st.rows || !st.m) return; // an op without forward row state (other algorithms)
+  if (!stale("ml", [st.rows, st.m, st.l])) return;
   const rows = [];
   for (let r = st.rows[0]; r < st.rows[1]; r += 1) rows.push(r);
+  const fixed = (range) => (range ? { range, autorange: false } : { autorange: true });
   const layout = {
     ...baseLayout,
     height: 240,
     legend: { orientation: "h", y: 1.12 },
     xaxis: { title: { text: "query row" } },
-    yaxis: { title: { text: "m (running max)" } },
-    yaxis2: { title: { text: "ℓ (running sum)" }, overlaying: "y", side: "right" },
+    yaxis: { title: { text: "m (running max)" }, ...fixed(stickyRange("m", st.m)) },
+    yaxis2: { title: { text: "ℓ (running sum)" }, overlaying: "y", side: "right", ...fixed(stickyRange("l", st.l, { zero: true })) },
     margin: { ...baseLayout.margin, r: 56 },
   };
   Plotly.react(
@@ -206,12 +248,15 @@ function renderStats(ev) {
 function renderOutput(ev) {
   const st = ev.state;
   if (!st.rows || !st.o_hat) return;
+  if (!stale("out", [st.rows, st.col_stride, st.o_hat])) return;
   const rows = [];
   for (let r = st.rows[0]; r < st.rows[1]; r += 1) rows.push(r);
   const cols = st.o_hat.length ? st.o_hat[0].map((_, c) => c * st.col_stride) : [];
+  const range = stickyRange("o_hat", st.o_hat, { symmetric: true });
+  const scale = range ? { zmin: range[0], zmax: range[1] } : { zmid: 0 };
   Plotly.react(
     "out",
-    [{ type: "heatmap", z: st.o_hat, x: cols, y: rows, colorscale: "RdBu", zmid: 0, colorbar: { thickness: 10 } }],
+    [{ type: "heatmap", z: st.o_hat, x: cols, y: rows, colorscale: "RdBu", ...scale, colorbar: { thickness: 10 } }],
     {
       ...baseLayout,
       height: 240,
