@@ -12,7 +12,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from simulator.memory import GPU_MEMORY_GB
+from simulator import hardware
 from simulator.memory_wall import walk_length
 from simulator.problem import DTYPE_BYTES, AttentionProblem, TileConfig, is_power_of_two
 
@@ -20,7 +20,6 @@ from .config import Settings
 from .errors import limit_error, value_error
 
 ExportFormat = Literal["json", "chrome"]
-Gpu = Literal[tuple(GPU_MEMORY_GB)]  # type: ignore[valid-type]
 Dtype = Literal[tuple(DTYPE_BYTES)]  # type: ignore[valid-type]
 
 SEED_NS = "256,512,1024,2048,4096"
@@ -50,7 +49,7 @@ class OnlineSoftmaxParams(BaseModel):
 class MemoryScalingParams(BaseModel):
     """Peak memory of naive and flash attention over N on one GPU."""
 
-    gpu: Gpu = Field("H200", description="GPU whose memory is the limit.")
+    gpu: str = Field("h200", description="GPU whose memory is the limit (a hardware preset).")
     batch: int = Field(1, ge=1)
     heads: int = Field(16, ge=1)
     d: int = Field(64, ge=1, description="Head dimension.")
@@ -173,6 +172,10 @@ def check_online_softmax(p: OnlineSoftmaxParams, s: Settings) -> tuple[list[floa
 
 def check_memory_scaling(p: MemoryScalingParams, s: Settings) -> list[dict]:
     errs: list[dict] = []
+    try:
+        hardware.resolve(p.gpu)
+    except ValueError as exc:
+        errs.append(value_error("gpu", str(exc), p.gpu))
     for field, value, limit in (
         ("batch", p.batch, s.memory_scaling_max_batch),
         ("heads", p.heads, s.memory_scaling_max_heads),

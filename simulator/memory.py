@@ -14,8 +14,7 @@ peaks at 65536 MiB above its inputs at N = 32768 — exactly S + P here — and 
 N = 65536 (S + P would be 256 GiB); SDPA's flash kernel needs 128 MiB there, which is O alone:
 our 132 MiB adds the 4 MiB LSE that a training forward keeps (3 % more).
 
-GPU capacities come from a small table until simulator/hardware.py has presets; `capacity()` is
-the one place to switch to them.
+GPU memory sizes come from the presets of simulator/hardware.py (datasheet, decimal GB).
 """
 
 from __future__ import annotations
@@ -24,28 +23,20 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from . import hardware
 from .problem import STATS_BYTES, AttentionProblem
 
 # Peak memory measured on real GPUs, shipped with flashscope (see its "what" and "source").
 MEASURED_PATH = Path(__file__).resolve().parent / "data" / "peak_memory_2026-11-21.json"
 
-# Device memory as sold (decimal gigabytes). Stand-in for the presets of simulator/hardware.py:
-# replace `capacity()` by a lookup there once it lands. The CUDA context and the allocator take
-# a little of this, so a run can fail slightly below the line.
-GPU_MEMORY_GB: dict[str, int] = {
-    "H100": 80,
-    "H200": 141,
-    "A100": 80,
-    "L40S": 48,
-    "RTX 4090": 24,
-}
-
 
 def capacity(gpu: str) -> int:
-    """Device memory of `gpu` in bytes."""
-    if gpu not in GPU_MEMORY_GB:
-        raise ValueError(f"gpu must be one of {sorted(GPU_MEMORY_GB)}, got {gpu!r}")
-    return GPU_MEMORY_GB[gpu] * 10**9
+    """Device memory of `gpu` (a preset name or alias of simulator/hardware.py) in bytes.
+
+    As sold: the CUDA context and the allocator keep a little of it, so a run can fail slightly
+    below this line. ValueError for an unknown GPU.
+    """
+    return round(hardware.PRESETS[hardware.resolve(gpu)].hbm_gb * 10**9)
 
 
 @dataclass(frozen=True)

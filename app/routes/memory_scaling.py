@@ -13,8 +13,8 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import HTMLResponse
 
+from simulator import hardware
 from simulator.memory import (
-    GPU_MEMORY_GB,
     PeakMemory,
     capacity,
     flash_peak,
@@ -49,7 +49,7 @@ def page(request: Request, templates: TemplatesDep, settings: SettingsDep) -> HT
         {
             "view": view_at("/memory-scaling"),
             "limits": limits,
-            "gpus": GPU_MEMORY_GB,
+            "gpus": {k: hardware.PRESETS[k] for k in hardware.names()},
             "dtypes": list(DTYPE_BYTES),
             "dataset": measured,
         },
@@ -84,7 +84,8 @@ def _measured(p: MemoryScalingParams) -> dict[str, Any] | None:
         shape["head_dim"],
         shape["dtype"],
     )
-    device = next((dev for dev in data["devices"] if dev["gpu"] == p.gpu), None)
+    key = hardware.resolve(p.gpu)
+    device = next((d for d in data["devices"] if hardware.resolve(d["gpu"]) == key), None)
     if not same or device is None:
         return None
     return {
@@ -106,7 +107,8 @@ def memory_scaling(
     errs = check_memory_scaling(params, settings)
     if errs:
         raise refuse(errs)
-    cap = capacity(params.gpu)
+    gpu = hardware.PRESETS[hardware.resolve(params.gpu)]
+    cap = capacity(gpu.key)
     ns = sweep(params.n_min, params.n_max)
 
     def problem(n: int) -> AttentionProblem:
@@ -120,9 +122,10 @@ def memory_scaling(
     return {
         "params": params.model_dump(),
         "gpu": {
-            "name": params.gpu,
+            "key": gpu.key,
+            "name": gpu.name,
             "capacity_bytes": cap,
-            "source": "flashscope's stand-in table of device memory as sold (decimal GB)",
+            "source": "simulator/hardware.py presets: device memory as sold (decimal GB)",
         },
         "ns": ns,
         "naive": _series(naive, cap),

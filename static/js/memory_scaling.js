@@ -6,7 +6,7 @@ import { apiUrl, bindPngButtons, setExportLink } from "./exports.js";
 import { baseLayout, formatCount, plotConfig, readParams, writeParams } from "./state.js";
 import { changed, registerView } from "./view.js";
 
-const DEFAULTS = { gpu: "H200", batch: 1, heads: 16, d: 64, dtype: "fp16", n_min: 1024, n_max: 131072, step: 0 };
+const DEFAULTS = { gpu: "h200", batch: 1, heads: 16, d: 64, dtype: "fp16", n_min: 1024, n_max: 131072, step: 0 };
 const FIELDS = ["gpu", "batch", "heads", "d", "dtype", "n_min", "n_max"];
 const TEXT = new Set(["gpu", "dtype"]);
 const COLORS = { naive: "#dc2626", flash: "#1d4ed8", cap: "#111827" };
@@ -62,14 +62,17 @@ async function load() {
     return;
   }
   view.data = body;
+  view.params.gpu = body.gpu.key; // an alias in the URL ("H100") becomes the preset's key
+  form.elements.gpu.value = body.gpu.key;
   const p = body.params;
-  setExportLink("export-json", url, `memory-scaling-${p.gpu.replace(/\s+/g, "")}-b${p.batch}-h${p.heads}-d${p.d}-${p.dtype}.json`);
+  const gpuName = body.gpu.name.replace(/^NVIDIA /, "");
+  setExportLink("export-json", url, `memory-scaling-${body.gpu.key}-b${p.batch}-h${p.heads}-d${p.d}-${p.dtype}.json`);
   const note = $("dataset-note");
   note.hidden = !body.measured;
   if (body.measured) note.querySelector(".dataset-device").textContent = body.measured.device;
   const edge = body.naive_first_oom === null
-    ? `Naive attention fits on the ${p.gpu} over this whole sweep (up to N = ${formatCount(body.naive_max_n)}).`
-    : `Naive attention runs out of memory on the ${p.gpu} from N = ${formatCount(body.naive_first_oom)} in this sweep; the largest N that fits is ${formatCount(body.naive_max_n ?? 0)}.`;
+    ? `Naive attention fits on the ${gpuName} over this whole sweep (up to N = ${formatCount(body.naive_max_n)}).`
+    : `Naive attention runs out of memory on the ${gpuName} from N = ${formatCount(body.naive_first_oom)} in this sweep; the largest N that fits is ${formatCount(body.naive_max_n ?? 0)}.`;
   const flashEdge = body.flash_max_n === body.n_search_max
     ? `beyond N = ${formatCount(body.n_search_max)}, the end of the search`
     : `up to N = ${formatCount(body.flash_max_n ?? 0)}`;
@@ -125,7 +128,7 @@ function renderPeaks(k = 0) {
         { type: "line", x0: n, x1: n, yref: "paper", y0: 0, y1: 1, line: { color: "#6b7280", dash: "dot" } },
       ],
       annotations: [
-        { xref: "paper", x: 0, y: Math.log10(cap), text: `${d.gpu.name}: ${gib(d.gpu.capacity_bytes)}`, showarrow: false, xanchor: "left", yanchor: "bottom", font: { color: COLORS.cap } },
+        { xref: "paper", x: 0, y: Math.log10(cap), text: `${d.gpu.name.replace(/^NVIDIA /, "")}: ${gib(d.gpu.capacity_bytes)}`, showarrow: false, xanchor: "left", yanchor: "bottom", font: { color: COLORS.cap } },
       ],
     },
     plotConfig,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 
 def test_ops_columns_sum_to_the_closed_form(client):
@@ -12,7 +13,7 @@ def test_ops_columns_sum_to_the_closed_form(client):
     body = r.json()
     cols = body["columns"]
     assert len(cols["phase"]) == body["meta"]["n_events"], f"n={n}"
-    flash = body["meta"]["traffic"]["flash"]["elements"]
+    flash = body["meta"]["traffic"]["algo"]["elements"]
     assert sum(cols["hbm_read"]) == flash["hbm_read"], f"n={n}"
     assert sum(cols["hbm_write"]) == flash["hbm_write"], f"n={n}"
 
@@ -23,6 +24,18 @@ def test_chrome_trace_of_the_tile_trace(client):
     assert len(spans) == 4 * (2 + 4 * 4)
     assert {s["tid"] for s in spans} == {0, 1, 2, 3}
     assert body["otherData"]["meta"]["algo"] == "fa2"
+
+
+@pytest.mark.parametrize("algo", ["naive", "fa1", "fa2-bwd", "decode"])
+def test_every_algorithm_exports(client, algo):
+    n = 4 if algo == "decode" else 40
+    q = f"algo={algo}&n={n}&nk=40&d=16&bm=16&bn=16"
+    ops = client.get(f"/api/trace/ops?{q}").json()
+    chrome = client.get(f"/api/trace/chrome?{q}").json()
+    spans = [e for e in chrome["traceEvents"] if e["ph"] == "X"]
+    assert len(spans) == len(ops["columns"]["phase"]) == ops["meta"]["n_events"]
+    assert [s["tid"] for s in spans] == ops["columns"]["cta"]
+    assert [s["name"] for s in spans] == ops["columns"]["phase"]
 
 
 def test_exports_refuse_like_the_trace(client, settings):

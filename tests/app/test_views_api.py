@@ -135,11 +135,15 @@ def test_memory_scaling_default_matches_the_anchors(client):
     assert all(body["flash"]["fits"])
     assert body["naive_max_n"] < 65536 < body["flash_max_n"]
     assert body["measured"]["device"] == "NVIDIA H200"
+    assert body["gpu"]["key"] == "h200"
+    h100 = client.get("/api/memory-scaling?gpu=H100").json()  # an alias of the SXM preset
+    assert h100["gpu"]["key"] == "h100-sxm"
+    assert h100["measured"]["device"] == "NVIDIA H100 80GB HBM3"
     assert {row["impl"] for row in body["measured"]["rows"]} == {"naive", "sdpa-flash"}
 
 
 def test_memory_scaling_other_problem_has_no_measurements(client):
-    body = client.get("/api/memory-scaling?gpu=RTX%204090&batch=4&heads=32&d=128&dtype=bf16").json()
+    body = client.get("/api/memory-scaling?gpu=rtx-4090&batch=4&heads=32&d=128&dtype=bf16").json()
     assert body["measured"] is None
     assert body["gpu"]["capacity_bytes"] == 24 * 10**9
     s = body["naive"]["parts"]["S"][0]
@@ -154,5 +158,5 @@ def test_memory_scaling_refuses_bad_input(client, settings):
     assert errs["d"]["limit"] == settings.max_head_dim
     assert errs["n_max"]["limit"] == settings.memory_scaling_max_seq
     assert "n_min" in _errors(client.get("/api/memory-scaling?n_min=4096&n_max=1024"))
-    assert "gpu" in _errors(client.get("/api/memory-scaling?gpu=Z80"))
+    assert "unknown gpu" in _errors(client.get("/api/memory-scaling?gpu=Z80"))["gpu"]["msg"]
     assert "dtype" in _errors(client.get("/api/memory-scaling?dtype=int8"))

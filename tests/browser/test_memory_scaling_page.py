@@ -21,7 +21,11 @@ def test_h200_anchor_problem_with_shipped_measurements(page, live_server):
     assert note.is_visible() and "NVIDIA H200" in note.inner_text()
     names = page.evaluate("() => document.getElementById('peaks').data.map(t => t.name)")
     assert "naive measured on NVIDIA H200 (shipped)" in names
-    assert "runs out of memory on the H200 from N = 65,536" in page.locator("#edge").inner_text()
+    assert (
+        "runs out of memory on the H200 SXM 141GB from N = 65,536"
+        in page.locator("#edge").inner_text()
+    )
+    assert page.locator("select[name=gpu]").input_value() == "h200"  # the alias, resolved
     page.keyboard.press("ArrowRight")
     wait_step(page, 6)
     assert "N = 65,536" in page.locator("#now").inner_text()
@@ -37,12 +41,12 @@ def test_h200_anchor_problem_with_shipped_measurements(page, live_server):
 
 
 def test_other_gpu_has_no_dataset_note_and_exports(page, live_server):
-    page.goto(f"{live_server}/memory-scaling?gpu=RTX%204090&batch=2&step=2")
+    page.goto(f"{live_server}/memory-scaling?gpu=rtx-4090&batch=2&step=2")
     wait_step(page, 2)
     assert page.locator("#dataset-note").is_hidden()
-    assert page.locator("select[name=gpu]").input_value() == "RTX 4090"
+    assert page.locator("select[name=gpu]").input_value() == "rtx-4090"
     name, body = download_json(page, "#export-json")
-    assert name == "memory-scaling-RTX4090-b2-h16-d64-fp16.json" and body["measured"] is None
+    assert name == "memory-scaling-rtx-4090-b2-h16-d64-fp16.json" and body["measured"] is None
     assert_png(page, "button[data-png-target='peaks']", "memory-scaling-peaks")
     assert page.log.console_errors == [] and page.log.page_errors == []
     assert page.log.external_requests == []

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from simulator import hardware
 from simulator.memory import (
-    GPU_MEMORY_GB,
     capacity,
     flash_peak,
     largest_fitting,
@@ -87,7 +87,7 @@ def test_every_shipped_measurement_is_within_a_few_percent(device):
     data = load_measured()
     shape = data["problem"]
     dev = data["devices"][device]
-    assert dev["gpu"] in GPU_MEMORY_GB
+    assert hardware.resolve(dev["gpu"]) in hardware.names()
     for row in dev["rows"]:
         p = AttentionProblem(
             seq_q=row["n"],
@@ -123,6 +123,8 @@ def test_largest_fitting_is_the_edge():
     assert largest_fitting(flash_peak, base, 10**15, 100) == 100
 
 
-def test_unknown_gpu_is_refused():
-    with pytest.raises(ValueError, match="gpu must be one of"):
+def test_capacity_comes_from_the_hardware_presets():
+    assert capacity("H200") == 141 * 10**9 == capacity("h200")
+    assert capacity("rtx 4090") == 24 * 10**9
+    with pytest.raises(ValueError, match="unknown gpu"):
         capacity("Z80")
