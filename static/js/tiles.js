@@ -212,8 +212,8 @@ function renderGrid(ev) {
     ...baseLayout,
     height: 300,
     shapes,
-    xaxis: { title: { text: `K/V block (block_n = ${meta.tiles.block_n})` }, dtick: nk > 16 ? undefined : 1 },
-    yaxis: { title: { text: `Q block (block_m = ${meta.tiles.block_m})` }, autorange: "reversed", dtick: nq > 16 ? undefined : 1 },
+    xaxis: { title: { text: `K/V block (block_n = ${meta.tiles.block_n})` }, dtick: nk > 8 ? undefined : 1 },
+    yaxis: { title: { text: `Q block (block_m = ${meta.tiles.block_m})` }, autorange: "reversed", dtick: nq > 8 ? undefined : 1 },
   };
   Plotly.react("grid", [trace], layout, plotConfig);
 }
@@ -225,6 +225,8 @@ function renderStats(ev) {
   const rows = [];
   for (let r = st.rows[0]; r < st.rows[1]; r += 1) rows.push(r);
   const fixed = (range) => (range ? { range, autorange: false } : { autorange: true });
+  // One marker per row helps on small blocks; beyond 16 rows they cost more than they show.
+  const mode = rows.length > 16 ? "lines" : "lines+markers";
   const layout = {
     ...baseLayout,
     height: 240,
@@ -237,8 +239,8 @@ function renderStats(ev) {
   Plotly.react(
     "ml",
     [
-      { x: rows, y: st.m, name: "m", mode: "lines+markers", marker: { size: 4 }, line: { color: "#b45309" } },
-      { x: rows, y: st.l, name: "ℓ", yaxis: "y2", mode: "lines+markers", marker: { size: 4 }, line: { color: "#1d4ed8" } },
+      { x: rows, y: st.m, name: "m", mode, marker: { size: 4 }, line: { color: "#b45309" } },
+      { x: rows, y: st.l, name: "ℓ", yaxis: "y2", mode, marker: { size: 4 }, line: { color: "#1d4ed8" } },
     ],
     layout,
     plotConfig,
