@@ -34,7 +34,7 @@ def _serve(args: argparse.Namespace) -> int:
         host=args.host,
         port=args.port,
         log_level=args.log_level,
-        ws_max_size=settings.ws_max_message_bytes,
+        ws_max_size=max(settings.ws_max_message_bytes, settings.room_max_message_bytes),
     )
     return 0
 

@@ -121,8 +121,63 @@ class Settings(BaseSettings):
         20000, ge=1, description="Most CTAs of the SM timeline a simulation response carries."
     )
 
+    # Request guards (every route): body size and per-client rate limits on costly endpoints.
+    max_body_bytes: int = Field(
+        65536, ge=1024, description="Largest request body; a larger one gets HTTP 413."
+    )
+    rate_compute_per_s: float = Field(
+        10.0,
+        gt=0,
+        description="Sustained requests per second per client to trace, traffic "
+        "and simulate endpoints (and trace opens on /ws/trace).",
+    )
+    rate_compute_burst: int = Field(
+        60, ge=1, description="Requests a client may make at once to those endpoints."
+    )
+    rate_runs_per_s: float = Field(
+        0.5, gt=0, description="Sustained POST /api/runs per second per client."
+    )
+    rate_runs_burst: int = Field(10, ge=1, description="POST /api/runs a client may make at once.")
+    rate_rooms_per_s: float = Field(
+        0.1, gt=0, description="Sustained POST /api/rooms (room creation) per second per client."
+    )
+    rate_rooms_burst: int = Field(5, ge=1, description="Rooms a client may create at once.")
+    rate_max_clients: int = Field(
+        10000, ge=1, description="Clients whose rate buckets are remembered (oldest dropped)."
+    )
+
+    # Instructor-synced rooms (POST /api/rooms, WS /ws/rooms/{code}).
+    redis_url: str | None = Field(
+        None,
+        description="redis://host:port/db shared by several server processes; "
+        "unset: rooms live in this process.",
+    )
+    rooms_max: int = Field(100, ge=1, description="Most rooms open at once.")
+    room_max_clients: int = Field(
+        300, ge=1, description="Most connections (lecturer and attendees) in one room."
+    )
+    room_queue_len: int = Field(
+        64, ge=1, description="States queued for one slow attendee before it is disconnected."
+    )
+    room_max_message_bytes: int = Field(
+        4096, ge=256, description="Largest message a room client may send."
+    )
+    room_max_params: int = Field(32, ge=1, description="Most parameters in a room state.")
+    room_max_step: int = Field(10**7, ge=0, description="Largest step number in a room state.")
+    room_states_per_s: float = Field(
+        30.0, gt=0, description="Sustained states per second one lecturer connection may send."
+    )
+    room_states_burst: int = Field(60, ge=1, description="States a lecturer may send at once.")
+    room_idle_ttl_s: float = Field(
+        4 * 3600.0, gt=0, description="A room with no client and no state for this long closes."
+    )
+
     templates_dir: Path = ROOT / "templates"
     static_dir: Path = ROOT / "static"
+    results_dir: Path = Field(
+        ROOT / "benchmarks" / "results",
+        description="Measured results (benchmarks/results/*.json) the app may load.",
+    )
 
 
 @lru_cache

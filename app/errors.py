@@ -14,6 +14,7 @@ from fastapi import Request
 from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from pydantic import ValidationError
 
 _LIMIT_KEYS = ("limit", "le", "lt", "ge", "gt", "max_length", "min_length")
 
@@ -69,6 +70,21 @@ async def validation_handler(_: Request, exc: RequestValidationError) -> JSONRes
     return JSONResponse(
         status_code=422, content=jsonable_encoder({"detail": describe(list(exc.errors()))})
     )
+
+
+async def value_handler(_: Request, exc: ValueError) -> JSONResponse:
+    """A ValueError that escapes a route is bad input, not a server fault.
+
+    The simulator's contract is that it raises ValueError (with a message saying what is wrong)
+    for every input it cannot handle and for nothing else; a route that passes a request on
+    without checking every rule itself still answers 422, never 500.
+    """
+    if isinstance(exc, ValidationError):
+        errors = list(exc.errors(include_url=False))
+    else:
+        msg = str(exc) or type(exc).__name__
+        errors = [{"type": "value_error", "loc": ["request"], "msg": msg}]
+    return JSONResponse(status_code=422, content=jsonable_encoder({"detail": describe(errors)}))
 
 
 def refuse(errors: list[dict]) -> RequestValidationError:

@@ -11,8 +11,11 @@ from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
 
 from . import __version__
+from .bodylimit import BodyLimitMiddleware
 from .config import Settings, get_settings
-from .errors import validation_handler
+from .errors import validation_handler, value_handler
+from .ratelimit import RateLimiter, RateLimitMiddleware, rates_from
+from .rooms import Rooms
 from .routes import (
     exports,
     health,
@@ -20,6 +23,7 @@ from .routes import (
     memory_wall,
     online_softmax,
     pages,
+    rooms,
     runs,
     simulate,
     trace,
@@ -42,6 +46,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         yield
         app.state.runs.close()
+        await app.state.rooms.close()
 
     app = FastAPI(
         title="flashscope",
@@ -57,9 +62,14 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     app.state.backend = None
     app.state.runs = RunService(settings)
+    app.state.rooms = Rooms(settings)
+    app.state.rate_limiter = RateLimiter(rates_from(settings), settings.rate_max_clients)
     app.mount("/static", StaticFiles(directory=settings.static_dir), name="static")
     app.add_exception_handler(RequestValidationError, validation_handler)  # type: ignore[arg-type]
-    for module in (health, pages, trace, runs, traffic, simulate):
+    app.add_exception_handler(ValueError, value_handler)  # type: ignore[arg-type]
+    app.add_middleware(RateLimitMiddleware, limiter=app.state.rate_limiter)
+    app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
+    for module in (health, pages, trace, runs, traffic, simulate, rooms):
         app.include_router(module.router)
     for module in (exports, memory_wall, online_softmax, memory_scaling):  # teaching views
         app.include_router(module.router)

@@ -18,7 +18,8 @@ from fastapi import APIRouter, Query, WebSocket, WebSocketDisconnect
 from pydantic import ValidationError
 
 from ..deps import SettingsDep, TracesDep
-from ..errors import describe, refuse, value_error
+from ..errors import describe, limit_error, refuse, value_error
+from ..ratelimit import client_of
 from ..schemas import (
     StrictTraceParams,
     TraceEventModel,
@@ -90,6 +91,17 @@ async def trace_stream(ws: WebSocket, settings: SettingsDep, traces: TracesDep) 
                     )
                     continue
                 errs = check_trace_params(params, settings, where="params")
+                wait = ws.app.state.rate_limiter.take(client_of(ws.scope), "compute")
+                if wait > 0:
+                    errs.append(
+                        limit_error(
+                            "type",
+                            f"too many traces opened from this client; retry after {wait:.1f} s",
+                            kind,
+                            settings.rate_compute_per_s,
+                            "message",
+                        )
+                    )
                 if errs:
                     await _send_errors(ws, errs)
                     continue
