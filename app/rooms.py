@@ -17,13 +17,15 @@ import contextlib
 import hashlib
 import hmac
 import json
+import math
+import re
 import secrets
-from typing import Annotated
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr
+from pydantic import BaseModel, ConfigDict, Field
 
 from .config import Settings
-from .errors import limit_error
+from .errors import limit_error, value_error
 from .roomstore import MemoryRoomStore, RoomGone, RoomRecord, RoomStore
 
 CODE_ALPHABET = "ABCDEFGHJKMNPQRSTUVWXYZ23456789"  # no I, L, O, 0, 1: easy to read aloud
@@ -56,55 +58,74 @@ def token_matches(token: str, record: RoomRecord) -> bool:
 
 # --- the state a lecturer sends ----------------------------------------------------------------
 
-Scalar = (
-    StrictBool
-    | Annotated[StrictInt, Field(ge=-SAFE_INT, le=SAFE_INT)]
-    | Annotated[StrictFloat, Field(allow_inf_nan=False)]
-    | Annotated[StrictStr, Field(max_length=200)]
-    | None
-)
-ParamKey = Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_.\-]{0,63}$")]
+PARAM_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-]{0,63}$")
+MAX_TEXT = 200  # characters of a string parameter
+MAX_LIST = 64  # items of a list parameter
 
 
 class RoomState(BaseModel):
     """What every follower's page shows: which page, its parameters and its step."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     path: str = Field(
         max_length=200,
         pattern=r"^/([A-Za-z0-9._~\-][A-Za-z0-9._~\-/]*)?$",
         description="A path of this server (never another origin).",
     )
-    params: dict[ParamKey, Scalar | Annotated[list[Scalar], Field(max_length=64)]] = Field(
-        default_factory=dict
+    params: dict[str, Any] = Field(
+        default_factory=dict,
+        description="The view's parameters: numbers, strings, booleans, null, or lists of them.",
     )
     step: int | None = Field(None, ge=0)
 
 
+def _scalar_problem(value: Any) -> str | None:
+    """Why `value` cannot be a parameter value, or None when it can."""
+    if value is None or isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return None if abs(value) <= SAFE_INT else f"integers must be within ±2**53, got {value}"
+    if isinstance(value, float):
+        return None if math.isfinite(value) else f"numbers must be finite, got {value}"
+    if isinstance(value, str):
+        n = len(value)
+        return None if n <= MAX_TEXT else f"strings must be ≤ {MAX_TEXT} characters, got {n}"
+    return f"must be a number, a string, true/false or null, got {type(value).__name__}"
+
+
 def check_room_state(state: RoomState, s: Settings) -> list[dict]:
+    """Errors for parameters a page could not hold and sizes beyond the settings' limits."""
+    where = "state"
     errs = []
-    if len(state.params) > s.room_max_params:
-        errs.append(
-            limit_error(
-                "params",
-                f"a room state may hold at most {s.room_max_params} parameters, "
-                f"got {len(state.params)}",
-                len(state.params),
-                s.room_max_params,
-                "state",
+    n = len(state.params)
+    if n > s.room_max_params:
+        msg = f"a room state may hold at most {s.room_max_params} parameters, got {n}"
+        errs.append(limit_error("params", msg, n, s.room_max_params, where))
+    for key, value in list(state.params.items())[: s.room_max_params]:
+        if not PARAM_KEY.match(key):
+            errs.append(
+                value_error(
+                    key,
+                    "a parameter name is a letter or _ then up to 63 of letters, digits, _ . -",
+                    key,
+                    where,
+                )
             )
-        )
+            continue
+        items = value if isinstance(value, list) else [value]
+        if len(items) > MAX_LIST:
+            errs.append(
+                limit_error(key, f"lists must be ≤ {MAX_LIST} items", len(items), MAX_LIST, where)
+            )
+            continue
+        for item in items:
+            if problem := _scalar_problem(item):
+                errs.append(value_error(key, f"{key}: {problem}", None, where))
+                break
     if state.step is not None and state.step > s.room_max_step:
-        errs.append(
-            limit_error(
-                "step",
-                f"step must be ≤ {s.room_max_step}, got {state.step}",
-                state.step,
-                s.room_max_step,
-                "state",
-            )
-        )
+        msg = f"step must be ≤ {s.room_max_step}, got {state.step}"
+        errs.append(limit_error("step", msg, state.step, s.room_max_step, where))
     return errs
 
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import math
 import re
 import secrets
 from typing import Annotated, Any
@@ -127,6 +128,13 @@ def _no_nan(token: str) -> float:
     raise ValueError(f"{token} is not a JSON number")
 
 
+def _finite(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"{text} is too large for a number")
+    return value
+
+
 async def _receive(ws: WebSocket, limit: int) -> tuple[dict | None, list[dict]]:
     """The next message as a dict, or errors to send back. Closes (and raises) when too large."""
     message = await ws.receive()
@@ -140,7 +148,7 @@ async def _receive(ws: WebSocket, limit: int) -> tuple[dict | None, list[dict]]:
     if raw is None:
         return None, [value_error("type", "send JSON text messages", None, "message")]
     try:
-        msg = json.loads(raw, parse_constant=_no_nan)
+        msg = json.loads(raw, parse_constant=_no_nan, parse_float=_finite)
     except ValueError as exc:
         return None, [value_error("message", f"not JSON: {exc}", raw[:80], "message")]
     if not isinstance(msg, dict) or not isinstance(msg.get("type"), str):
