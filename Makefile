@@ -1,16 +1,18 @@
 # flashscope: `make run` serves the app, `make test` runs every check. Each sets itself up on a
 # fresh machine: a virtual environment in .venv/, the project installed into it, and (for tests)
-# Debian's chromium for the browser tests.
+# Debian's chromium for the browser tests and redis-server for the shared-rooms tests.
 
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-HOST ?= 127.0.0.1
+# Loopback unless told on the command line (`make run HOST=0.0.0.0`): an environment variable
+# HOST (tcsh exports the machine's name in it) never widens where the server listens.
+HOST := 127.0.0.1
 PORT ?= 8000
 PYTEST_ARGS ?=
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: run test lint format bench chromium clean screenshots
+.PHONY: run test lint format bench chromium redis clean screenshots
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -35,12 +37,18 @@ chromium:
 		$(SUDO) apt-get update -qq && \
 		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq chromium; }
 
+redis:
+	@command -v redis-server >/dev/null 2>&1 || [ -x /usr/bin/redis-server ] || { \
+		echo "installing Debian's redis-server for the shared-rooms tests"; \
+		$(SUDO) apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq redis-server; }
+
 lint: $(VENV)/.installed-test
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/hadolint Dockerfile
 
-test: $(VENV)/.installed-test chromium lint
+test: $(VENV)/.installed-test chromium redis lint
 	$(BIN)/python -m pytest -n 2 $(PYTEST_ARGS)
 
 # Refresh the README's screenshots: the browser tests take them.

@@ -1,0 +1,92 @@
+"""Real server processes for tests: `flashscope serve` and `redis-server` on free loopback ports."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _wait(proc: subprocess.Popen, ready, what: str, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            out = proc.stdout.read().decode() if proc.stdout else ""
+            raise RuntimeError(f"{what} exited early:\n{out}")
+        try:
+            if ready():
+                return
+        except OSError:
+            pass
+        time.sleep(0.1)
+    proc.kill()
+    raise RuntimeError(f"{what} did not start within {timeout:.0f} s")
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    proc.terminate()
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+@contextmanager
+def redis_server() -> Iterator[str]:
+    """A throwaway redis-server (no persistence); yields its URL."""
+    exe = shutil.which("redis-server") or "/usr/bin/redis-server"
+    if not os.path.exists(exe):
+        raise RuntimeError("redis-server not found: `make test` installs Debian's redis-server")
+    port = free_port()
+    proc = subprocess.Popen(
+        [exe, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+
+    def ready() -> bool:
+        with socket.create_connection(("127.0.0.1", port), timeout=1) as s:
+            s.sendall(b"PING\r\n")
+            return s.recv(16).startswith(b"+PONG")
+
+    try:
+        _wait(proc, ready, "redis-server")
+        yield f"redis://127.0.0.1:{port}/0"
+    finally:
+        _stop(proc)
+
+
+@contextmanager
+def flashscope_server(env: dict[str, str] | None = None) -> Iterator[str]:
+    """`flashscope serve` on a free port with extra FLASHSCOPE_* settings; yields its base URL."""
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "app.cli", "serve", "--port", str(port), "--log-level", "warning"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        env={**os.environ, **(env or {})},
+    )
+    base = f"http://127.0.0.1:{port}"
+
+    def ready() -> bool:
+        with urllib.request.urlopen(base + "/api/health", timeout=30) as r:
+            return r.status == 200
+
+    try:
+        _wait(proc, ready, "flashscope serve")
+        yield base
+    finally:
+        _stop(proc)

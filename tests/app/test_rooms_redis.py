@@ -1,0 +1,111 @@
+"""Rooms shared through Redis: two server processes, attendees on both, one room."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import urllib.request
+from contextlib import ExitStack
+
+import pytest
+from websockets.asyncio.client import connect
+from websockets.exceptions import ConnectionClosed
+
+from .servers import flashscope_server, redis_server
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def two_servers():
+    """Two `flashscope serve` processes sharing one redis-server; rooms of at most 5 clients."""
+    with ExitStack() as stack:
+        url = stack.enter_context(redis_server())
+        env = {"FLASHSCOPE_REDIS_URL": url, "FLASHSCOPE_ROOM_MAX_CLIENTS": "5"}
+        a = stack.enter_context(flashscope_server(env))
+        b = stack.enter_context(flashscope_server(env))
+        yield a, b
+
+
+def post(base: str, path: str) -> dict:
+    req = urllib.request.Request(base + path, method="POST")
+    with urllib.request.urlopen(req, timeout=30) as r:
+        return json.loads(r.read())
+
+
+def get(base: str, path: str) -> dict:
+    with urllib.request.urlopen(base + path, timeout=30) as r:
+        return json.loads(r.read())
+
+
+async def join(base: str, code: str, token: str | None = None):
+    ws = await connect(base.replace("http", "ws") + f"/ws/rooms/{code}")
+    await ws.send(json.dumps({"type": "join"} | ({"token": token} if token else {})))
+    welcome = json.loads(await ws.recv())
+    return ws, welcome
+
+
+async def refused(base: str, code: str, token: str | None = None) -> tuple[int, str]:
+    """The close code and reason a join gets instead of a welcome."""
+    with pytest.raises(ConnectionClosed) as exc:
+        await asyncio.wait_for(join(base, code, token), 10)
+    return exc.value.rcvd.code, exc.value.rcvd.reason
+
+
+def test_attendees_on_both_processes_follow_one_lecturer(two_servers):
+    a, b = two_servers
+    room = post(a, "/api/rooms")
+    code, token = room["code"], room["drive_token"]
+    steps = random.Random().sample(range(10_000), 30)
+
+    async def scenario():
+        driver, w = await join(b, code, token)  # the lecturer on B, the room made on A
+        assert w["role"] == "driver"
+        attendees = [(await join(srv, code))[0] for srv in (a, b, a)]
+        for step in steps:
+            await driver.send(
+                json.dumps({"type": "state", "state": {"path": "/tiles", "step": step}})
+            )
+        acks = [json.loads(await driver.recv()) for _ in steps]
+        assert [m["seq"] for m in acks] == list(range(1, len(steps) + 1))
+        for ws in attendees:
+            got = [json.loads(await asyncio.wait_for(ws.recv(), 10)) for _ in steps]
+            assert [m["seq"] for m in got] == list(range(1, len(steps) + 1))
+            assert [m["state"]["step"] for m in got] == steps
+        # A late joiner on either process starts from the latest state.
+        late, w = await join(a, code)
+        assert (w["seq"], w["state"]["step"]) == (len(steps), steps[-1])
+        assert get(b, f"/api/rooms/{code}")["clients"] == 5
+        # The room is full across both processes; a forged token is refused on either.
+        assert await refused(b, code) == (4409, f"room {code} is full (5 clients)")
+        # An attendee cannot drive, wherever it is connected.
+        await attendees[1].send(json.dumps({"type": "state", "state": {"path": "/", "step": 0}}))
+        assert json.loads(await attendees[1].recv())["type"] == "error"
+        await late.close()
+        assert await refused(a, code, "forged-" + token[7:]) == (
+            4403,
+            "drive token does not match this room",
+        )
+        await driver.send(json.dumps({"type": "state", "state": {"path": "/", "step": 1}}))
+        for ws in attendees:
+            msg = json.loads(await asyncio.wait_for(ws.recv(), 10))
+            assert (msg["seq"], msg["state"]) == (
+                len(steps) + 1,
+                {"path": "/", "params": {}, "step": 1},
+            )
+        for ws in (driver, *attendees):
+            await ws.close()
+
+    asyncio.run(scenario())
+    assert get(a, f"/api/rooms/{code}")["clients"] == 0
+
+
+def test_room_info_is_shared_across_processes(two_servers):
+    a, b = two_servers
+    room = post(b, "/api/rooms")
+    info = get(a, f"/api/rooms/{room['code']}")
+    assert info == {"code": room["code"], "clients": 0, "seq": 0, "state": None}
+    with pytest.raises(urllib.error.HTTPError) as exc:
+        get(a, "/api/rooms/ZZZZZZ")
+    assert exc.value.code == 404
