@@ -1,0 +1,135 @@
+"""Rooms in headless Chromium: a lecturer drives, an attendee follows, detaches and re-attaches."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from .conftest import PageLog, screenshot, wait_step
+
+pytestmark = pytest.mark.browser
+
+
+def open_tab(browser, live_server):
+    """A page in its own context (its own sessionStorage), logging errors and outside requests."""
+    context = browser.new_context(viewport={"width": 1280, "height": 720})
+    pg = context.new_page()
+    log = PageLog()
+    pg.on("console", lambda m: m.type == "error" and log.console_errors.append(m.text))
+    pg.on("pageerror", lambda e: log.page_errors.append(str(e)))
+    pg.on(
+        "request",
+        lambda r: (
+            r.url.startswith((live_server, live_server.replace("http", "ws"), "data:"))
+            or log.external_requests.append(r.url)
+        ),
+    )
+    pg.log = log  # type: ignore[attr-defined]
+    return context, pg
+
+
+def room_state(page, state: str, timeout: float = 15000) -> None:
+    page.locator(f"#room-bar[data-state='{state}']").wait_for(state="attached", timeout=timeout)
+
+
+def field(page, name: str) -> str:
+    return page.locator(f"#params input[name='{name}']").input_value()
+
+
+def test_a_lecturer_drives_and_attendees_follow_detach_and_catch_up(browser, live_server):
+    lecturer_ctx, lecturer = open_tab(browser, live_server)
+    attendee_ctx, attendee = open_tab(browser, live_server)
+    tablet_ctx, tablet = open_tab(browser, live_server)
+    try:
+        lecturer.goto(f"{live_server}/tiles?n=64&d=16&bm=16&bn=16&seed=5")
+        wait_step(lecturer, 0)
+        lecturer.locator("#room-start").click()
+        room_state(lecturer, "driving")
+        code = lecturer.locator("#room-code").inner_text()
+        assert re.fullmatch(r"[A-Z2-9]{6}", code), code
+        assert lecturer.locator("#room-status").inner_text().startswith("Driving")
+
+        # The attendee joins from the home page and is taken to the lecturer's view.
+        attendee.goto(live_server + "/")
+        attendee.locator("#room-code-input").fill(code.lower())
+        attendee.locator("#room-join button").click()
+        attendee.wait_for_url(re.compile(r"/tiles"))
+        room_state(attendee, "following")
+        wait_step(attendee, 0)
+        assert [field(attendee, f) for f in ("n", "d", "bm", "bn", "seed")] == [
+            "64",
+            "16",
+            "16",
+            "16",
+            "5",
+        ]
+
+        # Every step of the lecturer reaches the attendee.
+        for k in range(1, 4):
+            lecturer.keyboard.press("ArrowRight")
+            wait_step(lecturer, k)
+            wait_step(attendee, k)
+
+        # Detached, the attendee explores alone; re-attached, it catches up.
+        attendee.locator("#room-detach").click()
+        room_state(attendee, "detached")
+        attendee.keyboard.press("End")
+        last = int(attendee.locator("#step").get_attribute("max"))
+        wait_step(attendee, last)
+        for k in (4, 5):
+            lecturer.keyboard.press("ArrowRight")
+            wait_step(lecturer, k)
+        attendee.wait_for_timeout(300)
+        assert attendee.locator("body").get_attribute("data-step") == str(last)
+        assert lecturer.locator("body").get_attribute("data-step") == "5"
+        attendee.locator("#room-attach").click()
+        room_state(attendee, "following")
+        wait_step(attendee, 5)
+
+        # A drive link opened on another device adopts the room's view and drives it too.
+        link = lecturer.locator("#room-drive-link").input_value()
+        assert link.startswith(live_server + "/#room=" + code + "&drive=")
+        tablet.goto(link)
+        tablet.wait_for_url(re.compile(r"/tiles"))
+        room_state(tablet, "driving")
+        wait_step(tablet, 5)
+        assert "drive=" not in tablet.url
+        tablet.keyboard.press("ArrowRight")
+        wait_step(attendee, 6)
+        wait_step(lecturer, 6)
+
+        # A page switch by the lecturer takes everyone along, then back with new parameters.
+        lecturer.locator("a.brand").click()
+        lecturer.wait_for_url(live_server + "/")
+        attendee.wait_for_url(live_server + "/")
+        room_state(lecturer, "driving")
+        lecturer.goto(f"{live_server}/tiles?n=32&d=8&bm=8&bn=16&seed=9&step=2")
+        wait_step(lecturer, 2)
+        attendee.wait_for_url(re.compile(r"/tiles"))
+        room_state(attendee, "following")
+        wait_step(attendee, 2)
+        assert field(attendee, "n") == "32" and field(attendee, "bm") == "8"
+        screenshot(attendee, "room-following")
+
+        for pg in (lecturer, attendee, tablet):
+            assert pg.log.console_errors == [], pg.log.console_errors
+            assert pg.log.page_errors == [], pg.log.page_errors
+            assert pg.log.external_requests == [], pg.log.external_requests
+    finally:
+        for ctx in (lecturer_ctx, attendee_ctx, tablet_ctx):
+            ctx.close()
+
+
+def test_a_wrong_code_says_so_and_leaves_the_page_alone(page, live_server):
+    page.goto(f"{live_server}/tiles?n=32&d=8&bm=16&bn=16")
+    wait_step(page, 0)
+    page.locator("#room-code-input").fill("ZZZZZZ")
+    page.locator("#room-join button").click()
+    page.locator("#room-error").wait_for(state="visible")
+    assert "no room ZZZZZZ" in page.locator("#room-error").inner_text()
+    room_state(page, "none")
+    page.locator("#room-code-input").fill("a!")
+    page.locator("#room-join button").click()
+    assert "4 to 12 letters" in page.locator("#room-error").inner_text()
+    assert page.log.page_errors == []
