@@ -36,12 +36,16 @@ RUN if [ "$VARIANT" = "cuda" ]; then \
     && groupadd --gid 10001 flashscope \
     && useradd --create-home --uid 10001 --gid 10001 flashscope
 COPY --from=build /opt/venv /opt/venv
+# Everything the app reads at run time is in the image: Python packages (with simulator/data)
+# in the venv, pages and assets (Plotly included) and the measured results beside them.
 COPY templates /opt/flashscope/templates
 COPY static /opt/flashscope/static
+COPY benchmarks/results /opt/flashscope/results
 ENV PATH=/opt/venv/bin:$PATH \
     PYTHONUNBUFFERED=1 \
     FLASHSCOPE_TEMPLATES_DIR=/opt/flashscope/templates \
-    FLASHSCOPE_STATIC_DIR=/opt/flashscope/static
+    FLASHSCOPE_STATIC_DIR=/opt/flashscope/static \
+    FLASHSCOPE_RESULTS_DIR=/opt/flashscope/results
 USER 10001:10001
 WORKDIR /home/flashscope
 EXPOSE 8000
