@@ -10,9 +10,12 @@ import argparse
 import os
 import sys
 from collections.abc import Sequence
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 from . import cli_simulate, cli_traffic
+
+if TYPE_CHECKING:
+    from pydantic import ValidationError
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -79,11 +82,25 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def settings_problem(exc: ValidationError) -> str:
+    """One line naming each bad FLASHSCOPE_* variable, what it holds and what it must be."""
+    parts = []
+    for err in exc.errors(include_url=False):
+        name = "FLASHSCOPE_" + "_".join(str(x) for x in err["loc"]).upper()
+        parts.append(f"{name}={err.get('input')!r}: {err['msg']}")
+    return "bad setting " + "; ".join(parts)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    from pydantic import ValidationError
+
     try:
+        parser = build_parser()
+        args = parser.parse_args(argv)
         return int(args.func(args) or 0)
+    except ValidationError as exc:
+        print(f"flashscope: {settings_problem(exc)}", file=sys.stderr)
+        return 2
     except BrokenPipeError:  # e.g. `flashscope simulate ... | head`: the reader left early
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0

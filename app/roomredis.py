@@ -15,12 +15,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import math
 import time
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, ParamSpec, TypeVar
 
-from .roomstore import Deliver, RoomFull, RoomGone, RoomRecord
+from .roomstore import Deliver, RoomFull, RoomGone, RoomRecord, RoomsUnavailable
 
 PREFIX = "flashscope:"
 CHANNEL = PREFIX + "states"
@@ -60,6 +62,25 @@ return seq
 """
 
 
+P = ParamSpec("P")
+T = TypeVar("T")
+
+
+def _unavailable(fn: Callable[P, Awaitable[T]]) -> Callable[P, Awaitable[T]]:
+    """Turn Redis connection failures into RoomsUnavailable, with the reason."""
+
+    @functools.wraps(fn)
+    async def wrapper(*args: P.args, **kwargs: P.kwargs) -> T:
+        from redis.exceptions import RedisError
+
+        try:
+            return await fn(*args, **kwargs)
+        except (RedisError, OSError) as exc:
+            raise RoomsUnavailable(f"Redis does not answer ({type(exc).__name__}: {exc})") from exc
+
+    return wrapper
+
+
 def _room(code: str) -> str:
     return f"{PREFIX}room:{code}"
 
@@ -79,6 +100,7 @@ class RedisRoomStore:
         self._listener: asyncio.Task | None = None
         self._scripts: dict[str, Any] = {}
 
+    @_unavailable
     async def start(self, deliver: Deliver) -> None:
         import redis.asyncio as aioredis
 
@@ -120,6 +142,7 @@ class RedisRoomStore:
     def _expiry(self) -> float:
         return time.time() + self._ttl
 
+    @_unavailable
     async def create(self, code: str, token_digest: str, max_rooms: int) -> str:
         now = time.time()
         result = await self._scripts["create"](
@@ -128,6 +151,7 @@ class RedisRoomStore:
         )
         return {1: "ok", 0: "exists", -1: "full"}[int(result)]
 
+    @_unavailable
     async def get(self, code: str) -> RoomRecord | None:
         async with self._redis.pipeline(transaction=True) as pipe:
             pipe.hgetall(_room(code))
@@ -139,6 +163,7 @@ class RedisRoomStore:
             code, fields["token"], int(fields.get("seq", 0)), fields.get("state"), int(clients)
         )
 
+    @_unavailable
     async def join(self, code: str, member: str, limit: int) -> int:
         now = time.time()
         result = int(
@@ -153,9 +178,11 @@ class RedisRoomStore:
             raise RoomFull(code)
         return result
 
+    @_unavailable
     async def leave(self, code: str, member: str) -> None:
         await self._redis.zrem(_members(code), member)
 
+    @_unavailable
     async def publish(self, code: str, origin: str, state_json: str) -> int:
         seq = int(
             await self._scripts["publish"](
@@ -167,6 +194,7 @@ class RedisRoomStore:
             raise RoomGone(code)
         return seq
 
+    @_unavailable
     async def heartbeat(self, members: dict[str, list[str]]) -> None:
         if not members:
             return
@@ -180,6 +208,7 @@ class RedisRoomStore:
                 pipe.zadd(PREFIX + "rooms", {code: self._expiry()}, xx=True)
             await pipe.execute()
 
+    @_unavailable
     async def count(self) -> int:
         key = PREFIX + "rooms"
         await self._redis.zremrangebyscore(key, "-inf", time.time())

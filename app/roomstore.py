@@ -22,6 +22,10 @@ class RoomGone(Exception):
     """No room has this code (never made, or closed after being idle)."""
 
 
+class RoomsUnavailable(Exception):
+    """The shared store (Redis) does not answer; the message says where it was looked for."""
+
+
 class RoomFull(Exception):
     """The room already holds as many clients as the limit allows."""
 

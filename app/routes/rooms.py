@@ -43,7 +43,7 @@ from ..rooms import (
     state_message,
     token_matches,
 )
-from ..roomstore import RoomFull, RoomGone
+from ..roomstore import RoomFull, RoomGone, RoomRecord, RoomsUnavailable
 
 router = APIRouter(tags=["rooms"])
 
@@ -77,12 +77,17 @@ def _rooms(conn: Request | WebSocket) -> Rooms:
     "/api/rooms",
     status_code=201,
     response_model=RoomCreated,
-    responses={429: {"model": Problem, "description": "Too many rooms, or too many requests."}},
+    responses={
+        429: {"model": Problem, "description": "Too many rooms, or too many requests."},
+        503: {"model": Problem, "description": "The shared room store does not answer."},
+    },
 )
 async def create_room(request: Request, settings: SettingsDep) -> Any:
     """Make a room: a join code for attendees and a drive token for the lecturer (secret)."""
     try:
         code, token = await _rooms(request).create()
+    except RoomsUnavailable as exc:
+        return _unavailable(exc)
     except RoomsFull:
         retry = 60
         return JSONResponse(
@@ -113,11 +118,17 @@ async def create_room(request: Request, settings: SettingsDep) -> Any:
 @router.get(
     "/api/rooms/{code}",
     response_model=RoomInfo,
-    responses={404: {"model": Problem, "description": "No room has this code."}},
+    responses={
+        404: {"model": Problem, "description": "No room has this code."},
+        503: {"model": Problem, "description": "The shared room store does not answer."},
+    },
 )
 async def room_info(code: Code, request: Request) -> Any:
     """Who is in a room and what it shows now (the drive token is never returned)."""
-    record = await _rooms(request).get(code)
+    try:
+        record = await _rooms(request).get(code)
+    except RoomsUnavailable as exc:
+        return _unavailable(exc)
     if record is None:
         raise HTTPException(status_code=404, detail=f"no room {code.upper()!r}")
     state = json.loads(record.state) if record.state else None
@@ -168,56 +179,88 @@ async def room_stream(ws: WebSocket, code: str, settings: SettingsDep) -> None:
         await ws.close(code=4400, reason="a room code is 4 to 12 letters or digits")
         return
     code = code.upper()
-    limit = settings.room_max_message_bytes
     try:
+        joined = await _join(ws, rooms, settings, code)
+        if joined is None:
+            return
+        role, follower, record = joined
         try:
-            msg, errs = await asyncio.wait_for(_receive(ws, limit), JOIN_TIMEOUT_S)
-        except TimeoutError:
-            await ws.close(code=4408, reason="send a join message first")
-            return
-        if errs or msg is None or msg.get("type") != "join":
-            await ws.close(code=4400, reason='the first message must be {"type": "join"}')
-            return
-        token = msg.get("token")
-        if token is not None and (not isinstance(token, str) or len(token) > 128):
-            await ws.close(code=4403, reason="drive token does not match this room")
-            return
-        record = await rooms.get(code)
-        if record is None:
-            await ws.close(code=4404, reason=f"no room {code}")
-            return
-        if token is not None and not token_matches(token, record):
-            await ws.close(code=4403, reason="drive token does not match this room")
-            return
-        role = "driver" if token is not None else "attendee"
-        member = secrets.token_hex(8)
-        try:
-            follower, record = await rooms.admit(code, member)
-        except RoomFull:
-            await ws.close(
-                code=4409, reason=f"room {code} is full ({settings.room_max_clients} clients)"
-            )
-            return
-        except RoomGone:
-            await ws.close(code=4404, reason=f"no room {code}")
-            return
+            welcome = {
+                "type": "welcome",
+                "code": code,
+                "role": role,
+                "seq": record.seq,
+                "clients": record.clients,
+                "limits": {
+                    "message_bytes": settings.room_max_message_bytes,
+                    "states_per_s": settings.room_states_per_s,
+                },
+                "state": json.loads(record.state) if record.state else None,
+            }
+            follower.send(json.dumps(welcome))
+            follower.ready(record.seq)
+            await _serve(ws, rooms, settings, code, role, follower)
+        finally:
+            await rooms.leave(code, follower.member)
     except WebSocketDisconnect:
         return
+    except RoomsUnavailable as exc:
+        with contextlib.suppress(RuntimeError):
+            await ws.close(code=1011, reason=f"rooms are unavailable: {exc}"[:120])
+
+
+async def _join(
+    ws: WebSocket, rooms: Rooms, settings: Settings, code: str
+) -> tuple[str, Follower, RoomRecord] | None:
+    """Read the join message and admit the client, or close with the reason and return None."""
     try:
-        welcome = {
-            "type": "welcome",
-            "code": code,
-            "role": role,
-            "seq": record.seq,
-            "clients": record.clients,
-            "limits": {"message_bytes": limit, "states_per_s": settings.room_states_per_s},
-        }
-        welcome["state"] = json.loads(record.state) if record.state else None
-        follower.send(json.dumps(welcome))
-        follower.ready(record.seq)
-        await _serve(ws, rooms, settings, code, role, follower)
-    finally:
-        await rooms.leave(code, member)
+        msg, errs = await asyncio.wait_for(
+            _receive(ws, settings.room_max_message_bytes), JOIN_TIMEOUT_S
+        )
+    except TimeoutError:
+        await ws.close(code=4408, reason="send a join message first")
+        return None
+    if errs or msg is None or msg.get("type") != "join":
+        await ws.close(code=4400, reason='the first message must be {"type": "join"}')
+        return None
+    token = msg.get("token")
+    if token is not None and (not isinstance(token, str) or len(token) > 128):
+        await ws.close(code=4403, reason="drive token does not match this room")
+        return None
+    record = await rooms.get(code)
+    if record is None:
+        await ws.close(code=4404, reason=f"no room {code}")
+        return None
+    if token is not None and not token_matches(token, record):
+        await ws.close(code=4403, reason="drive token does not match this room")
+        return None
+    try:
+        follower, record = await rooms.admit(code, secrets.token_hex(8))
+    except RoomFull:
+        reason = f"room {code} is full ({settings.room_max_clients} clients)"
+        await ws.close(code=4409, reason=reason)
+        return None
+    except RoomGone:
+        await ws.close(code=4404, reason=f"no room {code}")
+        return None
+    return ("driver" if token is not None else "attendee"), follower, record
+
+
+def _unavailable(exc: RoomsUnavailable) -> JSONResponse:
+    return JSONResponse(
+        status_code=503,
+        content={
+            "detail": [
+                {
+                    "type": "unavailable",
+                    "loc": ["server"],
+                    "field": None,
+                    "limit": None,
+                    "msg": f"rooms are unavailable: {exc}",
+                }
+            ]
+        },
+    )
 
 
 async def _serve(

@@ -15,6 +15,8 @@ from app.main import create_app
 from app.rooms import Follower
 from app.roomstore import MemoryRoomStore, RoomGone
 
+from .servers import free_port
+
 
 def state(step: int, path: str = "/tiles", **params) -> dict:
     return {"path": path, "params": {"n": 64, "bm": 16, **params}, "step": step}
@@ -327,3 +329,14 @@ def test_an_idle_empty_room_closes_and_frees_its_place():
             await store.join("AAAAAA", "m2", limit=5)
 
     asyncio.run(scenario())
+
+
+def test_an_unreachable_redis_is_a_clear_503_and_close():
+    with app_client(redis_url=f"redis://127.0.0.1:{free_port()}/0") as client:
+        for r in (client.post("/api/rooms"), client.get("/api/rooms/ABCDEF")):
+            err = r.json()["detail"][0]
+            assert r.status_code == 503 and "Redis does not answer" in err["msg"], r.text
+        with client.websocket_connect("/ws/rooms/ABCDEF") as ws:
+            ws.send_json({"type": "join"})
+            code, reason = closed_with(ws)
+            assert code == 1011 and reason.startswith("rooms are unavailable")

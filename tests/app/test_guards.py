@@ -1,0 +1,178 @@
+"""Request guards: body size, rate limits, bad input of every kind, CSP and no CORS."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from fastapi.testclient import TestClient
+
+from app.config import Settings
+from app.main import create_app
+from app.ratelimit import Rate, RateLimiter, group_of
+
+
+def app_client(**overrides) -> TestClient:
+    return TestClient(create_app(Settings(**overrides)))
+
+
+def only_error(r, status: int) -> dict:
+    assert r.status_code == status, r.text
+    detail = r.json()["detail"]
+    assert isinstance(detail, list) and detail and all(e["msg"] for e in detail), detail
+    return detail[0]
+
+
+def test_a_body_over_the_limit_gets_413_naming_the_limit():
+    with app_client(max_body_bytes=2048) as client:
+        body = json.dumps({"batch": 1, "pad": "x" * 4000})
+        r = client.post("/api/runs", content=body, headers={"content-type": "application/json"})
+        err = only_error(r, 413)
+        assert (err["field"], err["limit"]) == ("body", 2048)
+        assert "2048" in err["msg"]
+
+        def chunks():  # no Content-Length: counted as it arrives
+            for _ in range(8):
+                yield b" " * 1000
+
+        r = client.post("/api/runs", content=chunks(), headers={"content-type": "application/json"})
+        assert only_error(r, 413)["limit"] == 2048
+        assert client.get("/api/health").status_code == 200
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ("{not json", None),
+        ('{"batch": NaN}', "batch"),
+        ('{"batch": Infinity}', "batch"),
+        ('{"batch": -1}', "batch"),
+        ('{"batch": 100000000000000000000000000000}', "batch"),
+        ('{"batch": "two"}', "batch"),
+        ('{"head_dim": 12}', "head_dim"),
+        ('{"dtype": "fp8"}', "dtype"),
+        ('{"executor": "os:system"}', "executor"),
+        ("[]", None),
+        ('"runs"', None),
+    ],
+)
+def test_bad_run_requests_get_422_never_500(client, body, field):
+    r = client.post("/api/runs", content=body, headers={"content-type": "application/json"})
+    err = only_error(r, 422)
+    if field:
+        assert field in [e["field"] for e in r.json()["detail"]]
+    assert err["type"]
+
+
+@pytest.mark.parametrize(
+    ("params", "field"),
+    [
+        ({"algo": "fa9"}, "algo"),
+        ({"n": "NaN"}, "n"),
+        ({"n": "inf"}, "n"),
+        ({"n": "1e3"}, "n"),
+        ({"n": "-5"}, "n"),
+        ({"d": "99999999999999999999999"}, "d"),
+        ({"seed": "2.5"}, "seed"),
+        ({"start": "-1"}, "start"),
+    ],
+)
+def test_bad_trace_parameters_get_422(client, params, field):
+    r = client.get("/api/trace", params=params)
+    only_error(r, 422)
+    assert field in [e["field"] for e in r.json()["detail"]]
+
+
+def test_costly_endpoints_are_rate_limited_per_client():
+    with app_client(rate_compute_burst=3, rate_compute_per_s=0.5) as client:
+        params = {"n": 16, "d": 8, "bm": 16, "bn": 16}
+        codes = [client.get("/api/trace", params=params).status_code for _ in range(4)]
+        assert codes == [200, 200, 200, 429]
+        r = client.get("/api/trace", params=params)
+        err = only_error(r, 429)
+        assert int(r.headers["Retry-After"]) >= 1
+        assert err["limit"] == {"per_s": 0.5, "burst": 3}
+        assert client.get("/api/health").status_code == 200  # cheap routes are not limited
+        with client.websocket_connect("/ws/trace") as ws:  # nor can a socket open traces freely
+            ws.send_json({"type": "open", "params": params})
+            msg = ws.receive_json()
+            assert msg["type"] == "error" and "retry after" in msg["errors"][0]["msg"]
+
+
+def test_the_limiter_keeps_clients_apart_refills_and_forgets_the_oldest():
+    now = [0.0]
+    limiter = RateLimiter({"g": Rate(per_s=2.0, burst=2)}, max_clients=2, clock=lambda: now[0])
+    assert [limiter.take("a", "g") for _ in range(2)] == [0.0, 0.0]
+    assert limiter.take("a", "g") == pytest.approx(0.5)
+    assert limiter.take("b", "g") == 0.0  # another client has its own bucket
+    now[0] = 0.5
+    assert limiter.take("a", "g") == 0.0  # one token back after 1 / rate seconds
+    limiter.take("c", "g")  # a third client pushes the least recently used (b) out
+    assert len(limiter._buckets) == 2 and ("b", "g") not in limiter._buckets
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "group"),
+    [
+        ("GET", "/api/trace", "compute"),
+        ("POST", "/api/simulate", "compute"),
+        ("GET", "/api/traffic/naive", "compute"),
+        ("POST", "/api/runs", "runs"),
+        ("GET", "/api/runs/abc", None),
+        ("POST", "/api/rooms", "rooms"),
+        ("GET", "/api/rooms/ABCDEF", None),
+        ("GET", "/api/tracer", None),
+        ("GET", "/api/health", None),
+    ],
+)
+def test_which_routes_are_costly(method, path, group):
+    assert group_of(method, path) == group
+
+
+def test_a_value_error_from_a_route_is_a_422_not_a_500():
+    app = create_app(Settings())
+
+    @app.get("/api/_explode")
+    async def explode() -> None:
+        raise ValueError("head_dim must be a multiple of 8, got 12")
+
+    with TestClient(app) as client:
+        err = only_error(client.get("/api/_explode"), 422)
+        assert err["msg"] == "head_dim must be a multiple of 8, got 12"
+
+
+def test_every_response_carries_a_strict_csp_and_no_cors(client):
+    responses = [
+        client.get("/"),
+        client.get("/api/health", headers={"Origin": "https://elsewhere.example"}),
+        client.options(
+            "/api/rooms",
+            headers={
+                "Origin": "https://elsewhere.example",
+                "Access-Control-Request-Method": "POST",
+            },
+        ),
+        client.get("/nowhere"),
+        client.post("/api/rooms", headers={"Origin": "https://elsewhere.example"}),
+    ]
+    for r in responses:
+        assert "access-control-allow-origin" not in r.headers, r.request.url
+        csp = r.headers["content-security-policy"]
+        directives = dict(d.strip().split(" ", 1) for d in csp.split(";"))
+        assert directives["default-src"] == "'self'"
+        assert directives["script-src"] == "'self'"  # no inline script, no eval
+        assert directives["connect-src"] == "'self'"  # same-origin fetch and WebSocket only
+        assert "frame-ancestors" in directives
+
+
+def test_no_request_names_code_to_run(client):
+    """Nothing a client sends picks a module, a function or a program: the server decides."""
+    schema = client.get("/openapi.json").json()
+    suspicious = {"executor", "module", "function", "command", "script", "expr", "eval", "exec"}
+    names = set()
+    for ops in schema["paths"].values():
+        for op in ops.values():
+            names |= {p["name"] for p in op.get("parameters", [])}
+    for model in schema.get("components", {}).get("schemas", {}).values():
+        names |= set(model.get("properties", {}))
+    assert not names & suspicious, names & suspicious
