@@ -8,13 +8,13 @@ import json
 from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
-from fastapi import APIRouter, HTTPException, Path, Request
+from fastapi import APIRouter, Depends, HTTPException, Path, Request
 from fastapi.responses import JSONResponse
 from fastapi.sse import EventSourceResponse, ServerSentEvent
 
 from ..deps import SettingsDep
 from ..errors import refuse
-from ..runqueue import QueueFull, RunQueue
+from ..runqueue import QueueFull, Run, RunQueue
 from ..schemas import RunRequest, check_run_request
 
 router = APIRouter(tags=["runs"])
@@ -77,13 +77,20 @@ async def get_run(run_id: RunId, request: Request) -> Any:
     return run.public(queue.position(run))
 
 
-@router.get("/api/runs/{run_id}/events", response_class=EventSourceResponse)
-async def run_events(run_id: RunId, request: Request) -> AsyncIterator[ServerSentEvent]:
-    """Progress of a run: an event per change (state and new messages), then `end`."""
-    queue = _queue(request)
-    run = queue.get(run_id)
+async def _known_run(run_id: RunId, request: Request) -> Run:
+    """The run, or 404 (a dependency: it answers before any event of the stream is sent)."""
+    run = _queue(request).get(run_id)
     if run is None:
         raise HTTPException(status_code=404, detail=f"no run {run_id!r}")
+    return run
+
+
+@router.get("/api/runs/{run_id}/events", response_class=EventSourceResponse)
+async def run_events(
+    run: Annotated[Run, Depends(_known_run)], request: Request
+) -> AsyncIterator[ServerSentEvent]:
+    """Progress of a run: an event per change (state and new messages), then `end`."""
+    queue = _queue(request)
     sent = 0
     last_state = None
     while True:
