@@ -64,12 +64,13 @@ class AttentionProblem:
                 f"kv_heads must divide heads (grouped-query attention), "
                 f"got heads={self.heads}, kv_heads={self.kv_heads}"
             )
-        if self.dtype not in DTYPE_BYTES:
+        if not isinstance(self.dtype, str) or self.dtype not in DTYPE_BYTES:
             raise ValueError(f"dtype must be one of {sorted(DTYPE_BYTES)}, got {self.dtype!r}")
         if not isinstance(self.causal, bool):
             raise ValueError(f"causal must be true or false, got {self.causal!r}")
-        if self.sm_scale is not None and not (
-            isinstance(self.sm_scale, int | float) and math.isfinite(self.sm_scale)
+        if self.sm_scale is not None and (
+            isinstance(self.sm_scale, bool)
+            or not (isinstance(self.sm_scale, int | float) and math.isfinite(self.sm_scale))
         ):
             raise ValueError(f"sm_scale must be a finite number, got {self.sm_scale!r}")
 
@@ -125,6 +126,7 @@ def decode_splits(ctas_without_split: int, kv_blocks: int, sms: int = 132) -> in
     Enough CTAs to give every SM about one (⌈sms / ctas⌉), never more chunks than key blocks,
     and no split at all when batch × kv_heads alone already fills the GPU.
     """
-    if ctas_without_split < 1 or kv_blocks < 1 or sms < 1:
-        raise ValueError("decode_splits needs positive counts")
+    _check_int("ctas_without_split", ctas_without_split, 1)
+    _check_int("kv_blocks", kv_blocks, 1)
+    _check_int("sms", sms, 1)
     return max(1, min(kv_blocks, cdiv(sms, ctas_without_split)))

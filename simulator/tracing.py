@@ -24,7 +24,7 @@ from .numerics import (
     naive_forward,
 )
 from .precision import round_to_dtype
-from .problem import AttentionProblem, TileConfig
+from .problem import AttentionProblem, TileConfig, _check_int
 from .snapshots import DEFAULT_BUDGET_BYTES, FLOAT_BYTES, fit_stride, shown_columns
 from .tiling import TileGrid, split_plan
 from .trace import PHASE_INDEX, Trace
@@ -55,6 +55,7 @@ def random_inputs(
 ) -> tuple[np.ndarray, ...]:
     """Q (q_rows or seq_q, d), K and V (seq_k, d) for one head, standard normal, rounded to
     p.dtype; with `grad`, also the upstream gradient dO shaped like Q."""
+    _check_int("seed", seed, 0)
     rng = np.random.default_rng(seed)
     rows = p.seq_q if q_rows is None else q_rows
     shapes = [(rows, p.head_dim), (p.seq_k, p.head_dim), (p.seq_k, p.head_dim)]

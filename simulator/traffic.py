@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, fields
 
-from .problem import STATS_BYTES, AttentionProblem, TileConfig, cdiv
+from .problem import STATS_BYTES, AttentionProblem, TileConfig, _check_int, cdiv
 from .tiling import TileGrid, split_plan
 
 
@@ -236,6 +236,8 @@ def theta_bound(p: AttentionProblem, sram_bytes: int) -> int:
 
 def seed_flash_head(n: int, d: int, block_r: int, block_c: int) -> int:
     """The seed documents' FlashAttention count (total elements), which rounds rows up to blocks."""
+    for name, value in (("n", n), ("d", d), ("block_r", block_r), ("block_c", block_c)):
+        _check_int(name, value, 1)
     n_outer = cdiv(n, block_r)
     n_inner = cdiv(n, block_c)
     return n_outer * block_r * d + n_outer * n_inner * 2 * block_c * d + n_outer * block_r * d
