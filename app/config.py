@@ -172,8 +172,8 @@ class Settings(BaseSettings):
         4 * 3600.0, gt=0, description="A room with no client and no state for this long closes."
     )
 
-    templates_dir: Path = ROOT / "templates"
-    static_dir: Path = ROOT / "static"
+    templates_dir: Path = Field(ROOT / "templates", description="Jinja2 templates of the pages.")
+    static_dir: Path = Field(ROOT / "static", description="CSS, ES modules, vendored Plotly.")
     results_dir: Path = Field(
         ROOT / "benchmarks" / "results",
         description="Measured results (benchmarks/results/*.json) the app may load.",

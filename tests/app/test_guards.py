@@ -176,3 +176,8 @@ def test_no_request_names_code_to_run(client):
     for model in schema.get("components", {}).get("schemas", {}).values():
         names |= set(model.get("properties", {}))
     assert not names & suspicious, names & suspicious
+
+
+def test_every_setting_says_what_it_is():
+    missing = [name for name, f in Settings.model_fields.items() if not f.description]
+    assert not missing, f"settings without a description: {missing}"

@@ -7,6 +7,7 @@ lifted so that the fuzzer reaches the routes; live runs go to a stand-in executo
 
 from __future__ import annotations
 
+import pytest
 import schemathesis
 from hypothesis import HealthCheck, settings
 from schemathesis.checks import not_a_server_error
@@ -31,6 +32,12 @@ app = create_app(
 )
 schema = schemathesis.openapi.from_asgi("/openapi.json", app)
 CHECKS = [not_a_server_error, response_schema_conformance, content_type_conformance]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _stop_run_workers():
+    yield
+    app.state.runs.close()
 
 
 @schema.parametrize()
