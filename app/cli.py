@@ -17,6 +17,9 @@ from . import cli_simulate, cli_traffic
 if TYPE_CHECKING:
     from pydantic import ValidationError
 
+if TYPE_CHECKING:
+    from pydantic import ValidationError
+
 
 class OneLineParser(argparse.ArgumentParser):
     """An ArgumentParser whose errors are one line on stderr (no usage dump), exit code 2."""
