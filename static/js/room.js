@@ -22,7 +22,8 @@ const room = {
   ws: null,
   role: null,
   live: false, // a driver sends only after its welcome is handled
-  recent: [], // keys of states received lately: a driver never sends those back
+  settling: null, // a driver showing another driver's state sends nothing until its view
+  // reports that state (or the user acts): the view's own churn on the way is not news
   pending: null, // a state waiting for the page's view to register
   timer: null,
   queued: null,
@@ -56,11 +57,6 @@ function stateKey(s) {
     .sort()
     .map((k) => [k, params[k]]);
   return JSON.stringify([s.path, sorted, s.step ?? null]);
-}
-
-function remember(s) {
-  room.recent.push(stateKey(s));
-  if (room.recent.length > 32) room.recent.shift();
 }
 
 function here() {
@@ -167,7 +163,7 @@ function receive(msg) {
     if (msg.role === "driver") welcomeDriver(rec, msg.state);
     else welcomeAttendee(rec, msg.state);
   } else if (msg.type === "state") {
-    if (room.role === "driver") remember(msg.state);
+    if (room.role === "driver") room.settling = stateKey(msg.state);
     apply(msg.state);
   } else if (msg.type === "detached") {
     show("detached");
@@ -187,7 +183,7 @@ function welcomeDriver(rec, latest) {
   update({ adopt: false });
   room.live = true;
   if (take) {
-    remember(latest);
+    room.settling = stateKey(latest);
     apply(latest);
   } else {
     publish(here());
@@ -247,7 +243,10 @@ onChange((s) => {
     return;
   }
   if (room.role !== "driver" || !room.live) return;
-  if (room.recent.includes(stateKey(s))) return;
+  if (room.settling !== null) {
+    if (stateKey(s) === room.settling) room.settling = null;
+    return;
+  }
   publish(s);
 });
 
@@ -334,6 +333,9 @@ function init() {
   $("room-attach").addEventListener("click", () => detach(false));
   $("room-leave").addEventListener("click", leave);
   $("room-copy").addEventListener("click", copyLink);
+  for (const kind of ["keydown", "pointerdown", "submit"]) {
+    window.addEventListener(kind, () => (room.settling = null), { capture: true });
+  }
   fromLink();
   if (load()) connect();
   else show("none");

@@ -43,12 +43,14 @@ export class TraceSocket {
     this.ready = null;
     this.inFlight = false;
     this.wanted = null;
+    this.sent = []; // kinds of the requests not yet answered, oldest first
   }
 
   connect() {
     if (this.ready) return this.ready;
     const proto = window.location.protocol === "https:" ? "wss" : "ws";
     this.ws = new WebSocket(`${proto}://${window.location.host}/ws/trace`);
+    this.sent = [];
     this.ws.addEventListener("message", (msg) => this.#receive(JSON.parse(msg.data)));
     this.ws.addEventListener("close", (ev) => {
       this.ready = null;
@@ -65,6 +67,7 @@ export class TraceSocket {
     await this.connect();
     this.inFlight = true;
     this.wanted = null;
+    this.sent.push("open");
     this.ws.send(JSON.stringify({ type: "open", params }));
   }
 
@@ -76,15 +79,20 @@ export class TraceSocket {
   #send() {
     if (this.wanted === null || !this.ws || this.ws.readyState !== WebSocket.OPEN) return;
     this.inFlight = true;
+    this.sent.push("step");
     this.ws.send(JSON.stringify({ type: "step", step: this.wanted }));
     this.wanted = null;
   }
 
   #receive(msg) {
     this.inFlight = false;
-    if (msg.type === "meta") this.onMeta(msg.meta);
-    else if (msg.type === "event") this.onEvent(msg.event);
-    else if (msg.type === "error") this.onError(msg.errors);
+    // The server answers each request once, in order. The answer to a step asked before a newer
+    // open belongs to the previous trace: drop it, or it would overwrite the new view's step.
+    const kind = this.sent.shift();
+    const stale = kind === "step" && this.sent.includes("open");
+    if (!stale && msg.type === "meta") this.onMeta(msg.meta);
+    else if (!stale && msg.type === "event") this.onEvent(msg.event);
+    else if (!stale && msg.type === "error") this.onError(msg.errors);
     if (this.wanted !== null) this.#send();
   }
 }

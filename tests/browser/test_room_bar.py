@@ -29,7 +29,15 @@ def open_tab(browser, live_server):
     return context, pg
 
 
-def room_state(page, state: str, timeout: float = 15000) -> None:
+# Generous waits: three browsers and a server share two busy cores.
+WAIT_MS = 30000
+
+
+def at_step(page, step: int) -> None:
+    wait_step(page, step, timeout=WAIT_MS)
+
+
+def room_state(page, state: str, timeout: float = WAIT_MS) -> None:
     page.locator(f"#room-bar[data-state='{state}']").wait_for(state="attached", timeout=timeout)
 
 
@@ -43,7 +51,7 @@ def test_a_lecturer_drives_and_attendees_follow_detach_and_catch_up(browser, liv
     tablet_ctx, tablet = open_tab(browser, live_server)
     try:
         lecturer.goto(f"{live_server}/tiles?n=64&d=16&bm=16&bn=16&seed=5")
-        wait_step(lecturer, 0)
+        at_step(lecturer, 0)
         lecturer.locator("#room-start").click()
         room_state(lecturer, "driving")
         code = lecturer.locator("#room-code").inner_text()
@@ -56,7 +64,7 @@ def test_a_lecturer_drives_and_attendees_follow_detach_and_catch_up(browser, liv
         attendee.locator("#room-join button").click()
         attendee.wait_for_url(re.compile(r"/tiles"))
         room_state(attendee, "following")
-        wait_step(attendee, 0)
+        at_step(attendee, 0)
         assert [field(attendee, f) for f in ("n", "d", "bm", "bn", "seed")] == [
             "64",
             "16",
@@ -68,24 +76,24 @@ def test_a_lecturer_drives_and_attendees_follow_detach_and_catch_up(browser, liv
         # Every step of the lecturer reaches the attendee.
         for k in range(1, 4):
             lecturer.keyboard.press("ArrowRight")
-            wait_step(lecturer, k)
-            wait_step(attendee, k)
+            at_step(lecturer, k)
+            at_step(attendee, k)
 
         # Detached, the attendee explores alone; re-attached, it catches up.
         attendee.locator("#room-detach").click()
         room_state(attendee, "detached")
         attendee.keyboard.press("End")
         last = int(attendee.locator("#step").get_attribute("max"))
-        wait_step(attendee, last)
+        at_step(attendee, last)
         for k in (4, 5):
             lecturer.keyboard.press("ArrowRight")
-            wait_step(lecturer, k)
+            at_step(lecturer, k)
         attendee.wait_for_timeout(300)
         assert attendee.locator("body").get_attribute("data-step") == str(last)
         assert lecturer.locator("body").get_attribute("data-step") == "5"
         attendee.locator("#room-attach").click()
         room_state(attendee, "following")
-        wait_step(attendee, 5)
+        at_step(attendee, 5)
 
         # A drive link opened on another device adopts the room's view and drives it too.
         link = lecturer.locator("#room-drive-link").input_value()
@@ -93,11 +101,11 @@ def test_a_lecturer_drives_and_attendees_follow_detach_and_catch_up(browser, liv
         tablet.goto(link)
         tablet.wait_for_url(re.compile(r"/tiles"))
         room_state(tablet, "driving")
-        wait_step(tablet, 5)
+        at_step(tablet, 5)
         assert "drive=" not in tablet.url
         tablet.keyboard.press("ArrowRight")
-        wait_step(attendee, 6)
-        wait_step(lecturer, 6)
+        at_step(attendee, 6)
+        at_step(lecturer, 6)
 
         # A page switch by the lecturer takes everyone along, then back with new parameters.
         lecturer.locator("a.brand").click()
@@ -105,10 +113,10 @@ def test_a_lecturer_drives_and_attendees_follow_detach_and_catch_up(browser, liv
         attendee.wait_for_url(live_server + "/")
         room_state(lecturer, "driving")
         lecturer.goto(f"{live_server}/tiles?n=32&d=8&bm=8&bn=16&seed=9&step=2")
-        wait_step(lecturer, 2)
+        at_step(lecturer, 2)
         attendee.wait_for_url(re.compile(r"/tiles"))
         room_state(attendee, "following")
-        wait_step(attendee, 2)
+        at_step(attendee, 2)
         assert field(attendee, "n") == "32" and field(attendee, "bm") == "8"
         screenshot(attendee, "room-following")
 
@@ -123,7 +131,7 @@ def test_a_lecturer_drives_and_attendees_follow_detach_and_catch_up(browser, liv
 
 def test_a_wrong_code_says_so_and_leaves_the_page_alone(page, live_server):
     page.goto(f"{live_server}/tiles?n=32&d=8&bm=16&bn=16")
-    wait_step(page, 0)
+    at_step(page, 0)
     page.locator("#room-code-input").fill("ZZZZZZ")
     page.locator("#room-join button").click()
     page.locator("#room-error").wait_for(state="visible")
