@@ -27,6 +27,8 @@ from .roomstore import Deliver, RoomFull, RoomGone, RoomRecord, RoomsUnavailable
 PREFIX = "flashscope:"
 CHANNEL = PREFIX + "states"
 MEMBER_TTL_S = 30.0  # a member whose process stopped heartbeating is dropped after this
+POOL_SIZE = 32  # Redis connections per server process (one of them held by the subscription)
+POOL_WAIT_S = 10.0  # how long a request waits for a free connection before giving up
 
 log = logging.getLogger("flashscope.rooms")
 
@@ -104,7 +106,11 @@ class RedisRoomStore:
     async def start(self, deliver: Deliver) -> None:
         import redis.asyncio as aioredis
 
-        self._redis = aioredis.from_url(self._url, decode_responses=True)
+        # A blocking pool: a burst of joins waits for a free connection instead of failing.
+        pool = aioredis.BlockingConnectionPool.from_url(
+            self._url, decode_responses=True, max_connections=POOL_SIZE, timeout=POOL_WAIT_S
+        )
+        self._redis = aioredis.Redis(connection_pool=pool)
         await self._redis.ping()
         for name, text in (("create", _CREATE), ("join", _JOIN), ("publish", _PUBLISH)):
             self._scripts[name] = self._redis.register_script(text)

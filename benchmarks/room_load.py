@@ -142,8 +142,13 @@ async def run(args: argparse.Namespace, base: str, pid: int) -> dict:
     ]
     while len(ready) < args.attendees:
         await asyncio.sleep(0.05)
-        if time.monotonic() - t_join > 60:
-            raise RuntimeError(f"only {len(ready)} of {args.attendees} attendees joined in 60 s")
+        failed = [t for t in tasks if t.done() and t.exception() is not None]
+        late = time.monotonic() - t_join > 60
+        if failed or late:
+            for t in tasks:
+                t.cancel()
+            why = repr(failed[0].exception()) if failed else "60 s passed"
+            raise RuntimeError(f"{len(ready)} of {args.attendees} attendees joined: {why}")
     join_s = time.monotonic() - t_join
 
     samples: list[dict] = []

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import random
+import time
 import urllib.request
 from contextlib import ExitStack
 
@@ -12,17 +13,24 @@ import pytest
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
+from app.roomredis import RedisRoomStore
+
 from .servers import flashscope_server, redis_server
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def two_servers():
+def redis_url():
+    with redis_server() as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def two_servers(redis_url):
     """Two `flashscope serve` processes sharing one redis-server; rooms of at most 5 clients."""
     with ExitStack() as stack:
-        url = stack.enter_context(redis_server())
-        env = {"FLASHSCOPE_REDIS_URL": url, "FLASHSCOPE_ROOM_MAX_CLIENTS": "5"}
+        env = {"FLASHSCOPE_REDIS_URL": redis_url, "FLASHSCOPE_ROOM_MAX_CLIENTS": "5"}
         a = stack.enter_context(flashscope_server(env))
         b = stack.enter_context(flashscope_server(env))
         yield a, b
@@ -98,6 +106,9 @@ def test_attendees_on_both_processes_follow_one_lecturer(two_servers):
             await ws.close()
 
     asyncio.run(scenario())
+    deadline = time.monotonic() + 10  # the servers see the closes a moment later
+    while get(a, f"/api/rooms/{code}")["clients"] and time.monotonic() < deadline:
+        time.sleep(0.05)
     assert get(a, f"/api/rooms/{code}")["clients"] == 0
 
 
@@ -109,3 +120,28 @@ def test_room_info_is_shared_across_processes(two_servers):
     with pytest.raises(urllib.error.HTTPError) as exc:
         get(a, "/api/rooms/ZZZZZZ")
     assert exc.value.code == 404
+
+
+def test_a_burst_of_joins_waits_for_redis_connections_instead_of_failing(redis_url):
+    """200 attendees arriving at once once exhausted the client's connection pool."""
+    store = RedisRoomStore(redis_url, idle_ttl_s=60)
+    got: list[int] = []
+
+    async def scenario():
+        await store.start(lambda code, seq, origin, state: got.append(seq))
+        try:
+            assert await store.create("BURST2", "digest", max_rooms=10) == "ok"
+            counts = await asyncio.gather(
+                *(store.join("BURST2", f"m{i}", limit=500) for i in range(300))
+            )
+            assert sorted(counts) == list(range(1, 301))
+            assert await store.publish("BURST2", "m0", '{"path":"/"}') == 1
+            for _ in range(100):
+                if got:
+                    break
+                await asyncio.sleep(0.02)
+            assert got == [1]
+        finally:
+            await store.close()
+
+    asyncio.run(scenario())
