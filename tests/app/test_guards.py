@@ -83,6 +83,26 @@ def test_bad_trace_parameters_get_422(client, params, field):
     assert field in [e["field"] for e in r.json()["detail"]]
 
 
+@pytest.mark.parametrize(
+    ("path", "body", "field"),
+    [
+        ("/api/simulate", '{"gpu": "h900-imaginary"}', "gpu"),
+        ("/api/simulate", '{"gpu": ["h100-sxm"]}', "gpu"),
+        ("/api/simulate", '{"algo": "fa9"}', "algo"),
+        ("/api/simulate", '{"hardware": {"clock_ghz": NaN}}', "clock_ghz"),
+        ("/api/simulate", '{"hardware": {"sms": -3}}', "sms"),
+        ("/api/simulate", '{"seq": 1e400}', "seq"),
+        ("/api/simulate", '{"seq": 100000000000000000000}', "seq"),
+        ("/api/traffic", '{"algo": "fa9", "seq": 64, "head_dim": 16}', "algo"),
+        ("/api/traffic", '{"algo": "fa2", "seq": -64, "head_dim": 16}', "seq"),
+    ],
+)
+def test_unknown_gpus_algorithms_and_bad_numbers_get_422(client, path, body, field):
+    r = client.post(path, content=body, headers={"content-type": "application/json"})
+    only_error(r, 422)
+    assert field in [e["field"] for e in r.json()["detail"]], r.text
+
+
 def test_costly_endpoints_are_rate_limited_per_client():
     with app_client(rate_compute_burst=3, rate_compute_per_s=0.5) as client:
         params = {"n": 16, "d": 8, "bm": 16, "bn": 16}
