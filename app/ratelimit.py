@@ -24,6 +24,9 @@ COSTLY: tuple[tuple[str, str, str], ...] = (
     ("GET", "/api/trace", "compute"),
     ("*", "/api/traffic", "compute"),
     ("*", "/api/simulate", "compute"),
+    ("GET", "/api/memory-wall", "compute"),
+    ("GET", "/api/online-softmax", "compute"),
+    ("GET", "/api/memory-scaling", "compute"),
     ("POST", "/api/runs", "runs"),
     ("POST", "/api/rooms", "rooms"),
 )

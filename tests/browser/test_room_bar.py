@@ -120,6 +120,17 @@ def test_a_lecturer_drives_and_attendees_follow_detach_and_catch_up(browser, liv
         assert field(attendee, "n") == "32" and field(attendee, "bm") == "8"
         screenshot(attendee, "room-following")
 
+        # Any view that registers with view.js follows the same way: the memory wall too.
+        lecturer.locator("nav a[href='/memory-wall']").click()
+        lecturer.wait_for_url(re.compile(r"/memory-wall"))
+        attendee.wait_for_url(re.compile(r"/memory-wall"))
+        at_step(lecturer, 0)
+        lecturer.keyboard.press("ArrowRight")
+        lecturer.keyboard.press("ArrowRight")
+        at_step(lecturer, 2)
+        at_step(attendee, 2)
+        room_state(attendee, "following")
+
         for pg in (lecturer, attendee, tablet):
             assert pg.log.console_errors == [], pg.log.console_errors
             assert pg.log.page_errors == [], pg.log.page_errors
