@@ -114,6 +114,9 @@ class Settings(BaseSettings):
     simulate_max_splits: int = Field(
         4096, ge=1, description="Most KV splits of a decode simulation."
     )
+    simulate_max_hardware_factor: float = Field(
+        64.0, ge=1, description="A custom GPU figure may differ from its preset's by this factor."
+    )
     simulate_max_ctas: int = Field(
         524_288, ge=1, description="Most CTAs (all launches together) one simulation may run."
     )

@@ -103,7 +103,34 @@ def check_simulate_request(r: SimulateRequest, s: Settings) -> list[dict]:
                 where,
             )
         )
-    for name in r.hardware or {}:
+    errs += _check_hardware_changes(r, s, where)
+    return errs
+
+
+def _check_hardware_changes(r: SimulateRequest, s: Settings, where: str) -> list[dict]:
+    """Unknown fields are refused; a GPU figure may move at most a factor from its preset's."""
+    errs: list[dict] = []
+    try:
+        base = hardware.from_name(r.gpu)
+    except ValueError:
+        base = None
+    factor = s.simulate_max_hardware_factor
+    for name, value in (r.hardware or {}).items():
+        if name in hardware.GPU_FIELDS and base is not None:
+            preset = getattr(base, name)
+            if isinstance(preset, int | float) and preset > 0:
+                lo, hi = preset / factor, preset * factor
+                if not lo <= value <= hi:
+                    errs.append(
+                        limit_error(
+                            name,
+                            f"{name} must stay within {factor:g}× of the preset's {preset:g} "
+                            f"(from {lo:g} to {hi:g}), got {value:g}",
+                            value,
+                            [lo, hi],
+                            where,
+                        )
+                    )
         if name not in hardware.GPU_FIELDS + hardware.EFFICIENCY_FIELDS:
             errs.append(
                 limit_error(

@@ -118,3 +118,26 @@ def test_hardware_lists_every_preset(client):
     assert 0 < h100["efficiency"]["tensor"] <= 1
     assert "smem_per_sm_kib" in out["fields"]["hardware"]
     assert "tensor" in out["fields"]["efficiency"]
+
+
+@pytest.mark.parametrize(
+    ("changes", "field"),
+    [
+        ({"clock_ghz": 1e300}, "clock_ghz"),
+        ({"hbm_gbs": 1e-9}, "hbm_gbs"),
+        ({"sms": 132 * 65}, "sms"),
+    ],
+)
+def test_custom_hardware_is_bounded(client, changes, field):
+    r = client.post("/api/simulate", json={"gpu": "h100", "seq": 1024, "hardware": changes})
+    assert r.status_code == 422, r.text
+    hit = [e for e in r.json()["detail"] if e["field"] == field]
+    assert hit and isinstance(hit[0]["limit"], list), r.text
+
+
+def test_custom_hardware_within_bounds_simulates(client):
+    r = client.post(
+        "/api/simulate",
+        json={"gpu": "h100", "seq": 1024, "hardware": {"smem_per_sm_kib": 456, "sms": 264}},
+    )
+    assert r.status_code == 200, r.text
