@@ -29,6 +29,9 @@ class Settings(BaseSettings):
     max_events_per_request: int = Field(
         256, ge=1, description="Most events one GET /api/trace returns."
     )
+    max_trace_response_bytes: int = Field(
+        8_000_000, ge=1000, description="Largest JSON body one GET /api/trace returns."
+    )
     o_col_limit: int = Field(
         64, ge=1, description="Columns of O sent per row; wider heads are averaged down."
     )

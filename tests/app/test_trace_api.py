@@ -201,3 +201,15 @@ def test_state_model_checks_shapes():
     ):
         with pytest.raises(ValidationError):
             TileStateModel.model_validate(bad)
+
+
+def test_trace_responses_are_bounded_in_bytes(client, settings):
+    # Wide states (64 rows × 64 columns, twice) make each event far larger than a small one.
+    params = {"n": 1024, "d": 64, "bm": 64, "bn": 16, "start": 0}
+    r = client.get("/api/trace", params={**params, "count": settings.max_events_per_request})
+    assert r.status_code == 422, r.text
+    err = next(e for e in r.json()["detail"] if e["field"] == "count")
+    assert 1 <= err["limit"] < settings.max_events_per_request
+    ok = client.get("/api/trace", params={**params, "count": err["limit"]})
+    assert ok.status_code == 200
+    assert len(ok.content) <= settings.max_trace_response_bytes * 1.1
