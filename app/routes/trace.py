@@ -61,21 +61,20 @@ async def get_trace(
     if count and start >= len(trace):
         raise refuse(check_step(start, len(trace)))
     events = [trace.event(i) for i in range(start, min(start + count, len(trace)))]
-    if events:
-        # Events of wide states run to ~150 kB each: bound the response, not just the count.
-        per_event = len(TraceEventModel.model_validate(events[0]).model_dump_json())
-        room = settings.max_trace_response_bytes - len(json.dumps(trace.describe()))
-        most = max(1, room // per_event)
-        if len(events) > most:
+    # Events of wide states run to ~150 kB each: bound the response in bytes, not just events.
+    room = settings.max_trace_response_bytes - len(json.dumps(trace.describe()))
+    for fits, event in enumerate(events):
+        room -= len(TraceEventModel.model_validate(event).model_dump_json()) + 1
+        if room < 0:
             raise refuse(
                 [
                     limit_error(
                         "count",
-                        f"count must be ≤ {most} for this trace (about {per_event // 1000} kB "
-                        f"an event; responses are limited to "
-                        f"{settings.max_trace_response_bytes // 1_000_000} MB), got {count}",
+                        f"count must be ≤ {max(1, fits)} from step {start} of this trace "
+                        f"(responses are limited to {settings.max_trace_response_bytes:,} "
+                        f"bytes), got {count}",
                         count,
-                        most,
+                        max(1, fits),
                     )
                 ]
             )
