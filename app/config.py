@@ -37,6 +37,9 @@ class Settings(BaseSettings):
     )
     max_group: int = Field(16, ge=1, description="Most query heads per K/V head in a trace.")
     max_splits: int = Field(1024, ge=1, description="Most KV splits a decode request may ask.")
+    max_decode_cache: int = Field(
+        32768, ge=1, description="Largest KV cache (nk) of a decode trace (few query rows)."
+    )
     max_decode_rows: int = Field(
         256, ge=1, description="Most query rows (group × N) one decode trace packs per CTA."
     )
@@ -122,6 +125,9 @@ class Settings(BaseSettings):
     )
     simulate_max_ctas: int = Field(
         524_288, ge=1, description="Most CTAs (all launches together) one simulation may run."
+    )
+    simulate_max_sms: int = Field(
+        1024, ge=1, description="Most SMs a custom GPU of a simulation may have."
     )
     simulate_max_timeline_ctas: int = Field(
         20000, ge=1, description="Most CTAs of the SM timeline a simulation response carries."

@@ -25,6 +25,7 @@ from .routes import (
     pages,
     rooms,
     runs,
+    schedule,
     simulate,
     trace,
     traffic,
@@ -71,7 +72,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
     for module in (health, pages, trace, runs, traffic, simulate, rooms):
         app.include_router(module.router)
-    for module in (exports, memory_wall, online_softmax, memory_scaling):  # teaching views
+    for module in (exports, memory_wall, online_softmax, memory_scaling, schedule):  # views
         app.include_router(module.router)
 
     @app.middleware("http")

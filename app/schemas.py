@@ -83,11 +83,13 @@ def block_errors(fields: dict[str, int], s: Settings, where: str) -> list[dict]:
 def check_trace_params(p: TraceParams, s: Settings, where: str = "query") -> list[dict]:
     """Errors for every field beyond a server limit (empty when all is well)."""
     nk = p.nk if p.nk is not None else p.n
+    # Decoding has few query rows: its cache may be far longer than a forward trace's keys.
+    nk_limit = s.max_decode_cache if p.algo == "decode" else s.max_seq
     errs = [
         over_limit(field, value, limit, where)
         for field, value, limit in (
             ("n", p.n, s.max_seq),
-            ("nk", nk, s.max_seq),
+            ("nk", nk, nk_limit),
             ("d", p.d, s.max_head_dim),
             ("seed", p.seed, s.max_seed),
             ("group", p.group, s.max_group),
@@ -150,7 +152,7 @@ class TileStateModel(BaseModel):
     """The numeric state an event leaves behind; keys that do not apply are null.
 
     forward: rows, m, l, alpha, o, o_hat; backward: rows, cols, lse, delta, p, ds (tile_stride),
-    dq, dk, dv; decode: rows, split, m, l, alpha, o, o_hat, partial_o, partial_lse, lse.
+    dq, dk, dv; decode: rows, split, m, l, alpha, o, o_hat, partial_o, partial_lse, weight, lse.
     Row vectors have one entry per row of `rows`; dk and dv one row per key of `cols`.
     """
 
@@ -176,6 +178,7 @@ class TileStateModel(BaseModel):
     split: int | None = Field(None, ge=0)
     partial_o: Matrix | None = None
     partial_lse: Floats | None = None
+    weight: Floats | None = None
 
     @model_validator(mode="after")
     def _shapes_agree(self) -> TileStateModel:
@@ -184,7 +187,7 @@ class TileStateModel(BaseModel):
             if span is not None and not 0 <= span[0] <= span[1]:
                 raise ValueError(f"{name} must be [start, stop] with 0 ≤ start ≤ stop")
         per_row = ("m", "l", "alpha", "lse", "delta", "partial_lse", "o", "o_hat", "dq")
-        per_row += ("partial_o",)
+        per_row += ("partial_o", "weight")
         checks = [(self.rows, per_row), (self.cols, ("dk", "dv"))]
         for span, names in checks:
             for name in names:
@@ -203,6 +206,25 @@ class TileStateModel(BaseModel):
 
 
 Phase = Literal[PHASES]  # type: ignore[valid-type]
+
+
+class OnChipBuffer(BaseModel):
+    """One tile or vector a CTA holds on chip (simulator/onchip.py)."""
+
+    name: str
+    where: Literal["smem", "regs"]
+    shape: Span
+    elem_bytes: int = Field(ge=1)
+    bytes: int = Field(ge=0)
+    what: str
+
+
+class OnChip(BaseModel):
+    """What the CTA holds on chip during one op: buffers and their bytes by storage."""
+
+    buffers: list[OnChipBuffer]
+    smem_bytes: int = Field(ge=0)
+    reg_bytes: int = Field(ge=0)
 
 
 class TraceEventModel(BaseModel):
@@ -227,6 +249,7 @@ class TraceEventModel(BaseModel):
     exps: int = Field(ge=0)
     totals: dict[str, int]
     state: TileStateModel
+    onchip: OnChip | None = None
     sm: int | None = None
     t_start: float | None = None
     t_end: float | None = None

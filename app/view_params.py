@@ -15,12 +15,14 @@ from pydantic import BaseModel, Field
 from simulator import hardware
 from simulator.memory_wall import walk_length
 from simulator.problem import DTYPE_BYTES, AttentionProblem, TileConfig, is_power_of_two
+from simulator.workload import ALGOS
 
 from .config import Settings
 from .errors import limit_error, value_error
 
 ExportFormat = Literal["json", "chrome"]
 Dtype = Literal[tuple(DTYPE_BYTES)]  # type: ignore[valid-type]
+SimAlgo = Literal[ALGOS]  # type: ignore[valid-type]
 
 SEED_NS = "256,512,1024,2048,4096"
 # Minus signs people type for −∞: ASCII hyphen and the typographic minus.
@@ -190,3 +192,45 @@ def check_memory_scaling(p: MemoryScalingParams, s: Settings) -> list[dict]:
             value_error("n_min", f"n_min must be ≤ n_max ({p.n_max}), got {p.n_min}", p.n_min)
         )
     return errs
+
+
+# The GPU figures /schedule lets people change (the `custom` lever of simulator/hardware.py).
+SCHEDULE_SPECS = ("sms", "hbm_gbs", "smem_per_sm_kib", "smem_per_block_kib", "clock_ghz", "l2_mib")
+
+
+class ScheduleParams(BaseModel):
+    """The engine's GPU view: a simulation with its timeline, on a preset or an edited GPU.
+
+    The problem fields are those of POST /api/simulate; each spec left out keeps the preset's.
+    """
+
+    gpu: str = Field("h100-sxm", description="Preset or alias (GET /api/hardware lists them).")
+    algo: SimAlgo = Field("fa2", description="Algorithm whose kernels to simulate.")
+    batch: int = Field(2, ge=1)
+    heads: int = Field(16, ge=1)
+    kv_heads: int | None = Field(None, ge=1, description="Default: heads (no grouping).")
+    seq: int = Field(4096, ge=1, description="Query length N.")
+    seq_k: int | None = Field(None, ge=1, description="Key/value length; default N.")
+    head_dim: int = Field(128, ge=1)
+    causal: bool = True
+    dtype: Dtype = Field("fp16")
+    block_m: int = Field(128, ge=1, description="Query rows per CTA (power of two).")
+    block_n: int = Field(64, ge=1, description="Keys per inner step (power of two).")
+    stages: int = Field(2, ge=1, le=8, description="Software-pipeline depth.")
+    warps: int = Field(8, ge=1, le=32, description="Warps per CTA (power of two).")
+    splits: int | None = Field(None, ge=1, description="decode: KV splits (default: the rule).")
+    sms: int | None = Field(None, ge=1, description="Streaming multiprocessors.")
+    hbm_gbs: float | None = Field(None, gt=0, description="DRAM bandwidth, GB/s.")
+    smem_per_sm_kib: int | None = Field(None, ge=1, description="Shared memory per SM, KiB.")
+    smem_per_block_kib: int | None = Field(None, ge=1, description="Shared memory per CTA, KiB.")
+    clock_ghz: float | None = Field(None, gt=0, description="SM clock; clocked rates scale.")
+    l2_mib: float | None = Field(None, gt=0, description="L2 cache size, MiB.")
+
+    def specs(self) -> dict[str, int | float]:
+        """The GPU fields this request changes."""
+        return {k: getattr(self, k) for k in SCHEDULE_SPECS if getattr(self, k) is not None}
+
+    def simulate_body(self) -> dict:
+        """The equivalent POST /api/simulate body (without the timeline)."""
+        body = self.model_dump(exclude=set(SCHEDULE_SPECS))
+        return {**body, "hardware": self.specs() or None}

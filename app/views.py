@@ -18,9 +18,34 @@ VIEWS: tuple[View, ...] = (
     View(
         "/tiles",
         "Tile stepper",
-        "Step through FlashAttention-2 one tile operation at a time and watch the running max, "
-        "the running sum and the output accumulator converge to exact attention.",
+        "Step through the FlashAttention-1 or -2 forward one tile operation at a time: the loop "
+        "order, causal masking, what sits in SRAM, and the running max, sum and output "
+        "converging to exact attention in fp32, fp16 or bf16.",
         "/api/trace",
+    ),
+    View(
+        "/backward",
+        "Backward pass",
+        "The FlashAttention-2 backward, tile by tile: P rebuilt from the saved log-sum-exp, "
+        "D = rowsum(dO∘O), dS, and dQ, dK, dV accumulating, with the HBM traffic of the fp32 "
+        "dQ accumulator and the gradients checked against float64.",
+        "/api/trace?algo=fa2-bwd",
+    ),
+    View(
+        "/decode",
+        "Flash-Decoding",
+        "One new token against a long KV cache: the cache split across SMs, each split's "
+        "partial output and log-sum-exp, and the reduction by LSE weights that ends on the "
+        "exact output.",
+        "/api/trace?algo=decode",
+    ),
+    View(
+        "/schedule",
+        "GPU schedule",
+        "The timing engine's view of a whole GPU: CTAs on SMs in waves, the causal imbalance, "
+        "occupancy and its limiter, where the time goes, and the roofline; presets or your "
+        "own specs.",
+        "/api/schedule",
     ),
     View(
         "/memory-wall",

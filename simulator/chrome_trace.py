@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from .memory_wall import KINDS, Walk
+from .results import SimResult
 from .trace import COUNTERS, PHASES, Trace
 
 
@@ -152,6 +153,41 @@ def from_walks(walks: Iterable[Walk], other: dict[str, Any] | None = None) -> di
         threads,
         {"time_unit": "steps (one step = one microsecond)", **(other or {})},
     )
+
+
+def from_timeline(r: SimResult, sms_shown: int | None = None) -> dict[str, Any]:
+    """The timing engine's schedule: one track per SM, one "X" event per CTA (microseconds of
+    simulated time), each kernel launch a span on a "launches" track above the SMs. Only SMs
+    below `sms_shown` (default all) get their CTAs."""
+    n_sms = r.gpu.sms if sms_shown is None else sms_shown
+    spans: list[Span] = []
+    for k in r.kernels:
+        slots = r.gpu.sms * k.ctas_per_sm
+        spans.append(
+            Span(k.name, 0, 0, k.offset_s * 1e6, k.time_s * 1e6, "launch", {"ctas": k.n_ctas})
+        )
+        for c in np.flatnonzero(k.sm < n_sms).tolist():
+            spans.append(
+                Span(
+                    k.name,
+                    0,
+                    int(k.sm[c]) + 1,
+                    float(k.start[c] * 1e6),
+                    float((k.end[c] - k.start[c]) * 1e6),
+                    "cta",
+                    {"cta": c, "wave": c // slots + 1, "block": c % int(k.grid[0])},
+                )
+            )
+    used = sorted({s.tid for s in spans if s.tid > 0})
+    threads = {(0, 0): "launches", **{(0, t): f"SM {t - 1}" for t in used}}
+    other = {
+        "source": "flashscope timing engine",
+        "gpu": r.gpu.name,
+        "algo": r.algo,
+        "time_unit": "microseconds (simulated)",
+        "sms_shown": n_sms,
+    }
+    return trace_events(spans, {0: f"{r.algo} on {r.gpu.name}"}, threads, other)
 
 
 def _plain(value: Any) -> Any:

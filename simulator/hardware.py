@@ -327,7 +327,7 @@ GPU_FIELDS = tuple(
     f.name for f in dataclasses.fields(GPU) if f.name not in ("key", "name", "efficiency")
 )
 EFFICIENCY_FIELDS = tuple(f.name for f in dataclasses.fields(Efficiency))
-# Whole-GPU rates that grow with the SM count when `custom` changes `sms` alone.
+# Whole-GPU rates that grow with the SM count and the clock when `custom` changes them.
 PER_SM_SCALED = ("tensor_tflops", "fp32_tflops", "l2_gbs")
 
 
@@ -335,10 +335,10 @@ def custom(base: GPU | str, **changes: object) -> GPU:
     """A GPU like `base` with some fields changed (GPU or Efficiency fields, by name).
 
     `custom("h100", smem_per_sm_kib=456, smem_per_block_kib=455)` asks what twice the shared
-    memory would do; `custom("h200", tensor=0.8)` changes an efficiency. Changing `sms` alone
-    scales the whole-GPU tensor, FP32 and L2 rates with it (per-SM units stay as they are); DRAM
-    bandwidth is off-chip and stays. Unknown names and invalid values raise ValueError naming
-    the field.
+    memory would do; `custom("h200", tensor=0.8)` changes an efficiency. Changing `sms` or
+    `clock_ghz` scales the whole-GPU tensor, FP32 and L2 rates with them (unless those are given
+    too; per-SM units stay as they are); DRAM bandwidth is off-chip and stays. Unknown names and
+    invalid values raise ValueError naming the field.
     """
     gpu = from_name(base) if isinstance(base, str) else base
     gpu_changes: dict[str, object] = {}
@@ -351,11 +351,18 @@ def custom(base: GPU | str, **changes: object) -> GPU:
         else:
             fields = ", ".join(GPU_FIELDS + EFFICIENCY_FIELDS)
             raise ValueError(f"unknown hardware field {name!r}; fields: {fields}")
-    if "sms" in gpu_changes:  # more SMs bring their own tensor cores, FP32 units and L2 ports
-        sms = gpu_changes["sms"]
-        if isinstance(sms, int) and not isinstance(sms, bool) and sms >= 1:
-            for name in PER_SM_SCALED:
-                gpu_changes.setdefault(name, getattr(gpu, name) * sms / gpu.sms)
+    # More SMs bring their own tensor cores, FP32 units and L2 ports; a faster clock speeds all
+    # of them up alike. Invalid values are left for GPU's own checks to refuse.
+    factor = 1.0
+    sms, clock = gpu_changes.get("sms"), gpu_changes.get("clock_ghz")
+    if isinstance(sms, int) and not isinstance(sms, bool) and sms >= 1:
+        factor *= sms / gpu.sms
+    numeric = isinstance(clock, int | float) and not isinstance(clock, bool)
+    if numeric and math.isfinite(clock) and clock > 0:  # type: ignore[arg-type]
+        factor *= clock / gpu.clock_ghz  # type: ignore[operator]
+    if factor != 1.0:
+        for name in PER_SM_SCALED:
+            gpu_changes.setdefault(name, getattr(gpu, name) * factor)
     eff = dataclasses.replace(gpu.efficiency, **eff_changes) if eff_changes else gpu.efficiency
     if not changes:
         return gpu

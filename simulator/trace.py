@@ -15,13 +15,15 @@ numeric state it leaves behind:
     flops, exps                matmul FLOPs (2·m·n·k) and exponentials
     totals                     running sums of the counters above, this event included
     state                      the quantities of the current tile (see below)
+    onchip                     (optional) the buffers the CTA holds in shared memory and
+                               registers during this op, with their bytes (simulator/onchip.py)
 
 `state` always has `final` and `col_stride`; the other keys depend on the algorithm family and
 are null when they do not apply:
     forward   rows [r0, r1), m, l, alpha, o (as the kernel holds it), o_hat (o / l)
     backward  rows, cols [c0, c1), lse, delta, p, ds (tiles, averaged by tile_stride), dq, dk, dv
     decode    rows, split, m, l, alpha, o, o_hat; partial_o, lse after a split; the merge in
-              o, lse during the reduce
+              o, lse during the reduce, with `weight` = e^(LSEₛ − LSE), split s's share
 
 "Global" reads are the requests the kernel makes; on a GPU most K/V re-reads hit in L2, and the
 engine splits them into L2 and DRAM traffic. Memory-level names follow the seed documents.
@@ -154,6 +156,7 @@ class Trace:
     ops: OpTable
     state_of: StateFn  # event index → state dict (already JSON-ready)
     extras: dict[str, Any] = field(default_factory=dict)
+    onchip_of: StateFn | None = None  # event index → what the CTA holds on chip (optional)
 
     def __len__(self) -> int:
         return len(self.ops)
@@ -176,6 +179,8 @@ class Trace:
             ev[name] = int(c[name][i])
         ev["totals"] = {name: int(c[f"total_{name}"][i]) for name in COUNTERS}
         ev["state"] = self.state_of(i)
+        if self.onchip_of is not None:
+            ev["onchip"] = self.onchip_of(i)
         return ev
 
     def describe(self) -> dict[str, Any]:

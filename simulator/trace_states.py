@@ -160,11 +160,14 @@ def decode_states(ops: OpTable, rec: DecodeRecording) -> StateFn:
         out: dict[str, Any] = {"rows": [0, n_rows], "col_stride": rec.col_stride, "final": False}
         if ph == PHASE_INDEX["reduce"]:
             merged = rec.merged_o[s]
+            # The share of split s in the merge: O ← (1 − w)·O + w·Oₛ with w = e^(LSEₛ − L).
+            weight = np.exp(rec.partial_lse[s] - rec.merged_lse[s])
             return {
                 **out,
                 "split": s,
                 "partial_o": json_floats(partial_shown[s], 5),
                 "partial_lse": json_floats(rec.partial_lse[s]),
+                "weight": json_floats(weight),
                 "lse": json_floats(rec.merged_lse[s]),
                 "o": json_floats(merged, 5),
                 "o_hat": json_floats(merged, 5),

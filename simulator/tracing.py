@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from . import traffic
+from . import exactness, traffic
 from .algorithms import ALGORITHMS, get
 from .numerics import (
     attention_gradients,
@@ -23,11 +23,13 @@ from .numerics import (
     naive_attention,
     naive_forward,
 )
+from .onchip import onchip
 from .precision import round_to_dtype
 from .problem import AttentionProblem, TileConfig, _check_int
 from .snapshots import DEFAULT_BUDGET_BYTES, FLOAT_BYTES, fit_stride, shown_columns
 from .tiling import TileGrid, split_plan
 from .trace import PHASE_INDEX, Trace
+from .trace_grid import out_writes, tile_steps
 from .trace_states import backward_states, decode_states, forward_states, naive_states
 
 __all__ = ["ALGORITHMS", "build_trace", "random_inputs", "round_to_dtype"]
@@ -145,11 +147,21 @@ def build_trace(
             splits=plan.used,
             splits_requested=plan.requested,
             chunk=plan.chunk,
+            sms=sms,
+            split_table=_split_table(plan, drec, tiles.block_n, nk, sms),
         )
     if algo == "fa2-bwd":
-        errs = [np.abs(extras[x] - extras["ref"][x]).max(initial=0.0) for x in ("dq", "dk", "dv")]
+        ref = extras["ref"]
+        compared = [
+            exactness.compare(name, extras[x], ref[x], problem.dtype)
+            for name, x in (("dQ", "dq"), ("dK", "dk"), ("dV", "dv"))
+        ]
     else:
-        errs = [np.abs(extras["o"] - extras["o_ref"]).max(initial=0.0)]
+        compared = [exactness.compare("O", extras["o"], extras["o_ref"], problem.dtype)]
+    errs = [c["max_abs_err"] for c in compared]
+    meta_grid.update(tile_steps(ops, meta_grid["q_blocks"], meta_grid["kv_blocks"]))
+    meta_grid["out_writes"] = out_writes(ops, meta_grid["q_blocks"], algo)
+    chip = onchip(algo, problem, tiles, ops, **kw)
     head = traffic.head_for_algo(algo, problem, tiles, **kw)
     naive = traffic.naive_head(problem, tiles)
     if algo == "decode":  # a decode trace covers the `group` query heads of one K/V head
@@ -171,6 +183,8 @@ def build_trace(
         "grid": meta_grid,
         "seed": seed,
         "max_abs_err": float(max(errs)),
+        "exactness": exactness.report(problem.dtype, compared),
+        "onchip_peak": chip.peak(),
         "traffic": {
             "algo": head.as_dict(problem.dtype_bytes),
             "naive": naive.as_dict(problem.dtype_bytes),
@@ -181,4 +195,27 @@ def build_trace(
             np.isin(ops.columns["phase"], [PHASE_INDEX[x] for x in MARK_PHASES])
         ).tolist(),
     }
-    return Trace(meta=meta, ops=ops, state_of=state_of, extras=extras)
+    return Trace(meta=meta, ops=ops, state_of=state_of, extras=extras, onchip_of=chip.at)
+
+
+def _split_table(plan, rec, block_n: int, seq_k: int, sms: int) -> list[dict[str, Any]]:
+    """Per used split of Flash-Decoding: its key blocks and keys, the SM its CTA starts on (the
+    block scheduler hands out CTAs breadth-first: CTA s → SM s mod sms), and its weight in the
+    final output, e^(LSEₛ − LSE), as mean, min and max over the query rows."""
+    weights = np.exp(rec.partial_lse - rec.lse[None, :])  # (S', R)
+    out = []
+    for s in range(plan.used):
+        blocks = plan.blocks(s)
+        out.append(
+            {
+                "split": s,
+                "blocks": [blocks.start, blocks.stop],
+                "keys": [blocks.start * block_n, min(blocks.stop * block_n, seq_k)],
+                "sm": s % sms,
+                "weight_mean": float(weights[s].mean()),
+                "weight_min": float(weights[s].min()),
+                "weight_max": float(weights[s].max()),
+                "lse_mean": float(rec.partial_lse[s].mean()),
+            }
+        )
+    return out

@@ -13,8 +13,10 @@ from simulator.calibration import calibration_path
 from simulator.engine import simulate_workload
 from simulator.problem import AttentionProblem, TileConfig
 from simulator.report import gantt, summary
+from simulator.results import SimResult
 from simulator.workload import build, ctas_of
 
+from ..config import Settings
 from ..deps import SettingsDep
 from ..errors import limit_error, refuse, value_error
 from ..simulate_schemas import SimulateRequest, check_simulate_request
@@ -31,6 +33,15 @@ def _field(message: str, default: str) -> str:
 @router.post("/api/simulate")
 def post_simulate(body: SimulateRequest, settings: SettingsDep) -> Any:
     """Simulate an algorithm on a GPU: time, bytes per memory level, occupancy, limiters."""
+    result = run_request(body, settings)
+    out = summary(result)
+    if body.timeline:
+        out["timeline"] = gantt(result, settings.simulate_max_timeline_ctas)
+    return out
+
+
+def run_request(body: SimulateRequest, settings: Settings) -> SimResult:
+    """Check a simulation request against the limits and run it; 422 (HTTPException) if not."""
     errs = check_simulate_request(body, settings)
     if errs:
         raise refuse(errs)
@@ -65,10 +76,7 @@ def post_simulate(body: SimulateRequest, settings: SettingsDep) -> Any:
         field = "warps" if str(exc).startswith("warps") else "block_m"
         limit = gpu.smem_per_block if field == "block_m" else gpu.max_warps_per_sm
         raise refuse([limit_error(field, str(exc), getattr(body, field), limit, "body")]) from None
-    out = summary(result)
-    if body.timeline:
-        out["timeline"] = gantt(result, settings.simulate_max_timeline_ctas)
-    return out
+    return result
 
 
 @router.get("/api/hardware")

@@ -1,14 +1,21 @@
-// The tile stepper: step through a FlashAttention trace served over /ws/trace.
-// The server computes every event; this module only draws what it receives.
+// The tile stepper: step through a FlashAttention-1 or -2 forward trace served over /ws/trace.
+// The server computes every event (state, counters, what is on chip); this module only draws.
 
 import { Controls } from "./controls.js";
 import { apiUrl, bindPngButtons, setExportLink } from "./exports.js";
 import { TraceSocket, baseLayout, formatBytes, formatCount, plotConfig, readParams, writeParams } from "./state.js";
+import {
+  Figures, drawGrid, exactnessText, gridState, highlightLine, markTarget, renderPseudocode, showErrors, span,
+} from "./trace_view.js";
 import { changed, registerView } from "./view.js";
 
-const DEFAULTS = { algo: "fa2", n: 256, d: 64, bm: 64, bn: 64, seed: 0, step: 0 };
-const TRACE_FIELDS = ["algo", "n", "d", "bm", "bn", "seed"];
-const COLORS = { todo: "#e5e7eb", done: "#60a5fa", current: "#f59e0b" };
+const DEFAULTS = {
+  algo: "fa2", n: 256, nk: "", d: 64, bm: 64, bn: 64, causal: false, dtype: "fp32", seed: 0, gpu: "h100-sxm", step: 0,
+};
+const TRACE_FIELDS = ["algo", "n", "nk", "d", "bm", "bn", "causal", "dtype", "seed"];
+const NUMBERS = ["n", "d", "bm", "bn", "seed"];
+const DTYPE_BYTES = { fp32: 4, fp16: 2, bf16: 2 };
+const KIB = 1024;
 
 const $ = (id) => document.getElementById(id);
 const form = $("params");
@@ -17,36 +24,36 @@ const view = {
   meta: null,
   step: 0, // the step on screen (controls.target is the newest step asked for)
   event: null,
-  drawn: {}, // figure id → key of what it shows (unchanged figures are not redrawn)
-  ranges: {}, // axis name → [lo, hi] seen so far in this trace
+  gpus: {}, // preset key → specs (GET /api/hardware)
 };
-
-function showErrors(errors) {
-  const box = $("errors");
-  if (!errors || errors.length === 0) {
-    box.hidden = true;
-    box.textContent = "";
-    return;
-  }
-  box.hidden = false;
-  box.replaceChildren(
-    ...errors.map((e) => {
-      const p = document.createElement("p");
-      p.textContent = e.msg;
-      return p;
-    }),
-  );
-}
+const figures = new Figures();
 
 function fillForm() {
-  for (const field of ["n", "d", "bm", "bn", "seed"]) {
-    form.elements[field].value = view.params[field];
+  for (const f of ["algo", "n", "nk", "d", "bm", "bn", "dtype", "seed", "gpu"]) {
+    if (form.elements[f]) form.elements[f].value = view.params[f];
   }
+  form.elements.causal.checked = Boolean(view.params.causal);
+}
+
+function readForm() {
+  for (const f of NUMBERS) {
+    const raw = form.elements[f].value.trim();
+    view.params[f] = raw === "" ? NaN : Number(raw);
+  }
+  const nk = form.elements.nk.value.trim();
+  view.params.nk = nk === "" ? "" : Number(nk);
+  view.params.algo = form.elements.algo.value;
+  view.params.dtype = form.elements.dtype.value;
+  view.params.causal = form.elements.causal.checked;
+  view.params.gpu = form.elements.gpu.value;
 }
 
 function traceParams() {
   const out = {};
-  for (const f of TRACE_FIELDS) out[f] = view.params[f];
+  for (const f of TRACE_FIELDS) {
+    if (f === "nk" && view.params.nk === "") continue;
+    out[f] = view.params[f];
+  }
   return out;
 }
 
@@ -59,8 +66,7 @@ const socket = new TraceSocket({
     setExports();
     renderPseudocode(meta.pseudocode);
     renderTotals(meta);
-    view.drawn = {};
-    view.ranges = {};
+    figures.reset();
     controls.goto(view.params.step);
   },
   onEvent(ev) {
@@ -75,7 +81,10 @@ const socket = new TraceSocket({
   },
 });
 
-const controls = new Controls({ goto: (k) => view.meta && socket.step(k), jump: gotoMark });
+const controls = new Controls({
+  goto: (k) => view.meta && socket.step(k),
+  jump: (dir) => view.meta && controls.goto(markTarget(view.meta, controls.target, dir)),
+});
 
 function open() {
   showErrors([]);
@@ -83,147 +92,111 @@ function open() {
   socket.open(traceParams()).catch((err) => showErrors([{ msg: String(err) }]));
 }
 
-function gotoMark(direction) {
-  if (!view.meta) return;
-  const marks = view.meta.marks;
-  const now = controls.target;
-  const target = direction > 0 ? marks.find((s) => s > now) : [...marks].reverse().find((s) => s < now);
-  controls.goto(target === undefined ? (direction > 0 ? view.meta.n_events - 1 : 0) : target);
-}
-
 function setExports() {
   const p = traceParams();
-  const name = `trace-${p.algo}-n${p.n}-d${p.d}-${p.bm}x${p.bn}-seed${p.seed}`;
+  const name = `trace-${p.algo}-n${p.n}${p.nk ? `-nk${p.nk}` : ""}-d${p.d}-${p.bm}x${p.bn}${p.causal ? "-causal" : ""}-${p.dtype}-seed${p.seed}`;
   setExportLink("export-json", apiUrl("/api/trace/ops", p), `${name}.json`);
   setExportLink("export-chrome", apiUrl("/api/trace/chrome", p), `${name}.trace.json`);
-}
-
-function renderPseudocode(lines) {
-  const list = $("pseudocode");
-  list.replaceChildren(
-    ...lines.map((text, i) => {
-      const li = document.createElement("li");
-      li.textContent = text;
-      li.dataset.line = i;
-      return li;
-    }),
-  );
 }
 
 function renderTotals(meta) {
   const flash = meta.traffic.algo.elements.hbm_total;
   const naive = meta.traffic.naive.elements.hbm_total;
   $("flash-total").textContent = `${formatCount(flash)} elements`;
-  $("naive-total").textContent =
-    `${formatCount(naive)} elements (${(naive / flash).toFixed(1)}× flash)`;
-  $("exactness").textContent = `${meta.max_abs_err.toExponential(2)} (float64 reference)`;
+  $("naive-total").textContent = `${formatCount(naive)} elements (${(naive / flash).toFixed(1)}× this algorithm)`;
+  $("exactness").textContent = exactnessText(meta.exactness);
+  renderPeak();
 }
 
-function tileStatus(ev, meta) {
-  const { q_blocks: nq, kv_blocks: nk } = meta.grid;
-  const qb = ev.q_block ?? 0;
-  const kb = ev.kv_block;
-  const z = [];
-  for (let i = 0; i < nq; i += 1) {
-    const row = [];
-    for (let j = 0; j < nk; j += 1) {
-      let s = 0;
-      if (i < qb) s = 1;
-      else if (i === qb) {
-        if (ev.phase === "store") s = 1;
-        else if (kb !== null && j < kb) s = 1;
-        else if (kb !== null && j === kb) s = 2;
+function gpu() {
+  return view.gpus[view.params.gpu] || null;
+}
+
+/** Capacity of one CTA on the chosen GPU: shared memory per block, and one SM's register file. */
+function capacity() {
+  const g = gpu();
+  return g ? { smem: g.smem_per_block_kib * KIB, regs: g.regs_per_sm * 4, name: g.name.replace(/^NVIDIA /, "") } : null;
+}
+
+function kib(b) {
+  return `${(b / KIB).toFixed(b < 10 * KIB ? 1 : 0)} KiB`;
+}
+
+function renderPeak() {
+  const cap = capacity();
+  const meta = view.meta;
+  if (!meta || !cap) return;
+  const peak = meta.onchip_peak;
+  const over = peak.smem_bytes > cap.smem;
+  $("onchip-peak").textContent =
+    `Largest on-chip need in this trace: ${kib(peak.smem_bytes)} of shared memory (step ${peak.smem_step}), ` +
+    `${kib(peak.reg_bytes)} of registers (step ${peak.reg_step}). ` +
+    (over ? `That does not fit the ${kib(cap.smem)} a CTA may use on the ${cap.name}.` : `The ${cap.name} allows ${kib(cap.smem)} per CTA.`);
+  $("onchip-peak").classList.toggle("over", over);
+}
+
+function renderOnchip(ev) {
+  const chip = ev.onchip;
+  const cap = capacity();
+  if (!chip || !cap) return;
+  const body = $("onchip-body");
+  body.replaceChildren(
+    ...chip.buffers.map((b) => {
+      const tr = document.createElement("tr");
+      tr.className = b.where;
+      const cells = [b.name, b.where === "smem" ? "shared mem." : "registers", `${b.shape[0]} × ${b.shape[1]}`, `${formatCount(b.bytes)} B`, b.what];
+      for (const text of cells) {
+        const td = document.createElement("td");
+        td.textContent = text;
+        tr.append(td);
       }
-      row.push(s);
-    }
-    z.push(row);
+      return tr;
+    }),
+  );
+  if (chip.buffers.length === 0) {
+    const tr = document.createElement("tr");
+    const td = document.createElement("td");
+    td.colSpan = 5;
+    td.textContent = "nothing: this step writes straight to HBM";
+    tr.append(td);
+    body.append(tr);
   }
-  return z;
-}
-
-/**
- * An axis range that only grows over a trace, rounded outwards to a coarse grid: the axes and
- * colour bars of the per-row figures stay put while stepping (cheaper to redraw, easier to
- * compare step with step). Returns null until a finite value has been seen.
- */
-function stickyRange(name, values, { symmetric = false, zero = false } = {}) {
-  let lo = Infinity;
-  let hi = -Infinity;
-  for (const v of values.flat()) {
-    if (v === null || !Number.isFinite(v)) continue;
-    if (v < lo) lo = v;
-    if (v > hi) hi = v;
+  const meters = [
+    ["smem", chip.smem_bytes, cap.smem, "of shared memory per CTA"],
+    ["reg", chip.reg_bytes, cap.regs, "of registers per SM"],
+  ];
+  const warnings = [];
+  for (const [id, used, total, what] of meters) {
+    const meter = $(`${id}-meter`);
+    meter.max = total;
+    meter.value = Math.min(used, total);
+    meter.high = total * 0.9;
+    meter.optimum = 0;
+    const text = `${kib(used)} of ${kib(total)} ${what} (${((100 * used) / total).toFixed(0)} %)`;
+    $(`${id}-text`).textContent = text;
+    meter.setAttribute("aria-valuetext", text);
+    meter.parentElement.classList.toggle("over", used > total);
+    if (used > total) warnings.push(`${kib(used)} ${what.replace("of ", "")} needed, ${kib(total)} available`);
   }
-  if (symmetric) [lo, hi] = [-Math.max(Math.abs(lo), Math.abs(hi)), Math.max(Math.abs(lo), Math.abs(hi))];
-  if (zero) lo = Math.min(0, lo);
-  const old = view.ranges[name];
-  if (old) [lo, hi] = [Math.min(lo, old[0]), Math.max(hi, old[1])];
-  if (!Number.isFinite(lo) || !Number.isFinite(hi)) return null;
-  const grid = 10 ** Math.floor(Math.log10(Math.max(hi - lo, Math.abs(hi), Math.abs(lo), 1e-9))) / 4;
-  const range = [Math.floor(lo / grid) * grid, Math.ceil(hi / grid) * grid];
-  if (range[0] === range[1]) range[1] += grid;
-  view.ranges[name] = range;
-  return range;
-}
-
-/** Equal numbers, arrays of numbers or arrays of such arrays (null for −∞). */
-function same(a, b) {
-  if (a === b) return true;
-  if (!Array.isArray(a) || !Array.isArray(b) || a.length !== b.length) return false;
-  for (let i = 0; i < a.length; i += 1) if (!same(a[i], b[i])) return false;
-  return true;
-}
-
-/** True when figure `id` does not show `parts` yet (and records that it will). */
-function stale(id, parts) {
-  if (same(view.drawn[id], parts)) return false;
-  view.drawn[id] = parts;
-  return true;
+  const warn = $("onchip-warning");
+  warn.hidden = warnings.length === 0;
+  warn.textContent = warnings.length
+    ? `Over capacity on the ${cap.name}: ${warnings.join("; ")}. A real kernel could not hold these tiles: use smaller blocks or a smaller head_dim.`
+    : "";
 }
 
 function renderGrid(ev) {
-  if (!stale("grid", [ev.q_block, ev.kv_block, ev.phase === "store"])) return;
-  const meta = view.meta;
-  const { q_blocks: nq, kv_blocks: nk } = meta.grid;
-  const z = tileStatus(ev, meta);
-  const qb = ev.q_block ?? 0;
-  const shapes = [
-    {
-      type: "rect", xref: "x", yref: "y", x0: -0.5, x1: nk - 0.5, y0: qb - 0.5, y1: qb + 0.5,
-      line: { color: "#b45309", width: 3 },
-    },
-  ];
-  if (ev.kv_block !== null) {
-    shapes.push({
-      type: "rect", xref: "x", yref: "y", x0: ev.kv_block - 0.5, x1: ev.kv_block + 0.5,
-      y0: -0.5, y1: nq - 0.5, line: { color: "#1d4ed8", width: 3, dash: "dot" },
-    });
-  }
-  const trace = {
-    type: "heatmap", z, zmin: 0, zmax: 2, showscale: false,
-    hovertemplate: "Q block %{y} × K/V block %{x}<extra></extra>",
-    xgap: nk <= 32 ? 2 : 0, ygap: nq <= 32 ? 2 : 0,
-    colorscale: [
-      [0, COLORS.todo], [0.33, COLORS.todo], [0.34, COLORS.done], [0.66, COLORS.done],
-      [0.67, COLORS.current], [1, COLORS.current],
-    ],
-  };
-  const layout = {
-    ...baseLayout,
-    height: 300,
-    shapes,
-    xaxis: { title: { text: `K/V block (block_n = ${meta.tiles.block_n})` }, dtick: nk > 8 ? undefined : 1 },
-    yaxis: { title: { text: `Q block (block_m = ${meta.tiles.block_m})` }, autorange: "reversed", dtick: nq > 8 ? undefined : 1 },
-  };
-  Plotly.react("grid", [trace], layout, plotConfig);
+  const state = gridState(view.meta.grid, ev.step);
+  if (!figures.stale("grid", [ev.q_block, ev.kv_block, ...state.key])) return state;
+  drawGrid($("grid"), view.meta, ev, state, { writesLabel: "Oᵢ → HBM" });
+  return state;
 }
 
 function renderStats(ev) {
   const st = ev.state;
-  if (!st.rows || !st.m) return; // an op without forward row state (other algorithms)
-  if (!stale("ml", [st.rows, st.m, st.l])) return;
-  const rows = [];
-  for (let r = st.rows[0]; r < st.rows[1]; r += 1) rows.push(r);
+  if (!st.rows || !st.m) return;
+  if (!figures.stale("ml", [st.rows, st.m, st.l])) return;
+  const rows = span(st.rows);
   const fixed = (range) => (range ? { range, autorange: false } : { autorange: true });
   // One marker per row helps on small blocks; beyond 16 rows they cost more than they show.
   const mode = rows.length > 16 ? "lines" : "lines+markers";
@@ -232,8 +205,8 @@ function renderStats(ev) {
     height: 240,
     legend: { orientation: "h", y: 1.12 },
     xaxis: { title: { text: "query row" } },
-    yaxis: { title: { text: "m (running max)" }, ...fixed(stickyRange("m", st.m)) },
-    yaxis2: { title: { text: "ℓ (running sum)" }, overlaying: "y", side: "right", ...fixed(stickyRange("l", st.l, { zero: true })) },
+    yaxis: { title: { text: "m (running max)" }, ...fixed(figures.range("m", st.m)) },
+    yaxis2: { title: { text: "ℓ (running sum)" }, overlaying: "y", side: "right", ...fixed(figures.range("l", st.l, { zero: true })) },
     margin: { ...baseLayout.margin, r: 56 },
   };
   Plotly.react(
@@ -250,11 +223,10 @@ function renderStats(ev) {
 function renderOutput(ev) {
   const st = ev.state;
   if (!st.rows || !st.o_hat) return;
-  if (!stale("out", [st.rows, st.col_stride, st.o_hat])) return;
-  const rows = [];
-  for (let r = st.rows[0]; r < st.rows[1]; r += 1) rows.push(r);
+  if (!figures.stale("out", [st.rows, st.col_stride, st.o_hat])) return;
+  const rows = span(st.rows);
   const cols = st.o_hat.length ? st.o_hat[0].map((_, c) => c * st.col_stride) : [];
-  const range = stickyRange("o_hat", st.o_hat, { symmetric: true });
+  const range = figures.range("o_hat", st.o_hat, { symmetric: true });
   const scale = range ? { zmin: range[0], zmax: range[1] } : { zmid: 0 };
   Plotly.react(
     "out",
@@ -271,30 +243,32 @@ function renderOutput(ev) {
 
 function describeEvent(ev) {
   const st = ev.state;
-  const where = st.rows ? `Q block ${ev.q_block} (rows ${st.rows[0]}–${st.rows[1] - 1})` : "all rows";
   const meta = view.meta;
-  let kv = "";
+  const parts = [];
+  if (ev.q_block !== null && st.rows) parts.push(`Q block ${ev.q_block} (rows ${st.rows[0]}–${st.rows[1] - 1})`);
   if (ev.kv_block !== null) {
     const c0 = ev.kv_block * meta.tiles.block_n;
     const c1 = Math.min(c0 + meta.tiles.block_n, meta.problem.seq_k) - 1;
-    kv = ` × K/V block ${ev.kv_block} (keys ${c0}–${c1})`;
+    parts.push(`K/V block ${ev.kv_block} (keys ${c0}–${c1})`);
   }
-  return `Step ${ev.step}: ${ev.phase.replace("_", " ")} — ${where}${kv}`;
+  const where = parts.length ? parts.join(" × ") : "all rows";
+  const masked = ev.masked ? " — partial tile: masked pairs at −∞" : "";
+  return `Step ${ev.step}: ${ev.phase.replace("_", " ")} — ${where}${masked}`;
 }
 
 function render(ev) {
-  $("step").value = ev.step;
+  const meta = view.meta;
   $("now").textContent = describeEvent(ev);
-  for (const li of $("pseudocode").children) {
-    const on = Number(li.dataset.line) === ev.line;
-    li.classList.toggle("current", on);
-    if (on) li.setAttribute("aria-current", "step");
-    else li.removeAttribute("aria-current");
-  }
-  const bytes = view.meta.traffic.algo.bytes.hbm_read / Math.max(1, view.meta.traffic.algo.elements.hbm_read);
-  $("hbm-read").textContent = `${formatCount(ev.totals.hbm_read)} (${formatBytes(ev.totals.hbm_read * bytes)})`;
-  $("hbm-write").textContent = `${formatCount(ev.totals.hbm_write)} (${formatBytes(ev.totals.hbm_write * bytes)})`;
-  renderGrid(ev);
+  highlightLine(ev.line);
+  const e = DTYPE_BYTES[meta.problem.dtype] || 4;
+  const t = ev.totals;
+  $("hbm-read").textContent = `${formatCount(t.hbm_read)} (${formatBytes(t.hbm_read * e)})`;
+  $("hbm-write").textContent = `${formatCount(t.hbm_write)} (${formatBytes(t.hbm_write * e)})`;
+  $("stats-rw").textContent = `${formatCount(t.stats_read)} / ${formatCount(t.stats_write)} (${formatBytes((t.stats_read + t.stats_write) * 4)})`;
+  const state = renderGrid(ev);
+  const writes = state.writes.reduce((a, b) => a + b, 0);
+  $("o-writes").textContent = `${formatCount(writes)} (${meta.grid.q_blocks} query blocks)`;
+  renderOnchip(ev);
   renderStats(ev);
   renderOutput(ev);
   document.body.dataset.step = ev.step;
@@ -304,29 +278,47 @@ function render(ev) {
 
 form.addEventListener("submit", (e) => {
   e.preventDefault();
-  for (const field of ["n", "d", "bm", "bn", "seed"]) {
-    const raw = form.elements[field].value.trim();
-    view.params[field] = raw === "" ? NaN : Number(raw);
-  }
+  readForm();
   view.params.step = 0;
   open();
 });
 
+form.elements.gpu.addEventListener("change", () => {
+  view.params.gpu = form.elements.gpu.value;
+  writeParams(view.params);
+  renderPeak();
+  if (view.event) renderOnchip(view.event);
+  changed();
+});
 
 registerView({
   name: "tiles",
-  getState: () => ({ params: traceParams(), step: view.step }),
+  getState: () => ({ params: { ...traceParams(), gpu: view.params.gpu }, step: view.step }),
   applyState(state) {
-    const same = TRACE_FIELDS.every((f) => String(state.params[f]) === String(view.params[f]));
-    Object.assign(view.params, state.params, { step: state.step ?? 0 });
-    if (same && view.meta) controls.goto(view.params.step);
-    else {
-      fillForm();
-      open();
-    }
+    const sameTrace = TRACE_FIELDS.every((f) => String(state.params[f] ?? "") === String(view.params[f] ?? ""));
+    Object.assign(view.params, { nk: "" }, state.params, { step: state.step ?? 0 });
+    fillForm();
+    renderPeak();
+    if (sameTrace && view.meta) controls.goto(view.params.step);
+    else open();
   },
 });
 
+async function loadGpus() {
+  try {
+    const res = await fetch("/api/hardware");
+    const body = await res.json();
+    for (const g of body.gpus) view.gpus[g.key] = g;
+  } catch (err) {
+    showErrors([{ msg: `GPU presets unavailable: ${err}` }]);
+  }
+  if (!view.gpus[view.params.gpu]) view.params.gpu = DEFAULTS.gpu;
+  form.elements.gpu.value = view.params.gpu;
+  renderPeak();
+  if (view.event) renderOnchip(view.event);
+}
+
 bindPngButtons();
 fillForm();
+loadGpus();
 open();

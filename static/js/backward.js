@@ -1,0 +1,278 @@
+// The backward stepper: the FlashAttention-2 backward (algo fa2-bwd) served over /ws/trace,
+// one operation per step. The server computes P, dS and the gradient partials; this draws them.
+
+import { Controls } from "./controls.js";
+import { apiUrl, bindPngButtons, setExportLink } from "./exports.js";
+import { TraceSocket, baseLayout, formatBytes, formatCount, plotConfig, readParams, writeParams } from "./state.js";
+import {
+  Figures, drawGrid, exactnessText, gridState, heatmap, highlightLine, markTarget, renderPseudocode, showErrors, span,
+} from "./trace_view.js";
+import { changed, registerView } from "./view.js";
+
+const DEFAULTS = { n: 128, nk: "", d: 32, bm: 32, bn: 32, causal: false, dtype: "fp32", seed: 0, step: 0 };
+const FIELDS = ["n", "nk", "d", "bm", "bn", "causal", "dtype", "seed"];
+const NUMBERS = ["n", "d", "bm", "bn", "seed"];
+const DTYPE_BYTES = { fp32: 4, fp16: 2, bf16: 2 };
+const PHASE_TEXT = {
+  preprocess_d: "preprocess: D = rowsum(dO ∘ O) for a query block",
+  load_kv_bwd: "a CTA takes key block j: load Kⱼ, Vⱼ; dK = dV = 0",
+  load_q_bwd: "load Qᵢ, dOᵢ, LSEᵢ, Dᵢ",
+  recompute_p: "rebuild P = e^(S − LSE) from the saved log-sum-exp",
+  dv: "dV += Pᵀ dO",
+  dp: "dP = dO Vᵀ",
+  ds: "dS = P ∘ (dP − D)",
+  dq: "dQᵢ += dS Kⱼ: read, add, write the fp32 accumulator in HBM",
+  dk: "dK += dSᵀ Q",
+  store_dkdv: "write dKⱼ, dVⱼ",
+  convert_dq: "postprocess: dQᵢ = scale · accumulator, written in the dtype",
+};
+
+const $ = (id) => document.getElementById(id);
+const form = $("params");
+const view = { params: readParams(DEFAULTS), meta: null, step: 0, event: null };
+const figures = new Figures();
+
+function fillForm() {
+  for (const f of ["n", "nk", "d", "bm", "bn", "dtype", "seed"]) form.elements[f].value = view.params[f];
+  form.elements.causal.checked = Boolean(view.params.causal);
+}
+
+function readForm() {
+  for (const f of NUMBERS) {
+    const raw = form.elements[f].value.trim();
+    view.params[f] = raw === "" ? NaN : Number(raw);
+  }
+  const nk = form.elements.nk.value.trim();
+  view.params.nk = nk === "" ? "" : Number(nk);
+  view.params.dtype = form.elements.dtype.value;
+  view.params.causal = form.elements.causal.checked;
+}
+
+function traceParams() {
+  const out = { algo: "fa2-bwd" };
+  for (const f of FIELDS) if (!(f === "nk" && view.params.nk === "")) out[f] = view.params[f];
+  return out;
+}
+
+const socket = new TraceSocket({
+  onMeta(meta) {
+    view.meta = meta;
+    showErrors([]);
+    controls.setTotal(meta.n_events);
+    setExports();
+    renderPseudocode(meta.pseudocode);
+    const t = meta.traffic.algo;
+    $("bwd-total").textContent =
+      `${formatCount(t.elements.hbm_total)} elements; dQ accumulator ${formatBytes(t.bytes.acc_read + t.bytes.acc_write)}`;
+    $("exactness").textContent = exactnessText(meta.exactness);
+    figures.reset();
+    controls.goto(view.params.step);
+  },
+  onEvent(ev) {
+    view.event = ev;
+    view.step = ev.step;
+    view.params.step = ev.step;
+    writeParams(view.params);
+    render(ev);
+  },
+  onError: (errors) => showErrors(errors),
+});
+
+const controls = new Controls({
+  goto: (k) => view.meta && socket.step(k),
+  jump: (dir) => view.meta && controls.goto(markTarget(view.meta, controls.target, dir)),
+});
+
+function open() {
+  showErrors([]);
+  writeParams(view.params);
+  socket.open(traceParams()).catch((err) => showErrors([{ msg: String(err) }]));
+}
+
+function setExports() {
+  const p = traceParams();
+  const name = `trace-fa2-bwd-n${p.n}${p.nk ? `-nk${p.nk}` : ""}-d${p.d}-${p.bm}x${p.bn}${p.causal ? "-causal" : ""}-${p.dtype}-seed${p.seed}`;
+  setExportLink("export-json", apiUrl("/api/trace/ops", p), `${name}.json`);
+  setExportLink("export-chrome", apiUrl("/api/trace/chrome", p), `${name}.trace.json`);
+}
+
+const EMPTY = { type: "heatmap", z: [[null]], showscale: false, hoverinfo: "skip" };
+
+/** Two heatmaps side by side (left on x/y, right on x2/y2), or a note where one is missing. */
+function pair(id, left, right, { height = 230 } = {}) {
+  const traces = [];
+  const annotations = [];
+  for (const [k, side] of [[0, left], [1, right]]) {
+    const axes = k === 0 ? {} : { xaxis: "x2", yaxis: "y2" };
+    if (side.z) {
+      const look = side.colorscale ? { colorscale: side.colorscale } : {};
+      traces.push(heatmap(side.z, { ...axes, ...look, x: side.x, y: side.y, range: side.range, colorbar: false }));
+    } else {
+      traces.push({ ...EMPTY, ...axes });
+      annotations.push({
+        xref: `x${k ? 2 : ""} domain`, yref: `y${k ? 2 : ""} domain`, x: 0.5, y: 0.5, showarrow: false,
+        text: side.empty, font: { color: "#4b5563" },
+      });
+    }
+    annotations.push({
+      xref: `x${k ? 2 : ""} domain`, yref: "paper", x: 0, y: 1.0, yanchor: "bottom", xanchor: "left",
+      showarrow: false, text: `<b>${side.title}</b>`,
+    });
+  }
+  Plotly.react(
+    id,
+    traces,
+    {
+      ...baseLayout,
+      height,
+      margin: { ...baseLayout.margin, t: 24 },
+      annotations,
+      xaxis: { domain: [0, 0.47], title: { text: left.xTitle } },
+      yaxis: { title: { text: left.yTitle }, autorange: "reversed" },
+      xaxis2: { domain: [0.53, 1], title: { text: right.xTitle }, anchor: "y2" },
+      yaxis2: { autorange: "reversed", anchor: "x2" },
+    },
+    plotConfig,
+  );
+}
+
+function tileAxis(st, key) {
+  const stride = st.tile_stride || 1;
+  const first = key === "rows" ? st.rows[0] : st.cols[0];
+  return (n) => Array.from({ length: n }, (_, i) => first + i * stride);
+}
+
+function renderTile(ev) {
+  const st = ev.state;
+  if (!figures.stale("tile", [st.rows, st.cols, st.p, st.ds])) return;
+  const have = st.rows && st.cols;
+  const note = have ? "not computed yet at this step" : "no tile at this step";
+  const range = figures.range("ds", st.ds || [], { symmetric: true });
+  const side = (name, z, title, r, colorscale) => ({
+    colorscale,
+    z: have && z ? z : null,
+    x: have && z ? tileAxis(st, "cols")(z[0].length) : undefined,
+    y: have && z ? tileAxis(st, "rows")(z.length) : undefined,
+    range: r,
+    title,
+    empty: `${name}: ${note}`,
+    xTitle: "key",
+    yTitle: "query row",
+  });
+  pair(
+    "tile",
+    side("P", st.p, "P = e^(S − LSE)", figures.range("p", st.p || [], { zero: true }), [[0, "#f8fafc"], [1, "#1e3a8a"]]),
+    side("dS", st.ds, "dS = P ∘ (dP − D)", range),
+  );
+}
+
+function renderAccumulators(ev) {
+  const st = ev.state;
+  if (!figures.stale("acc", [st.cols, st.dk, st.dv])) return;
+  const cols = st.cols ? span(st.cols) : null;
+  const dims = (m) => m[0].map((_, c) => c * st.col_stride);
+  const dim = st.col_stride > 1 ? `head dim (mean of ${st.col_stride})` : "head dim";
+  const side = (name, z) => ({
+    z: cols && z ? z : null,
+    x: cols && z ? dims(z) : undefined,
+    y: cols || undefined,
+    range: figures.range(name, z || [], { symmetric: true }),
+    title: `${name}ⱼ (fp32, on chip)`,
+    empty: `${name}: no key block in flight`,
+    xTitle: dim,
+    yTitle: "key",
+  });
+  pair("acc", side("dK", st.dk), side("dV", st.dv));
+}
+
+function renderRows(ev) {
+  const st = ev.state;
+  if (!figures.stale("dq", [st.rows, st.dq, st.lse, st.delta])) return;
+  const rows = st.rows ? span(st.rows) : [];
+  const traces = [];
+  const annotations = [
+    { xref: "x domain", yref: "paper", x: 0, y: 1, yanchor: "bottom", xanchor: "left", showarrow: false, text: "<b>dQᵢ so far (scaled)</b>" },
+    { xref: "x2 domain", yref: "paper", x: 0, y: 1, yanchor: "bottom", xanchor: "left", showarrow: false, text: "<b>LSEᵢ and Dᵢ</b>" },
+  ];
+  if (st.dq) {
+    const x = st.dq[0].map((_, c) => c * st.col_stride);
+    traces.push(heatmap(st.dq, { x, y: rows, range: figures.range("dq", st.dq, { symmetric: true }), colorbar: false }));
+  } else {
+    traces.push({ ...EMPTY });
+    annotations.push({ xref: "x domain", yref: "y domain", x: 0.5, y: 0.5, showarrow: false, text: "dQ: no query block in flight", font: { color: "#4b5563" } });
+  }
+  const mode = rows.length > 16 ? "lines" : "lines+markers";
+  traces.push({ x: rows, y: st.lse || [], name: "LSE", mode, xaxis: "x2", yaxis: "y2", line: { color: "#b45309" }, marker: { size: 4 } });
+  traces.push({ x: rows, y: st.delta || [], name: "D", mode, xaxis: "x2", yaxis: "y2", line: { color: "#1d4ed8" }, marker: { size: 4 } });
+  Plotly.react(
+    "dq",
+    traces,
+    {
+      ...baseLayout,
+      height: 230,
+      margin: { ...baseLayout.margin, t: 24 },
+      annotations,
+      legend: { x: 1, xanchor: "right", y: 1, bgcolor: "rgba(255,255,255,0.7)" },
+      xaxis: { domain: [0, 0.55], title: { text: st.col_stride > 1 ? `head dim (mean of ${st.col_stride})` : "head dim" } },
+      yaxis: { title: { text: "query row" }, autorange: "reversed" },
+      xaxis2: { domain: [0.63, 1], title: { text: "query row" }, anchor: "y2" },
+      yaxis2: { anchor: "x2" },
+    },
+    plotConfig,
+  );
+}
+
+function describe(ev) {
+  const st = ev.state;
+  const where = [];
+  if (ev.q_block !== null && st.rows) where.push(`Q block ${ev.q_block} (rows ${st.rows[0]}–${st.rows[1] - 1})`);
+  if (ev.kv_block !== null && st.cols) where.push(`K/V block ${ev.kv_block} (keys ${st.cols[0]}–${st.cols[1] - 1})`);
+  const masked = ev.masked ? ", partial tile (masked pairs: P = 0)" : "";
+  return `Step ${ev.step}: ${PHASE_TEXT[ev.phase] || ev.phase} — ${where.join(" × ") || "all rows"}${masked}`;
+}
+
+function render(ev) {
+  const meta = view.meta;
+  $("now").textContent = describe(ev);
+  highlightLine(ev.line);
+  const e = DTYPE_BYTES[meta.problem.dtype] || 4;
+  const t = ev.totals;
+  $("hbm-read").textContent = `${formatCount(t.hbm_read)} (${formatBytes(t.hbm_read * e)})`;
+  $("hbm-write").textContent = `${formatCount(t.hbm_write)} (${formatBytes(t.hbm_write * e)})`;
+  $("stats-rw").textContent = `${formatCount(t.stats_read)} / ${formatCount(t.stats_write)} (${formatBytes((t.stats_read + t.stats_write) * 4)})`;
+  $("acc-rw").textContent = `${formatCount(t.acc_read)} / ${formatCount(t.acc_write)} (${formatBytes((t.acc_read + t.acc_write) * 4)})`;
+  const state = gridState(meta.grid, ev.step);
+  if (figures.stale("grid", [ev.q_block, ev.kv_block, ...state.key])) {
+    drawGrid($("grid"), meta, ev, state, { writesLabel: "dQᵢ → HBM", height: 260 });
+  }
+  renderTile(ev);
+  renderAccumulators(ev);
+  renderRows(ev);
+  document.body.dataset.step = ev.step;
+  controls.shown(ev.step);
+  changed();
+}
+
+form.addEventListener("submit", (e) => {
+  e.preventDefault();
+  readForm();
+  view.params.step = 0;
+  open();
+});
+
+registerView({
+  name: "backward",
+  getState: () => ({ params: traceParams(), step: view.step }),
+  applyState(state) {
+    const sameTrace = FIELDS.every((f) => String(state.params[f] ?? "") === String(view.params[f] ?? ""));
+    Object.assign(view.params, { nk: "" }, state.params, { step: state.step ?? 0 });
+    delete view.params.algo;
+    fillForm();
+    if (sameTrace && view.meta) controls.goto(view.params.step);
+    else open();
+  },
+});
+
+bindPngButtons();
+fillForm();
+open();

@@ -1,0 +1,312 @@
+// Flash-Decoding stepper: a few query rows against a long KV cache (algo decode over /ws/trace).
+// The server computes the splits, their partial outputs and LSEs, and the merge; this draws them.
+
+import { Controls } from "./controls.js";
+import { apiUrl, bindPngButtons, setExportLink } from "./exports.js";
+import { TraceSocket, baseLayout, formatBytes, formatCount, plotConfig, readParams, writeParams } from "./state.js";
+import {
+  Figures, TILE_COLORS, exactnessText, gridState, heatmap, highlightLine, markTarget, renderPseudocode, showErrors, span,
+} from "./trace_view.js";
+import { changed, registerView } from "./view.js";
+
+const DEFAULTS = { n: 1, nk: 4096, d: 64, bn: 64, group: 4, splits: 8, dtype: "fp16", seed: 0, step: 0 };
+const FIELDS = ["n", "nk", "d", "bn", "group", "splits", "dtype", "seed"];
+const NUMBERS = ["n", "nk", "d", "bn", "group", "seed"];
+const DTYPE_BYTES = { fp32: 4, fp16: 2, bf16: 2 };
+const REDUCING = new Set(["reduce", "store"]);
+
+const $ = (id) => document.getElementById(id);
+const form = $("params");
+const view = { params: readParams(DEFAULTS), meta: null, step: 0, event: null };
+const figures = new Figures();
+
+function fillForm() {
+  for (const f of FIELDS) form.elements[f].value = view.params[f] === "auto" ? "" : view.params[f];
+}
+
+function readForm() {
+  for (const f of NUMBERS) {
+    const raw = form.elements[f].value.trim();
+    view.params[f] = raw === "" ? NaN : Number(raw);
+  }
+  const splits = form.elements.splits.value.trim();
+  view.params.splits = splits === "" ? "auto" : Number(splits); // "auto": the occupancy rule
+  view.params.dtype = form.elements.dtype.value;
+}
+
+function traceParams() {
+  const out = { algo: "decode" };
+  for (const f of FIELDS) if (!(f === "splits" && ["", "auto"].includes(view.params.splits))) out[f] = view.params[f];
+  return out;
+}
+
+const socket = new TraceSocket({
+  onMeta(meta) {
+    view.meta = meta;
+    showErrors([]);
+    controls.setTotal(meta.n_events);
+    setExports();
+    renderPseudocode(meta.pseudocode);
+    renderPlan(meta);
+    figures.reset();
+    controls.goto(view.params.step);
+  },
+  onEvent(ev) {
+    view.event = ev;
+    view.step = ev.step;
+    view.params.step = ev.step;
+    writeParams(view.params);
+    render(ev);
+  },
+  onError: (errors) => showErrors(errors),
+});
+
+const controls = new Controls({
+  goto: (k) => view.meta && socket.step(k),
+  jump: (dir) => view.meta && controls.goto(markTarget(view.meta, controls.target, dir)),
+});
+
+function open() {
+  showErrors([]);
+  writeParams(view.params);
+  socket.open(traceParams()).catch((err) => showErrors([{ msg: String(err) }]));
+}
+
+function setExports() {
+  const p = traceParams();
+  const name = `trace-decode-n${p.n}-nk${p.nk}-d${p.d}-bn${p.bn}-g${p.group}-s${p.splits ?? "auto"}-${p.dtype}-seed${p.seed}`;
+  setExportLink("export-json", apiUrl("/api/trace/ops", p), `${name}.json`);
+  setExportLink("export-chrome", apiUrl("/api/trace/chrome", p), `${name}.trace.json`);
+}
+
+function renderPlan(meta) {
+  const g = meta.grid;
+  const bn = meta.tiles.block_n;
+  const asked = traceParams().splits === undefined ? `the occupancy rule for ${g.sms} SMs asked for ${g.splits_requested}` : `${g.splits_requested} asked`;
+  $("plan").textContent =
+    `${g.rows} query rows (${meta.problem.group} heads × ${meta.problem.seq_q}) share one K/V head of ${formatCount(meta.problem.seq_k)} keys: ` +
+    `${g.kv_blocks} key blocks of ${bn}, ${g.splits} splits of ${g.chunk} block${g.chunk > 1 ? "s" : ""} (${asked}).`;
+  $("exactness").textContent = exactnessText(meta.exactness);
+  const t = meta.traffic.algo;
+  $("decode-total").textContent =
+    `${formatCount(t.elements.hbm_total)} elements; partials ${formatBytes(t.bytes.acc_read + t.bytes.acc_write + t.bytes.stats_read + t.bytes.stats_write)}`;
+}
+
+function rowLabels(meta) {
+  const nq = meta.problem.seq_q;
+  return span([0, meta.grid.rows]).map((r) => (nq > 1 ? `h${Math.floor(r / nq)} q${r % nq}` : `head ${r}`));
+}
+
+/** Split s × key block j: which blocks each CTA (SM) streams, coloured by progress. */
+function renderSplits(ev) {
+  const meta = view.meta;
+  const g = meta.grid;
+  const state = gridState(g, ev.step);
+  const reducing = REDUCING.has(ev.phase);
+  if (!figures.stale("splits", [ev.state.split, reducing, ...state.key])) return;
+  const table = g.split_table;
+  const z = table.map((s) => state.z[0].map((v, j) => (j >= s.blocks[0] && j < s.blocks[1] ? v : 0)));
+  const labels = table.map((s) => `split ${s.split} · SM ${s.sm}`);
+  const colorscale = [
+    [0, TILE_COLORS.skipped], [0.25, TILE_COLORS.skipped], [0.25, TILE_COLORS.todo], [0.5, TILE_COLORS.todo],
+    [0.5, TILE_COLORS.done], [0.75, TILE_COLORS.done], [0.75, TILE_COLORS.current], [1, TILE_COLORS.current],
+  ];
+  const shapes = [];
+  const s = ev.state.split;
+  if (s !== null && s !== undefined && s < table.length) {
+    shapes.push({
+      type: "rect", x0: -0.5, x1: g.kv_blocks - 0.5, y0: s - 0.5, y1: s + 0.5,
+      line: { color: reducing ? "#7c3aed" : "#b45309", width: 3, dash: reducing ? "dot" : "solid" },
+    });
+  }
+  const many = table.length > 24;
+  Plotly.react(
+    "splits",
+    [{
+      type: "heatmap", z, zmin: 0, zmax: 3, colorscale, showscale: false, y: table.map((t) => t.split),
+      customdata: labels.map((l) => Array(g.kv_blocks).fill(l)),
+      xgap: g.kv_blocks <= 64 ? 1 : 0, ygap: many ? 0 : 2,
+      hovertemplate: "%{customdata}: key block %{x}<extra></extra>",
+    }],
+    {
+      ...baseLayout,
+      height: Math.min(320, 90 + 16 * table.length),
+      shapes,
+      margin: { ...baseLayout.margin, l: many ? 48 : 110 },
+      xaxis: { title: { text: `key block (block_n = ${meta.tiles.block_n}, cache = ${formatCount(meta.problem.seq_k)} keys)` }, showgrid: false, zeroline: false },
+      yaxis: {
+        autorange: "reversed", showgrid: false, zeroline: false,
+        tickvals: many ? undefined : table.map((t) => t.split), ticktext: many ? undefined : labels,
+        title: many ? { text: "split (CTA)" } : undefined,
+      },
+    },
+    plotConfig,
+  );
+}
+
+function renderStats(ev) {
+  const st = ev.state;
+  const meta = view.meta;
+  const reducing = REDUCING.has(ev.phase);
+  const pair = reducing ? [st.partial_lse, st.lse] : [st.m, st.l];
+  if (!figures.stale("stats", [reducing, ...pair])) return;
+  const x = rowLabels(meta);
+  const mode = x.length > 16 ? "lines" : "lines+markers";
+  const traces = reducing
+    ? [
+      { x, y: st.partial_lse || [], name: `LSEₛ of split ${st.split ?? "–"}`, mode, line: { color: "#7c3aed" } },
+      { x, y: st.lse || [], name: "LSE merged so far", mode, line: { color: "#059669", width: 3 } },
+    ]
+    : [
+      { x, y: st.m || [], name: "m (running max)", mode, line: { color: "#b45309" } },
+      { x, y: st.l || [], name: "ℓ (running sum)", mode, yaxis: "y2", line: { color: "#1d4ed8" } },
+    ];
+  Plotly.react(
+    "stats",
+    traces,
+    {
+      ...baseLayout,
+      height: 240,
+      legend: { orientation: "h", y: 1.18 },
+      margin: { ...baseLayout.margin, r: 56, t: 28 },
+      xaxis: { title: { text: "query row (head, query)" }, type: "category" },
+      yaxis: { title: { text: reducing ? "log-sum-exp" : "m" } },
+      yaxis2: { title: { text: "ℓ" }, overlaying: "y", side: "right", rangemode: "tozero" },
+    },
+    plotConfig,
+  );
+}
+
+function renderOutputs(ev) {
+  const st = ev.state;
+  const meta = view.meta;
+  const reducing = REDUCING.has(ev.phase);
+  const left = reducing || ev.phase === "store_partial" ? st.partial_o : st.o_hat;
+  const right = reducing ? st.o : null;
+  if (!figures.stale("outputs", [ev.phase, st.split, left, right])) return;
+  const y = rowLabels(meta);
+  const range = figures.range("o", [left || [], right || []], { symmetric: true });
+  const cols = (m) => (m && m.length ? m[0].map((_, c) => c * st.col_stride) : []);
+  const traces = [];
+  const annotations = [];
+  const title = (axis, text) => annotations.push({ xref: `${axis} domain`, yref: "paper", x: 0, y: 1, yanchor: "bottom", xanchor: "left", showarrow: false, text: `<b>${text}</b>` });
+  const leftTitle = reducing
+    ? ev.phase === "store" ? "partials: all merged" : `partial Oₛ of split ${st.split}`
+    : ev.phase === "store_partial" ? `partial Oₛ of split ${st.split} (written, fp32)` : `split ${st.split}: Õ / ℓ so far`;
+  title("x", leftTitle);
+  title("x2", ev.phase === "store" ? "O (final, written in the dtype)" : "O merged so far");
+  traces.push(left ? heatmap(left, { x: cols(left), y, range, colorbar: false }) : { type: "heatmap", z: [[null]], showscale: false, hoverinfo: "skip" });
+  traces.push(right
+    ? heatmap(right, { x: cols(right), y, range, xaxis: "x2", yaxis: "y2", colorbar: false })
+    : { type: "heatmap", z: [[null]], xaxis: "x2", yaxis: "y2", showscale: false, hoverinfo: "skip" });
+  if (!right) {
+    annotations.push({ xref: "x2 domain", yref: "y2 domain", x: 0.5, y: 0.5, showarrow: false, text: "the reduce has not started", font: { color: "#4b5563" } });
+  }
+  const dim = st.col_stride > 1 ? `head dim (mean of ${st.col_stride})` : "head dim";
+  Plotly.react(
+    "outputs",
+    traces,
+    {
+      ...baseLayout,
+      height: Math.min(300, 110 + 14 * y.length),
+      margin: { ...baseLayout.margin, l: 64, t: 24 },
+      annotations,
+      xaxis: { domain: [0, 0.47], title: { text: dim } },
+      yaxis: { type: "category", autorange: "reversed" },
+      xaxis2: { domain: [0.53, 1], title: { text: dim }, anchor: "y2", visible: Boolean(right) },
+      yaxis2: { type: "category", autorange: "reversed", anchor: "x2", showticklabels: false, visible: Boolean(right) },
+    },
+    plotConfig,
+  );
+}
+
+/** Each split's weight in the output, e^(LSEₛ − LSE) (mean, min–max over rows), merged so far. */
+function renderWeights(ev) {
+  const meta = view.meta;
+  const table = meta.grid.split_table;
+  const current = ev.phase === "reduce" ? ev.state.split : -1;
+  const doneBelow = ev.phase === "store" ? table.length : Math.max(current, 0);
+  if (!figures.stale("weights", [doneBelow, current])) return;
+  const color = table.map((s) => (s.split < doneBelow ? TILE_COLORS.done : s.split === current ? TILE_COLORS.current : TILE_COLORS.todo));
+  Plotly.react(
+    "weights",
+    [{
+      type: "bar", x: table.map((s) => s.split), y: table.map((s) => s.weight_mean),
+      marker: { color, line: { color: "#6b7280", width: 1 } },
+      error_y: {
+        type: "data", symmetric: false, color: "#374151", thickness: 1,
+        array: table.map((s) => s.weight_max - s.weight_mean), arrayminus: table.map((s) => s.weight_mean - s.weight_min),
+      },
+      customdata: table.map((s) => [s.keys[0], s.keys[1] - 1, s.lse_mean]),
+      hovertemplate: "split %{x} (keys %{customdata[0]}–%{customdata[1]}): weight %{y:.3f}, mean LSEₛ %{customdata[2]:.2f}<extra></extra>",
+    }],
+    {
+      ...baseLayout,
+      height: 220,
+      xaxis: { title: { text: "split" }, dtick: table.length <= 16 ? 1 : undefined },
+      yaxis: { title: { text: "e^(LSEₛ − LSE)" }, rangemode: "tozero" },
+    },
+    plotConfig,
+  );
+}
+
+function describe(ev) {
+  const st = ev.state;
+  const meta = view.meta;
+  const bn = meta.tiles.block_n;
+  if (ev.phase === "reduce") {
+    const w = st.weight || [];
+    const lo = Math.min(...w.filter((v) => v !== null));
+    const hi = Math.max(...w.filter((v) => v !== null));
+    return `Step ${ev.step}: reduce — merge split ${st.split}: its share of what is merged so far is ${lo.toFixed(3)}–${hi.toFixed(3)} per row (O ← (1 − w)·O + w·Oₛ)`;
+  }
+  if (ev.phase === "store") return `Step ${ev.step}: store — the merged O is exact softmax attention over all ${formatCount(meta.problem.seq_k)} keys`;
+  const sm = meta.grid.split_table[st.split]?.sm;
+  const where = ev.kv_block !== null
+    ? ` — key block ${ev.kv_block} (keys ${ev.kv_block * bn}–${Math.min((ev.kv_block + 1) * bn, meta.problem.seq_k) - 1})`
+    : "";
+  return `Step ${ev.step}: split ${st.split} (CTA on SM ${sm}): ${ev.phase.replace("_", " ")}${where}`;
+}
+
+function render(ev) {
+  const meta = view.meta;
+  $("now").textContent = describe(ev);
+  highlightLine(ev.line);
+  const e = DTYPE_BYTES[meta.problem.dtype] || 4;
+  const t = ev.totals;
+  $("hbm-read").textContent = `${formatCount(t.hbm_read)} (${formatBytes(t.hbm_read * e)})`;
+  $("hbm-write").textContent = `${formatCount(t.hbm_write)} (${formatBytes(t.hbm_write * e)})`;
+  $("acc-rw").textContent =
+    `${formatCount(t.acc_write + t.stats_write)} / ${formatCount(t.acc_read + t.stats_read)} (${formatBytes((t.acc_write + t.stats_write + t.acc_read + t.stats_read) * 4)})`;
+  renderSplits(ev);
+  renderStats(ev);
+  renderOutputs(ev);
+  renderWeights(ev);
+  document.body.dataset.step = ev.step;
+  controls.shown(ev.step);
+  changed();
+}
+
+form.addEventListener("submit", (e) => {
+  e.preventDefault();
+  readForm();
+  view.params.step = 0;
+  open();
+});
+
+registerView({
+  name: "decode",
+  getState: () => ({ params: traceParams(), step: view.step }),
+  applyState(state) {
+    const sameTrace = FIELDS.every((f) => String(state.params[f] ?? "auto") === String(view.params[f] ?? ""));
+    Object.assign(view.params, { splits: "auto" }, state.params, { step: state.step ?? 0 });
+    delete view.params.algo;
+    fillForm();
+    if (sameTrace && view.meta) controls.goto(view.params.step);
+    else open();
+  },
+});
+
+bindPngButtons();
+fillForm();
+open();

@@ -1,0 +1,228 @@
+// The GPU schedule: the timing engine's run of one configuration (GET /api/schedule), drawn as
+// CTAs on SMs, and a time cursor stepped through it. The server simulates; this module draws.
+
+import { Controls } from "./controls.js";
+import { apiUrl, bindPngButtons, setExportLink } from "./exports.js";
+import { baseLayout, formatBytes, formatCount, plotConfig, readParams, writeParams } from "./state.js";
+import { showErrors } from "./trace_view.js";
+import { changed, registerView } from "./view.js";
+
+const SPECS = ["sms", "hbm_gbs", "clock_ghz", "smem_per_sm_kib", "smem_per_block_kib", "l2_mib"];
+const DEFAULTS = {
+  gpu: "h100-sxm", algo: "fa2", batch: 2, heads: 16, kv_heads: "", seq: 4096, seq_k: "", head_dim: 128, causal: true,
+  dtype: "fp16", block_m: 128, block_n: 64, stages: 2, warps: 8, splits: "",
+  ...Object.fromEntries(SPECS.map((s) => [s, ""])),
+  step: 100,
+};
+const FIELDS = Object.keys(DEFAULTS).filter((k) => k !== "step");
+const TEXT = new Set(["gpu", "algo", "dtype"]);
+const LIMITER_COLORS = {
+  tensor: "#1d4ed8", sfu: "#7c3aed", alu: "#0891b2", memory: "#dc2626", latency: "#f59e0b", launch: "#6b7280", tail: "#d1d5db",
+};
+
+const $ = (id) => document.getElementById(id);
+const form = $("params");
+const view = { params: readParams(DEFAULTS), data: null, step: 0, presets: {} };
+
+function dataParams() {
+  const out = {};
+  for (const f of FIELDS) if (view.params[f] !== "") out[f] = view.params[f];
+  return out;
+}
+
+function fillForm() {
+  for (const f of FIELDS) {
+    const el = form.elements[f];
+    if (!el) continue;
+    if (el.type === "checkbox") el.checked = Boolean(view.params.causal);
+    else el.value = view.params[f];
+  }
+  fillPlaceholders();
+}
+
+function readForm() {
+  for (const f of FIELDS) {
+    const el = form.elements[f];
+    if (el.type === "checkbox") view.params[f] = el.checked;
+    else if (TEXT.has(f)) view.params[f] = el.value;
+    else {
+      const raw = el.value.trim();
+      view.params[f] = raw === "" ? "" : Number(raw);
+    }
+  }
+}
+
+function fillPlaceholders() {
+  const g = view.presets[form.elements.gpu.value];
+  for (const s of SPECS) form.elements[s].placeholder = g ? String(g[s]) : "";
+}
+
+async function load() {
+  showErrors([]);
+  writeParams(view.params);
+  const url = apiUrl("/api/schedule", dataParams());
+  let res;
+  let body;
+  try {
+    res = await fetch(url);
+    body = await res.json();
+  } catch (err) {
+    showErrors([{ msg: `the simulation failed: ${err}` }]);
+    return;
+  }
+  if (!res.ok) {
+    showErrors(body.detail || [{ msg: `HTTP ${res.status}` }]);
+    return;
+  }
+  view.data = body;
+  view.params.gpu = body.gpu.replace(/\+custom$/, ""); // an alias ("H100") becomes the preset's key
+  form.elements.gpu.value = view.params.gpu;
+  const name = `schedule-${body.algo}-${body.gpu}-b${body.problem.batch}-h${body.problem.heads}-n${body.problem.seq}-d${body.problem.head_dim}${body.problem.causal ? "-causal" : ""}`;
+  setExportLink("export-json", url, `${name}.json`);
+  setExportLink("export-chrome", apiUrl("/api/schedule/chrome", dataParams()), `${name}.trace.json`);
+  renderSummary(body);
+  renderFigures(body);
+  renderOccupancy(body);
+  controls.setTotal(body.cursor.times_us.length);
+  controls.goto(view.params.step);
+}
+
+function us(x) {
+  return x >= 1000 ? `${(x / 1000).toFixed(2)} ms` : `${x.toFixed(1)} µs`;
+}
+
+function renderSummary(d) {
+  const edited = d.edited.length ? ` (edited: ${d.edited.join(", ")})` : "";
+  $("time").textContent = `${us(d.time_us)} on ${d.gpu_name.replace(/^NVIDIA /, "")}${edited}`;
+  $("tflops").textContent = `${d.tflops.toFixed(0)} TFLOP/s useful (${d.tflops_executed.toFixed(0)} executed)`;
+  $("floor").textContent = `${us(d.floor_us)}, ${d.floors.bound}-bound (${((100 * d.floor_us) / d.time_us).toFixed(0)} % of the time)`;
+  $("waves").textContent = `${d.waves.toFixed(2)} (${d.main_kernel})`;
+  $("occupancy").textContent = `${d.ctas_per_sm} CTA${d.ctas_per_sm > 1 ? "s" : ""} per SM, limited by ${d.occupancy_limiter}`;
+  $("dram").textContent = `${formatBytes(d.dram_read_bytes)} read, ${formatBytes(d.dram_write_bytes)} written`;
+  const top = Object.entries(d.limiter).sort((a, b) => b[1] - a[1])[0];
+  $("limiter").textContent = `${top[0]} (${(100 * top[1]).toFixed(0)} % of the time)`;
+  const imb = d.imbalance;
+  $("imbalance-text").textContent = imb.ratio && imb.ratio > 1.05
+    ? `${imb.kernel}: the slowest ${imb.axis} takes ${imb.ratio.toFixed(1)}× as long as the fastest (first ${us(imb.first_us)}, last ${us(imb.last_us)})${d.problem.causal ? ": under the causal mask early blocks finish first." : "."}`
+    : `${imb.kernel}: every ${imb.axis} takes about as long (${us(imb.first_us)}).`;
+}
+
+function cursorShape(t) {
+  return { type: "line", x0: t, x1: t, yref: "paper", y0: 0, y1: 1, line: { color: "#111827", width: 2, dash: "dash" } };
+}
+
+function renderFigures(d) {
+  const f = d.figures;
+  const meta = f.gantt.layout.meta;
+  const shown = meta.sms_shown < meta.sms ? ` (first ${meta.sms_shown} of ${meta.sms} SMs)` : "";
+  Plotly.react("gantt", f.gantt.data, {
+    ...baseLayout,
+    ...f.gantt.layout,
+    height: 380,
+    legend: { orientation: "h", x: 0, y: 1.01, yanchor: "bottom", font: { size: 11 } },
+    margin: { ...baseLayout.margin, t: 48 },
+    yaxis: { ...f.gantt.layout.yaxis, title: { text: `SM${shown}` } },
+    shapes: [cursorShape(0)],
+  }, plotConfig);
+  Plotly.react("utilization", f.utilization.data, {
+    ...baseLayout, ...f.utilization.layout, height: 140, margin: { ...baseLayout.margin, t: 4 }, shapes: [cursorShape(0)],
+  }, plotConfig);
+  Plotly.react("imbalance", f.imbalance.data, { ...baseLayout, ...f.imbalance.layout, height: 240 }, plotConfig);
+  const limiter = f.limiter.data.map((t) => ({ ...t, marker: { color: LIMITER_COLORS[t.name] } }));
+  Plotly.react("limiter-plot", limiter, {
+    ...baseLayout, ...f.limiter.layout, height: 240, legend: { x: 1.02, y: 1, font: { size: 11 } },
+    margin: { ...baseLayout.margin, l: 110, r: 8 }, yaxis: { autorange: "reversed" },
+  }, plotConfig);
+  const roof = f.roofline.data.map((t, i) => (i === 1 ? { ...t, marker: { size: 14, color: "#dc2626", symbol: "star" } } : t));
+  Plotly.react("roofline", roof, {
+    ...baseLayout, ...f.roofline.layout, height: 240, legend: { x: 0.98, xanchor: "right", y: 0.05, bgcolor: "rgba(255,255,255,0.8)", font: { size: 11 } },
+  }, plotConfig);
+}
+
+function renderOccupancy(d) {
+  const body = $("occupancy-body");
+  body.replaceChildren(
+    ...d.occupancy.map((k) => {
+      const tr = document.createElement("tr");
+      tr.className = "limiter";
+      const cells = [
+        [k.kernel, ""], [formatCount(k.ctas), ""],
+        [k.smem_bytes ? `${k.limits.smem} (${(k.smem_bytes / 1024).toFixed(0)} KiB)` : "—", "smem"],
+        [`${k.limits.regs} (${k.regs_per_thread}/thread)`, "regs"], [String(k.limits.warps), "warps"],
+        [String(k.limits.ctas), "ctas"], [String(k.ctas_per_sm), ""],
+      ];
+      for (const [text, key] of cells) {
+        const td = document.createElement("td");
+        td.textContent = text;
+        if (key && key === k.limiter) {
+          td.classList.add("limit");
+          td.title = "the binding limit";
+        }
+        tr.append(td);
+      }
+      return tr;
+    }),
+  );
+  const main = d.occupancy.find((k) => k.kernel === d.main_kernel) || d.occupancy[0];
+  $("occupancy-note").textContent =
+    `${main.kernel}: ${formatCount(main.ctas)} CTAs over ${formatCount(main.slots)} slots (${d.gpu_specs.sms} SMs × ${main.ctas_per_sm}) = ${main.waves.toFixed(2)} waves. ` +
+    `Shared memory per SM: ${(main.smem_per_sm_bytes / 1024).toFixed(0)} KiB.`;
+}
+
+function render(k) {
+  const c = view.data.cursor;
+  const t = c.times_us[k];
+  view.step = k;
+  view.params.step = k;
+  Plotly.relayout("gantt", { shapes: [cursorShape(t)] });
+  Plotly.relayout("utilization", { shapes: [cursorShape(t)] });
+  const what = c.kernel[k] ? `${c.kernel[k]}, wave ${c.wave[k]}` : k === 0 ? "launching" : k === c.times_us.length - 1 ? "finished" : "between launches";
+  $("now").textContent =
+    `t = ${us(t)} (${k} %): ${what}. CTAs waiting ${formatCount(c.waiting[k])}, running ${formatCount(c.running[k])}, ` +
+    `done ${formatCount(c.done[k])} of ${formatCount(c.ctas)}; ${c.sms_busy[k]} of ${c.sms} SMs busy.`;
+  writeParams(view.params);
+  document.body.dataset.step = k;
+  controls.shown(k);
+  changed();
+}
+
+const controls = new Controls({ goto: (k) => view.data && render(k) });
+
+form.addEventListener("submit", (e) => {
+  e.preventDefault();
+  readForm();
+  view.params.step = 100;
+  load();
+});
+form.elements.gpu.addEventListener("change", fillPlaceholders);
+
+registerView({
+  name: "schedule",
+  getState: () => ({ params: dataParams(), step: view.step }),
+  applyState(state) {
+    const blank = Object.fromEntries(FIELDS.filter((f) => DEFAULTS[f] === "").map((f) => [f, ""]));
+    const next = { ...blank, ...state.params };
+    const same = FIELDS.every((f) => String(next[f] ?? "") === String(view.params[f] ?? ""));
+    Object.assign(view.params, next, { step: state.step ?? 0 });
+    if (same && view.data) controls.goto(view.params.step);
+    else {
+      fillForm();
+      load();
+    }
+  },
+});
+
+async function loadPresets() {
+  try {
+    const res = await fetch("/api/hardware");
+    for (const g of (await res.json()).gpus) view.presets[g.key] = g;
+  } catch (err) {
+    showErrors([{ msg: `GPU presets unavailable: ${err}` }]);
+  }
+  fillPlaceholders();
+}
+
+bindPngButtons();
+fillForm();
+loadPresets();
+load();

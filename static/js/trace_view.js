@@ -1,0 +1,276 @@
+// Drawing helpers shared by the trace steppers (/tiles, /backward, /decode). Everything here
+// draws what the server sent (meta and events of /ws/trace); none of it knows an algorithm.
+
+import { baseLayout, formatCount, plotConfig } from "./state.js";
+
+const $ = (id) => document.getElementById(id);
+
+export const TILE_COLORS = { skipped: "#ffffff", todo: "#e5e7eb", done: "#60a5fa", current: "#f59e0b" };
+
+/** Show error entries ({msg}) in the alert box `id` (hidden when there are none). */
+export function showErrors(errors, id = "errors") {
+  const box = $(id);
+  const list = errors || [];
+  box.hidden = list.length === 0;
+  box.replaceChildren(
+    ...list.map((e) => {
+      const p = document.createElement("p");
+      p.textContent = e.field ? `${e.field}: ${e.msg}` : e.msg;
+      return p;
+    }),
+  );
+}
+
+/** Integers from a span [start, stop). */
+export function span([start, stop]) {
+  const out = [];
+  for (let r = start; r < stop; r += 1) out.push(r);
+  return out;
+}
+
+/** Equal numbers, arrays of numbers or arrays of such arrays (null for −∞). */
+export function same(a, b) {
+  if (a === b) return true;
+  if (!Array.isArray(a) || !Array.isArray(b) || a.length !== b.length) return false;
+  for (let i = 0; i < a.length; i += 1) if (!same(a[i], b[i])) return false;
+  return true;
+}
+
+/**
+ * What a page's figures show, to redraw only those whose data changed (Plotly's redraw is the
+ * costly part of a step), and axis ranges that only grow over a trace, so axes and colour bars
+ * stay put while stepping. `reset()` when a new trace opens.
+ */
+export class Figures {
+  constructor() {
+    this.reset();
+  }
+
+  reset() {
+    this.drawn = {};
+    this.ranges = {};
+  }
+
+  /** True when figure `id` does not show `parts` yet (and records that it will). */
+  stale(id, parts) {
+    if (same(this.drawn[id], parts)) return false;
+    this.drawn[id] = parts;
+    return true;
+  }
+
+  /** A growing range over the finite values seen under `name`, rounded outwards; or null. */
+  range(name, values, { symmetric = false, zero = false } = {}) {
+    let lo = Infinity;
+    let hi = -Infinity;
+    for (const v of [values].flat(3)) {
+      if (v === null || !Number.isFinite(v)) continue;
+      if (v < lo) lo = v;
+      if (v > hi) hi = v;
+    }
+    if (symmetric) {
+      const m = Math.max(Math.abs(lo), Math.abs(hi));
+      if (!(m > 0)) return this.ranges[name] || null; // all zeros: centre them, keep the scale
+      [lo, hi] = [-m, m];
+    }
+    if (zero) lo = Math.min(0, lo);
+    const old = this.ranges[name];
+    if (old) [lo, hi] = [Math.min(lo, old[0]), Math.max(hi, old[1])];
+    if (!Number.isFinite(lo) || !Number.isFinite(hi)) return null;
+    const grid = 10 ** Math.floor(Math.log10(Math.max(hi - lo, Math.abs(hi), Math.abs(lo), 1e-9))) / 4;
+    const range = [Math.floor(lo / grid) * grid, Math.ceil(hi / grid) * grid];
+    if (range[0] === range[1]) range[1] += grid;
+    this.ranges[name] = range;
+    return range;
+  }
+}
+
+/** Fill the pseudocode list `id` with the trace's lines (numbered from 0, as events name them). */
+export function renderPseudocode(lines, id = "pseudocode") {
+  $(id).replaceChildren(
+    ...lines.map((text, i) => {
+      const li = document.createElement("li");
+      li.textContent = text;
+      li.dataset.line = i;
+      return li;
+    }),
+  );
+}
+
+/** Highlight line `line` of the pseudocode list `id` (aria-current for screen readers). */
+export function highlightLine(line, id = "pseudocode") {
+  for (const li of $(id).children) {
+    const on = Number(li.dataset.line) === line;
+    li.classList.toggle("current", on);
+    if (on) li.setAttribute("aria-current", "step");
+    else li.removeAttribute("aria-current");
+  }
+}
+
+/** The step of the next (direction > 0) or previous mark (a new tile, a CTA's first op). */
+export function markTarget(meta, now, direction) {
+  const marks = meta.marks;
+  const target = direction > 0 ? marks.find((s) => s > now) : [...marks].reverse().find((s) => s < now);
+  return target === undefined ? (direction > 0 ? meta.n_events - 1 : 0) : target;
+}
+
+/** How many entries of the sorted list `steps` are ≤ k. */
+function countUpTo(steps, k) {
+  let lo = 0;
+  let hi = steps.length;
+  while (lo < hi) {
+    const mid = (lo + hi) >> 1;
+    if (steps[mid] <= k) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo;
+}
+
+/**
+ * Status of every tile at step k from the server's tile_first / tile_last (the loop order is in
+ * those steps): 0 skipped (a causal tile no CTA computes), 1 not yet, 2 done, 3 current; and
+ * per query block the writes of its running output to global memory so far.
+ */
+export function gridState(grid, k) {
+  const z = [];
+  let done = 0;
+  let current = -1;
+  for (let i = 0; i < grid.q_blocks; i += 1) {
+    const row = [];
+    for (let j = 0; j < grid.kv_blocks; j += 1) {
+      const first = grid.tile_first[i][j];
+      const last = grid.tile_last[i][j];
+      let s = 1;
+      if (first < 0) s = grid.kinds[i][j] === 0 ? 0 : 1;
+      else if (last < k) s = 2;
+      else if (first <= k) s = 3;
+      if (s === 2) done += 1;
+      if (s === 3) current = i * grid.kv_blocks + j;
+      row.push(s);
+    }
+    z.push(row);
+  }
+  const writes = grid.out_writes.map((steps) => countUpTo(steps, k));
+  return { z, writes, key: [done, current, writes.reduce((a, b) => a + b, 0)] };
+}
+
+/**
+ * The tile grid figure: tiles by status, partial (diagonal) tiles marked with a stroke, the causal
+ * boundary, the current query row and key column outlined, and a strip of how often each query
+ * block's output went to global memory (`writesLabel`; omitted when null).
+ */
+export function drawGrid(div, meta, ev, state, { writesLabel = "Oᵢ → HBM", height = 300 } = {}) {
+  const g = meta.grid;
+  const nq = g.q_blocks;
+  const nk = g.kv_blocks;
+  const bm = meta.tiles.block_m;
+  const bn = meta.tiles.block_n;
+  const strip = writesLabel !== null;
+  const colorscale = [
+    [0, TILE_COLORS.skipped], [0.25, TILE_COLORS.skipped], [0.25, TILE_COLORS.todo], [0.5, TILE_COLORS.todo],
+    [0.5, TILE_COLORS.done], [0.75, TILE_COLORS.done], [0.75, TILE_COLORS.current], [1, TILE_COLORS.current],
+  ];
+  const traces = [
+    {
+      type: "heatmap", z: state.z, zmin: 0, zmax: 3, showscale: false, colorscale,
+      xgap: nk <= 32 ? 2 : 0, ygap: nq <= 32 ? 2 : 0,
+      hovertemplate: "Q block %{y} × K/V block %{x}<extra></extra>",
+    },
+  ];
+  const px = (div.clientWidth || 600) * (strip ? 0.86 : 1) / Math.max(nk, 1);
+  const py = (height - 60) / Math.max(nq, 1);
+  const partial = { x: [], y: [] };
+  for (let i = 0; i < nq; i += 1) {
+    for (let j = 0; j < nk; j += 1) {
+      if (g.kinds[i][j] === 1) {
+        partial.x.push(j);
+        partial.y.push(i);
+      }
+    }
+  }
+  if (partial.x.length && partial.x.length <= 2048) {
+    traces.push({
+      type: "scatter", mode: "markers", x: partial.x, y: partial.y, name: "partial (masked) tile",
+      hoverinfo: "skip", showlegend: false,
+      marker: { symbol: "line-ne", size: Math.max(4, Math.min(px, py) * 0.8), line: { width: 1.5, color: "#374151" } },
+    });
+  }
+  if (strip) {
+    traces.push({
+      type: "heatmap", xaxis: "x2", yaxis: "y", z: state.writes.map((w) => [w]), x: [0],
+      zmin: 0, zmax: Math.max(2, ...g.out_writes.map((s) => s.length)), showscale: false,
+      colorscale: [[0, "#ffffff"], [1, "#c2410c"]], ygap: nq <= 32 ? 2 : 0,
+      text: state.writes.map((w) => [String(w)]), texttemplate: nq <= 24 ? "%{text}" : "",
+      hovertemplate: `Q block %{y}: ${writesLabel} %{z} times so far<extra></extra>`,
+    });
+  }
+  const shapes = [];
+  if (ev.q_block !== null && ev.q_block !== undefined && nq > 1) {
+    shapes.push({
+      type: "rect", xref: "x", yref: "y", x0: -0.5, x1: nk - 0.5, y0: ev.q_block - 0.5, y1: ev.q_block + 0.5,
+      line: { color: "#b45309", width: 3 },
+    });
+  }
+  if (ev.kv_block !== null && ev.kv_block !== undefined) {
+    shapes.push({
+      type: "rect", xref: "x", yref: "y", x0: ev.kv_block - 0.5, x1: ev.kv_block + 0.5, y0: -0.5, y1: nq - 0.5,
+      line: { color: "#1d4ed8", width: 3, dash: "dot" },
+    });
+  }
+  if (meta.problem.causal) {
+    // Key k is visible to query q iff k ≤ q + (Nk − Nq): the boundary in block coordinates.
+    const off = meta.problem.seq_k - meta.problem.seq_q;
+    const q0 = Math.max(0, -off);
+    shapes.push({
+      type: "line", xref: "x", yref: "y",
+      x0: (q0 + off) / bn - 0.5, y0: q0 / bm - 0.5,
+      x1: meta.problem.seq_k / bn - 0.5, y1: meta.problem.seq_q / bm - 0.5,
+      line: { color: "#7c2d12", width: 2, dash: "dash" },
+    });
+  }
+  const layout = {
+    ...baseLayout,
+    height,
+    shapes,
+    showlegend: false,
+    xaxis: {
+      title: { text: `K/V block (block_n = ${bn}, N_k = ${meta.problem.seq_k})` },
+      dtick: nk > 16 ? undefined : 1, domain: strip ? [0, 0.88] : [0, 1], range: [-0.5, nk - 0.5], showgrid: false, zeroline: false,
+    },
+    yaxis: {
+      title: { text: `Q block (block_m = ${bm})` }, autorange: "reversed", dtick: nq > 16 ? undefined : 1,
+      range: [nq - 0.5, -0.5], showgrid: false, zeroline: false,
+    },
+  };
+  if (strip) {
+    layout.xaxis2 = { domain: [0.91, 1], showticklabels: false, title: { text: writesLabel, font: { size: 11 } }, fixedrange: true };
+  }
+  Plotly.react(div, traces, layout, plotConfig);
+}
+
+/** "1,234 elements (4.9 kB)". */
+export function elementsAndBytes(elements, bytesPer, formatBytes) {
+  return `${formatCount(elements)} (${formatBytes(elements * bytesPer)})`;
+}
+
+/** One sentence on a traced result against the dtype's own rounding (meta.exactness). */
+export function exactnessText(ex) {
+  const parts = ex.outputs.map((o) => {
+    const err = `max |${o.name} − exact| = ${o.max_abs_err.toExponential(2)}`;
+    if (ex.dtype === "fp32" || o.rounding_floor === 0) return err;
+    const times = (o.max_abs_err / o.rounding_floor).toFixed(2);
+    return `${err}, ${times}× the ${o.rounding_floor.toExponential(2)} that rounding the exact ${o.name} to ${ex.dtype} costs`;
+  });
+  return `${parts.join("; ")} (float64 reference; ${ex.dtype} unit roundoff ${ex.unit_roundoff.toExponential(2)}).`;
+}
+
+/** A heatmap trace of a matrix (rows × columns); by default diverging colours around 0. */
+export function heatmap(z, { x, y, range, xaxis, yaxis, colorbar = true, name, colorscale = "RdBu" } = {}) {
+  const scale = range ? { zmin: range[0], zmax: range[1] } : { zmid: 0 };
+  const trace = { type: "heatmap", z, colorscale, ...scale, showscale: colorbar, colorbar: { thickness: 10 } };
+  if (x) trace.x = x;
+  if (y) trace.y = y;
+  if (xaxis) trace.xaxis = xaxis;
+  if (yaxis) trace.yaxis = yaxis;
+  if (name) trace.name = name;
+  return trace;
+}
