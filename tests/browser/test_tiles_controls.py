@@ -21,10 +21,10 @@ def test_play_pause_and_exports(page, live_server):
     assert page.locator("#play").inner_text() == "Play"
 
     name, ops = download_json(page, "#export-json")
-    assert name == "trace-fa2-n64-d16-32x32-seed1.json"
+    assert name == "trace-fa2-n64-d16-32x32-fp32-seed1.json"
     assert len(ops["columns"]["phase"]) == ops["meta"]["n_events"] == 2 * (2 + 4 * 2)
     name, chrome = download_json(page, "#export-chrome")
-    assert name == "trace-fa2-n64-d16-32x32-seed1.trace.json"
+    assert name == "trace-fa2-n64-d16-32x32-fp32-seed1.trace.json"
     spans = [e for e in chrome["traceEvents"] if e["ph"] == "X"]
     assert [s["tid"] for s in spans] == [0] * 10 + [1] * 10
     assert_png(page, "button[data-png-target='grid']", "tiles-grid")
