@@ -126,9 +126,6 @@ class Settings(BaseSettings):
     simulate_max_ctas: int = Field(
         524_288, ge=1, description="Most CTAs (all launches together) one simulation may run."
     )
-    simulate_max_sms: int = Field(
-        1024, ge=1, description="Most SMs a custom GPU of a simulation may have."
-    )
     simulate_max_timeline_ctas: int = Field(
         20000, ge=1, description="Most CTAs of the SM timeline a simulation response carries."
     )

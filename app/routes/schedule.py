@@ -58,7 +58,7 @@ def page(request: Request, templates: TemplatesDep, settings: SettingsDep) -> HT
         "max_head_dim": settings.simulate_max_head_dim,
         "min_block": settings.simulate_min_block,
         "max_block": settings.simulate_max_block,
-        "max_sms": settings.simulate_max_sms,
+        "hardware_factor": settings.simulate_max_hardware_factor,
         "max_ctas": settings.simulate_max_ctas,
         "max_timeline_ctas": settings.simulate_max_timeline_ctas,
     }

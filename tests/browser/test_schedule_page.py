@@ -49,10 +49,11 @@ def test_schedule_cursor_specs_and_exports(page, live_server):
     assert_png(page, "button[data-png-target='gantt']", "schedule-gantt")
 
     # Edited specs: refused beyond the limit with the field named, then simulated.
-    page.locator("input[name=sms]").fill("5000")
+    page.locator("input[name=sms]").fill("10000")
     page.locator("#params button[type=submit]").click()
     page.locator("#errors").wait_for(state="visible")
-    assert "sms: sms must be ≤ 1024" in page.locator("#errors").inner_text()
+    errors = page.locator("#errors").inner_text()
+    assert "sms: sms must stay within 64× of the preset's 132" in errors
     page.locator("input[name=sms]").fill("66")
     page.locator("input[name=seq]").fill("1024")
     page.locator("#params button[type=submit]").click()
