@@ -5,7 +5,7 @@ import { Controls } from "./controls.js";
 import { apiUrl, bindPngButtons, setExportLink } from "./exports.js";
 import { TraceSocket, baseLayout, formatBytes, formatCount, plotConfig, readParams, writeParams } from "./state.js";
 import {
-  Figures, drawGrid, exactnessText, gridState, heatmap, highlightLine, markTarget, renderPseudocode, showErrors, span,
+  Figures, drawGrid, drawWrites, exactnessText, gridState, heatmap, highlightLine, markTarget, renderPseudocode, showErrors, span,
 } from "./trace_view.js";
 import { changed, registerView } from "./view.js";
 
@@ -242,8 +242,11 @@ function render(ev) {
   $("stats-rw").textContent = `${formatCount(t.stats_read)} / ${formatCount(t.stats_write)} (${formatBytes((t.stats_read + t.stats_write) * 4)})`;
   $("acc-rw").textContent = `${formatCount(t.acc_read)} / ${formatCount(t.acc_write)} (${formatBytes((t.acc_read + t.acc_write) * 4)})`;
   const state = gridState(meta.grid, ev.step);
-  if (figures.stale("grid", [ev.q_block, ev.kv_block, ...state.key])) {
-    drawGrid($("grid"), meta, ev, state, { writesLabel: "dQᵢ → HBM", height: 260 });
+  if (figures.stale("grid", [ev.q_block, ev.kv_block, state.key[0], state.key[1]])) {
+    drawGrid($("grid"), meta, ev, state, { height: 260 });
+  }
+  if (figures.stale("writes", state.writes)) {
+    drawWrites($("writes"), meta, state, { label: "dQᵢ → HBM", height: 260 });
   }
   renderTile(ev);
   renderAccumulators(ev);

@@ -5,7 +5,7 @@ import { Controls } from "./controls.js";
 import { apiUrl, bindPngButtons, setExportLink } from "./exports.js";
 import { TraceSocket, baseLayout, formatBytes, formatCount, plotConfig, readParams, writeParams } from "./state.js";
 import {
-  Figures, drawGrid, exactnessText, gridState, highlightLine, markTarget, renderPseudocode, showErrors, span,
+  Figures, drawGrid, drawWrites, exactnessText, gridState, highlightLine, markTarget, renderPseudocode, showErrors, span,
 } from "./trace_view.js";
 import { changed, registerView } from "./view.js";
 
@@ -187,8 +187,10 @@ function renderOnchip(ev) {
 
 function renderGrid(ev) {
   const state = gridState(view.meta.grid, ev.step);
-  if (!figures.stale("grid", [ev.q_block, ev.kv_block, ...state.key])) return state;
-  drawGrid($("grid"), view.meta, ev, state, { writesLabel: "Oᵢ → HBM" });
+  if (figures.stale("grid", [ev.q_block, ev.kv_block, state.key[0], state.key[1]])) {
+    drawGrid($("grid"), view.meta, ev, state);
+  }
+  if (figures.stale("writes", state.writes)) drawWrites($("writes"), view.meta, state, { label: "Oᵢ → HBM" });
   return state;
 }
 

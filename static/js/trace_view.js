@@ -155,16 +155,14 @@ export function gridState(grid, k) {
 
 /**
  * The tile grid figure: tiles by status, partial (diagonal) tiles marked with a stroke, the causal
- * boundary, the current query row and key column outlined, and a strip of how often each query
- * block's output went to global memory (`writesLabel`; omitted when null).
+ * boundary, and the current query row and key column outlined.
  */
-export function drawGrid(div, meta, ev, state, { writesLabel = "Oᵢ → HBM", height = 300 } = {}) {
+export function drawGrid(div, meta, ev, state, { height = 300 } = {}) {
   const g = meta.grid;
   const nq = g.q_blocks;
   const nk = g.kv_blocks;
   const bm = meta.tiles.block_m;
   const bn = meta.tiles.block_n;
-  const strip = writesLabel !== null;
   const colorscale = [
     [0, TILE_COLORS.skipped], [0.25, TILE_COLORS.skipped], [0.25, TILE_COLORS.todo], [0.5, TILE_COLORS.todo],
     [0.5, TILE_COLORS.done], [0.75, TILE_COLORS.done], [0.75, TILE_COLORS.current], [1, TILE_COLORS.current],
@@ -176,7 +174,7 @@ export function drawGrid(div, meta, ev, state, { writesLabel = "Oᵢ → HBM", h
       hovertemplate: "Q block %{y} × K/V block %{x}<extra></extra>",
     },
   ];
-  const px = (div.clientWidth || 600) * (strip ? 0.86 : 1) / Math.max(nk, 1);
+  const px = (div.clientWidth || 600) / Math.max(nk, 1);
   const py = (height - 60) / Math.max(nq, 1);
   const partial = { x: [], y: [] };
   for (let i = 0; i < nq; i += 1) {
@@ -192,15 +190,6 @@ export function drawGrid(div, meta, ev, state, { writesLabel = "Oᵢ → HBM", h
       type: "scatter", mode: "markers", x: partial.x, y: partial.y, name: "partial (masked) tile",
       hoverinfo: "skip", showlegend: false,
       marker: { symbol: "line-ne", size: Math.max(4, Math.min(px, py) * 0.8), line: { width: 1.5, color: "#374151" } },
-    });
-  }
-  if (strip) {
-    traces.push({
-      type: "heatmap", xaxis: "x2", yaxis: "y", z: state.writes.map((w) => [w]), x: [0],
-      zmin: 0, zmax: Math.max(2, ...g.out_writes.map((s) => s.length)), showscale: false,
-      colorscale: [[0, "#ffffff"], [1, "#c2410c"]], ygap: nq <= 32 ? 2 : 0,
-      text: state.writes.map((w) => [String(w)]), texttemplate: nq <= 24 ? "%{text}" : "",
-      hovertemplate: `Q block %{y}: ${writesLabel} %{z} times so far<extra></extra>`,
     });
   }
   const shapes = [];
@@ -227,24 +216,42 @@ export function drawGrid(div, meta, ev, state, { writesLabel = "Oᵢ → HBM", h
       line: { color: "#7c2d12", width: 2, dash: "dash" },
     });
   }
-  const layout = {
+  Plotly.react(div, traces, {
     ...baseLayout,
     height,
     shapes,
     showlegend: false,
     xaxis: {
       title: { text: `K/V block (block_n = ${bn}, N_k = ${meta.problem.seq_k})` },
-      dtick: nk > 16 ? undefined : 1, domain: strip ? [0, 0.88] : [0, 1], range: [-0.5, nk - 0.5], showgrid: false, zeroline: false,
+      dtick: nk > 16 ? undefined : 1, range: [-0.5, nk - 0.5], showgrid: false, zeroline: false,
     },
     yaxis: {
-      title: { text: `Q block (block_m = ${bm})` }, autorange: "reversed", dtick: nq > 16 ? undefined : 1,
+      title: { text: `Q block (block_m = ${bm})` }, dtick: nq > 16 ? undefined : 1,
       range: [nq - 0.5, -0.5], showgrid: false, zeroline: false,
     },
-  };
-  if (strip) {
-    layout.xaxis2 = { domain: [0.91, 1], showticklabels: false, title: { text: writesLabel, font: { size: 11 } }, fixedrange: true };
-  }
-  Plotly.react(div, traces, layout, plotConfig);
+  }, plotConfig);
+}
+
+/**
+ * A one-column strip beside the grid (same height, rows aligned): how often each query block's
+ * running output has gone to global memory so far. Its own figure, so that the grid's redraws
+ * (every tile) and the strip's (every write) do not pay for each other.
+ */
+export function drawWrites(div, meta, state, { label = "Oᵢ → HBM", height = 300 } = {}) {
+  const nq = meta.grid.q_blocks;
+  Plotly.react(div, [{
+    type: "heatmap", z: state.writes.map((w) => [w]), x: [0],
+    zmin: 0, zmax: Math.max(2, ...meta.grid.out_writes.map((s) => s.length)), showscale: false,
+    colorscale: [[0, "#ffffff"], [1, "#c2410c"]], ygap: nq <= 32 ? 2 : 0,
+    text: state.writes.map((w) => [String(w)]), texttemplate: nq <= 24 ? "%{text}" : "",
+    hovertemplate: `Q block %{y}: ${label} %{z} times so far<extra></extra>`,
+  }], {
+    ...baseLayout,
+    height,
+    margin: { ...baseLayout.margin, l: 6, r: 6 },
+    xaxis: { showticklabels: false, title: { text: label, font: { size: 11 } }, fixedrange: true, showgrid: false, zeroline: false },
+    yaxis: { range: [nq - 0.5, -0.5], showticklabels: false, fixedrange: true, showgrid: false, zeroline: false },
+  }, plotConfig);
 }
 
 /** "1,234 elements (4.9 kB)". */

@@ -157,7 +157,7 @@ def test_fa1_causal_ragged_fp16_fills_columns_and_shows_what_is_on_chip(page, li
     assert partial["type"] == "scatter"
     assert len(partial["x"]) == sum(row.count(1) for row in kinds)
     # O went to HBM at the init and after each visit: three times for block 3 by now.
-    strip = page.evaluate("() => document.getElementById('grid').data[2].z.map(r => r[0])")
+    strip = page.evaluate("() => document.getElementById('writes').data[0].z.map(r => r[0])")
     assert strip[3] == 3 and strip[0] == 3
     assert "store" in page.locator("#now").inner_text()
     assert "write Oᵢ" in page.locator("#pseudocode li.current").inner_text()
