@@ -53,13 +53,18 @@ def forward_states(ops: OpTable, grid: TileGrid, rec: ForwardRecording) -> State
         zeros = np.zeros((r1 - r0, d_shown))
         if s < 0:
             m, l, alpha, acc = np.full(r1 - r0, -np.inf), np.zeros(r1 - r0), None, zeros
+            l_acc = l
         else:
             m, l, alpha = rec.m[s, r0:r1], rec.l[s, r0:r1], rec.alpha[s, r0:r1]
             if not acc_lags[i]:
-                acc = rec.acc[s, r0:r1]
+                acc, l_acc = rec.acc[s, r0:r1], l
+            elif s > 0:
+                acc, l_acc = rec.acc[s - 1, r0:r1], rec.l[s - 1, r0:r1]
             else:
-                acc = rec.acc[s - 1, r0:r1] if s > 0 else zeros
-        o_hat = acc if rec.normalized else _o_hat(acc, l)
+                acc, l_acc = zeros, np.zeros(r1 - r0)
+        # The estimate Õ / ℓ pairs the accumulator with the ℓ it was summed with: it changes
+        # when P·V lands, not when the softmax has already moved ℓ on.
+        o_hat = acc if rec.normalized else _o_hat(acc, l_acc)
         final = bool(is_store[i]) and s == int(last_seen[qb])
         return {
             **base,
@@ -182,15 +187,18 @@ def decode_states(ops: OpTable, rec: DecodeRecording) -> StateFn:
             m, l, alpha, acc = np.full(n_rows, -np.inf), np.zeros(n_rows), None, None
         else:
             m, l, alpha, acc = rec.m[s], rec.l[s], rec.alpha[s], rec.acc[s]
-        if ph == PHASE_INDEX["softmax"]:  # the accumulator is that of the previous block
-            acc = rec.acc[s - 1] if s > plan.blocks(split).start else None
+        l_acc = l
+        if ph == PHASE_INDEX["softmax"]:  # the accumulator (and its ℓ) of the previous block
+            first = s <= plan.blocks(split).start
+            acc = None if first else rec.acc[s - 1]
+            l_acc = np.zeros(n_rows) if first else rec.l[s - 1]
         acc = np.zeros((n_rows, d_shown)) if acc is None else acc
         out.update(
             m=json_floats(m),
             l=json_floats(l),
             alpha=json_floats(alpha),
             o=json_floats(acc, 5),
-            o_hat=json_floats(_o_hat(acc, l), 5),
+            o_hat=json_floats(_o_hat(acc, l_acc), 5),
         )
         if ph == PHASE_INDEX["store_partial"]:
             out["partial_o"] = json_floats(partial_shown[split], 5)
