@@ -243,7 +243,7 @@ function render(ev) {
   $("acc-rw").textContent = `${formatCount(t.acc_read)} / ${formatCount(t.acc_write)} (${formatBytes((t.acc_read + t.acc_write) * 4)})`;
   const state = gridState(meta.grid, ev.step);
   if (figures.stale("grid", [ev.q_block, ev.kv_block, state.key[0], state.key[1]])) {
-    drawGrid($("grid"), meta, ev, state, { height: 260 });
+    drawGrid($("grid"), meta, ev, state, { height: 260, fresh: figures.stale("grid-tiles", [meta]) });
   }
   if (figures.stale("writes", state.writes)) {
     drawWrites($("writes"), meta, state, { label: "dQᵢ → HBM", height: 260 });

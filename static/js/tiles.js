@@ -188,7 +188,7 @@ function renderOnchip(ev) {
 function renderGrid(ev) {
   const state = gridState(view.meta.grid, ev.step);
   if (figures.stale("grid", [ev.q_block, ev.kv_block, state.key[0], state.key[1]])) {
-    drawGrid($("grid"), view.meta, ev, state);
+    drawGrid($("grid"), view.meta, ev, state, { fresh: figures.stale("grid-tiles", [view.meta]) });
   }
   if (figures.stale("writes", state.writes)) drawWrites($("writes"), view.meta, state, { label: "Oᵢ → HBM" });
   return state;

@@ -153,46 +153,40 @@ export function gridState(grid, k) {
   return { z, writes, key: [done, current, writes.reduce((a, b) => a + b, 0)] };
 }
 
+/** The fill of tile (i, j) inset by `g` (block units): its gap stays visible. */
+function cellPath(i, j, g) {
+  return `M${j - 0.5 + g},${i - 0.5 + g}H${j + 0.5 - g}V${i + 0.5 - g}H${j - 0.5 + g}Z`;
+}
+
 /**
- * The tile grid figure: tiles by status, partial (diagonal) tiles marked with a stroke, the causal
- * boundary, and the current query row and key column outlined.
+ * The moving parts of the tile grid as layout shapes (redrawing shapes is far cheaper than
+ * redrawing the heatmap): done tiles, the current tile, a diagonal stroke on every partial
+ * tile, the current query row and key column, and the causal boundary.
  */
-export function drawGrid(div, meta, ev, state, { height = 300 } = {}) {
+function gridShapes(div, meta, ev, state) {
   const g = meta.grid;
   const nq = g.q_blocks;
   const nk = g.kv_blocks;
   const bm = meta.tiles.block_m;
   const bn = meta.tiles.block_n;
-  const colorscale = [
-    [0, TILE_COLORS.skipped], [0.25, TILE_COLORS.skipped], [0.25, TILE_COLORS.todo], [0.5, TILE_COLORS.todo],
-    [0.5, TILE_COLORS.done], [0.75, TILE_COLORS.done], [0.75, TILE_COLORS.current], [1, TILE_COLORS.current],
-  ];
-  const traces = [
-    {
-      type: "heatmap", z: state.z, zmin: 0, zmax: 3, showscale: false, colorscale,
-      xgap: nk <= 32 ? 2 : 0, ygap: nq <= 32 ? 2 : 0,
-      hovertemplate: "Q block %{y} × K/V block %{x}<extra></extra>",
-    },
-  ];
-  const px = (div.clientWidth || 600) / Math.max(nk, 1);
-  const py = (height - 60) / Math.max(nq, 1);
-  const partial = { x: [], y: [] };
+  const perCell = ((div.clientWidth || 600) - 80) / Math.max(nk, 1);
+  const gap = nk <= 32 && nq <= 32 ? Math.min(0.08, 1 / Math.max(perCell, 1)) : 0;
+  let done = "";
+  let current = null;
+  let strokes = "";
   for (let i = 0; i < nq; i += 1) {
     for (let j = 0; j < nk; j += 1) {
-      if (g.kinds[i][j] === 1) {
-        partial.x.push(j);
-        partial.y.push(i);
-      }
+      const s = state.z[i][j];
+      if (s === 2) done += cellPath(i, j, gap);
+      else if (s === 3) current = cellPath(i, j, gap);
+      if (g.kinds[i][j] === 1) strokes += `M${j - 0.35},${i + 0.35}L${j + 0.35},${i - 0.35}`;
     }
   }
-  if (partial.x.length && partial.x.length <= 2048) {
-    traces.push({
-      type: "scatter", mode: "markers", x: partial.x, y: partial.y, name: "partial (masked) tile",
-      hoverinfo: "skip", showlegend: false,
-      marker: { symbol: "line-ne", size: Math.max(4, Math.min(px, py) * 0.8), line: { width: 1.5, color: "#374151" } },
-    });
-  }
   const shapes = [];
+  const fill = (path, color) => ({ type: "path", path, fillcolor: color, line: { width: 0 }, layer: "above" });
+  if (done) shapes.push(fill(done, TILE_COLORS.done));
+  if (current) shapes.push(fill(current, TILE_COLORS.current));
+  if (strokes) shapes.push({ type: "path", path: strokes, line: { color: "#374151", width: 1.5 } });
   if (ev.q_block !== null && ev.q_block !== undefined && nq > 1) {
     shapes.push({
       type: "rect", xref: "x", yref: "y", x0: -0.5, x1: nk - 0.5, y0: ev.q_block - 0.5, y1: ev.q_block + 0.5,
@@ -216,17 +210,40 @@ export function drawGrid(div, meta, ev, state, { height = 300 } = {}) {
       line: { color: "#7c2d12", width: 2, dash: "dash" },
     });
   }
-  Plotly.react(div, traces, {
+  return shapes;
+}
+
+/**
+ * The tile grid: a heatmap of the tiles that exist (white: skipped by the causal mask, grey:
+ * computed) drawn once per trace, and the progress of `state` (gridState) drawn over it as
+ * shapes. `fresh` redraws the heatmap (a new trace); otherwise only the shapes move.
+ */
+export function drawGrid(div, meta, ev, state, { height = 300, fresh = true } = {}) {
+  const shapes = gridShapes(div, meta, ev, state);
+  if (!fresh) {
+    Plotly.relayout(div, { shapes });
+    return;
+  }
+  const g = meta.grid;
+  const nq = g.q_blocks;
+  const nk = g.kv_blocks;
+  const z = g.kinds.map((row) => row.map((kind) => (kind === 0 ? 0 : 1)));
+  Plotly.react(div, [{
+    type: "heatmap", z, zmin: 0, zmax: 1, showscale: false,
+    colorscale: [[0, TILE_COLORS.skipped], [0.5, TILE_COLORS.skipped], [0.5, TILE_COLORS.todo], [1, TILE_COLORS.todo]],
+    xgap: nk <= 32 && nq <= 32 ? 2 : 0, ygap: nk <= 32 && nq <= 32 ? 2 : 0,
+    hovertemplate: "Q block %{y} × K/V block %{x}<extra></extra>",
+  }], {
     ...baseLayout,
     height,
     shapes,
     showlegend: false,
     xaxis: {
-      title: { text: `K/V block (block_n = ${bn}, N_k = ${meta.problem.seq_k})` },
+      title: { text: `K/V block (block_n = ${meta.tiles.block_n}, N_k = ${meta.problem.seq_k})` },
       dtick: nk > 16 ? undefined : 1, range: [-0.5, nk - 0.5], showgrid: false, zeroline: false,
     },
     yaxis: {
-      title: { text: `Q block (block_m = ${bm})` }, dtick: nq > 16 ? undefined : 1,
+      title: { text: `Q block (block_m = ${meta.tiles.block_m})` }, dtick: nq > 16 ? undefined : 1,
       range: [nq - 0.5, -0.5], showgrid: false, zeroline: false,
     },
   }, plotConfig);

@@ -12,6 +12,7 @@ from simulator.algorithms import ALGORITHMS
 from simulator.problem import AttentionProblem, TileConfig
 
 from .conftest import screenshot, wait_step
+from .grid import grid_status
 
 pytestmark = pytest.mark.browser
 
@@ -73,8 +74,7 @@ def test_url_reproduces_view_and_final_state_is_exact(page, live_server):
     page.goto(f"{live_server}/tiles?n=256&d=64&bm=64&bn=64&seed=0&step=71")
     wait_step(page, 71)
     assert "store" in page.locator("#now").inner_text()
-    grid = page.evaluate("() => document.getElementById('grid').data[0].z")
-    assert grid == [[2, 2, 2, 2]] * 4  # every tile done
+    assert grid_status(page)["z"] == [[2, 2, 2, 2]] * 4  # every tile done
     exact = page.locator("#exactness").inner_text()
     assert float(re.search(r"= ([0-9.e+-]+)", exact).group(1)) < 1e-5, exact
     # The Plotly figures rendered real SVG.
@@ -144,7 +144,8 @@ def test_fa1_causal_ragged_fp16_fills_columns_and_shows_what_is_on_chip(page, li
     assert page.locator("#algo-title").inner_text() == "FlashAttention-1 forward"
     assert page.locator("select[name=algo]").input_value() == "fa1"
     kinds = ops["meta"]["grid"]["kinds"]
-    z = page.evaluate("() => document.getElementById('grid').data[0].z")
+    status = grid_status(page)
+    z = status["z"]
     for i, row in enumerate(kinds):
         for j, kind in enumerate(row):
             if kind == 0:
@@ -153,9 +154,7 @@ def test_fa1_causal_ragged_fp16_fills_columns_and_shows_what_is_on_chip(page, li
                 assert z[i][j] in (2, 3), (i, j)  # the first two columns, done
             else:
                 assert z[i][j] == 1, (i, j)  # FA-1 has not reached column 2 in any row
-    partial = page.evaluate("() => document.getElementById('grid').data[1]")
-    assert partial["type"] == "scatter"
-    assert len(partial["x"]) == sum(row.count(1) for row in kinds)
+    assert status["strokes"] == sum(row.count(1) for row in kinds)  # partial tiles, stroked
     # O went to HBM at the init and after each visit: three times for block 3 by now.
     strip = page.evaluate("() => document.getElementById('writes').data[0].z.map(r => r[0])")
     assert strip[3] == 3 and strip[0] == 3
