@@ -119,7 +119,7 @@ function renderFigures(d) {
     ...baseLayout,
     ...f.gantt.layout,
     height: 380,
-    legend: { orientation: "h", x: 0, y: 1.01, yanchor: "bottom", font: { size: 11 } },
+    legend: { orientation: "h", x: 0, y: 1.01, yanchor: "bottom", traceorder: "normal", font: { size: 11 } },
     margin: { ...baseLayout.margin, t: 48 },
     yaxis: { ...f.gantt.layout.yaxis, title: { text: `SM${shown}` } },
     shapes: [cursorShape(0)],
