@@ -25,6 +25,7 @@ import numpy as np
 import torch
 import triton
 
+from simulator import exactness
 from simulator.numerics_forward import ForwardRecording
 from simulator.problem import AttentionProblem, TileConfig
 from simulator.snapshots import block_mean
@@ -146,5 +147,15 @@ def measured_trace(
     meta["kernel"] = {"config": config.as_list(), "file": "kernels/forward.py"}
     o_ref = simulated.extras["o_ref"]
     meta["max_abs_err"] = float(np.max(np.abs(rec.o - o_ref), initial=0.0))
+    meta["exactness"] = exactness.report(
+        problem.dtype, [exactness.compare("O", rec.o, o_ref, problem.dtype)]
+    )
     extras = {"o": rec.o, "o_ref": o_ref, "lse": rec.lse, "recording": rec, "simulated": simulated}
-    return Trace(meta=meta, ops=simulated.ops, state_of=state_of, extras=extras)
+    # What sits on chip is a property of the tile program, the same for both sources.
+    return Trace(
+        meta=meta,
+        ops=simulated.ops,
+        state_of=state_of,
+        extras=extras,
+        onchip_of=simulated.onchip_of,
+    )
