@@ -41,6 +41,7 @@ The engine returns dataclasses and arrays (`results.py`); it never formats outpu
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -86,17 +87,32 @@ def _edge_bytes(w: Launch) -> np.ndarray:
     return edge
 
 
-def _durations(w: Launch, t: TileConfig, r: _Rates, c: np.ndarray, loop_hit: np.ndarray):
+def mma_factor(shapes: tuple[tuple[float, int], ...], half: float) -> float:
+    """Tensor time multiplier of products `shapes` ((FLOP share, width N)) against the ceiling."""
+    if not shapes or half <= 0:
+        return 1.0
+    full = 1.0 + half / 256.0
+    return float(sum(share * (1.0 + half / n) / full for share, n in shapes))
+
+
+def _durations(
+    w: Launch, t: TileConfig, r: _Rates, c: np.ndarray, loop_hit: np.ndarray, spills: bool
+):
     """(duration, time before the loop, components (5, n)) of every CTA at co-residency c."""
     eff = r.eff
-    tensor, sfu, alu = w.flops / r.tensor, w.exps / r.sfu, w.alu / r.alu
+    tensor = w.flops / r.tensor * mma_factor(w.mma_shapes, eff.mma_n_half)
+    sfu, alu = w.exps / r.sfu, w.alu / r.alu
     edge_bytes = _edge_bytes(w)
     loads = (w.read_bytes + w.write_bytes - w.edge_read - w.edge_write) / r.l2
     work = np.stack([tensor, sfu, alu])  # (3, n)
+    if spills:  # spilled registers: every iteration waits on local-memory reloads
+        work = work * (1.0 + eff.spill_penalty)
     top = work.max(axis=0)
-    compute = top + (1.0 - eff.overlap) * (work.sum(axis=0) - top)
+    # What one CTA leaves serial, other resident CTAs on its SM can fill (their phases differ).
+    hidden = eff.overlap + (1.0 - eff.overlap) * eff.cta_overlap * (1.0 - 1.0 / c)  # (n,)
+    compute = top + (1.0 - hidden) * (work.sum(axis=0) - top)
     is_top = np.arange(3)[:, None] == work.argmax(axis=0)[None, :]
-    weights = np.where(is_top, work, (1.0 - eff.overlap) * work)
+    weights = np.where(is_top, work, (1.0 - hidden) * work)
     if t.stages >= 2:
         thr = np.maximum(compute, loads)
         mem_part = np.where(loads > compute, loads, 0.0)
@@ -121,21 +137,52 @@ def _durations(w: Launch, t: TileConfig, r: _Rates, c: np.ndarray, loop_hit: np.
     return edge + loop, edge, parts
 
 
-def _schedule(dur: np.ndarray, slots: int, sms: int):
-    start, slot = list_schedule(dur, slots)
+def _schedule(dur: np.ndarray, slots: int, sms: int, free_at: np.ndarray | None = None):
+    start, slot = list_schedule(dur, slots, free_at)
     end = start + dur
     sm = slot % sms
     return start, end, sm
 
 
+def _slots_freed(prev: KernelResult, begin: float, sms: int, per_sm: int) -> np.ndarray:
+    """When each slot of a launch that may begin at `begin` beside `prev` first frees (s, from
+    `begin`).
+
+    Per SM, the previous kernel's slots empty as its last CTAs there end (its `occ` latest ends
+    stand for its slots). Slot k of the new kernel (of per_sm on the SM) needs (k + 1) / per_sm
+    of the SM, so it waits until few enough of the previous kernel's slots there are still busy;
+    equal occupancies pair slot with slot. Slot k·sms + s of the new launch sits on SM s.
+    """
+    occ = prev.ctas_per_sm
+    order = np.lexsort((prev.end, prev.sm))
+    sm_sorted, end_sorted = prev.sm[order], prev.end[order]
+    rank = np.arange(len(order)) - np.searchsorted(sm_sorted, sm_sorted, side="left")
+    count = np.bincount(sm_sorted, minlength=sms)
+    from_top = count[sm_sorted] - 1 - rank  # 0 for the latest end on its SM
+    keep = from_top < occ
+    last = np.zeros((occ, sms))  # row m: the (m + 1)-th latest end on each SM
+    last[from_top[keep], sm_sorted[keep]] = end_sorted[keep]
+    k = np.arange(per_sm)
+    still_busy = np.floor(occ * (1.0 - (k + 1) / per_sm) + 1e-9).astype(np.int64)  # (per_sm,)
+    free = np.where((still_busy < occ)[:, None], last[np.minimum(still_busy, occ - 1)], 0.0)
+    return np.maximum(free.reshape(-1) - begin, 0.0)  # (per_sm · sms,)
+
+
 def _run_launch(
-    w: Launch, p: AttentionProblem, t: TileConfig, gpu: GPU, r: _Rates, carry: L2Split | None
+    w: Launch,
+    p: AttentionProblem,
+    t: TileConfig,
+    gpu: GPU,
+    r: _Rates,
+    carry: L2Split | None,
+    beside: tuple[KernelResult, float] | None = None,
 ):
     e = p.dtype_bytes
     fp = footprint(w.kind, _pad_rows(w.rows), t.block_n, p.head_dim, t.stages, t.warps, e, gpu)
     occ: Occupancy = occupancy(fp, gpu)
     n, sms, per_sm = w.n_ctas, gpu.sms, occ.ctas_per_sm
     slots = sms * per_sm
+    free_at = _slots_freed(beside[0], beside[1], sms, per_sm) if beside else None
     cap = gpu.l2_bytes * r.eff.l2_reuse_fraction
     gamma = r.eff.l2_reuse_exponent
 
@@ -143,10 +190,11 @@ def _run_launch(
     # too small to fill every slot. No SM ever holds more, so no SM outruns its throughput.
     c = np.full(n, float(min(per_sm, math.ceil(n / sms))))
     ideal = split_traffic(w, np.zeros(n), np.zeros(n), np.zeros(n), math.inf, gamma, None)
-    dur, edge, parts = _durations(w, t, r, c, ideal.loop_hit)
-    start, end, sm = _schedule(dur, slots, sms)
+    dur, edge, parts = _durations(w, t, r, c, ideal.loop_hit, fp.spills)
+    start, end, sm = _schedule(dur, slots, sms, free_at)
     l2 = split_traffic(w, start, end, edge, cap, gamma, carry)
-    span = float(end.max())
+    first = float(start.min())  # > 0 only beside a kernel that still holds every slot
+    span = float(end.max()) - first
     dram = float(l2.dram_read.sum() + l2.dram_write.sum())
     stretch = max(1.0, dram / r.dram / span) if span > 0 else 1.0
     warped = span * stretch
@@ -165,8 +213,8 @@ def _run_launch(
         "occupancy": occ,
         "waves": n / slots,
         "sm": sm,
-        "start": start * stretch,
-        "end": end * stretch,
+        "start": (start - first) * stretch,  # from the launch's first CTA start
+        "end": (end - first) * stretch,
         "coresidency": coresidency(start, end, sm),
         "dram_read_bytes": float(l2.dram_read.sum()),
         "dram_write_bytes": float(l2.dram_write.sum()),
@@ -174,35 +222,54 @@ def _run_launch(
         "l2_write_bytes": float(w.write_bytes.sum()),
         "breakdown": {lim: breakdown[lim] for lim in LIMITERS},
         "span": warped,
+        "first": first,
     }
     return result, l2
 
 
 def simulate_workload(workload: Workload, gpu: GPU) -> SimResult:
-    """Run every launch of `workload` on `gpu`, one after another."""
+    """Run every launch of `workload` on `gpu`: one after another, or beside the previous one
+    where a launch is `concurrent` (another stream)."""
     p, t = workload.problem, workload.tiles
     rates = _Rates(gpu, p.dtype)
-    kernels = []
+    kernels: list[KernelResult] = []
+    groups: list[list[int]] = []
     clock = 0.0
     carry = None
+    gap = rates.eff.launch_us * 1e-6
     for launch in workload.launches:
-        res, carry = _run_launch(launch, p, t, gpu, rates, carry)
-        gap = rates.eff.launch_us * 1e-6
-        offset = clock + gap
+        beside = None
+        if launch.concurrent and kernels:
+            begin = kernels[-1].offset_s + gap  # issued right after the previous launch
+            beside = (kernels[-1], begin)
+            groups[-1].append(len(kernels))
+        else:
+            begin = clock + gap
+            groups.append([len(kernels)])
+        res, carry = _run_launch(launch, p, launch.tiles or t, gpu, rates, carry, beside)
         span = res.pop("span")
-        res["start"] = res["start"] + offset
-        res["end"] = res["end"] + offset
+        begin += res.pop("first")  # beside a busy kernel: when its first slot frees
+        res["start"] = res["start"] + begin
+        res["end"] = res["end"] + begin
         kernels.append(
             KernelResult(
                 name=launch.name,
                 grid=launch.grid,
-                offset_s=offset,
+                offset_s=begin - gap,
                 time_s=gap + span,
+                end_s=begin + span,
                 counts=launch.totals(),
                 **res,
             )
         )
-        clock = offset + span
+        clock = max(clock, begin + span)
+    for members in groups:
+        if len(members) > 1:  # the group's wall time, shared in proportion to each kernel's
+            lo = min(kernels[m].offset_s for m in members)
+            hi = max(kernels[m].end_s for m in members)
+            total = sum(kernels[m].time_s for m in members)
+            for m in members:
+                kernels[m] = dataclasses.replace(kernels[m], share=(hi - lo) / total)
     totals = workload.totals()
     fl = floors(workload.algo, p, gpu, totals["flops"], totals["exps"])
     return SimResult(gpu, workload, tuple(kernels), fl)

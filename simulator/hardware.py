@@ -44,6 +44,10 @@ class Efficiency:
     l2_reuse_fraction: float = 0.8  # share of L2 capacity that holds reusable data
     l2_reuse_exponent: float = 2.0  # hit chance = min(1, (capacity / reuse distance)^this)
     reg_overhead: int = 32  # registers per thread beyond the tiles (addresses, m, ℓ, loop)
+    cta_overlap: float = 0.0  # of what one CTA leaves serial, hidden by other CTAs on its SM
+    mma_n_half: float = 0.0  # h: a matmul N columns wide runs at (1 + h/256) / (1 + h/N) of
+    # the measured ceiling (about half speed at N = h; 256-wide tiles, as cuBLAS uses, at full)
+    spill_penalty: float = 0.0  # loop slowdown of a CTA whose registers spill (0.5: 1.5×)
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
@@ -56,8 +60,9 @@ class Efficiency:
             value = getattr(self, name)
             if not 0 < value <= 1:
                 raise ValueError(f"{name} must be a fraction in (0, 1], got {value!r}")
-        if self.overlap > 1:
-            raise ValueError(f"overlap must be in [0, 1], got {self.overlap!r}")
+        for name in ("overlap", "cta_overlap"):
+            if getattr(self, name) > 1:
+                raise ValueError(f"{name} must be in [0, 1], got {getattr(self, name)!r}")
         if not isinstance(self.warps_to_saturate, int) or self.warps_to_saturate < 1:
             raise ValueError(
                 f"warps_to_saturate must be an integer ≥ 1, got {self.warps_to_saturate}"

@@ -9,7 +9,8 @@ passed through L2 since the last reference: the reuse distance, estimated as
 and the hit chance is min(1, (C / distance)^γ) with C the usable capacity (L2 size ×
 `l2_reuse_fraction`) and γ `l2_reuse_exponent` (1: a random-replacement-like fall-off past the
 capacity; large: an LRU-like cliff; the default 2 lies between). ρ counts each CTA's cold
-reads, writes and self re-reads, and for a shared stream only the one frontier its CTAs
+reads, writes (less rewrites of lines it already holds) and self re-reads, and for a shared
+stream only the one frontier its CTAs
 advance together (CTAs reading the same K/V block at the same time fetch it once:
 near-simultaneous misses to a line merge).
 
@@ -148,7 +149,8 @@ def split_traffic(
         sharers = busy / np.maximum(s_hi - s_lo, 1e-300)  # mean CTAs on the stream at once
         frontier = w.stream_read / np.maximum(sharers[inv], 1.0)
     cold = w.cold_read
-    refs = cold + write + w.self_read + frontier
+    # Rewrites of lines already referenced (merge_write) bring no new data into L2.
+    refs = cold + (write - w.merge_write) + w.self_read + frontier
     rho = float(refs.sum()) / span if span > 0 else 0.0
     cap, gamma = capacity, exponent
 

@@ -21,13 +21,21 @@ Byte classes of a CTA (bytes; dtype size for Q/K/V/O/S/P, 4 for stats and acc):
                              charged to the first CTA of each head): for timing, each CTA of
                              the group moves an equal share; the counts stay as charged
 Everything else read is cold (first touch in this launch).
+
+A launch may carry its own tile configuration (`tiles`: the kernels' helper passes, whose
+blocks are fixed), may run `concurrent` with the launch before it (a second CUDA stream: it
+starts when the previous one starts, and its CTAs take SMs as that launch's CTAs leave them),
+and may say how wide its matrix products are (`mma_shapes`: narrow products issue slower).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
+
+from .problem import TileConfig
 
 COUNTS = (
     "hbm_read",
@@ -40,6 +48,7 @@ COUNTS = (
     "exps",
 )
 ACC_BYTES = 4
+_SCALARS = ("stream_blocks", "stream_tail", "tiles", "concurrent", "mma_shapes")
 _FLOAT = (
     "alu",
     "edge_read",
@@ -85,6 +94,9 @@ class Launch:
     passes: np.ndarray
     stream_blocks: int = 0  # blocks of every stream of the launch
     stream_tail: float = 1.0  # the last block's bytes as a fraction of a full block's
+    tiles: TileConfig | None = None  # None: the workload's tile configuration
+    concurrent: bool = False  # runs beside the previous launch, on another stream
+    mma_shapes: tuple[tuple[float, int], ...] = ()  # (share of the FLOPs, output width N)
 
     @classmethod
     def make(cls, name: str, kind: str, rows: int, grid: tuple[int, ...], e: int, **cols):
@@ -93,9 +105,12 @@ class Launch:
         out: dict = {
             "stream_blocks": int(cols.pop("stream_blocks", 0)),
             "stream_tail": float(cols.pop("stream_tail", 1.0)),
+            "tiles": cols.pop("tiles", None),
+            "concurrent": bool(cols.pop("concurrent", False)),
+            "mma_shapes": tuple(cols.pop("mma_shapes", ())),
         }
         for f in cls.__dataclass_fields__:
-            if f in ("name", "kind", "rows", "grid", "dtype_bytes", "stream_blocks", "stream_tail"):
+            if f in ("name", "kind", "rows", "grid", "dtype_bytes", *_SCALARS):
                 continue
             default = -1 if f in ("stream", "kv_head") else (1 if f == "passes" else 0)
             value = cols.pop(f, default)
@@ -109,6 +124,16 @@ class Launch:
     @property
     def n_ctas(self) -> int:
         return len(self.iters)
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        """Every per-CTA column by name."""
+        skip = ("name", "kind", "rows", "grid", "dtype_bytes", *_SCALARS)
+        return {f: getattr(self, f) for f in self.__dataclass_fields__ if f not in skip}
+
+    def reordered(self, order: np.ndarray) -> Launch:
+        """The same CTAs launched in another order (`order[k]`: which CTA goes k-th)."""
+        cols = {k: v[order] for k, v in self.arrays().items()}
+        return dataclasses.replace(self, **cols)
 
     @property
     def read_bytes(self) -> np.ndarray:

@@ -13,6 +13,7 @@ Footprints by kernel kind (e = dtype bytes, d = padded head dim, R = rows per CT
     fwd            smem (R·d + stages·2·BN·d)·e          regs R·d + R·BN·(1 + e/4)
     fa1            smem (2·BN·d + stages·2·R·d)·e        regs R·d + R·BN·(1 + e/4)
     bwd            smem (2·BN·d + stages·2·R·d + R·BN)·e regs 2·BN·d + 3·R·BN
+    bwd_dq         smem (2·R·d + stages·2·BN·d)·e        regs R·d + 2·R·BN
     naive_qk       smem (R·d + stages·BN·d)·e            regs R·BN
     naive_softmax  smem 0                                regs R·BN
     naive_pv       smem stages·(R·BN + BN·d)·e           regs R·d
@@ -70,6 +71,7 @@ def footprint(
         "fwd": (r * d + s * 2 * bn * d, r * d + r * bn * (1 + e / 4)),
         "fa1": (2 * bn * d + s * 2 * r * d, r * d + r * bn * (1 + e / 4)),
         "bwd": (2 * bn * d + s * 2 * r * d + r * bn, 2 * bn * d + 3 * r * bn),
+        "bwd_dq": (2 * r * d + s * 2 * bn * d, r * d + 2 * r * bn),
         "naive_qk": (r * d + s * bn * d, r * bn),
         "naive_softmax": (0, r * bn),
         "naive_pv": (s * (r * bn + bn * d), r * d),

@@ -47,6 +47,8 @@ class KernelResult:
     l2_write_bytes: float
     counts: dict[str, int]  # the counting convention's totals (elements, FLOPs, exps)
     breakdown: dict[str, float]  # seconds by limiter; sums to time_s
+    end_s: float = 0.0  # when its last CTA ends (seconds from the run's start)
+    share: float = 1.0  # of time_s that adds to the run's (< 1 beside a concurrent kernel)
 
     @property
     def n_ctas(self) -> int:
@@ -72,7 +74,8 @@ class SimResult:
 
     @property
     def time_s(self) -> float:
-        return sum(k.time_s for k in self.kernels)
+        """Until the last kernel ends (concurrent kernels overlap)."""
+        return max((k.end_s for k in self.kernels), default=0.0)
 
     def _sum(self, name: str) -> float:
         return float(sum(getattr(k, name) for k in self.kernels))
@@ -118,7 +121,8 @@ class SimResult:
 
     @property
     def breakdown(self) -> dict[str, float]:
-        return {lim: sum(k.breakdown[lim] for k in self.kernels) for lim in LIMITERS}
+        """Seconds by limiter; concurrent kernels count in proportion to their shares."""
+        return {lim: sum(k.breakdown[lim] * k.share for k in self.kernels) for lim in LIMITERS}
 
     @property
     def limiter(self) -> dict[str, float]:

@@ -20,21 +20,31 @@ import numpy as np
 _SHORT_STEP = 4  # steps placing fewer CTAs than this hand the next wave to the heap
 
 
-def list_schedule(durations: np.ndarray, slots: int) -> tuple[np.ndarray, np.ndarray]:
-    """Start time and slot of every CTA (durations in launch order, all > 0)."""
+def list_schedule(
+    durations: np.ndarray, slots: int, free_at: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """Start time and slot of every CTA (durations in launch order, all > 0).
+
+    `free_at` (slots,): when each slot first becomes free (a concurrent kernel still holds it
+    until then); None: every slot is free at time 0.
+    """
     dur = np.asarray(durations, dtype=np.float64)
     n = len(dur)
     start = np.zeros(n)
     slot = np.zeros(n, dtype=np.int64)
-    m = min(n, slots)
-    slot[:m] = np.arange(m)
-    if n <= slots:
-        return start, slot
-    free_t = dur[:slots].copy()  # (slots,) when each slot frees, sorted with free_s
+    if free_at is None:
+        m = min(n, slots)
+        slot[:m] = np.arange(m)
+        if n <= slots:
+            return start, slot
+        free_t = dur[:slots].copy()  # (slots,) when each slot frees, sorted with free_s
+        k = slots
+    else:
+        free_t = np.asarray(free_at, dtype=np.float64).copy()
+        k = 0
     free_s = np.arange(slots, dtype=np.int64)
     order = np.lexsort((free_s, free_t))
     free_t, free_s = free_t[order], free_s[order]
-    k = slots
     while k < n:
         m = min(slots, n - k)
         f = free_t[:m]

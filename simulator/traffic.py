@@ -209,6 +209,56 @@ def for_algo(algo: str, p: AttentionProblem, t: TileConfig, **kw: int | None) ->
     return head_for_algo(algo, p, t).scaled(_heads(p))
 
 
+def flashscope(
+    algo: str,
+    p: AttentionProblem,
+    t: TileConfig,
+    route: str = "separate",
+    dq_tiles: TileConfig | None = None,
+) -> Traffic:
+    """Counts of what flashscope's own kernels do on the whole problem (simulator/kernelplan.py).
+
+    fa2: as the convention. fa2-bwd: preprocess (O, dO → D); "separate": a dQ kernel per query
+    block (Qᵢ, dOᵢ, LSEᵢ, Dᵢ once, Kⱼ, Vⱼ per visible tile, dQᵢ written; 3 products per tile)
+    and a dK/dV kernel per (key block, kv head) (Kⱼ, Vⱼ once, then Qᵢ, dOᵢ, LSEᵢ, Dᵢ per visible
+    tile of each query head of the group; 4 products); "atomic": the dK/dV kernel with a 5th
+    product reduce-adding dS K into an fp32 buffer (acc_write per tile; the rows key block 0
+    meets are fetched once, acc_read), plus PyTorch's zero fill, scale and cast of that buffer.
+    """
+    if algo == "fa2":
+        return fa2(p, t)
+    if algo != "fa2-bwd":
+        raise ValueError(f"algo must be fa2 or fa2-bwd for flashscope's kernels, got {algo!r}")
+    g = TileGrid(p, t)
+    d, nq, nk, bh = p.head_dim, p.seq_q, p.seq_k, _heads(p)
+    bhk = p.batch * p.kv_heads  # type: ignore[operator]
+    first_rows = int(g.rows[g.visible > 0].sum())  # rows that see key block 0
+    main = 2 * d * g.sum_rows * bh
+    counts = {
+        "hbm_read": 2 * nq * d * bh + 2 * nk * d * bhk + main,  # type: ignore[operator]
+        "hbm_write": 2 * nk * d * bhk,  # type: ignore[operator]
+        "stats_read": 2 * g.sum_rows * bh,
+        "stats_write": nq * bh,
+        "flops": 8 * d * g.sum_area * bh,
+        "exps": g.sum_area * bh,
+    }
+    if route == "separate":
+        q = TileGrid(p, dq_tiles or t)
+        counts["hbm_read"] += (2 * nq * d + 2 * d * q.sum_cols) * bh
+        counts["hbm_write"] += nq * d * bh
+        counts["stats_read"] += 2 * nq * bh
+        counts["flops"] += 6 * d * q.sum_area * bh
+        counts["exps"] += q.sum_area * bh
+        return Traffic(**counts)
+    if route != "atomic":
+        raise ValueError(f"route must be separate or atomic, got {route!r}")
+    counts["flops"] += 2 * d * g.sum_area * bh
+    counts["hbm_write"] += nq * d * bh  # the cast
+    counts["acc_write"] = (d * g.sum_rows + 2 * nq * d) * bh  # reduce-adds, fill, scale
+    counts["acc_read"] = (d * first_rows + 2 * nq * d) * bh  # first fetch, scale, cast
+    return Traffic(**counts)
+
+
 def theta_bound(p: AttentionProblem, sram_bytes: int) -> int:
     """The FlashAttention paper's Θ(N²d²/M) HBM-access bound as a number of elements.
 

@@ -43,6 +43,8 @@ class Workload:
     launches: tuple[Launch, ...]
     useful_flops: float  # the papers' convention: 4·B·H·Nq·Nk·d, ½ causal, 2.5× backward
     splits: int | None = None  # decode: non-empty splits per (batch, kv_head)
+    impl: str = "convention"  # or "flashscope": the launches of flashscope's kernels
+    route: str | None = None  # flashscope fa2-bwd: "separate" or "atomic"
 
     def totals(self) -> dict[str, int]:
         out = dict.fromkeys(COUNTS, 0)
