@@ -3,8 +3,10 @@
 Each returns measured figures (medians of `triton.testing.do_bench`, in ms) and the rate they
 imply: dense fp16/bf16 matrix products (tensor-core FLOP/s), a device-to-device copy (HBM bytes
 read + written per second), an exp-bound Triton kernel (exponentials per second on the SFUs), an
-empty Triton kernel (launch overhead) and repeated reads of a buffer that fits in L2 (L2 read
-bandwidth). Inputs are random, never zeros. Needs a CUDA GPU.
+empty Triton kernel (launch overhead: back to back in a CUDA graph, and issued one by one from
+Python as flashscope's kernels are) and repeated reads of a buffer that fits in L2 (L2 read
+bandwidth, from the difference of two pass counts). Inputs are random, never zeros. Needs a
+CUDA GPU.
 """
 
 from __future__ import annotations
@@ -71,26 +73,56 @@ def launch_overhead(launches: int = 200) -> dict[str, float]:
     return {"ms": ms, "launches": launches, "us_per_launch": ms * 1e3 / launches}
 
 
+def launch_eager(launches: int = 200) -> dict[str, float]:
+    """Time per empty launch issued one by one from Python, as flashscope's kernels are."""
+    x = torch.empty(1, device="cuda")
+
+    def many() -> None:
+        for _ in range(launches):
+            _empty_kernel[(1,)](x)
+
+    ms = _bench(many, warmup=10, rep=50)
+    return {"ms": ms, "launches": launches, "us_per_launch": ms * 1e3 / launches}
+
+
 @triton.jit
 def _sum_kernel(x_ptr, out_ptr, n_per_prog, REPEAT: tl.constexpr, BLOCK: tl.constexpr):
     # Each program reads its slice REPEAT times; the slices together fit in L2, so after the
-    # first pass the reads are L2 hits.
+    # first pass the reads are L2 hits (never L1 hits: the loads bypass L1).
     base = tl.program_id(0) * n_per_prog
     acc = tl.zeros([BLOCK], dtype=tl.float32)
     for _ in range(REPEAT):
         for start in range(0, n_per_prog, BLOCK):
-            acc += tl.load(x_ptr + base + start + tl.arange(0, BLOCK))
+            # .cg: cached in L2 only, so every pass reads L2 (an SM's L1 would hold its slice)
+            acc += tl.load(x_ptr + base + start + tl.arange(0, BLOCK), cache_modifier=".cg")
     tl.store(out_ptr + tl.program_id(0) * BLOCK + tl.arange(0, BLOCK), acc)
 
 
-def l2_read(l2_bytes: int, programs: int, repeat: int = 32) -> dict[str, float]:
+def l2_read(l2_bytes: int, programs: int, repeat: int = 64, base: int = 8) -> dict[str, float]:
+    """L2 → SM read bandwidth from the extra time of `repeat` over `base` passes.
+
+    do_bench flushes L2 before every call, so each call's first pass reads DRAM, and each call
+    pays its launch: both cancel in the difference of two pass counts over the same buffer.
+    """
     block = 1024
     per_prog = max(block, (l2_bytes // 4 // 2 // programs) // block * block)  # half of L2
     x = torch.randn(per_prog * programs, device="cuda", dtype=torch.float32)
     out = torch.empty(programs * block, device="cuda", dtype=torch.float32)
-    ms = _bench(lambda: _sum_kernel[(programs,)](x, out, per_prog, REPEAT=repeat, BLOCK=block))
-    nbytes = x.numel() * 4 * repeat
-    return {"ms": ms, "bytes": nbytes, "gbs": nbytes / (ms * 1e-3) / 1e9}
+
+    def timed(r: int) -> float:
+        return _bench(lambda: _sum_kernel[(programs,)](x, out, per_prog, REPEAT=r, BLOCK=block))
+
+    ms, ms_base = timed(repeat), timed(base)
+    nbytes = x.numel() * 4 * (repeat - base)
+    return {
+        "ms": ms,
+        "ms_base": ms_base,
+        "passes": repeat,
+        "base_passes": base,
+        "buffer_bytes": x.numel() * 4,
+        "bytes": nbytes,
+        "gbs": nbytes / ((ms - ms_base) * 1e-3) / 1e9,
+    }
 
 
 def measure_all() -> dict[str, dict[str, float]]:
@@ -102,5 +134,6 @@ def measure_all() -> dict[str, dict[str, float]]:
         "copy": copy(),
         "exp": exp_rate(),
         "launch": launch_overhead(),
+        "launch_eager": launch_eager(),
         "l2_read": l2_read(l2, programs=props.multi_processor_count * 4),
     }
