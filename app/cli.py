@@ -1,4 +1,5 @@
-"""The `flashscope` command line: serve the app, count traffic, simulate a kernel on a GPU.
+"""The `flashscope` command line: serve the app, count traffic, simulate a kernel on a GPU, and
+(on a GPU) validate the engine against the kernels and calibrate it.
 
 Errors in arguments print one line naming the argument and exit with code 2 (argparse's rule).
 Importing this module imports nothing heavy: each command imports what it needs when it runs.
@@ -12,7 +13,7 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, NoReturn
 
-from . import cli_simulate, cli_traffic
+from . import cli_calibrate, cli_simulate, cli_traffic, cli_validate
 
 if TYPE_CHECKING:
     from pydantic import ValidationError
@@ -82,6 +83,8 @@ def build_parser() -> argparse.ArgumentParser:
     serve.set_defaults(func=_serve)
     cli_traffic.add_command(sub)
     cli_simulate.add_command(sub)
+    cli_validate.add_command(sub)
+    cli_calibrate.add_command(sub)
     return parser
 
 

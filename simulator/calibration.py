@@ -10,14 +10,18 @@ A file `simulator/data/calibration-<key>.json` (key as in `hardware.PRESETS`, e.
       "date": "2026-11-21",
       "versions": {"torch": "…", "triton": "…", "cuda": "…"},
       "efficiency": {"tensor": 0.717, "hbm": 0.901, "launch_us": 2.1, …},
-      "measured": {…}                       # free-form raw figures the fit came from
+      "hardware": {"l2_gbs": 9800.0},       # optional: measured values of estimated fields
+      "measured": {…},                      # free-form raw figures the fit came from
+      "fit": {…}                            # optional: how the structural fields were fitted
     }
 
 `efficiency` may name any subset of `hardware.Efficiency`'s fields; the rest keep the preset's
-values. Unknown names, wrong types or out-of-range values raise ValueError (a bad calibration
-must never pass silently). `efficiency_from_ceilings` turns the output of
-`kernels.microbench.measure_all()` into such a dict, so the calibration issue only has to run
-the micro-benchmarks and write the file.
+values. `hardware` may replace only the datasheet fields the presets estimate
+(`ESTIMATED_FIELDS`: no vendor publishes them), with what the micro-benchmarks measured.
+Unknown names, wrong types or out-of-range values raise ValueError (a bad calibration must
+never pass silently). `efficiency_from_ceilings` turns the output of
+`kernels.microbench.measure_all()` into such a dict and `hardware_from_ceilings` the estimated
+fields; `flashscope calibrate` (app/cli_calibrate.py) writes the file.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from .hardware import EFFICIENCY_FIELDS, GPU
 
 DATA_DIR = Path(__file__).resolve().parent / "data"
 FORMAT = 1
+ESTIMATED_FIELDS = ("l2_gbs",)
 
 
 def calibration_path(key: str, data_dir: Path = DATA_DIR) -> Path:
@@ -55,17 +60,66 @@ def read_calibration(path: Path, key: str) -> dict[str, float]:
     return eff
 
 
+def read_hardware(path: Path) -> dict[str, float]:
+    """The measured replacements of estimated datasheet fields in a calibration file, checked."""
+    doc = json.loads(path.read_text())
+    hw = doc.get("hardware", {})
+    if not isinstance(hw, dict):
+        raise ValueError(f'{path}: "hardware" must be an object')
+    unknown = sorted(set(hw) - set(ESTIMATED_FIELDS))
+    if unknown:
+        raise ValueError(f"{path}: hardware may set only {list(ESTIMATED_FIELDS)}, not {unknown}")
+    return hw
+
+
 def apply_calibration(gpu: GPU, data_dir: Path = DATA_DIR) -> GPU:
     """`gpu` with its calibration file applied; unchanged when there is no file."""
     path = calibration_path(gpu.key, data_dir)
     if not path.is_file():
         return gpu
     overrides = read_calibration(path, gpu.key)
+    hw = read_hardware(path)
     try:
         eff = dataclasses.replace(gpu.efficiency, **overrides)
-    except ValueError as exc:
+        return dataclasses.replace(gpu, efficiency=eff, **hw)
+    except (ValueError, TypeError) as exc:
         raise ValueError(f"{path}: {exc}") from None
-    return dataclasses.replace(gpu, efficiency=eff)
+
+
+def hardware_from_ceilings(gpu: GPU, ceilings: dict) -> dict[str, float]:
+    """Estimated datasheet fields the micro-benchmarks measured above the estimate (l2_gbs)."""
+    out: dict[str, float] = {}
+    if "l2_read" in ceilings and ceilings["l2_read"]["gbs"] > gpu.l2_gbs:
+        out["l2_gbs"] = float(ceilings["l2_read"]["gbs"])
+    return out
+
+
+def document(
+    gpu: GPU,
+    efficiency: dict[str, float],
+    *,
+    device: str,
+    date: str,
+    versions: dict,
+    measured: dict,
+    hardware: dict[str, float] | None = None,
+    fit: dict | None = None,
+) -> dict:
+    """A calibration file's content (checked by applying it to `gpu`)."""
+    doc = {
+        "format": FORMAT,
+        "gpu": gpu.key,
+        "device": device,
+        "date": date,
+        "versions": versions,
+        "efficiency": efficiency,
+        "hardware": hardware or {},
+        "measured": measured,
+    }
+    if fit is not None:
+        doc["fit"] = fit
+    dataclasses.replace(gpu, efficiency=dataclasses.replace(gpu.efficiency, **efficiency))
+    return doc
 
 
 def efficiency_from_ceilings(gpu: GPU, ceilings: dict) -> dict[str, float]:

@@ -1,0 +1,210 @@
+"""`flashscope calibrate`: measure this GPU's ceilings and fit the engine to its kernel times.
+
+    flashscope calibrate [--gpu KEY] [--out PATH]
+
+On a GPU: runs the micro-benchmarks (kernels/microbench.py: fp16 and bf16 matrix products, a
+device copy, an exp-bound kernel, empty-kernel launches, repeated L2 reads), turns them into
+efficiencies (simulator.calibration.efficiency_from_ceilings), then times flashscope's kernels
+over the validation sweep and fits the engine's structural parameters (simulator/fitting.py) on
+the sweep's "fit" entries only; the error on the held-out entries is reported apart. Writes
+simulator/data/calibration-<key>.json (or --out). `--ceilings FILE` takes the micro-benchmark
+figures of an earlier calibration file and `--measured DATASET` the kernel times of a
+validation dataset: with both, no GPU is needed (a refit). Without a GPU otherwise, it prints
+one line and exits with code 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+from pathlib import Path
+
+from .cli_simulate import gpu_name, positive
+
+DEFAULT_SWEEP = Path(__file__).resolve().parent.parent / "benchmarks" / "sweeps" / "validation.json"
+
+
+def add_command(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "calibrate",
+        help="measure this GPU's ceilings and fit the timing engine (GPU)",
+        description="Run micro-benchmarks on this GPU, fit the engine's structural parameters "
+        "to flashscope's kernel times, and write the calibration file the simulator loads.",
+    )
+    p.add_argument("--gpu", type=gpu_name, default=None, help="preset key (default: this GPU)")
+    p.add_argument("--out", type=Path, default=None, help="file to write")
+    p.add_argument("--sweep", type=Path, default=DEFAULT_SWEEP, help="configurations to time")
+    p.add_argument("--measured", type=Path, default=None, help="take kernel times from a dataset")
+    p.add_argument("--ceilings", type=Path, default=None, help="take ceilings from a calibration")
+    p.add_argument("--no-fit", action="store_true", help="write the ceilings only")
+    p.add_argument("--max-evals", type=positive, default=400, help="fit budget (simulations)")
+    p.set_defaults(func=run)
+
+
+def _fail(flag: str, message: str) -> int:
+    print(f"flashscope calibrate: error: {flag}: {message}", file=sys.stderr)
+    return 2
+
+
+def _say(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def _read(path: Path) -> dict:
+    doc = json.loads(path.read_text())
+    if not isinstance(doc, dict):
+        raise ValueError(f"{path}: expected a JSON object")
+    return doc
+
+
+def run(args: argparse.Namespace) -> int:
+    from simulator import hardware
+    from simulator.calibration import (
+        calibration_path,
+        document,
+        efficiency_from_ceilings,
+        hardware_from_ceilings,
+    )
+
+    try:
+        ceil_doc = _read(args.ceilings) if args.ceilings else None
+        data_doc = _read(args.measured) if args.measured else None
+    except (OSError, ValueError) as exc:
+        return _fail("--ceilings/--measured", str(exc))
+    need_gpu = ceil_doc is None or (data_doc is None and not args.no_fit)
+    env: dict = {}
+    if need_gpu:
+        from kernels.device import has_cuda
+
+        if not has_cuda():
+            return _fail(
+                "gpu",
+                "no CUDA GPU here: calibration measures this GPU (to refit without one, pass "
+                "--ceilings CALIBRATION.json and --measured DATASET.json)",
+            )
+        from kernels.sweep import environment
+
+        env = environment()
+    key = args.gpu or (ceil_doc or {}).get("gpu") or (data_doc or {}).get("gpu")
+    try:
+        key = key or hardware.resolve(env["device"])
+        base = hardware.from_name(key, calibrated=False)
+    except (KeyError, ValueError) as exc:
+        return _fail("--gpu", f"{exc} (name the preset)")
+
+    if ceil_doc is not None:
+        ceilings = ceil_doc.get("measured", {}).get("ceilings")
+        if not isinstance(ceilings, dict):
+            return _fail("--ceilings", f'{args.ceilings}: no "measured": {{"ceilings": …}}')
+        env = {**{k: ceil_doc.get(k) for k in ("device", "date")}, **env}
+        env.setdefault("versions", ceil_doc.get("versions", {}))
+    else:
+        from kernels.microbench import measure_all
+
+        _say(f"micro-benchmarks on {env['device']} …")
+        ceilings = measure_all()
+    eff = efficiency_from_ceilings(base, ceilings)
+    hw = hardware_from_ceilings(base, ceilings)
+    try:
+        gpu = dataclasses.replace(
+            base, efficiency=dataclasses.replace(base.efficiency, **eff), **hw
+        )
+    except ValueError as exc:
+        return _fail("ceilings", str(exc))
+    _say("ceilings: " + ", ".join(f"{k} {v:.3g}" for k, v in {**eff, **hw}.items()))
+
+    fit_doc = None
+    if not args.no_fit:
+        try:
+            rows = _attention_rows(args, data_doc, gpu)
+        except ValueError as exc:
+            return _fail("--measured/--sweep", str(exc))
+        fit_doc, values = _fit(gpu, rows, args.max_evals)
+        eff.update(values)
+    versions = env.get("versions") or {k: env.get(k) for k in ("torch", "triton", "cuda")}
+    doc = document(
+        base,
+        eff,
+        device=env.get("device") or base.name,
+        date=env.get("date") or "",
+        versions=versions,
+        measured={"ceilings": ceilings},
+        hardware=hw,
+        fit=fit_doc,
+    )
+    out = args.out or calibration_path(base.key)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(doc, indent=1) + "\n")
+    _say(f"calibration of {base.key} → {out}")
+    return 0
+
+
+def _attention_rows(args: argparse.Namespace, data_doc: dict | None, gpu) -> list[dict]:
+    """Dataset-style rows (id, subset, config, measured_us) to fit on and to hold out."""
+    if data_doc is not None:
+        rows = [r for r in data_doc.get("rows", []) if r.get("measured_us")]
+        if not rows:
+            raise ValueError(f"{args.measured}: no measured rows")
+        return rows
+    from kernels.sweep import measure_sweep
+    from simulator.validation import measured_fields, read_sweep
+
+    entries = read_sweep(args.sweep)
+    work = Path(args.out or ".").resolve().parent / "calibrate-work"
+    got = measure_sweep(entries, work, use_ncu=False, progress=_say)
+    rows = []
+    for e, m in zip(entries, got["rows"], strict=True):
+        config = {**e.config, "gpu": gpu.key}
+        if m.get("route"):
+            config["route"] = m["route"]
+        rows.append({"id": e.id, "subset": e.subset, "config": config, **measured_fields(m)})
+    return [r for r in rows if r["measured_us"]]
+
+
+def _fit(gpu, rows: list[dict], max_evals: int) -> tuple[dict, dict]:
+    from simulator.fitting import PARAMS, Sample, apply, fit, loss_of
+    from simulator.validation import workload_of
+
+    def samples(subset: str) -> list[Sample]:
+        return [
+            Sample(r["id"], workload_of(r["config"], gpu), r["measured_us"] * 1e-6)
+            for r in rows
+            if r.get("subset") == subset
+        ]
+
+    train, held = samples("fit"), samples("holdout")
+    if not train:
+        raise ValueError("no measured rows of the fit subset")
+    _say(f"fitting {len(PARAMS)} parameters on {len(train)} configurations …")
+    result = fit(gpu, train, max_evals=max_evals)
+    fitted = apply(gpu, result.values)
+    held_loss, held_mape = loss_of(fitted, held) if held else (None, None)
+    start_mape = loss_of(gpu, train)[1]
+    _say(
+        f"fit: MAPE {start_mape:.1f}% → {result.mape_pct:.1f}% on {len(train)} fitted; "
+        f"held out ({len(held)}): {held_mape if held_mape is None else round(held_mape, 1)}%"
+    )
+    doc = {
+        "method": "Nelder–Mead then coordinate search on mean |log(simulated / measured)|",
+        "params": [p.name for p in PARAMS],
+        "values": result.values,
+        "evaluations": result.evaluations,
+        "fit": {"n": len(train), "loss": result.loss, "mape_pct": result.mape_pct,
+                "start_mape_pct": start_mape},
+        "holdout": {"n": len(held), "loss": held_loss, "mape_pct": held_mape},
+    }  # fmt: skip
+    return doc, result.values
+
+
+def main(argv: list[str] | None = None) -> int:
+    """This command alone (`python -m app.cli_calibrate`): needs no web-app dependency."""
+    parser = argparse.ArgumentParser(prog="flashscope")
+    add_command(parser.add_subparsers(required=True))
+    args = parser.parse_args(["calibrate", *(sys.argv[1:] if argv is None else argv)])
+    return int(args.func(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,198 @@
+"""Fit the engine's structural parameters to measured kernel times: a small, deterministic search.
+
+The micro-benchmarks fix the ceilings (tensor, HBM, L2, SFU rates, launch gap); what they cannot
+tell (how much of the softmax hides under the matrix products, how many warps keep an SM busy,
+latencies, CTA set-up, the L2 reuse curve) is fitted here to the measured times of a training
+subset of the validation sweep. The search: Nelder–Mead on the parameters mapped to [0, 1]
+(linear or logarithmic in each one's range, integers rounded), started from the GPU's current
+values, then coordinate steps that halve until nothing improves. No randomness: the same rows
+give the same fit. The loss is the mean absolute log ratio of simulated to measured time
+(≈ MAPE for small errors, but symmetric in over- and under-prediction).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from .engine import simulate_workload
+from .hardware import GPU
+
+
+@dataclass(frozen=True)
+class Param:
+    """One fitted Efficiency field and its search range."""
+
+    name: str
+    low: float
+    high: float
+    log: bool = False
+    integer: bool = False
+
+    def to_unit(self, value: float) -> float:
+        if self.log:
+            return (math.log(value) - math.log(self.low)) / (math.log(self.high) - math.log(self.low))
+        return (value - self.low) / (self.high - self.low)
+
+    def from_unit(self, u: float) -> float | int:
+        u = min(1.0, max(0.0, u))
+        if self.log:
+            v = math.exp(math.log(self.low) + u * (math.log(self.high) - math.log(self.low)))
+        else:
+            v = self.low + u * (self.high - self.low)
+        return int(round(v)) if self.integer else float(v)
+
+
+PARAMS: tuple[Param, ...] = (
+    Param("overlap", 0.0, 1.0),
+    Param("warps_to_saturate", 1, 32, log=True, integer=True),
+    Param("cta_setup_ns", 10.0, 20000.0, log=True),
+    Param("l2_latency_ns", 50.0, 2000.0, log=True),
+    Param("dram_latency_ns", 200.0, 5000.0, log=True),
+    Param("launch_us", 0.5, 50.0, log=True),
+    Param("fp32", 0.1, 1.0, log=True),
+    Param("l2_reuse_fraction", 0.2, 1.0),
+    Param("l2_reuse_exponent", 0.5, 8.0, log=True),
+    Param("reg_overhead", 0, 128, integer=True),
+    Param("cta_overlap", 0.0, 1.0),
+    Param("mma_n_half", 0.0, 512.0),
+    Param("spill_penalty", 0.0, 3.0),
+)
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One measured configuration: its workload (built once) and the measured time (s)."""
+
+    id: str
+    workload: object
+    measured_s: float
+
+
+@dataclass(frozen=True)
+class FitResult:
+    values: dict[str, float | int]
+    loss: float
+    start_loss: float
+    evaluations: int
+    mape_pct: float
+
+
+def loss_of(gpu: GPU, samples: Sequence[Sample]) -> tuple[float, float]:
+    """(mean |log(sim / measured)|, MAPE %) of `gpu` on the samples; inf where one fails."""
+    logs, pct = [], []
+    for s in samples:
+        try:
+            t = simulate_workload(s.workload, gpu).time_s  # type: ignore[arg-type]
+        except ValueError:
+            return math.inf, math.inf
+        logs.append(abs(math.log(t / s.measured_s)))
+        pct.append(abs(t / s.measured_s - 1))
+    return float(np.mean(logs)), float(np.mean(pct) * 100)
+
+
+def _values(params: Sequence[Param], u: np.ndarray) -> dict[str, float | int]:
+    return {p.name: p.from_unit(float(x)) for p, x in zip(params, u, strict=True)}
+
+
+def fit(
+    gpu: GPU,
+    samples: Sequence[Sample],
+    params: Sequence[Param] = PARAMS,
+    max_evals: int = 400,
+    progress: Callable[[int, float], None] | None = None,
+) -> FitResult:
+    """The values of `params` that minimize the loss on `samples`, starting from `gpu`'s."""
+    cache: dict[tuple, float] = {}
+    evals = 0
+
+    def f(u: np.ndarray) -> float:
+        nonlocal evals
+        values = _values(params, np.clip(u, 0.0, 1.0))
+        key = tuple(sorted(values.items()))
+        if key not in cache:
+            evals += 1
+            try:
+                cache[key] = loss_of(apply(gpu, values), samples)[0]
+            except ValueError:
+                cache[key] = math.inf
+            if progress:
+                progress(evals, min(cache.values()))
+        return cache[key]
+
+    eff = gpu.efficiency
+    u0 = np.array(
+        [min(1.0, max(0.0, p.to_unit(max(getattr(eff, p.name), p.low)))) for p in params]
+    )
+    start = f(u0)
+    best_u, best = _nelder_mead(f, u0, lambda: evals < max_evals * 3 // 4)
+    best_u, best = _coordinate(f, best_u, best, lambda: evals < max_evals)
+    values = _values(params, best_u)
+    _, mape = loss_of(apply(gpu, values), samples)
+    return FitResult(values, best, start, evals, mape)
+
+
+def _nelder_mead(f, u0: np.ndarray, go: Callable[[], bool], step: float = 0.15):
+    n = len(u0)
+    simplex = [u0.copy()]
+    for i in range(n):
+        u = u0.copy()
+        u[i] = u[i] + step if u[i] + step <= 1 else u[i] - step
+        simplex.append(u)
+    values = [f(u) for u in simplex]
+    while go():
+        order = np.argsort(values, kind="stable")
+        simplex = [simplex[i] for i in order]
+        values = [values[i] for i in order]
+        if values[-1] - values[0] < 1e-6:
+            break
+        centroid = np.mean(simplex[:-1], axis=0)
+        worst = simplex[-1]
+        refl = np.clip(centroid + (centroid - worst), 0, 1)
+        fr = f(refl)
+        if fr < values[0]:
+            exp = np.clip(centroid + 2 * (centroid - worst), 0, 1)
+            fe = f(exp)
+            simplex[-1], values[-1] = (exp, fe) if fe < fr else (refl, fr)
+        elif fr < values[-2]:
+            simplex[-1], values[-1] = refl, fr
+        else:
+            contr = np.clip(centroid + 0.5 * (worst - centroid), 0, 1)
+            fc = f(contr)
+            if fc < values[-1]:
+                simplex[-1], values[-1] = contr, fc
+            else:  # shrink towards the best
+                for i in range(1, n + 1):
+                    simplex[i] = simplex[0] + 0.5 * (simplex[i] - simplex[0])
+                    values[i] = f(simplex[i])
+    k = int(np.argmin(values))
+    return simplex[k], values[k]
+
+
+def _coordinate(f, u: np.ndarray, best: float, go: Callable[[], bool], step: float = 0.1):
+    u = u.copy()
+    while step > 0.005 and go():
+        improved = False
+        for i in range(len(u)):
+            for sign in (1.0, -1.0):
+                if not go():
+                    break
+                trial = u.copy()
+                trial[i] = min(1.0, max(0.0, trial[i] + sign * step))
+                v = f(trial)
+                if v < best - 1e-9:
+                    u, best, improved = trial, v, True
+                    break
+        if not improved:
+            step /= 2
+    return u, best
+
+
+def apply(gpu: GPU, values: dict[str, float | int]) -> GPU:
+    """`gpu` with fitted values (its key kept: a calibrated preset, not a custom GPU)."""
+    eff = dataclasses.replace(gpu.efficiency, **values)
+    return dataclasses.replace(gpu, efficiency=eff)
