@@ -121,8 +121,9 @@ def run(args: argparse.Namespace) -> int:
             rows = _attention_rows(args, data_doc, gpu)
         except ValueError as exc:
             return _fail("--measured/--sweep", str(exc))
-        fit_doc, values = _fit(gpu, rows, args.max_evals)
+        fit_doc, values, fitted_hw = _fit(gpu, rows, args.max_evals)
         eff.update(values)
+        hw.update(fitted_hw)
     versions = env.get("versions") or {k: env.get(k) for k in ("torch", "triton", "cuda")}
     doc = document(
         base,
@@ -163,9 +164,36 @@ def _attention_rows(args: argparse.Namespace, data_doc: dict | None, gpu) -> lis
     return [r for r in rows if r["measured_us"]]
 
 
-def _fit(gpu, rows: list[dict], max_evals: int) -> tuple[dict, dict]:
-    from simulator.fitting import PARAMS, Sample, apply, fit, loss_of
+def observed_l2_gbs(rows: list[dict]) -> float | None:
+    """The highest L2 → SM rate any measured kernel reached (ncu bytes over its duration)."""
+    from simulator.validation import SM_L2_READ
+
+    rates = [
+        k[SM_L2_READ] / k["gpu__time_duration.sum"]
+        for r in rows
+        for k in ((r.get("measured") or {}).get("ncu") or {}).get("kernels") or []
+        if k.get(SM_L2_READ) and k.get("gpu__time_duration.sum")
+    ]
+    return max(rates) if rates else None
+
+
+def _fit(gpu, rows: list[dict], max_evals: int) -> tuple[dict, dict, dict]:
+    """(fit record, fitted efficiencies, fitted hardware fields) of `gpu` on `rows`."""
+    from simulator.fitting import PARAMS, REDUCE, Sample, apply, fit, l2_param, loss_of
     from simulator.validation import workload_of
+
+    params = list(PARAMS)
+    observed = observed_l2_gbs(rows)
+    if observed:  # the kernels reached this: the L2 can do at least as much
+        params.append(l2_param(observed))
+        gpu = dataclasses.replace(
+            gpu,
+            l2_gbs=max(observed, gpu.l2_gbs * gpu.efficiency.l2),
+            efficiency=dataclasses.replace(gpu.efficiency, l2=1.0),
+        )
+    train_rows = [r for r in rows if r.get("subset") == "fit"]
+    if any(r["config"].get("route") == "atomic" for r in train_rows):
+        params.append(REDUCE)
 
     def samples(subset: str) -> list[Sample]:
         return [
@@ -177,8 +205,8 @@ def _fit(gpu, rows: list[dict], max_evals: int) -> tuple[dict, dict]:
     train, held = samples("fit"), samples("holdout")
     if not train:
         raise ValueError("no measured rows of the fit subset")
-    _say(f"fitting {len(PARAMS)} parameters on {len(train)} configurations …")
-    result = fit(gpu, train, max_evals=max_evals)
+    _say(f"fitting {len(params)} parameters on {len(train)} configurations …")
+    result = fit(gpu, train, params, max_evals=max_evals)
     fitted = apply(gpu, result.values)
     held_loss, held_mape = loss_of(fitted, held) if held else (None, None)
     start_mape = loss_of(gpu, train)[1]
@@ -186,17 +214,21 @@ def _fit(gpu, rows: list[dict], max_evals: int) -> tuple[dict, dict]:
         f"fit: MAPE {start_mape:.1f}% → {result.mape_pct:.1f}% on {len(train)} fitted; "
         f"held out ({len(held)}): {held_mape if held_mape is None else round(held_mape, 1)}%"
     )
+    values = dict(result.values)
+    hw = {k: values.pop(k) for k in ("l2_gbs",) if k in values}
+    if hw:
+        values["l2"] = 1.0
     doc = {
         "method": "Nelder–Mead then coordinate search on mean |log(simulated / measured)|",
-        "params": [p.name for p in PARAMS],
+        "params": [p.name for p in params],
         "values": result.values,
+        "observed_l2_gbs": observed,
         "evaluations": result.evaluations,
         "fit": {"n": len(train), "loss": result.loss, "mape_pct": result.mape_pct,
                 "start_mape_pct": start_mape},
         "holdout": {"n": len(held), "loss": held_loss, "mape_pct": held_mape},
     }  # fmt: skip
-    return doc, result.values
-
+    return doc, values, hw
 
 def main(argv: list[str] | None = None) -> int:
     """This command alone (`python -m app.cli_calibrate`): needs no web-app dependency."""

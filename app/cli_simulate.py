@@ -3,7 +3,10 @@
     flashscope simulate --gpu h100 --algo fa2 --batch 4 --heads 32 --seq 16384 --head-dim 128 \\
         --block-m 128 --block-n 128 --json
 
-prints the engine's summary as one JSON object (or a table without --json). `--set NAME=VALUE`
+prints the engine's summary as one JSON object (or a table without --json). `--impl flashscope`
+simulates flashscope's own kernels (simulator/kernelplan.py) instead of the papers' algorithm:
+the causal forward heaviest block first, the backward's route (`--route`, default the kernels'
+choice on that GPU) and the dQ kernel's tiles (`--dq-block-m` …). `--set NAME=VALUE`
 (repeatable) changes any hardware or efficiency field first, e.g. `--set smem_per_sm_kib=456`.
 Bad arguments print one line naming the argument and exit with code 2. The simulator (NumPy) is
 imported when the command runs; torch, triton and FastAPI never are.
@@ -32,6 +35,8 @@ FLAGS = {
     "stages": "--stages",
     "warps": "--warps",
     "splits": "--splits",
+    "route": "--route",
+    "impl": "--impl",
 }
 
 
@@ -99,6 +104,25 @@ def add_command(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--warps", type=power_of_two, default=8)
     p.add_argument("--splits", type=positive, default=None, help="decode: KV splits")
     p.add_argument(
+        "--impl",
+        choices=("convention", "flashscope"),
+        default="convention",
+        help="the papers' algorithm (counting convention) or flashscope's own kernels",
+    )
+    p.add_argument(
+        "--route",
+        choices=("separate", "atomic"),
+        default=None,
+        help="flashscope fa2-bwd: dQ route (default: the kernels' choice on this GPU)",
+    )
+    for name in ("block-m", "block-n", "stages", "warps"):
+        p.add_argument(
+            f"--dq-{name}",
+            type=positive,
+            default=None,
+            help=f"flashscope fa2-bwd, separate route: the dQ kernel's {name} (default: --{name})",
+        )
+    p.add_argument(
         "--set",
         type=hardware_change,
         action="append",
@@ -122,7 +146,7 @@ def _flag_for(message: str, default: str) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from simulator import hardware
+    from simulator import hardware, kernelplan
     from simulator.engine import simulate_workload
     from simulator.problem import AttentionProblem, TileConfig
     from simulator.report import summary
@@ -148,14 +172,32 @@ def run(args: argparse.Namespace) -> int:
             gpu = hardware.custom(gpu, **dict(args.set))
     except ValueError as exc:
         return _fail("--set", str(exc))
+    dq_fields = (args.dq_block_m, args.dq_block_n, args.dq_stages, args.dq_warps)
     try:
-        ctas = ctas_of(args.algo, problem, tiles, sms=gpu.sms, splits=args.splits)
+        dq_tiles = (
+            TileConfig(*(v or d for v, d in zip(dq_fields, tiles.__dict__.values(), strict=True)))
+            if any(dq_fields)
+            else None
+        )
+    except ValueError as exc:
+        return _fail("--dq-" + _flag_for(str(exc), "--block-m").lstrip("-"), str(exc))
+    try:
+        if args.impl == "flashscope":
+            kw = {"gpu_key": gpu.key, "route": args.route, "dq_tiles": dq_tiles}
+            ctas = kernelplan.ctas_of(args.algo, problem, tiles, **kw)
+        else:
+            if args.route or dq_tiles:
+                raise ValueError("route and the dQ tiles need --impl flashscope")
+            ctas = ctas_of(args.algo, problem, tiles, sms=gpu.sms, splits=args.splits)
     except ValueError as exc:
         return _fail(_flag_for(str(exc), "--algo"), str(exc))
     if ctas > MAX_CTAS:
         return _fail("--seq", f"{ctas} CTAs to simulate; the limit is {MAX_CTAS}")
     try:
-        workload = build(args.algo, problem, tiles, sms=gpu.sms, splits=args.splits)
+        if args.impl == "flashscope":
+            workload = kernelplan.build(args.algo, problem, tiles, **kw)
+        else:
+            workload = build(args.algo, problem, tiles, sms=gpu.sms, splits=args.splits)
         result = simulate_workload(workload, gpu)
     except ValueError as exc:
         return _fail(_flag_for(str(exc), "--block-m/--block-n/--stages"), str(exc))

@@ -129,6 +129,9 @@ class Settings(BaseSettings):
     simulate_max_timeline_ctas: int = Field(
         20000, ge=1, description="Most CTAs of the SM timeline a simulation response carries."
     )
+    compare_timeline_ctas: int = Field(
+        6000, ge=1, description="Most CTAs of the SM timeline GET /api/compare carries."
+    )
 
     # Request guards (every route): body size and per-client rate limits on costly endpoints.
     max_body_bytes: int = Field(

@@ -16,7 +16,9 @@ from .config import Settings, get_settings
 from .errors import validation_handler, value_handler
 from .ratelimit import RateLimiter, RateLimitMiddleware, rates_from
 from .rooms import Rooms
+from .datasets import Datasets
 from .routes import (
+    compare,
     exports,
     health,
     memory_scaling,
@@ -64,6 +66,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.backend = None
     app.state.runs = RunService(settings)
     app.state.rooms = Rooms(settings)
+    app.state.datasets = Datasets(settings.results_dir)
     app.state.rate_limiter = RateLimiter(rates_from(settings), settings.rate_max_clients)
     app.mount("/static", StaticFiles(directory=settings.static_dir), name="static")
     app.add_exception_handler(RequestValidationError, validation_handler)  # type: ignore[arg-type]
@@ -74,6 +77,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.include_router(module.router)
     for module in (exports, memory_wall, online_softmax, memory_scaling, schedule):  # views
         app.include_router(module.router)
+    app.include_router(compare.router)
 
     @app.middleware("http")
     async def security_headers(request: Request, call_next):  # type: ignore[no-untyped-def]

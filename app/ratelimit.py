@@ -27,6 +27,7 @@ COSTLY: tuple[tuple[str, str, str], ...] = (
     ("GET", "/api/memory-wall", "compute"),
     ("GET", "/api/online-softmax", "compute"),
     ("GET", "/api/memory-scaling", "compute"),
+    ("GET", "/api/compare", "compute"),
     ("POST", "/api/runs", "runs"),
     ("POST", "/api/rooms", "rooms"),
 )

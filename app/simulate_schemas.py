@@ -40,6 +40,18 @@ class SimulateRequest(BaseModel):
         None, description="Hardware or efficiency fields to change, e.g. {smem_per_sm_kib: 456}."
     )
     timeline: bool = Field(False, description="Include the SM Gantt chart (Plotly figure).")
+    impl: Literal["convention", "flashscope"] = Field(
+        "convention",
+        description="The papers' algorithm (counting convention) or flashscope's own kernels "
+        "(fa2 and fa2-bwd only).",
+    )
+    route: Literal["separate", "atomic"] | None = Field(
+        None, description="flashscope fa2-bwd: the dQ route; default: the kernels' choice."
+    )
+    dq_block_m: int | None = Field(None, ge=1, description="flashscope fa2-bwd: dQ kernel rows.")
+    dq_block_n: int | None = Field(None, ge=1, description="flashscope fa2-bwd: dQ kernel keys.")
+    dq_stages: int | None = Field(None, ge=1, le=8, description="flashscope fa2-bwd: dQ stages.")
+    dq_warps: int | None = Field(None, ge=1, le=32, description="flashscope fa2-bwd: dQ warps.")
 
 
 def check_simulate_request(r: SimulateRequest, s: Settings) -> list[dict]:
@@ -104,6 +116,46 @@ def check_simulate_request(r: SimulateRequest, s: Settings) -> list[dict]:
             )
         )
     errs += _check_hardware_changes(r, s, where)
+    errs += _check_kernels(r, s, where)
+    return errs
+
+
+def _check_kernels(r: SimulateRequest, s: Settings, where: str) -> list[dict]:
+    """impl flashscope: fa2 or fa2-bwd; route and dQ tiles only there, blocks in range."""
+    errs: list[dict] = []
+    dq = {f: getattr(r, f) for f in ("dq_block_m", "dq_block_n", "dq_stages", "dq_warps")}
+    if r.impl == "flashscope" and r.algo not in ("fa2", "fa2-bwd"):
+        errs.append(
+            value_error("algo", "impl flashscope has the kernels fa2 and fa2-bwd", r.algo, where)
+        )
+    if (r.route is not None or any(v is not None for v in dq.values())) and (
+        r.impl != "flashscope" or r.algo != "fa2-bwd"
+    ):
+        errs.append(
+            value_error(
+                "route", "route and the dQ tiles apply to impl flashscope, fa2-bwd", r.route, where
+            )
+        )
+    for field in ("dq_block_m", "dq_block_n"):
+        value = dq[field]
+        if value is not None and (
+            not is_power_of_two(value) or not s.simulate_min_block <= value <= s.simulate_max_block
+        ):
+            errs.append(
+                limit_error(
+                    field,
+                    f"{field} must be a power of two from {s.simulate_min_block} to "
+                    f"{s.simulate_max_block}, got {value}",
+                    value,
+                    [s.simulate_min_block, s.simulate_max_block],
+                    where,
+                )
+            )
+    if dq["dq_warps"] is not None and not is_power_of_two(dq["dq_warps"]):
+        errs.append(
+            value_error("dq_warps", f"dq_warps must be a power of two, got {dq['dq_warps']}",
+                        dq["dq_warps"], where)  # fmt: skip
+        )
     return errs
 
 

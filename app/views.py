@@ -68,6 +68,13 @@ VIEWS: tuple[View, ...] = (
         "which naive attention no longer fits on the chosen GPU.",
         "/api/memory-scaling",
     ),
+    View(
+        "/compare",
+        "Measured vs simulated",
+        "flashscope's kernels timed on H100 and H200 against the timing engine's prediction, "
+        "configuration by configuration: where the model is right, where it is wrong, and why.",
+        "/api/compare",
+    ),
 )
 
 

@@ -5,13 +5,17 @@ For each launch, in order (each waits for the previous one, after a launch gap):
 1. Occupancy: CTAs per SM from shared memory, registers and warps (`occupancy.py`); an SM
    is that many slots.
 2. Duration of every CTA given c, the CTAs sharing its SM. Per CTA, at the whole SM's rates:
-   tensor T = FLOPs / tensor rate, SFU S = exps / exp rate, ALU A = other FLOPs / FP32 rate,
-   loads X = loop bytes / L2→SM rate. The compute of one step overlaps partly: the largest of
-   T, S, A plus (1 − overlap) of the others. With stages ≥ 2 loads run ahead of compute
+   tensor T = FLOPs / tensor rate (slower for narrow products: `mma_n_half`), SFU S = exps /
+   exp rate, ALU A = other FLOPs / FP32 rate, loads X = loop bytes / L2→SM rate. The tensor
+   cores overlap the warps' own instructions (S + A, one instruction stream) partly: the larger
+   of T and S + A plus (1 − h) of the smaller, where h grows from `overlap` (one CTA alone) with
+   the other CTAs on the SM (`cta_overlap`); a CTA whose registers spill is slower by
+   `spill_penalty`. With stages ≥ 2 loads run ahead of compute
    (max of the two), with one stage they add. Sharing the SM with c CTAs and too few warps to
    saturate it (u = min(1, c·warps / warps_to_saturate)) stretches this by c / u. Load latency
-   (L2 hit or DRAM, by this CTA's hit rate) bounds each iteration from below: stages − 1 loads
-   in flight give at least latency / (stages − 1) per iteration; one stage pays it every time.
+   (L2 hit or DRAM, by this CTA's hit rate) and the tile's transfer bound each iteration from
+   below: stages − 1 loads in flight give at least (latency + transfer) / (stages − 1) per
+   iteration; one stage pays it every time.
    Before the loop: CTA set-up, the latency of the first load and the edge bytes.
    c is the residency a full GPU has (CTAs per SM), or ⌈CTAs / SMs⌉ when the grid cannot
    fill every slot; the load latency here counts only compulsory misses (see below).
@@ -104,15 +108,22 @@ def _durations(
     sfu, alu = w.exps / r.sfu, w.alu / r.alu
     edge_bytes = _edge_bytes(w)
     loads = (w.read_bytes + w.write_bytes - w.edge_read - w.edge_write) / r.l2
-    work = np.stack([tensor, sfu, alu])  # (3, n)
+    if w.reduce_write.any():  # reduce-adds cost 1 / l2_reduce times a plain write
+        loads = loads + w.reduce_write * (1.0 / eff.l2_reduce - 1.0) / r.l2
     if spills:  # spilled registers: every iteration waits on local-memory reloads
-        work = work * (1.0 + eff.spill_penalty)
-    top = work.max(axis=0)
-    # What one CTA leaves serial, other resident CTAs on its SM can fill (their phases differ).
+        tensor, sfu, alu = (x * (1.0 + eff.spill_penalty) for x in (tensor, sfu, alu))
+    # The tensor cores run beside the warps' own instructions (exponentials on the SFUs, the
+    # rest on the FP32 units: one stream of instructions, so these two add up). A CTA hides a
+    # share `overlap` of the shorter side; what it leaves serial, other CTAs resident on its SM
+    # can fill, as their phases differ (`cta_overlap`, growing with their number).
+    vector = sfu + alu
     hidden = eff.overlap + (1.0 - eff.overlap) * eff.cta_overlap * (1.0 - 1.0 / c)  # (n,)
-    compute = top + (1.0 - hidden) * (work.sum(axis=0) - top)
-    is_top = np.arange(3)[:, None] == work.argmax(axis=0)[None, :]
-    weights = np.where(is_top, work, (1.0 - hidden) * work)
+    longer = np.maximum(tensor, vector)
+    compute = longer + (1.0 - hidden) * np.minimum(tensor, vector)
+    t_w = np.where(tensor >= vector, tensor, (1.0 - hidden) * tensor)
+    v_w = np.where(tensor >= vector, (1.0 - hidden) * vector, vector)
+    v_share = np.divide(sfu, vector, out=np.zeros_like(sfu), where=vector > 0)
+    weights = np.stack([t_w, v_w * v_share, v_w * (1.0 - v_share)])  # (3, n)
     if t.stages >= 2:
         thr = np.maximum(compute, loads)
         mem_part = np.where(loads > compute, loads, 0.0)
@@ -123,9 +134,11 @@ def _durations(
     u = np.minimum(1.0, c * t.warps / eff.warps_to_saturate)
     k = c / u
     latency = (loop_hit * eff.l2_latency_ns + (1.0 - loop_hit) * eff.dram_latency_ns) * 1e-9
-    # stages − 1 loads in flight: at least latency / (stages − 1) per iteration; one stage
-    # waits for every load before computing.
-    floor = w.iters * latency / (t.stages - 1) if t.stages >= 2 else w.iters * latency + thr
+    # stages − 1 tile loads in flight, each taking the latency plus its transfer at this SM's
+    # share of the L2 → SM bandwidth: at least (latency + transfer) / (stages − 1) per
+    # iteration; one stage waits for every load before computing.
+    fetch = w.iters * latency + c * loads
+    floor = fetch / (t.stages - 1) if t.stages >= 2 else fetch + thr
     loop = np.maximum(k * thr, floor)
     edge_wait = eff.cta_setup_ns * 1e-9 + np.where(w.edge_read > 0, eff.dram_latency_ns * 1e-9, 0.0)
     edge = edge_wait + k * edge_bytes / r.l2

@@ -5,7 +5,9 @@ tell (how much of the softmax hides under the matrix products, how many warps ke
 latencies, CTA set-up, the L2 reuse curve) is fitted here to the measured times of a training
 subset of the validation sweep. The search: Nelder–Mead on the parameters mapped to [0, 1]
 (linear or logarithmic in each one's range, integers rounded), started from the GPU's current
-values, then coordinate steps that halve until nothing improves. No randomness: the same rows
+values, then coordinate steps that halve until nothing improves. The L2 → SM bandwidth (a
+figure no datasheet gives) may be fitted too, from the largest rate the kernels were seen to
+reach (Nsight Compute) upwards (`l2_param`). No randomness: the same rows
 give the same fit. The loss is the mean absolute log ratio of simulated to measured time
 (≈ MAPE for small errors, but symmetric in over- and under-prediction).
 """
@@ -32,6 +34,7 @@ class Param:
     high: float
     log: bool = False
     integer: bool = False
+    hardware: bool = False  # a GPU field the presets only estimate (l2_gbs), not an efficiency
 
     def to_unit(self, value: float) -> float:
         if self.log:
@@ -57,11 +60,12 @@ PARAMS: tuple[Param, ...] = (
     Param("fp32", 0.1, 1.0, log=True),
     Param("l2_reuse_fraction", 0.2, 1.0),
     Param("l2_reuse_exponent", 0.5, 8.0, log=True),
-    Param("reg_overhead", 0, 128, integer=True),
     Param("cta_overlap", 0.0, 1.0),
     Param("mma_n_half", 0.0, 512.0),
     Param("spill_penalty", 0.0, 3.0),
 )
+# Fitted only where the training rows use the atomic backward route (its reduce-adds).
+REDUCE = Param("l2_reduce", 0.05, 1.0, log=True)
 
 
 @dataclass(frozen=True)
@@ -124,10 +128,10 @@ def fit(
                 progress(evals, min(cache.values()))
         return cache[key]
 
-    eff = gpu.efficiency
-    u0 = np.array(
-        [min(1.0, max(0.0, p.to_unit(max(getattr(eff, p.name), p.low)))) for p in params]
-    )
+    def current(p: Param) -> float:
+        return getattr(gpu if p.hardware else gpu.efficiency, p.name)
+
+    u0 = np.array([min(1.0, max(0.0, p.to_unit(max(current(p), p.low)))) for p in params])
     start = f(u0)
     best_u, best = _nelder_mead(f, u0, lambda: evals < max_evals * 3 // 4)
     best_u, best = _coordinate(f, best_u, best, lambda: evals < max_evals)
@@ -192,7 +196,20 @@ def _coordinate(f, u: np.ndarray, best: float, go: Callable[[], bool], step: flo
     return u, best
 
 
+def l2_param(observed_gbs: float) -> Param:
+    """L2 → SM bandwidth, fitted from what the kernels were seen to reach up to twice that."""
+    return Param("l2_gbs", observed_gbs, 2.0 * observed_gbs, log=True, hardware=True)
+
+
 def apply(gpu: GPU, values: dict[str, float | int]) -> GPU:
     """`gpu` with fitted values (its key kept: a calibrated preset, not a custom GPU)."""
-    eff = dataclasses.replace(gpu.efficiency, **values)
-    return dataclasses.replace(gpu, efficiency=eff)
+    hw = {k: v for k, v in values.items() if k in HARDWARE_FIELDS}
+    eff = {k: v for k, v in values.items() if k not in HARDWARE_FIELDS}
+    if "l2_gbs" in hw:  # a fitted bandwidth is the achievable one
+        eff["l2"] = 1.0
+    return dataclasses.replace(
+        gpu, efficiency=dataclasses.replace(gpu.efficiency, **eff), **hw
+    )
+
+
+HARDWARE_FIELDS = ("l2_gbs",)

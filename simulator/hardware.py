@@ -48,6 +48,7 @@ class Efficiency:
     mma_n_half: float = 0.0  # h: a matmul N columns wide runs at (1 + h/256) / (1 + h/N) of
     # the measured ceiling (about half speed at N = h; 256-wide tiles, as cuBLAS uses, at full)
     spill_penalty: float = 0.0  # loop slowdown of a CTA whose registers spill (0.5: 1.5×)
+    l2_reduce: float = 1.0  # reduce-adds into L2 (atomics) move at this fraction of the L2 rate
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
@@ -56,7 +57,7 @@ class Efficiency:
                 raise ValueError(f"{f.name} must be a number, got {value!r}")
             if not math.isfinite(value) or value < 0:
                 raise ValueError(f"{f.name} must be a finite number ≥ 0, got {value!r}")
-        for name in ("tensor", "hbm", "l2", "sfu", "fp32", "l2_reuse_fraction"):
+        for name in ("tensor", "hbm", "l2", "sfu", "fp32", "l2_reuse_fraction", "l2_reduce"):
             value = getattr(self, name)
             if not 0 < value <= 1:
                 raise ValueError(f"{name} must be a fraction in (0, 1], got {value!r}")

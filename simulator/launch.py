@@ -16,6 +16,8 @@ Byte classes of a CTA (bytes; dtype size for Q/K/V/O/S/P, 4 for stats and acc):
                              accumulator, decode partials)
     merge_write              rewrites of recently touched lines (fa1's O, ℓ, m; the dQ
                              accumulator), which a write-back L2 may absorb
+    reduce_write             part of the loop's writes that are reduce-adds performed in L2
+                             (the atomic backward route's dQ), slower than plain writes
     spread_read              part of edge_read the convention charges to this CTA although
                              every CTA of its stream group loads it (naive attention's K and V,
                              charged to the first CTA of each head): for timing, each CTA of
@@ -58,6 +60,7 @@ _FLOAT = (
     "carry_read",
     "merge_write",
     "spread_read",
+    "reduce_write",
 )
 
 
@@ -87,6 +90,7 @@ class Launch:
     carry_read: np.ndarray
     merge_write: np.ndarray
     spread_read: np.ndarray
+    reduce_write: np.ndarray
     kv_head: np.ndarray  # the K/V head (batch · kv_heads + kv head) it reads, −1 for none
     stream: np.ndarray  # stream id, −1 for none
     stream_lo: np.ndarray

@@ -66,6 +66,8 @@ def summary(r: SimResult) -> dict:
         },
         "tiles": {"block_m": t.block_m, "block_n": t.block_n, "stages": t.stages, "warps": t.warps},
         "splits": r.workload.splits,
+        "impl": r.workload.impl,
+        "route": r.workload.route,
         "time_us": _f(r.time_s * 1e6),
         "tflops": _f(r.tflops),
         "tflops_executed": _f(r.tflops_executed),

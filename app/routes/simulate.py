@@ -8,7 +8,7 @@ from typing import Any
 
 from fastapi import APIRouter
 
-from simulator import hardware
+from simulator import hardware, kernelplan
 from simulator.calibration import calibration_path
 from simulator.engine import simulate_workload
 from simulator.problem import AttentionProblem, TileConfig
@@ -63,7 +63,18 @@ def run_request(body: SimulateRequest, settings: Settings) -> SimResult:
     except ValueError as exc:
         field = _field(str(exc), "hardware")
         raise refuse([value_error(field, str(exc), body.hardware, "body")]) from None
-    ctas = ctas_of(body.algo, problem, tiles, sms=gpu.sms, splits=body.splits)
+    dq = (body.dq_block_m, body.dq_block_n, body.dq_stages, body.dq_warps)
+    dq_tiles = (
+        TileConfig(*(v or d for v, d in zip(dq, (tiles.block_m, tiles.block_n, tiles.stages,
+                                                  tiles.warps), strict=True)))  # fmt: skip
+        if any(v is not None for v in dq)
+        else None
+    )
+    kernels = {"gpu_key": gpu.key, "route": body.route, "dq_tiles": dq_tiles}
+    if body.impl == "flashscope":
+        ctas = kernelplan.ctas_of(body.algo, problem, tiles, **kernels)
+    else:
+        ctas = ctas_of(body.algo, problem, tiles, sms=gpu.sms, splits=body.splits)
     if ctas > settings.simulate_max_ctas:
         msg = (
             f"these sizes launch {ctas} CTAs; the limit is {settings.simulate_max_ctas}: "
@@ -71,7 +82,11 @@ def run_request(body: SimulateRequest, settings: Settings) -> SimResult:
         )
         raise refuse([limit_error("seq", msg, body.seq, settings.simulate_max_ctas, "body")])
     try:
-        result = simulate_workload(build(body.algo, problem, tiles, gpu.sms, body.splits), gpu)
+        if body.impl == "flashscope":
+            workload = kernelplan.build(body.algo, problem, tiles, **kernels)
+        else:
+            workload = build(body.algo, problem, tiles, gpu.sms, body.splits)
+        result = simulate_workload(workload, gpu)
     except ValueError as exc:  # tiles that do not fit in shared memory, too many warps
         field = "warps" if str(exc).startswith("warps") else "block_m"
         limit = gpu.smem_per_block if field == "block_m" else gpu.max_warps_per_sm

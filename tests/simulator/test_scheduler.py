@@ -12,9 +12,10 @@ from hypothesis import strategies as st
 from simulator.scheduler import coresidency, list_schedule
 
 
-def heap_schedule(durations, slots):
+def heap_schedule(durations, slots, free_at=None):
     """The textbook version: each CTA takes the slot that frees first (lowest slot on ties)."""
-    heap = [(0.0, s) for s in range(slots)]
+    heap = [(0.0 if free_at is None else float(free_at[s]), s) for s in range(slots)]
+    heapq.heapify(heap)
     start, slot = [], []
     for d in durations:
         t, s = heapq.heappop(heap)
@@ -38,6 +39,19 @@ DURATIONS = st.one_of(
 def test_equals_the_heap(durations, slots):
     got_start, got_slot = list_schedule(np.array(durations), slots)
     want_start, want_slot = heap_schedule(durations, slots)
+    np.testing.assert_array_equal(got_start, want_start)
+    np.testing.assert_array_equal(got_slot, want_slot)
+
+
+@settings(max_examples=100, deadline=None)
+@given(durations=DURATIONS, slots=st.integers(1, 60), data=st.data())
+def test_slots_busy_at_first_equal_the_heap(durations, slots, data):
+    """Beside a concurrent kernel, slots free at given times: still exactly the heap's order."""
+    free_at = data.draw(
+        st.lists(st.sampled_from([0.0, 0.5, 1.0, 2.0, 7.25]), min_size=slots, max_size=slots)
+    )
+    got_start, got_slot = list_schedule(np.array(durations), slots, np.array(free_at))
+    want_start, want_slot = heap_schedule(durations, slots, free_at)
     np.testing.assert_array_equal(got_start, want_start)
     np.testing.assert_array_equal(got_slot, want_slot)
 

@@ -1,0 +1,62 @@
+"""The validation datasets the app ships (benchmarks/results/validation-<gpu>-<date>.json).
+
+`Datasets` lives on app.state: it lists the files of Settings.results_dir, keeps the newest file
+per GPU preset, and re-reads a file only when it changed on disk. No GPU is needed: these are
+measurements made elsewhere (device, date and versions travel with each file).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+from typing import Any
+
+PATTERN = "validation-*.json"
+
+
+class Datasets:
+    """Newest validation dataset per GPU preset key, read lazily and cached by mtime."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = Path(folder)
+        self._cache: dict[Path, tuple[float, dict[str, Any]]] = {}
+        self._lock = threading.Lock()
+
+    def _read(self, path: Path) -> dict[str, Any] | None:
+        try:
+            mtime = path.stat().st_mtime
+        except OSError:
+            return None
+        with self._lock:
+            hit = self._cache.get(path)
+            if hit and hit[0] == mtime:
+                return hit[1]
+        try:
+            doc = json.loads(path.read_text())
+        except (OSError, json.JSONDecodeError):
+            return None
+        if not isinstance(doc, dict) or doc.get("kind") != "flashscope validation":
+            return None
+        doc["file"] = path.name
+        with self._lock:
+            self._cache[path] = (mtime, doc)
+        return doc
+
+    def all(self) -> dict[str, dict[str, Any]]:
+        """GPU key → its newest dataset (by the date it holds, then the file name)."""
+        best: dict[str, dict[str, Any]] = {}
+        for path in sorted(self.folder.glob(PATTERN)):
+            doc = self._read(path)
+            if doc is None or not isinstance(doc.get("rows"), list):
+                continue
+            key = doc.get("gpu")
+            if not isinstance(key, str):
+                continue
+            old = best.get(key)
+            if old is None or (doc.get("date") or "", doc["file"]) > (
+                old.get("date") or "",
+                old["file"],
+            ):
+                best[key] = doc
+        return best

@@ -1,0 +1,169 @@
+"""Why a simulated configuration differs from its measurement: notes from one dataset row.
+
+Given a validation row (simulator/validation.py) and the engine's result for its configuration,
+`notes` lists what a person should look at, each note one sentence, strongest first:
+
+    error      how far off the prediction is and in which direction
+    limiter    what the engine says binds the time
+    occupancy  CTAs per SM the engine assumed against what Nsight Compute reported
+    registers  the engine's register estimate against the compiled kernel's; local-memory
+               traffic (spills) the engine does not model
+    overlap    concurrent kernels (the separate backward route): ncu serializes them
+    fixed      small problems, where per-CTA set-up and launch gaps dominate
+    bytes      DRAM and L2 bytes against ncu's
+"""
+
+from __future__ import annotations
+
+from .results import SimResult
+
+_NCU_NAMES = {
+    "fa2": "_attn_fwd",
+    "bwd_preprocess": "_bwd_preprocess",
+    "bwd_dq": "_attn_bwd_dq",
+    "bwd_dkdv": "_attn_bwd_dkdv",
+}
+
+
+def measured_kernel(name: str, measured: list[dict]) -> dict | None:
+    """The ncu row of the kernel the engine calls `name` (None when ncu has none)."""
+    want = _NCU_NAMES.get(name)
+    return next((k for k in measured if want and want in k.get("name", "")), None)
+
+
+def _ncu_occupancy(k: dict) -> int | None:
+    limits = [
+        k.get(f"launch__occupancy_limit_{x}") for x in ("registers", "shared_mem", "warps")
+    ]
+    limits = [v for v in limits if v is not None]
+    return int(min(limits)) if limits else None
+
+
+def kernel_rows(result: SimResult, measured: list[dict]) -> list[dict]:
+    """Each simulated kernel beside its ncu row: time, CTAs/SM, registers, spills."""
+    out = []
+    for k in result.kernels:
+        m = measured_kernel(k.name, measured)
+        fp = k.occupancy.footprint
+        row = {
+            "name": k.name,
+            "simulated_us": k.time_s * 1e6,
+            "ctas_per_sm": k.ctas_per_sm,
+            "regs_per_thread": fp.regs_per_thread,
+            "smem_bytes": fp.smem_bytes,
+            "spills": fp.spills,
+            "measured_us": None,
+            "measured_ctas_per_sm": None,
+            "measured_regs_per_thread": None,
+            "measured_smem_bytes": None,
+            "local_load_bytes": None,
+        }
+        if m is not None:
+            dur = m.get("gpu__time_duration.sum")
+            row.update(
+                measured_us=dur / 1e3 if dur is not None else None,
+                measured_ctas_per_sm=_ncu_occupancy(m),
+                measured_regs_per_thread=m.get("launch__registers_per_thread"),
+                measured_smem_bytes=m.get("launch__shared_mem_per_block_dynamic"),
+                local_load_bytes=m.get("l1tex__t_bytes_pipe_lsu_mem_local_op_ld.sum"),
+            )
+        out.append(row)
+    return out
+
+
+def _pct(a: float, b: float) -> float:
+    return (a / b - 1) * 100
+
+
+def notes(row: dict, result: SimResult) -> list[dict]:
+    """What explains the gap between `row`'s measurement and `result` (see the module doc)."""
+    out: list[dict] = []
+    meas, sim = row.get("measured_us"), result.time_s * 1e6
+    if meas:
+        err = _pct(sim, meas)
+        side = "under" if err < 0 else "over"
+        level = "bad" if abs(err) > 25 else "warn" if abs(err) > 10 else "ok"
+        out.append(
+            {
+                "kind": "error",
+                "level": level,
+                "text": f"The engine predicts {sim:,.1f} µs against {meas:,.1f} µs measured: "
+                f"{abs(err):.1f}% {side} (targets: 10% on average, 25% at worst).",
+            }
+        )
+    shares = sorted(result.limiter.items(), key=lambda kv: -kv[1])
+    top = ", ".join(f"{k} {v:.0%}" for k, v in shares[:3] if v >= 0.01)
+    out.append({"kind": "limiter", "level": "info", "text": f"Simulated time by limiter: {top}."})
+    measured = (row.get("measured") or {}).get("ncu", {}) or {}
+    kernels = kernel_rows(result, measured.get("kernels") or [])
+    total = sum(k["simulated_us"] for k in kernels) or 1.0
+    for k in kernels:
+        if k["simulated_us"] < 0.1 * total:  # the short helper passes explain little
+            continue
+        mc = k["measured_ctas_per_sm"]
+        if mc is not None and mc != k["ctas_per_sm"]:
+            out.append(
+                {
+                    "kind": "occupancy",
+                    "level": "warn",
+                    "text": f"{k['name']}: the engine runs {k['ctas_per_sm']} CTA(s) per SM, "
+                    f"the compiled kernel fits {mc} (ncu's occupancy limits).",
+                }
+            )
+        local = k["local_load_bytes"] or 0
+        if local > 0:
+            out.append(
+                {
+                    "kind": "registers",
+                    "level": "warn",
+                    "text": f"{k['name']} spills registers: {local / 1e6:,.0f} MB of local-memory "
+                    f"loads at {k['measured_regs_per_thread']:.0f} registers per thread. The "
+                    f"engine estimates {k['regs_per_thread']} and charges a fitted slowdown only "
+                    "where its estimate exceeds 255; it moves no spill bytes.",
+                }
+            )
+        elif (
+            k["measured_regs_per_thread"] is not None
+            and abs(k["measured_regs_per_thread"] - k["regs_per_thread"]) > 24
+        ):
+            out.append(
+                {
+                    "kind": "registers",
+                    "level": "info",
+                    "text": f"{k['name']}: {k['measured_regs_per_thread']:.0f} registers per "
+                    f"thread compiled, {k['regs_per_thread']} estimated.",
+                }
+            )
+    if any(launch.concurrent for launch in result.workload.launches):
+        out.append(
+            {
+                "kind": "overlap",
+                "level": "info",
+                "text": "The dQ and dK/dV kernels run concurrently on two streams; the per-kernel "
+                "times ncu reports were taken one kernel at a time, so they add up to more than "
+                "the measured total.",
+            }
+        )
+    latency = result.limiter.get("latency", 0.0) + result.limiter.get("launch", 0.0)
+    if latency > 0.3:
+        out.append(
+            {
+                "kind": "fixed",
+                "level": "info",
+                "text": f"{latency:.0%} of the simulated time is CTA set-up, load latency and "
+                "launch gaps: fixed costs, fitted from the measured small problems, weigh most "
+                "here.",
+            }
+        )
+    for level in ("dram", "l2"):
+        m, s = row.get(f"measured_{level}_bytes"), row.get(f"simulated_{level}_bytes")
+        if m and s and abs(_pct(s, m)) > 10:
+            out.append(
+                {
+                    "kind": "bytes",
+                    "level": "warn",
+                    "text": f"{level.upper()} bytes: {s / 1e6:,.0f} MB simulated, {m / 1e6:,.0f} "
+                    f"MB measured ({_pct(s, m):+.0f}%).",
+                }
+            )
+    return out

@@ -1,0 +1,344 @@
+// Measured vs simulated: a shipped validation dataset, configuration by configuration.
+// GET /api/compare computes everything (rows, the chosen configuration's breakdown, notes and
+// timeline); this module draws it. Step = the chosen configuration's index in sweep order.
+
+import { Controls } from "./controls.js";
+import { apiUrl, bindPngButtons, setExportLink } from "./exports.js";
+import { baseLayout, formatBytes, plotConfig, readParams, writeParams } from "./state.js";
+import { changed, registerView } from "./view.js";
+
+const DEFAULTS = { gpu: "", id: "" };
+const LIMITER_COLORS = {
+  tensor: "#1d4ed8",
+  sfu: "#7c3aed",
+  alu: "#0891b2",
+  memory: "#059669",
+  latency: "#d97706",
+  launch: "#6b7280",
+  tail: "#d1d5db",
+};
+const SUBSET_COLORS = { fit: "#1d4ed8", holdout: "#ea580c" };
+const TILE_DASH = { t0: "solid", t1: "solid", t2: "solid" };
+const TILE_COLORS = { t0: "#1d4ed8", t1: "#059669", t2: "#dc2626" };
+
+const $ = (id) => document.getElementById(id);
+const form = $("params");
+const view = { params: readParams(DEFAULTS), data: null, step: 0, loading: null };
+
+function showErrors(errors) {
+  const box = $("errors");
+  box.hidden = !errors || errors.length === 0;
+  box.replaceChildren(
+    ...(errors || []).map((e) => {
+      const p = document.createElement("p");
+      p.textContent = e.msg;
+      return p;
+    }),
+  );
+}
+
+const us = (x) => (x === null || x === undefined ? "–" : `${x.toLocaleString("en-US", { maximumFractionDigits: 1 })} µs`);
+const pct = (x) => (x === null || x === undefined ? "–" : `${x >= 0 ? "+" : ""}${x.toFixed(1)}%`);
+
+async function load() {
+  showErrors([]);
+  const url = apiUrl("/api/compare", { gpu: view.params.gpu, id: view.params.id });
+  const res = await fetch(url);
+  const body = await res.json();
+  if (!res.ok) {
+    showErrors(Array.isArray(body.detail) ? body.detail : [{ msg: String(body.detail) }]);
+    return;
+  }
+  const gpuChanged = !view.data || view.data.dataset.gpu !== body.dataset.gpu;
+  view.data = body;
+  view.params.gpu = body.dataset.gpu;
+  view.params.id = body.chosen.id;
+  view.step = body.rows.findIndex((r) => r.id === body.chosen.id);
+  form.elements.gpu.value = body.dataset.gpu;
+  if (gpuChanged) {
+    fillConfigs();
+    controls.setTotal(body.rows.length);
+    renderDataset();
+  }
+  form.elements.id.value = body.chosen.id;
+  setExportLink("export-json", url, `compare-${body.dataset.gpu}-${body.chosen.id}.json`);
+  render();
+}
+
+function fillConfigs() {
+  const sel = $("config-select");
+  sel.replaceChildren(
+    ...view.data.rows.map((r) => {
+      const o = document.createElement("option");
+      o.value = r.id;
+      o.textContent = `${r.id} (${pct(r.error_pct)})`;
+      return o;
+    }),
+  );
+}
+
+function renderDataset() {
+  const d = view.data.dataset;
+  const strong = document.createElement("strong");
+  strong.textContent = "Shipped dataset:";
+  const device = document.createElement("span");
+  device.className = "dataset-device";
+  device.textContent = d.device;
+  $("dataset-note").replaceChildren(
+    strong,
+    " the measured points were measured on ",
+    device,
+    ` on ${d.date} (torch ${d.torch}, triton ${d.triton}${d.ncu ? `, bytes by Nsight Compute ${d.ncu.replace(/^Version /, "")}` : ""}), not on this machine. flashscope ships them (${d.file}) so the comparison works offline.`,
+  );
+  const a = d.summary.all;
+  const h = d.summary.holdout;
+  const t = d.summary.targets;
+  const mark = (ok) => (ok === null || ok === undefined ? "" : ok ? " ✓" : " ✗");
+  const items = [
+    ["time MAPE (all)", `${a.time.mape_pct.toFixed(1)}%${mark(t.time_mape)}`],
+    ["worst error", `${pct(a.time.worst_pct)} (${a.time.worst_id})${mark(t.time_worst)}`],
+    ["held out / fitted", `${h.time.mape_pct.toFixed(1)}% / ${d.summary.fit.time.mape_pct.toFixed(1)}%`],
+    ["DRAM bytes MAPE", a.dram_bytes.mape_pct === null ? "–" : `${a.dram_bytes.mape_pct.toFixed(1)}%, worst ${pct(a.dram_bytes.worst_pct)}${mark(t.dram_bytes)}`],
+    ["L2 bytes MAPE", a.l2_bytes.mape_pct === null ? "–" : `${a.l2_bytes.mape_pct.toFixed(1)}%, worst ${pct(a.l2_bytes.worst_pct)}${mark(t.l2_bytes)}`],
+    ["tile ranking (Spearman)", `${a.ranking.spearman_mean.toFixed(2)}${mark(t.spearman)}`],
+    ["best tiles within 5%", `${Math.round(a.ranking.pick_within_5pct * 100)}% of problems${mark(t.best_within_5pct)}`],
+  ];
+  $("summary").replaceChildren(
+    ...items.flatMap(([k, v]) => {
+      const dt = document.createElement("dt");
+      dt.textContent = k;
+      const dd = document.createElement("dd");
+      dd.textContent = v;
+      return [dt, dd];
+    }),
+  );
+}
+
+function renderScatter() {
+  const rows = view.data.rows;
+  const chosen = view.data.chosen;
+  const all = rows.flatMap((r) => [r.measured_us, r.simulated_us]).filter((x) => x > 0);
+  const lo = Math.min(...all) * 0.8;
+  const hi = Math.max(...all) * 1.25;
+  const traces = [
+    { x: [lo, hi, hi, lo], y: [lo * 0.9, hi * 0.9, hi * 1.1, lo * 1.1], fill: "toself", mode: "lines", line: { width: 0 }, fillcolor: "rgba(107,114,128,0.15)", name: "±10%", hoverinfo: "skip" },
+    { x: [lo, hi], y: [lo, hi], mode: "lines", line: { color: "#111827", dash: "dash" }, name: "y = x", hoverinfo: "skip" },
+  ];
+  for (const subset of ["fit", "holdout"]) {
+    for (const mode of ["fwd", "bwd"]) {
+      const rs = rows.filter((r) => r.subset === subset && r.mode === mode && r.measured_us);
+      traces.push({
+        x: rs.map((r) => r.measured_us),
+        y: rs.map((r) => r.simulated_us),
+        customdata: rs.map((r) => r.id),
+        text: rs.map((r) => `${r.id}<br>${r.tiles}<br>error ${pct(r.error_pct)}`),
+        hovertemplate: "%{text}<extra></extra>",
+        mode: "markers",
+        name: `${mode}, ${subset === "fit" ? "fitted" : "held out"}`,
+        marker: { color: SUBSET_COLORS[subset], symbol: mode === "fwd" ? "circle" : "diamond", size: 8, opacity: 0.8 },
+      });
+    }
+  }
+  traces.push({
+    x: [chosen.measured_us],
+    y: [chosen.simulated_us],
+    mode: "markers",
+    name: "chosen",
+    hoverinfo: "skip",
+    marker: { color: "rgba(0,0,0,0)", size: 18, line: { color: "#f59e0b", width: 3 } },
+  });
+  Plotly.react(
+    "scatter",
+    traces,
+    {
+      ...baseLayout,
+      height: 360,
+      xaxis: { type: "log", title: { text: "measured (µs)" }, range: [Math.log10(lo), Math.log10(hi)] },
+      yaxis: { type: "log", title: { text: "simulated (µs)" }, range: [Math.log10(lo), Math.log10(hi)] },
+      legend: { x: 1.02, y: 1 },
+      margin: { ...baseLayout.margin, l: 64 },
+    },
+    plotConfig,
+  );
+}
+
+function renderLines() {
+  const c = view.data.chosen;
+  const fam = view.data.rows.filter((r) => r.mode === c.mode && r.head_dim === c.head_dim && r.causal === c.causal);
+  const traces = [];
+  for (const tile of ["t0", "t1", "t2"]) {
+    const rs = fam.filter((r) => r.tile === tile).sort((a, b) => a.seq - b.seq);
+    if (rs.length === 0) continue;
+    const label = `${tile}: ${rs[0].tiles}`;
+    traces.push({ x: rs.map((r) => r.seq), y: rs.map((r) => r.measured_us), mode: "lines+markers", name: `${label} measured`, line: { color: TILE_COLORS[tile], dash: TILE_DASH[tile] } });
+    traces.push({ x: rs.map((r) => r.seq), y: rs.map((r) => r.simulated_us), mode: "lines", name: `${tile} simulated`, line: { color: TILE_COLORS[tile], dash: "dash" } });
+  }
+  Plotly.react(
+    "lines",
+    traces,
+    {
+      ...baseLayout,
+      height: 340,
+      xaxis: { type: "log", title: { text: "N (batch·N = 16384)" }, tickvals: [512, 1024, 2048, 4096, 8192, 16384] },
+      yaxis: { type: "log", title: { text: "µs" } },
+      legend: { orientation: "h", y: -0.35, font: { size: 11 } },
+      margin: { ...baseLayout.margin, l: 56, b: 110 },
+      title: { text: `${c.mode}, d = ${c.head_dim}, ${c.causal ? "causal" : "full"}`, font: { size: 13 } },
+    },
+    plotConfig,
+  );
+}
+
+function renderErrors() {
+  const rows = view.data.rows;
+  const chosen = view.data.chosen.id;
+  Plotly.react(
+    "errors-plot",
+    [
+      {
+        type: "bar",
+        x: rows.map((r) => r.id),
+        y: rows.map((r) => r.error_pct),
+        customdata: rows.map((r) => r.id),
+        marker: { color: rows.map((r) => (r.id === chosen ? "#f59e0b" : SUBSET_COLORS[r.subset])) },
+        hovertemplate: "%{x}: %{y:.1f}%<extra></extra>",
+        name: "error",
+      },
+    ],
+    {
+      ...baseLayout,
+      height: 300,
+      showlegend: false,
+      xaxis: { showticklabels: false, title: { text: "configurations in sweep order" } },
+      yaxis: { title: { text: "error %" }, zeroline: true },
+      shapes: [10, -10, 25, -25].map((y) => ({ type: "line", xref: "paper", x0: 0, x1: 1, y0: y, y1: y, line: { color: Math.abs(y) === 10 ? "#6b7280" : "#dc2626", dash: "dot", width: 1 } })),
+      margin: { ...baseLayout.margin, l: 56 },
+    },
+    plotConfig,
+  );
+}
+
+function renderBreakdown() {
+  const c = view.data.chosen;
+  const traces = Object.entries(c.breakdown_us).map(([lim, v]) => ({
+    type: "bar",
+    orientation: "h",
+    name: lim,
+    y: ["simulated"],
+    x: [v],
+    marker: { color: LIMITER_COLORS[lim] },
+    hovertemplate: `${lim}: %{x:.1f} µs<extra></extra>`,
+  }));
+  traces.push({ type: "bar", orientation: "h", name: "measured", y: ["measured"], x: [c.measured_us], marker: { color: "#111827" }, hovertemplate: "measured: %{x:.1f} µs<extra></extra>" });
+  Plotly.react(
+    "breakdown",
+    traces,
+    {
+      ...baseLayout,
+      height: 200,
+      barmode: "stack",
+      xaxis: { title: { text: "µs" }, rangemode: "tozero" },
+      yaxis: { autorange: "reversed" },
+      legend: { orientation: "h", y: 1.4, font: { size: 11 } },
+      margin: { ...baseLayout.margin, l: 80, t: 36 },
+    },
+    plotConfig,
+  );
+  const head = ["kernel", "simulated", "ncu (alone)", "CTAs/SM sim · ncu", "registers est. · compiled", "local loads"];
+  const rows = c.kernels.map((k) => [
+    k.name,
+    us(k.simulated_us),
+    us(k.measured_us),
+    `${k.ctas_per_sm} · ${k.measured_ctas_per_sm ?? "–"}`,
+    `${k.regs_per_thread} · ${k.measured_regs_per_thread ?? "–"}`,
+    k.local_load_bytes ? formatBytes(k.local_load_bytes) : "–",
+  ]);
+  const table = $("kernels");
+  const tr = (cells, tag) => {
+    const row = document.createElement("tr");
+    for (const text of cells) {
+      const cell = document.createElement(tag);
+      cell.textContent = text;
+      row.append(cell);
+    }
+    return row;
+  };
+  table.replaceChildren(tr(head, "th"), ...rows.map((r) => tr(r, "td")));
+}
+
+function renderTimeline() {
+  const t = view.data.chosen.timeline;
+  Plotly.react(
+    "timeline",
+    t.data,
+    { ...baseLayout, ...t.layout, height: 320, margin: { ...baseLayout.margin, l: 48 }, legend: { orientation: "h", y: 1.15 } },
+    plotConfig,
+  );
+}
+
+function render() {
+  const c = view.data.chosen;
+  $("now").textContent = `${c.id}: ${c.tiles}${c.route ? `, ${c.route} route` : ""} — measured ${us(c.measured_us)}, simulated ${us(c.simulated_us)} (${pct(c.error_pct)}), ${c.subset === "fit" ? "fitted on" : "held out"}.`;
+  $("why").replaceChildren(
+    ...c.notes.map((n) => {
+      const li = document.createElement("li");
+      li.className = `note-${n.level}`;
+      li.dataset.kind = n.kind;
+      li.textContent = n.text;
+      return li;
+    }),
+  );
+  renderScatter();
+  renderLines();
+  renderErrors();
+  renderBreakdown();
+  renderTimeline();
+  bindClicks();
+  writeParams(view.params);
+  document.body.dataset.step = view.step;
+  document.body.dataset.config = c.id;
+  controls.target = view.step; // chosen from the list or a plot, not only by stepping
+  controls.shown(view.step);
+  changed();
+}
+
+function choose(id) {
+  if (!id || (view.data && id === view.data.chosen.id)) return;
+  view.params.id = id;
+  load();
+}
+
+const controls = new Controls({ goto: (k) => view.data && choose(view.data.rows[k].id) });
+
+form.elements.gpu.addEventListener("change", () => {
+  view.params.gpu = form.elements.gpu.value;
+  view.params.id = "";
+  load();
+});
+form.elements.id.addEventListener("change", () => choose(form.elements.id.value));
+form.addEventListener("submit", (e) => e.preventDefault());
+let clicksBound = false;
+
+/** Clicking a point of the scatter or a bar of the errors explains that configuration. */
+function bindClicks() {
+  if (clicksBound) return;
+  clicksBound = true;
+  for (const id of ["scatter", "errors-plot"]) {
+    $(id).on("plotly_click", (ev) => {
+      const point = ev.points && ev.points[0];
+      if (point && point.customdata) choose(point.customdata);
+    });
+  }
+}
+
+registerView({
+  name: "compare",
+  getState: () => ({ params: { gpu: view.params.gpu, id: view.params.id }, step: view.step }),
+  applyState(state) {
+    Object.assign(view.params, state.params || {});
+    load();
+  },
+});
+
+bindPngButtons();
+load();

@@ -1,0 +1,83 @@
+"""GET /api/compare: the shipped datasets, a chosen configuration explained, clear refusals."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+
+from app.config import Settings
+from app.main import create_app
+
+ROOT = Path(__file__).resolve().parents[2]
+SHIPPED = sorted((ROOT / "benchmarks" / "results").glob("validation-*.json"))
+
+
+def test_shipped_datasets_load_without_a_gpu(client):
+    assert SHIPPED, "the validation datasets must ship in benchmarks/results"
+    body = client.get("/api/compare").json()
+    gpus = {d["gpu"] for d in body["datasets"]}
+    assert gpus <= {"h100-sxm", "h200"} and gpus
+    ds = body["dataset"]
+    assert ds["device"].startswith("NVIDIA") and re.fullmatch(r"\d{4}-\d{2}-\d{2}", ds["date"])
+    assert len(body["rows"]) >= 48
+    # by default the worst-predicted configuration is the one explained
+    worst = max(body["rows"], key=lambda r: abs(r["error_pct"] or 0))
+    assert body["chosen"]["id"] == worst["id"]
+    for gpu in gpus:
+        other = client.get(f"/api/compare?gpu={gpu}").json()
+        assert other["dataset"]["gpu"] == gpu
+
+
+def test_a_chosen_configuration_is_explained(client):
+    rows = client.get("/api/compare").json()["rows"]
+    bwd = next(r for r in rows if r["mode"] == "bwd" and r["route"] == "separate")
+    body = client.get(f"/api/compare?id={bwd['id']}").json()
+    c = body["chosen"]
+    assert c["id"] == bwd["id"] and c["config"]["algo"] == "fa2-bwd"
+    assert sum(c["limiter"].values()) == pytest.approx(1.0)
+    assert sum(c["breakdown_us"].values()) == pytest.approx(c["simulated_now_us"], rel=1e-6)
+    # the shipped prediction is the engine's of today (same calibration)
+    assert c["simulated_now_us"] == pytest.approx(c["simulated_us"], rel=1e-6)
+    assert [k["name"] for k in c["kernels"]] == ["bwd_preprocess", "bwd_dq", "bwd_dkdv"]
+    assert all(k["measured_us"] for k in c["kernels"])  # ncu's per-kernel times
+    kinds = {n["kind"] for n in c["notes"]}
+    assert {"error", "limiter", "overlap"} <= kinds
+    assert c["timeline"]["data"] and c["timeline"]["layout"]["meta"]["ctas"] > 0
+
+
+def test_unknown_gpu_and_configuration_get_422(client):
+    r = client.get("/api/compare?gpu=rtx-4090")
+    assert r.status_code == 422
+    err = r.json()["detail"][0]
+    assert err["field"] == "gpu" and "h100-sxm" in err["limit"]
+    r = client.get("/api/compare?id=fwd-d64-full-n3-t9")
+    assert r.status_code == 422 and r.json()["detail"][0]["field"] == "id"
+    r = client.get("/api/compare?id=" + "x" * 100)
+    assert r.status_code == 422 and r.json()["detail"][0]["field"] == "id"
+    assert client.get("/api/compare?colour=red").status_code == 422
+
+
+def test_without_datasets_the_page_says_so_and_the_api_is_404(tmp_path):
+    with TestClient(create_app(Settings(results_dir=tmp_path))) as c:
+        r = c.get("/api/compare")
+        assert r.status_code == 404 and "FLASHSCOPE_RESULTS_DIR" in r.json()["detail"]
+        page = c.get("/compare")
+        assert page.status_code == 200 and "flashscope validate" in page.text
+
+
+def test_the_newest_dataset_per_gpu_wins_and_bad_files_are_skipped(tmp_path):
+    src = next(p for p in SHIPPED if "h100" in p.name)
+    shutil.copy(src, tmp_path / src.name)
+    doc = json.loads(src.read_text())
+    doc["date"] = "2999-01-01"
+    doc["rows"] = doc["rows"][:3]
+    (tmp_path / "validation-h100-2999-01-01.json").write_text(json.dumps(doc))
+    (tmp_path / "validation-broken.json").write_text("{not json")
+    with TestClient(create_app(Settings(results_dir=tmp_path))) as c:
+        body = c.get("/api/compare").json()
+        assert body["dataset"]["date"] == "2999-01-01" and len(body["rows"]) == 3

@@ -1,0 +1,92 @@
+"""flashscope validate and calibrate without a GPU: one-line refusals, and refits from files."""
+
+from __future__ import annotations
+
+import json
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from app.cli import main
+from simulator import hardware
+from simulator.validation import build_dataset, read_sweep, simulate_config
+
+ROOT = Path(__file__).resolve().parents[2]
+SWEEP = ROOT / "benchmarks" / "sweeps" / "validation.json"
+
+
+@pytest.mark.parametrize(
+    ("argv", "needle"),
+    [
+        (["validate", "--sweep", str(SWEEP), "--out", "x.json"], "no CUDA GPU here"),
+        (["calibrate"], "no CUDA GPU here"),
+        (["validate", "--out", "x.json"], "a sweep file is needed"),
+        (["validate", "--sweep", "missing.json", "--out", "x.json"], "not a readable JSON"),
+    ],
+)
+def test_without_a_gpu_each_command_says_why_in_one_line(argv, needle, tmp_path):
+    proc = subprocess.run(
+        [sys.executable, "-m", "app.cli", *argv], capture_output=True, text=True, cwd=tmp_path,
+        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "CUDA_VISIBLE_DEVICES": ""},
+    )  # fmt: skip
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and needle in lines[0], proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def _fake_dataset(tmp_path: Path, seed: int) -> Path:
+    """Measurements made up from the engine itself, ±20%: a stand-in for a GPU's."""
+    rng = random.Random(seed)
+    entries = [e for e in read_sweep(SWEEP) if e.config["seq"] <= 1024][:16]
+    gpu = hardware.from_name("h200")
+    measured = [
+        {"id": e.id, "ms": simulate_config(e.config, gpu).time_s * 1e3 * rng.uniform(0.8, 1.2)}
+        for e in entries
+    ]
+    ds = build_dataset(entries, measured, {"device": "NVIDIA H200", "date": "2026-01-02"}, gpu)
+    path = tmp_path / "validation-h200-test.json"
+    path.write_text(json.dumps(ds))
+    return path
+
+
+def test_validate_resimulates_a_measured_dataset(tmp_path, capsys):
+    seed = random.SystemRandom().randrange(2**31)
+    src = _fake_dataset(tmp_path, seed)
+    out = tmp_path / "again.json"
+    assert main(["validate", "--measured", str(src), "--out", str(out)]) == 0
+    old, new = json.loads(src.read_text()), json.loads(out.read_text())
+    assert [r["measured_us"] for r in new["rows"]] == [r["measured_us"] for r in old["rows"]]
+    assert new["device"] == "NVIDIA H200" and new["resimulated_from"] == str(src)
+    assert "16 configurations on NVIDIA H200" in capsys.readouterr().err
+    assert main(["validate", "--measured", str(src), "--out", str(out), "--only", "nope"]) == 2
+
+
+def test_calibrate_refits_from_ceilings_and_a_dataset(tmp_path):
+    seed = random.SystemRandom().randrange(2**31)
+    data = _fake_dataset(tmp_path, seed)
+    ceilings = tmp_path / "ceilings.json"
+    ceilings.write_text(json.dumps({
+        "format": 1, "gpu": "h200", "device": "NVIDIA H200", "date": "2026-01-02",
+        "efficiency": {}, "measured": {"ceilings": {
+            "matmul_fp16": {"tflops": 700.0}, "copy": {"gbs": 4200.0},
+            "l2_read": {"gbs": 9000.0}, "exp": {"exps_per_s": 4.0e12},
+            "launch": {"us_per_launch": 1.0}}}}))  # fmt: skip
+    out = tmp_path / "calibration-h200.json"
+    rc = main(["calibrate", "--ceilings", str(ceilings), "--measured", str(data),
+               "--out", str(out), "--max-evals", "30"])  # fmt: skip
+    assert rc == 0, seed
+    doc = json.loads(out.read_text())
+    assert doc["gpu"] == "h200" and doc["hardware"]["l2_gbs"] == 9000.0
+    assert doc["efficiency"]["tensor"] == pytest.approx(700 / 989.4)
+    fit = doc["fit"]
+    assert fit["fit"]["n"] + fit["holdout"]["n"] == 16
+    assert fit["fit"]["mape_pct"] <= fit["fit"]["start_mape_pct"] + 1e-9, seed
+    # the file is one the simulator accepts
+    from simulator.calibration import apply_calibration
+
+    gpu = apply_calibration(hardware.PRESETS["h200"], tmp_path)
+    assert gpu.l2_gbs == 9000.0 and gpu.efficiency.overlap == fit["values"]["overlap"]

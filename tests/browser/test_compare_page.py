@@ -1,0 +1,88 @@
+"""/compare in headless Chromium: shipped datasets, a chosen configuration, URL state."""
+
+from __future__ import annotations
+
+import json
+import re
+import urllib.request
+
+import pytest
+
+from .conftest import screenshot
+from .downloads import download_json
+
+pytestmark = pytest.mark.browser
+FIGURES = ("scatter", "lines", "errors-plot", "breakdown", "timeline")
+
+
+def _config(page) -> str:
+    page.locator("body[data-config]").wait_for(state="attached", timeout=20000)
+    return page.evaluate("() => document.body.dataset.config")
+
+
+def _wait_config(page, cid: str) -> None:
+    page.locator(f"body[data-config='{cid}']").wait_for(state="attached", timeout=20000)
+
+
+def _breakdown(page) -> list:
+    return page.evaluate("() => document.getElementById('breakdown').data.map(t => t.x[0])")
+
+
+def test_loads_plots_and_choosing_a_configuration_changes_the_breakdown(page, live_server):
+    with urllib.request.urlopen(f"{live_server}/api/compare") as r:
+        api = json.load(r)
+    gpu, rows = api["dataset"]["gpu"], api["rows"]
+    page.goto(f"{live_server}/compare?gpu={gpu}")
+    first = _config(page)
+    assert first == api["chosen"]["id"]  # the worst-predicted configuration by default
+    for fig in FIGURES:
+        assert page.locator(f"#{fig} .main-svg").count() >= 1, fig
+    note = page.locator("#dataset-note")
+    assert note.is_visible() and api["dataset"]["device"] in note.inner_text()
+    assert api["dataset"]["date"] in note.inner_text()
+    scatter = page.evaluate("() => document.getElementById('scatter').data.map(t => t.name)")
+    assert "y = x" in scatter and "±10%" in scatter
+    before = _breakdown(page)
+    assert page.locator("#why li").count() >= 2
+
+    other = next(r["id"] for r in rows if r["id"] != first and r["mode"] == "bwd")
+    page.select_option("#config-select", other)
+    _wait_config(page, other)
+    assert _breakdown(page) != before
+    assert re.search(rf"[?&]id={re.escape(other)}\b", page.url)
+    assert other in page.locator("#now").inner_text()
+    assert page.locator("#kernels tr").count() >= 3  # header + preprocess + dQ/dK/dV kernels
+
+    page.locator("h1").click()  # keys step only when no form field has the focus
+    page.keyboard.press("ArrowRight")  # the next configuration in sweep order
+    nxt = rows[[r["id"] for r in rows].index(other) + 1]["id"]
+    _wait_config(page, nxt)
+    screenshot(page, "compare")
+    assert page.log.console_errors == [] and page.log.page_errors == []
+    assert page.log.external_requests == []
+
+
+def test_the_url_reproduces_the_view(page, live_server):
+    with urllib.request.urlopen(f"{live_server}/api/compare") as r:
+        api = json.load(r)
+    cid = api["rows"][5]["id"]
+    url = f"{live_server}/compare?gpu={api['dataset']['gpu']}&id={cid}"
+    page.goto(url)
+    _wait_config(page, cid)
+    shown = page.locator("#now").inner_text()
+    assert page.locator("#config-select").input_value() == cid
+    page.goto(page.url)  # reload what the address bar holds
+    _wait_config(page, cid)
+    assert page.locator("#now").inner_text() == shown
+    name, body = download_json(page, "#export-json")
+    assert name.endswith(f"{cid}.json") and body["chosen"]["id"] == cid
+    assert page.log.console_errors == [] and page.log.page_errors == []
+    assert page.log.external_requests == []
+
+
+def test_unknown_configuration_shows_the_error(page, live_server):
+    page.goto(f"{live_server}/compare?id=no-such-config")
+    errors = page.locator("#errors")
+    errors.wait_for(state="visible")
+    assert "no configuration 'no-such-config'" in errors.inner_text()
+    assert page.log.page_errors == [] and page.log.external_requests == []

@@ -1,0 +1,56 @@
+"""The calibration fit: deterministic, and it recovers parameters that made the measurements."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from simulator import kernelplan
+from simulator.fitting import Param, Sample, apply, fit, loss_of
+from simulator.hardware import from_name
+from simulator.problem import AttentionProblem, TileConfig
+
+
+def _samples(truth, seed):
+    rng = random.Random(seed)
+    out = []
+    for k in range(8):
+        n = rng.choice([256, 512, 1024, 2048])
+        p = AttentionProblem(seq_q=n, head_dim=rng.choice([64, 128]), batch=2, heads=8,
+                             causal=rng.random() < 0.5)  # fmt: skip
+        algo = rng.choice(["fa2", "fa2-bwd"])
+        t = TileConfig(64, 64, 3, 4)
+        w = kernelplan.build(algo, p, t, gpu_key="h100-sxm")
+        out.append(Sample(f"s{k}", w, loss_of_time(truth, w)))
+    return out
+
+
+def loss_of_time(gpu, w):
+    from simulator.engine import simulate_workload
+
+    return simulate_workload(w, gpu).time_s
+
+
+def test_fit_recovers_the_parameters_that_produced_the_times():
+    seed = random.SystemRandom().randrange(2**31)
+    base = from_name("h100-sxm", calibrated=False)
+    truth = apply(base, {"overlap": 0.2, "cta_setup_ns": 2500.0})
+    samples = _samples(truth, seed)
+    params = (Param("overlap", 0.0, 1.0), Param("cta_setup_ns", 10.0, 20000.0, log=True))
+    start = apply(base, {"overlap": 0.7, "cta_setup_ns": 100.0})
+    assert loss_of(start, samples)[1] > 5, seed
+    got = fit(start, samples, params, max_evals=150)
+    assert got.loss < got.start_loss / 5, (got, seed)
+    assert got.mape_pct < 2.0, (got, seed)
+    assert got.values["overlap"] == pytest.approx(0.2, abs=0.08), (got.values, seed)
+    again = fit(start, samples, params, max_evals=150)
+    assert again.values == got.values  # no randomness
+
+
+def test_params_map_their_range_and_round_integers():
+    p = Param("warps_to_saturate", 1, 32, log=True, integer=True)
+    assert p.from_unit(0.0) == 1 and p.from_unit(1.0) == 32 and p.from_unit(2.0) == 32
+    assert isinstance(p.from_unit(0.5), int)
+    q = Param("overlap", 0.0, 1.0)
+    assert q.from_unit(q.to_unit(0.3)) == pytest.approx(0.3)

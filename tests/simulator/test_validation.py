@@ -1,0 +1,123 @@
+"""The validation's sweep file, its error statistics, rank correlation and pick of the best."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from simulator import hardware
+from simulator.validation import (
+    Entry,
+    build_dataset,
+    error_stats,
+    ranking,
+    ranks,
+    read_sweep,
+    simulate_config,
+    spearman,
+    summarize,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+SWEEP = ROOT / "benchmarks" / "sweeps" / "validation.json"
+
+
+def test_the_shipped_sweep_covers_what_the_issue_asks():
+    entries = read_sweep(SWEEP)
+    assert len(entries) >= 48
+    cfgs = [e.config for e in entries]
+    assert {c["seq"] for c in cfgs} >= {512, 16384}
+    assert {c["head_dim"] for c in cfgs} == {64, 128}
+    assert {c["causal"] for c in cfgs} == {False, True}
+    assert {c["algo"] for c in cfgs} == {"fa2", "fa2-bwd"}
+    problems = {}
+    for c in cfgs:
+        key = tuple(c[k] for k in ("algo", "seq", "head_dim", "causal"))
+        problems.setdefault(key, set()).add((c["block_m"], c["block_n"], c["stages"], c["warps"]))
+    assert min(len(v) for v in problems.values()) >= 3  # three tile configurations each
+    gpu = hardware.from_name("h100")
+    for e in entries[::11]:  # every configuration fits Hopper's shared memory
+        assert simulate_config(e.config, gpu).time_s > 0
+    assert {e.subset for e in entries} == {"fit", "holdout"}
+
+
+@pytest.mark.parametrize(
+    ("doc", "match"),
+    [
+        ({"format": 2, "entries": []}, "format"),
+        ({"format": 1, "entries": []}, "no entries"),
+        ({"format": 1, "entries": [{"id": "a", "subset": "train", "config": {}}]}, "subset"),
+        (
+            {"format": 1, "entries": [{"id": "a", "subset": "fit", "config": {"algo": "fa2"}}]},
+            "needs 'seq'",
+        ),
+        (
+            {"format": 1, "entries": [{"id": "a", "subset": "fit", "config": {"sequence": 1}}]},
+            "unknown config fields",
+        ),
+    ],
+)
+def test_bad_sweeps_are_refused_naming_the_entry(tmp_path, doc, match):
+    path = tmp_path / "sweep.json"
+    path.write_text(json.dumps(doc))
+    with pytest.raises(ValueError, match=match):
+        read_sweep(path)
+
+
+def test_ranks_share_ties_and_spearman_matches_its_definition():
+    assert ranks(np.array([3.0, 1.0, 3.0, 2.0])).tolist() == [3.5, 1.0, 3.5, 2.0]
+    rng = np.random.default_rng()
+    a, b = rng.permutation(7).astype(float), rng.permutation(7).astype(float)
+    d = ranks(a) - ranks(b)
+    assert spearman(a, b) == pytest.approx(1 - 6 * np.sum(d**2) / (7 * (49 - 1)))
+    assert spearman([1, 2, 3], [10, 20, 30]) == pytest.approx(1.0)
+    assert spearman([1, 2, 3], [3, 2, 1]) == pytest.approx(-1.0)
+    assert spearman([1, 1, 1], [1, 2, 3]) is None
+
+
+def test_error_stats_and_the_simulators_pick():
+    s = error_stats(["a", "b", "c"], [100.0, 200.0, None], [110.0, 150.0, 5.0])
+    assert s["n"] == 2 and s["mape_pct"] == pytest.approx(17.5)
+    assert s["worst_pct"] == pytest.approx(-25.0) and s["worst_id"] == "b"
+    base = {"algo": "fa2", "seq": 512, "head_dim": 64, "stages": 3, "warps": 4}
+    rows = [
+        {"id": f"t{i}", "config": {**base, "block_m": bm, "block_n": 64},
+         "measured_us": m, "simulated_us": s}
+        for i, (bm, m, s) in enumerate([(16, 10.0, 30.0), (32, 10.3, 10.0), (64, 20.0, 20.0)])
+    ]  # fmt: skip
+    r = ranking(rows)
+    assert r["problems"] == 1
+    assert r["by_problem"][0]["simulated_best"] == "t1"
+    assert r["by_problem"][0]["pick_gap_pct"] == pytest.approx(3.0)
+    assert r["pick_within_5pct"] == 1.0
+    assert r["spearman_mean"] == pytest.approx(spearman([10, 10.3, 20], [30, 10, 20]))
+
+
+def test_a_dataset_simulates_every_entry_and_summarizes_each_subset():
+    rng = random.Random()
+    seed = rng.randrange(2**31)
+    gen = np.random.default_rng(seed)
+    entries = read_sweep(SWEEP)[:12]
+    gpu = hardware.from_name("h200")
+    measured = []
+    for e in entries:
+        t = simulate_config(e.config, gpu).time_s
+        measured.append({"id": e.id, "ms": t * 1e3 * gen.uniform(0.8, 1.25), "route": "separate"})
+    measured[3] = {"id": entries[3].id, "error": "RuntimeError: boom"}
+    ds = build_dataset(entries, measured, {"device": "NVIDIA H200", "date": "d"}, gpu)
+    assert ds["gpu"] == "h200" and len(ds["rows"]) == 12
+    assert ds["rows"][3]["measured_us"] is None and ds["rows"][3]["simulated_us"] > 0
+    s = ds["summary"]
+    assert s["all"]["time"]["n"] == 11, seed
+    assert s["fit"]["rows"] + s["holdout"]["rows"] == 12
+    errs = [abs(r["error_pct"]) for r in ds["rows"] if r.get("error_pct") is not None]
+    assert s["all"]["time"]["mape_pct"] == pytest.approx(np.mean(errs)), seed
+    assert s["targets"]["time_mape"] == (np.mean(errs) <= 10), seed
+    json.dumps(ds)
+    again = summarize(ds["rows"])
+    assert again["all"]["time"] == s["all"]["time"]
+    assert isinstance(entries[0], Entry)
