@@ -136,8 +136,10 @@ def test_causal_does_about_half_the_work_at_large_n():
 
 def test_133_equal_ctas_on_132_sms_take_two_waves():
     """One query block per head, every head reading the same K/V (kv_heads = 1): CTAs of equal
-    work, one per SM (160 KiB of shared memory each)."""
-    gpu = from_name("h100")
+    work, one per SM (160 KiB of shared memory each). The preset's own efficiencies: with the
+    calibrated ones, the first CTA of the shared K/V stream pays the fitted DRAM latency on each
+    of its compulsory misses and outlasts the others, which blurs the count of waves."""
+    gpu = from_name("h100", calibrated=False)
     t = TileConfig(128, 128, 2, 8)
 
     def run_heads(h):
