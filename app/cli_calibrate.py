@@ -230,6 +230,7 @@ def _fit(gpu, rows: list[dict], max_evals: int) -> tuple[dict, dict, dict]:
     }  # fmt: skip
     return doc, values, hw
 
+
 def main(argv: list[str] | None = None) -> int:
     """This command alone (`python -m app.cli_calibrate`): needs no web-app dependency."""
     parser = argparse.ArgumentParser(prog="flashscope")

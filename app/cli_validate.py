@@ -30,7 +30,9 @@ def add_command(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--sweep", type=Path, default=None, help="sweep file (see benchmarks/sweeps)")
     p.add_argument("--out", type=Path, required=True, help="dataset file to write")
-    p.add_argument("--gpu", type=gpu_name, default=None, help="preset to simulate (default: this GPU)")
+    p.add_argument(
+        "--gpu", type=gpu_name, default=None, help="preset to simulate (default: this GPU)"
+    )
     p.add_argument(
         "--measured", type=Path, default=None, help="re-simulate this dataset's measurements"
     )
@@ -68,7 +70,9 @@ def run(args: argparse.Namespace) -> int:
         except ValueError as exc:
             return _fail("--sweep", str(exc))
     elif old is not None:
-        entries = [Entry(r["id"], r["subset"], r["config"], bool(r.get("ncu"))) for r in old["rows"]]
+        entries = [
+            Entry(r["id"], r["subset"], r["config"], bool(r.get("ncu"))) for r in old["rows"]
+        ]
     else:
         return _fail("--sweep", "a sweep file is needed (or --measured DATASET)")
     if args.only:

@@ -13,10 +13,10 @@ from fastapi.templating import Jinja2Templates
 from . import __version__
 from .bodylimit import BodyLimitMiddleware
 from .config import Settings, get_settings
+from .datasets import Datasets
 from .errors import validation_handler, value_handler
 from .ratelimit import RateLimiter, RateLimitMiddleware, rates_from
 from .rooms import Rooms
-from .datasets import Datasets
 from .routes import (
     compare,
     exports,

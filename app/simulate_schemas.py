@@ -153,8 +153,12 @@ def _check_kernels(r: SimulateRequest, s: Settings, where: str) -> list[dict]:
             )
     if dq["dq_warps"] is not None and not is_power_of_two(dq["dq_warps"]):
         errs.append(
-            value_error("dq_warps", f"dq_warps must be a power of two, got {dq['dq_warps']}",
-                        dq["dq_warps"], where)  # fmt: skip
+            value_error(
+                "dq_warps",
+                f"dq_warps must be a power of two, got {dq['dq_warps']}",
+                dq["dq_warps"],
+                where,
+            )
         )
     return errs
 

@@ -112,11 +112,11 @@ class Case:
         for _ in range(count):
             q, k, v = rand(q_shape), rand(kv_shape), rand(kv_shape)  # (B, H, N, d)
             if algo == "fa2":
-                calls.append(
-                    lambda q=q, k=k, v=v: launch_forward(q, k, v, p.causal, p.scale, main)
-                )
+                calls.append(lambda q=q, k=k, v=v: launch_forward(q, k, v, p.causal, p.scale, main))
                 continue
-            o, lse = launch_forward(q, k, v, p.causal, p.scale, _forward_config(pad_dim(p.head_dim)))
+            o, lse = launch_forward(
+                q, k, v, p.causal, p.scale, _forward_config(pad_dim(p.head_dim))
+            )
             do = rand(q_shape)  # (B, H, N_q, d)
             calls.append(
                 lambda q=q, k=k, v=v, o=o, lse=lse, do=do: launch_backward(

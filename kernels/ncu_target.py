@@ -57,7 +57,11 @@ def main(argv: list[str]) -> int:
             torch.cuda.nvtx.range_pop()
             torch.cuda.cudart().cudaProfilerStop()
             done.append(
-                {"index": i, "kernels": expected_kernels(case.algo, case.route), "route": case.route}
+                {
+                    "index": i,
+                    "kernels": expected_kernels(case.algo, case.route),
+                    "route": case.route,
+                }
             )
         except Exception as exc:  # one configuration failing must not lose the others
             done.append({"index": i, "error": f"{type(exc).__name__}: {exc}", "kernels": []})

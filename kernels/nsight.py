@@ -122,8 +122,10 @@ def assign(rows: list[dict], done: list[dict]) -> list[list[dict] | None]:
             k += len(want)
         else:  # resynchronize on the next configuration's first kernel
             nxt = k + 1
-            while nxt < len(rows) and "_bwd_preprocess" not in rows[nxt]["name"] and (
-                "_attn_fwd" not in rows[nxt]["name"]
+            while (
+                nxt < len(rows)
+                and "_bwd_preprocess" not in rows[nxt]["name"]
+                and ("_attn_fwd" not in rows[nxt]["name"])
             ):
                 nxt += 1
             k = nxt
@@ -148,9 +150,7 @@ def totals(kernels: list[dict]) -> dict:
         if out["dram_read_bytes"] is None or out["dram_write_bytes"] is None
         else out["dram_read_bytes"] + out["dram_write_bytes"]
     )
-    sectors = [
-        total(f"lts__t_sectors_srcunit_tex_op_{op}.sum") for op in ("read", "write", "red")
-    ]
+    sectors = [total(f"lts__t_sectors_srcunit_tex_op_{op}.sum") for op in ("read", "write", "red")]
     out["l2_bytes_sm"] = (
         None if any(s is None for s in sectors) else SECTOR_BYTES * sum(sectors)  # type: ignore[misc]
     )
@@ -186,7 +186,7 @@ def profile(
             "none", "--metrics", ",".join(metrics), "--export", str(report), "--force-overwrite",
             "--log-file", str(log_path)]  # fmt: skip
     target = [sys.executable, "-m", "kernels.ncu_target", str(cfg_path), str(done_path)]
-    attempts = [base[:1] + ["--nvtx", "--nvtx-include", "flashscope-profile/"] + base[1:], base]
+    attempts = [[base[0], "--nvtx", "--nvtx-include", "flashscope-profile/", *base[1:]], base]
     info: dict = {"metrics": metrics, "attempts": []}
     rows: list[dict] = []
     deadline = time.monotonic() + timeout_s

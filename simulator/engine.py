@@ -1,6 +1,8 @@
 """The cycle-approximate timing engine: a workload's launches on a GPU, CTA by CTA, vectorized.
 
-For each launch, in order (each waits for the previous one, after a launch gap):
+For each launch, in order (each waits for the previous one, after a launch gap; a launch marked
+`concurrent` runs on a second stream instead: it starts one launch gap after the previous
+launch, and its CTAs take the SMs' slots as that launch's CTAs leave them):
 
 1. Occupancy: CTAs per SM from shared memory, registers and warps (`occupancy.py`); an SM
    is that many slots.
@@ -38,7 +40,8 @@ demand is not resolved within a launch (a per-instant fluid warp was tried: perf
 sharing finishes a memory-bound wave in lockstep and then charges latency-bound stragglers,
 which real GPUs, whose CTAs finish staggered, largely overlap); capacity misses do not add
 latency (their bandwidth is charged); register spills, bank conflicts, instruction issue,
-TLB and DRAM page effects, clock throttling and launch-to-launch overlap are not modelled.
+TLB and DRAM page effects and clock throttling are not modelled; concurrent launches share SMs
+but not L2 capacity nor DRAM bandwidth (each is split as if it ran alone).
 
 The engine returns dataclasses and arrays (`results.py`); it never formats output.
 """

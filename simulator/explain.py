@@ -32,9 +32,7 @@ def measured_kernel(name: str, measured: list[dict]) -> dict | None:
 
 
 def _ncu_occupancy(k: dict) -> int | None:
-    limits = [
-        k.get(f"launch__occupancy_limit_{x}") for x in ("registers", "shared_mem", "warps")
-    ]
+    limits = [k.get(f"launch__occupancy_limit_{x}") for x in ("registers", "shared_mem", "warps")]
     limits = [v for v in limits if v is not None]
     return int(min(limits)) if limits else None
 

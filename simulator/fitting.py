@@ -38,7 +38,9 @@ class Param:
 
     def to_unit(self, value: float) -> float:
         if self.log:
-            return (math.log(value) - math.log(self.low)) / (math.log(self.high) - math.log(self.low))
+            return (math.log(value) - math.log(self.low)) / (
+                math.log(self.high) - math.log(self.low)
+            )
         return (value - self.low) / (self.high - self.low)
 
     def from_unit(self, u: float) -> float | int:
@@ -47,7 +49,7 @@ class Param:
             v = math.exp(math.log(self.low) + u * (math.log(self.high) - math.log(self.low)))
         else:
             v = self.low + u * (self.high - self.low)
-        return int(round(v)) if self.integer else float(v)
+        return round(v) if self.integer else float(v)
 
 
 PARAMS: tuple[Param, ...] = (
@@ -207,9 +209,7 @@ def apply(gpu: GPU, values: dict[str, float | int]) -> GPU:
     eff = {k: v for k, v in values.items() if k not in HARDWARE_FIELDS}
     if "l2_gbs" in hw:  # a fitted bandwidth is the achievable one
         eff["l2"] = 1.0
-    return dataclasses.replace(
-        gpu, efficiency=dataclasses.replace(gpu.efficiency, **eff), **hw
-    )
+    return dataclasses.replace(gpu, efficiency=dataclasses.replace(gpu.efficiency, **eff), **hw)
 
 
 HARDWARE_FIELDS = ("l2_gbs",)

@@ -270,14 +270,14 @@ def summarize(rows: list[dict]) -> dict:
     a = out["all"]
 
     def met(value: float | None, ok) -> bool | None:
-        return None if value is None or (isinstance(value, float) and math.isnan(value)) else ok(value)
+        return (
+            None if value is None or (isinstance(value, float) and math.isnan(value)) else ok(value)
+        )
 
     out["targets"] = {
         "time_mape": met(a["time"]["mape_pct"], lambda v: v <= TARGETS["time_mape_pct"]),
         "time_worst": met(a["time"]["worst_pct"], lambda v: abs(v) <= TARGETS["time_worst_pct"]),
-        "dram_bytes": met(
-            a["dram_bytes"]["worst_pct"], lambda v: abs(v) <= TARGETS["bytes_pct"]
-        ),
+        "dram_bytes": met(a["dram_bytes"]["worst_pct"], lambda v: abs(v) <= TARGETS["bytes_pct"]),
         "l2_bytes": met(a["l2_bytes"]["worst_pct"], lambda v: abs(v) <= TARGETS["bytes_pct"]),
         "spearman": met(a["ranking"]["spearman_mean"], lambda v: v >= TARGETS["spearman"]),
         "best_within_5pct": met(a["ranking"]["pick_within_5pct"], lambda v: v >= 1.0),

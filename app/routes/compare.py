@@ -76,7 +76,8 @@ def _choose(params: CompareParams, data: dict[str, dict]) -> tuple[dict, dict]:
     """The dataset and the row the parameters name (the worst-predicted row by default)."""
     if not data:
         raise HTTPException(
-            status_code=404, detail="no validation dataset in the results folder (FLASHSCOPE_RESULTS_DIR)"
+            status_code=404,
+            detail="no validation dataset in the results folder (FLASHSCOPE_RESULTS_DIR)",
         )
     choices = sorted(data)
     key = params.gpu
@@ -87,8 +88,14 @@ def _choose(params: CompareParams, data: dict[str, dict]) -> tuple[dict, dict]:
             key = None
     if params.gpu is not None and key not in data:
         raise refuse(
-            [limit_error("gpu", f"no dataset for gpu {params.gpu!r}; choose one of "
-                         f"{', '.join(choices)}", params.gpu, choices)]  # fmt: skip
+            [
+                limit_error(
+                    "gpu",
+                    f"no dataset for gpu {params.gpu!r}; choose one of {', '.join(choices)}",
+                    params.gpu,
+                    choices,
+                )
+            ]
         )
     ds = data[key or ("h100-sxm" if "h100-sxm" in data else choices[0])]
     rows = ds["rows"]
@@ -98,8 +105,14 @@ def _choose(params: CompareParams, data: dict[str, dict]) -> tuple[dict, dict]:
     row = next((r for r in rows if r["id"] == params.id), None)
     if row is None:
         raise refuse(
-            [limit_error("id", f"no configuration {params.id!r} in the {ds['gpu']} dataset",
-                         params.id, f"{len(rows)} ids, e.g. {rows[0]['id']}")]  # fmt: skip
+            [
+                limit_error(
+                    "id",
+                    f"no configuration {params.id!r} in the {ds['gpu']} dataset",
+                    params.id,
+                    f"{len(rows)} ids, e.g. {rows[0]['id']}",
+                )
+            ]
         )
     return ds, row
 
@@ -116,10 +129,15 @@ def compare(
     measured_kernels = ((row.get("measured") or {}).get("ncu") or {}).get("kernels") or []
     return {
         "datasets": [
-            {"gpu": k, "device": d.get("device"), "date": d.get("date"), "file": d["file"],
-             "rows": len(d["rows"])}
+            {
+                "gpu": k,
+                "device": d.get("device"),
+                "date": d.get("date"),
+                "file": d["file"],
+                "rows": len(d["rows"]),
+            }
             for k, d in sorted(data.items())
-        ],  # fmt: skip
+        ],
         "dataset": {
             **{k: ds.get(k) for k in ("gpu", "device", "date", "torch", "triton", "cuda", "file")},
             "summary": {k: ds["summary"][k] for k in ("all", "fit", "holdout", "targets")},

@@ -64,9 +64,9 @@ def run_request(body: SimulateRequest, settings: Settings) -> SimResult:
         field = _field(str(exc), "hardware")
         raise refuse([value_error(field, str(exc), body.hardware, "body")]) from None
     dq = (body.dq_block_m, body.dq_block_n, body.dq_stages, body.dq_warps)
+    defaults = (tiles.block_m, tiles.block_n, tiles.stages, tiles.warps)
     dq_tiles = (
-        TileConfig(*(v or d for v, d in zip(dq, (tiles.block_m, tiles.block_n, tiles.stages,
-                                                  tiles.warps), strict=True)))  # fmt: skip
+        TileConfig(*(v or d for v, d in zip(dq, defaults, strict=True)))
         if any(v is not None for v in dq)
         else None
     )

@@ -178,12 +178,12 @@ function renderLines() {
     traces,
     {
       ...baseLayout,
-      height: 340,
+      height: 360,
       xaxis: { type: "log", title: { text: "N (batch·N = 16384)" }, tickvals: [512, 1024, 2048, 4096, 8192, 16384] },
       yaxis: { type: "log", title: { text: "µs" } },
-      legend: { orientation: "h", y: -0.35, font: { size: 11 } },
-      margin: { ...baseLayout.margin, l: 56, b: 110 },
-      title: { text: `${c.mode}, d = ${c.head_dim}, ${c.causal ? "causal" : "full"}`, font: { size: 13 } },
+      legend: { orientation: "h", y: -0.42, font: { size: 11 } },
+      margin: { ...baseLayout.margin, l: 56, b: 130, t: 30 },
+      title: { text: `${c.mode}, d = ${c.head_dim}, ${c.causal ? "causal" : "full"}`, font: { size: 13 }, y: 0.98 },
     },
     plotConfig,
   );
@@ -235,16 +235,16 @@ function renderBreakdown() {
     traces,
     {
       ...baseLayout,
-      height: 200,
+      height: 230,
       barmode: "stack",
       xaxis: { title: { text: "µs" }, rangemode: "tozero" },
       yaxis: { autorange: "reversed" },
-      legend: { orientation: "h", y: 1.4, font: { size: 11 } },
-      margin: { ...baseLayout.margin, l: 80, t: 36 },
+      legend: { orientation: "h", x: 0, y: 1.02, yanchor: "bottom", font: { size: 11 } },
+      margin: { ...baseLayout.margin, l: 80, t: 64 },
     },
     plotConfig,
   );
-  const head = ["kernel", "simulated", "ncu (alone)", "CTAs/SM sim · ncu", "registers est. · compiled", "local loads"];
+  const head = ["kernel", "simulated", "ncu, alone", "CTAs/SM", "registers", "spilled"];
   const rows = c.kernels.map((k) => [
     k.name,
     us(k.simulated_us),

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from kernels.nsight import LAUNCH, REQUIRED, assign, parse_raw_csv, totals
 from kernels.ncu_target import expected_kernels
+from kernels.nsight import LAUNCH, REQUIRED, assign, parse_raw_csv, totals
 
 METRICS = [*REQUIRED, "lts__t_sectors_srcunit_tex_op_read.sum"]
 
@@ -15,7 +15,13 @@ def _csv(names: list[str]) -> str:
     lines = ["==PROF== Connected to process 1", ",".join(f'"{c}"' for c in cols)]
     lines.append(",".join('""' if i < 3 else '"byte"' for i in range(len(cols))))
     for i, name in enumerate(names):
-        values = [str(i), "1", name, *(f"{1000 * (i + 1) + j:,}" for j in range(len(METRICS))), "128"]
+        values = [
+            str(i),
+            "1",
+            name,
+            *(f"{1000 * (i + 1) + j:,}" for j in range(len(METRICS))),
+            "128",
+        ]
         lines.append(",".join(f'"{v}"' for v in values))
     return "\n".join(lines)
 

@@ -57,7 +57,9 @@ def test_causal_forward_launches_the_heaviest_query_block_first():
     (launch,) = kernelplan.build("fa2", p, TileConfig(64, 64)).launches
     assert launch.iters.tolist()[:5] == [5, 4, 3, 2, 1]  # the convention's grid runs 1 … 5
     assert launch.iters.tolist()[5:10] == [5, 4, 3, 2, 1]
-    (plain,) = kernelplan.build("fa2", AttentionProblem(seq_q=300, head_dim=16), TileConfig(64, 64)).launches
+    (plain,) = kernelplan.build(
+        "fa2", AttentionProblem(seq_q=300, head_dim=16), TileConfig(64, 64)
+    ).launches
     assert plain.iters.tolist() == [5] * 5
 
 
@@ -86,7 +88,7 @@ def test_the_default_route_is_the_kernels_choice_in_tuned_json():
     keys = {"NVIDIA H200": "h200"}
     for name, entry in tuned.items():
         for key, route in entry.get("routes", {}).items():
-            _, bits, d, mask = key.split("/")
+            _, _bits, d, mask = key.split("/")
             p = AttentionProblem(seq_q=64, head_dim=int(d[1:]), causal=mask == "causal")
             assert kernelplan.kernel_route(keys[name], p) == route, key
     assert kernelplan.kernel_route("h100-sxm", AttentionProblem(head_dim=64)) == "separate"
