@@ -20,7 +20,8 @@ launch, and its CTAs take the SMs' slots as that launch's CTAs leave them):
    iteration; one stage pays it every time.
    Before the loop: CTA set-up, the latency of the first load and the edge bytes.
    c is the residency a full GPU has (CTAs per SM), or ⌈CTAs / SMs⌉ when the grid cannot
-   fill every slot; the load latency here counts only compulsory misses (see below).
+   fill every slot; the load latency here counts only compulsory misses (see below), shared
+   alike by the CTAs of one stream (they wait on the same first fetches).
 3. Schedule in launch order as slots free up (`scheduler.py`): waves, the tail of the last
    wave and causal imbalance (light query blocks finish first) come out of it.
 4. L2 (`l2model.py`): which requests hit, which reach DRAM, from the schedule.
@@ -153,6 +154,23 @@ def _durations(
     return edge + loop, edge, parts
 
 
+def _shared_hits(w: Launch, hit: np.ndarray) -> np.ndarray:
+    """Loop hit rates for load latency: CTAs of one stream share its compulsory misses.
+
+    CTAs reading the same stream at about the same time wait on the same first fetch of each
+    block (later requests merge into the pending miss), so for latency each CTA of a stream
+    sees the stream's average hit rate rather than the first CTA taking every miss.
+    """
+    if not w.stream_read.any():
+        return hit
+    inv, k = stream_groups(w.stream)
+    loop_read = np.maximum(w.read_bytes - w.edge_read, 0.0)
+    num = np.bincount(inv, weights=hit * loop_read, minlength=k)
+    den = np.bincount(inv, weights=loop_read, minlength=k)
+    group = np.divide(num, den, out=np.ones(k), where=den > 0)
+    return np.where(w.stream >= 0, group[inv], hit)
+
+
 def _schedule(dur: np.ndarray, slots: int, sms: int, free_at: np.ndarray | None = None):
     start, slot = list_schedule(dur, slots, free_at)
     end = start + dur
@@ -206,7 +224,7 @@ def _run_launch(
     # too small to fill every slot. No SM ever holds more, so no SM outruns its throughput.
     c = np.full(n, float(min(per_sm, math.ceil(n / sms))))
     ideal = split_traffic(w, np.zeros(n), np.zeros(n), np.zeros(n), math.inf, gamma, None)
-    dur, edge, parts = _durations(w, t, r, c, ideal.loop_hit, fp.spills)
+    dur, edge, parts = _durations(w, t, r, c, _shared_hits(w, ideal.loop_hit), fp.spills)
     start, end, sm = _schedule(dur, slots, sms, free_at)
     l2 = split_traffic(w, start, end, edge, cap, gamma, carry)
     first = float(start.min())  # > 0 only beside a kernel that still holds every slot

@@ -23,7 +23,9 @@ def test_schedule_returns_the_figures_and_a_cursor(client):
     assert c["times_us"][-1] == pytest.approx(body["time_us"], abs=1e-3)
     bars = sum(len(t["y"]) for t in body["figures"]["gantt"]["data"])
     assert bars == c["ctas"]
-    assert body["imbalance"]["axis"] == "query block" and body["imbalance"]["ratio"] > 2
+    # 16 query blocks see 1 … 16 key blocks; the calibrated H100 also charges each CTA its
+    # measured set-up (about 6 µs), which evens short CTAs out, so the last is < 16× the first
+    assert body["imbalance"]["axis"] == "query block" and body["imbalance"]["ratio"] > 1.5
     occ = body["occupancy"][0]
     assert occ["ctas_per_sm"] == body["ctas_per_sm"] and occ["limiter"] == body["occupancy_limiter"]
 

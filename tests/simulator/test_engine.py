@@ -176,3 +176,13 @@ def test_occupancy_follows_the_scarcest_resource():
     assert fp.smem_bytes == (128 * 64 + 2 * 2 * 128 * 64) * 2
     assert big.occupancy.limits["smem"] == gpu.smem_per_sm // (fp.smem_bytes + 1024)
     assert small.occupancy.limiter in ("regs", "smem", "warps")
+
+
+def test_ctas_of_one_stream_share_its_first_fetches():
+    """Equal CTAs reading one K/V stream wait alike on its compulsory misses: no straggler,
+    however long a DRAM miss is."""
+    gpu = custom(from_name("h100", calibrated=False), dram_latency_ns=3000.0)
+    p = AttentionProblem(seq_q=1024, head_dim=64, heads=4)
+    k = simulate("fa2", p, TileConfig(128, 64, 2, 4), gpu).kernels[0]
+    dur = k.end - k.start
+    assert dur.max() / dur.min() < 1.05, dur
