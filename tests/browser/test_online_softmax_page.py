@@ -51,6 +51,8 @@ def test_presets_masked_entries_and_exports(page, live_server):
     wait_step(page, 0)
     page.locator("#preset").select_option(label="Masked entries (−∞)")
     page.wait_for_url(re.compile(r"x=-inf"))
+    # The page showed step 0 before the preset too: wait for the new vector's step count.
+    page.locator("#step-total", has_text="of 4").wait_for()
     wait_step(page, 0)
     page.keyboard.press("End")
     wait_step(page, 4)
