@@ -1,7 +1,8 @@
 """Rooms in Redis, shared by several server processes (FLASHSCOPE_REDIS_URL).
 
 Keys (all under `flashscope:`):
-    room:<code>           hash  token (SHA-256 of the drive token), seq, state (JSON text)
+    room:<code>           hash  token (SHA-256 of the drive token), seq, state (JSON text),
+                                origin (the member that sent the state)
     room:<code>:members   zset  member id → expiry time (members are kept alive by heartbeats)
     rooms                 zset  code → expiry time (to count open rooms without SCAN)
 and one pub/sub channel, `flashscope:states`, carrying "<code> <seq> <origin> <state JSON>".
@@ -22,7 +23,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any, ParamSpec, TypeVar
 
-from .roomstore import Deliver, RoomFull, RoomGone, RoomRecord, RoomsUnavailable
+from .roomstore import Deliver, RoomFull, RoomGone, RoomRecord, RoomsUnavailable, StaleState
 
 PREFIX = "flashscope:"
 CHANNEL = PREFIX + "states"
@@ -54,13 +55,19 @@ return redis.call('ZCARD', KEYS[2])
 """
 
 _PUBLISH = """
-if redis.call('EXISTS', KEYS[1]) == 0 then return -1 end
+if redis.call('EXISTS', KEYS[1]) == 0 then return {-1, 0} end
+if ARGV[7] ~= '' then
+  local now = tonumber(redis.call('HGET', KEYS[1], 'seq') or '0')
+  if tonumber(ARGV[7]) < now and redis.call('HGET', KEYS[1], 'origin') ~= ARGV[2] then
+    return {0, now}
+  end
+end
 local seq = redis.call('HINCRBY', KEYS[1], 'seq', 1)
-redis.call('HSET', KEYS[1], 'state', ARGV[3])
+redis.call('HSET', KEYS[1], 'state', ARGV[3], 'origin', ARGV[2])
 redis.call('EXPIRE', KEYS[1], ARGV[4])
 redis.call('ZADD', KEYS[2], ARGV[5], ARGV[1])
 redis.call('PUBLISH', ARGV[6], ARGV[1] .. ' ' .. seq .. ' ' .. ARGV[2] .. ' ' .. ARGV[3])
-return seq
+return {1, seq}
 """
 
 
@@ -189,16 +196,26 @@ class RedisRoomStore:
         await self._redis.zrem(_members(code), member)
 
     @_unavailable
-    async def publish(self, code: str, origin: str, state_json: str) -> int:
-        seq = int(
-            await self._scripts["publish"](
-                keys=[_room(code), PREFIX + "rooms"],
-                args=[code, origin, state_json, self._ttl, self._expiry(), CHANNEL],
-            )
+    async def publish(
+        self, code: str, origin: str, state_json: str, base: int | None = None
+    ) -> int:
+        status, seq = await self._scripts["publish"](
+            keys=[_room(code), PREFIX + "rooms"],
+            args=[
+                code,
+                origin,
+                state_json,
+                self._ttl,
+                self._expiry(),
+                CHANNEL,
+                "" if base is None else base,
+            ],
         )
-        if seq < 0:
+        if int(status) < 0:
             raise RoomGone(code)
-        return seq
+        if int(status) == 0:
+            raise StaleState(int(seq))
+        return int(seq)
 
     @_unavailable
     async def heartbeat(self, members: dict[str, list[str]]) -> None:

@@ -284,6 +284,9 @@ class Rooms:
         with contextlib.suppress(Exception):
             await self.store.leave(code, member)
 
-    async def publish(self, code: str, member: str, state: RoomState) -> int:
+    async def publish(
+        self, code: str, member: str, state: RoomState, base: int | None = None
+    ) -> int:
+        """The new state's seq; StaleState when another driver moved the room past `base`."""
         text = json.dumps(state.model_dump(), separators=(",", ":"), allow_nan=False)
-        return await (await self.ready()).publish(code, member, text)
+        return await (await self.ready()).publish(code, member, text, base)

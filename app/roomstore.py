@@ -30,6 +30,18 @@ class RoomFull(Exception):
     """The room already holds as many clients as the limit allows."""
 
 
+class StaleState(Exception):
+    """A driver sent a state built on an older room state than another driver's newest one.
+
+    `seq` is the room's newest sequence number: that state is already on its way to the sender,
+    which shows it instead (two drivers acting at once: the first to arrive wins).
+    """
+
+    def __init__(self, seq: int) -> None:
+        super().__init__(seq)
+        self.seq = seq
+
+
 @dataclass(frozen=True)
 class RoomRecord:
     code: str
@@ -52,8 +64,15 @@ class RoomStore(Protocol):
         ...
 
     async def leave(self, code: str, member: str) -> None: ...
-    async def publish(self, code: str, origin: str, state_json: str) -> int:
-        """Store the room's latest state and deliver it everywhere; returns its seq."""
+    async def publish(
+        self, code: str, origin: str, state_json: str, base: int | None = None
+    ) -> int:
+        """Store the room's latest state and deliver it everywhere; returns its seq.
+
+        `base` is the newest seq the sender had seen. When another member published after it
+        (seq > base and the latest state is not the sender's own), nothing changes and
+        StaleState says so: the sender's state answers a room that has moved on.
+        """
         ...
 
     async def heartbeat(self, members: dict[str, list[str]]) -> None:
@@ -71,6 +90,7 @@ class _Room:
     touched: float
     seq: int = 0
     state: str | None = None
+    origin: str | None = None  # the member whose state is the latest
     members: set[str] = field(default_factory=set)
 
 
@@ -133,10 +153,15 @@ class MemoryRoomStore:
             room.members.discard(member)
             room.touched = self._clock()
 
-    async def publish(self, code: str, origin: str, state_json: str) -> int:
+    async def publish(
+        self, code: str, origin: str, state_json: str, base: int | None = None
+    ) -> int:
         room = self._room(code)
+        if base is not None and base < room.seq and room.origin != origin:
+            raise StaleState(room.seq)
         room.seq += 1
         room.state = state_json
+        room.origin = origin
         if self._deliver is not None:
             self._deliver(code, room.seq, origin, state_json)
         return room.seq

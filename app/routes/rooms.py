@@ -4,10 +4,16 @@ follows (or, with the drive token, drives) it.
 WebSocket protocol (JSON text messages, each at most `room_max_message_bytes`):
     client → {"type": "join", "token": "<drive token>"}   first, within 10 s; token only to drive
     server → {"type": "welcome", "code", "role": "driver" | "attendee", "seq", "state", "clients"}
-    driver → {"type": "state", "state": {"path", "params", "step"}}  →  {"type": "ack", "seq"}
+    driver → {"type": "state", "state": {"path", "params", "step"}, "base": <seq>}
+             →  {"type": "ack", "seq"}, or {"type": "stale", "seq"} when refused as stale
     server → {"type": "state", "seq", "state"}   to everyone else in the room, in seq order
     client → {"type": "detach"} stops the states; {"type": "attach"} sends the latest and resumes
     client → {"type": "ping"}  →  {"type": "pong"}
+`base` (optional) is the newest seq the driver had seen when its page produced the state. With
+several drivers (the lecturer's laptop and tablet), a state built on an older room state than
+another driver's newest one is refused as stale: it is an echo of something the room has left
+behind, and the newer state is already on its way to the sender. The first of two drivers acting
+at once wins; a driver's own quick succession of states never counts against it.
 A recoverable mistake (an attendee trying to drive, a bad state, a bad message) gets
 {"type": "error", "errors": [...]} with `field` and `limit`, and changes nothing. Otherwise the
 server closes with a reason: 4400 bad code or first message, 4403 drive token does not match,
@@ -35,6 +41,7 @@ from ..errors import describe, limit_error, value_error
 from ..ratelimit import Bucket, Rate
 from ..rooms import (
     CODE_PATTERN,
+    SAFE_INT,
     Follower,
     Rooms,
     RoomsFull,
@@ -43,7 +50,7 @@ from ..rooms import (
     state_message,
     token_matches,
 )
-from ..roomstore import RoomFull, RoomGone, RoomRecord, RoomsUnavailable
+from ..roomstore import RoomFull, RoomGone, RoomRecord, RoomsUnavailable, StaleState
 
 router = APIRouter(tags=["rooms"])
 
@@ -301,7 +308,9 @@ async def _read(
             except RoomGone:
                 await ws.close(code=4410, reason=f"room {code} has closed")
                 return
-            if isinstance(outcome, int):
+            if isinstance(outcome, StaleState):
+                follower.send(f'{{"type":"stale","seq":{outcome.seq}}}')
+            elif isinstance(outcome, int):
                 follower.send(f'{{"type":"ack","seq":{outcome}}}')
             else:
                 follower.send(_errors(outcome))
@@ -342,8 +351,11 @@ async def _drive(
     member: str,
     bucket: Bucket,
     msg: dict,
-) -> int | list[dict]:
-    """Publish a driver's state: its seq, or errors for anything refused (RoomGone if closed)."""
+) -> int | StaleState | list[dict]:
+    """Publish a driver's state: its seq, StaleState, or errors for anything refused.
+
+    RoomGone when the room has closed.
+    """
     if role != "driver":
         return [
             value_error(
@@ -366,7 +378,13 @@ async def _drive(
                 "message",
             )
         ]
-    extra = set(msg) - {"type", "state"}
+    extra = set(msg) - {"type", "state", "base"}
+    base = msg.get("base")
+    if base is not None and (
+        not isinstance(base, int) or isinstance(base, bool) or not 0 <= base <= SAFE_INT
+    ):
+        why = "base must be a whole number from 0 to 2**53: the newest seq this driver has seen"
+        return [value_error("base", why, None, "message")]
     try:
         if extra:
             raise ValueError(f"unknown fields {sorted(extra)}")
@@ -377,4 +395,7 @@ async def _drive(
         return [value_error("message", str(exc), None, "message")]
     if errs := check_room_state(state, settings):
         return errs
-    return await rooms.publish(code, member, state)
+    try:
+        return await rooms.publish(code, member, state, base)
+    except StaleState as stale:
+        return stale

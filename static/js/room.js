@@ -10,6 +10,12 @@
 // next page of this tab joins the same room: `token` makes it the driver, `adopt` (a drive link
 // opened on another device) and `expect` (a page this module navigated to) make it take the
 // room's latest state instead of sending its own.
+//
+// Several drivers (a laptop and a tablet with the drive link) share a room. A driver that shows
+// another driver's state turns passive: it sends nothing until its own user acts (a key, a
+// pointer, a form), so the churn of its view catching up, in whatever order it lands, is never
+// sent back. Each state also carries `base`, the newest seq this page had seen when the state was
+// made; the server refuses one built on a state another driver has since replaced.
 
 import { currentView, onChange } from "./view.js";
 
@@ -22,8 +28,8 @@ const room = {
   ws: null,
   role: null,
   live: false, // a driver sends only after its welcome is handled
-  settling: null, // a driver showing another driver's state sends nothing until its view
-  // reports that state (or the user acts): the view's own churn on the way is not news
+  passive: false, // a driver showing another driver's state, until its own user acts
+  seen: 0, // the newest seq of the room this page knows of (welcome, states, acks)
   pending: null, // a state waiting for the page's view to register
   timer: null,
   queued: null,
@@ -49,14 +55,6 @@ function update(changes) {
   const rec = { ...load(), ...changes };
   save(rec);
   return rec;
-}
-
-function stateKey(s) {
-  const params = s.params || {};
-  const sorted = Object.keys(params)
-    .sort()
-    .map((k) => [k, params[k]]);
-  return JSON.stringify([s.path, sorted, s.step ?? null]);
 }
 
 function here() {
@@ -128,6 +126,8 @@ function connect() {
   const rec = load();
   if (!rec) return;
   show("connecting");
+  room.seen = 0;
+  room.passive = false;
   const proto = window.location.protocol === "https:" ? "wss" : "ws";
   const ws = new WebSocket(`${proto}://${window.location.host}/ws/rooms/${rec.code}`);
   room.ws = ws;
@@ -156,6 +156,7 @@ function connect() {
 function receive(msg) {
   const rec = load();
   if (!rec) return;
+  if (Number.isInteger(msg.seq)) room.seen = Math.max(room.seen, msg.seq);
   if (msg.type === "welcome") {
     room.retry = 0;
     room.role = msg.role;
@@ -163,7 +164,7 @@ function receive(msg) {
     if (msg.role === "driver") welcomeDriver(rec, msg.state);
     else welcomeAttendee(rec, msg.state);
   } else if (msg.type === "state") {
-    if (room.role === "driver") room.settling = stateKey(msg.state);
+    if (room.role === "driver") passive();
     apply(msg.state);
   } else if (msg.type === "detached") {
     show("detached");
@@ -183,9 +184,10 @@ function welcomeDriver(rec, latest) {
   update({ adopt: false });
   room.live = true;
   if (take) {
-    room.settling = stateKey(latest);
+    passive();
     apply(latest);
   } else {
+    room.passive = false;
     publish(here());
   }
 }
@@ -218,9 +220,15 @@ function apply(s) {
   view.applyState({ params: s.params || {}, step: s.step ?? null });
 }
 
+/** Stop sending until the user acts: this page now shows another driver's state. */
+function passive() {
+  room.passive = true;
+  room.queued = null; // made before that state arrived: the server would refuse it anyway
+}
+
 /** Send the driver's state, at most one per SEND_EVERY_MS, always ending on the newest. */
 function publish(s) {
-  room.queued = s;
+  room.queued = { state: s, base: room.seen };
   if (room.timer) return;
   const wait = Math.max(0, room.lastSent + SEND_EVERY_MS - performance.now());
   room.timer = setTimeout(flush, wait);
@@ -228,11 +236,11 @@ function publish(s) {
 
 function flush() {
   room.timer = null;
-  const s = room.queued;
+  const q = room.queued;
   room.queued = null;
-  if (!s || !room.live || !room.ws || room.ws.readyState !== WebSocket.OPEN) return;
+  if (!q || !room.live || !room.ws || room.ws.readyState !== WebSocket.OPEN) return;
   room.lastSent = performance.now();
-  room.ws.send(JSON.stringify({ type: "state", state: s }));
+  room.ws.send(JSON.stringify({ type: "state", state: q.state, base: q.base }));
 }
 
 onChange((s) => {
@@ -242,11 +250,7 @@ onChange((s) => {
     apply(waiting);
     return;
   }
-  if (room.role !== "driver" || !room.live) return;
-  if (room.settling !== null) {
-    if (stateKey(s) === room.settling) room.settling = null;
-    return;
-  }
+  if (room.role !== "driver" || !room.live || room.passive) return;
   publish(s);
 });
 
@@ -334,7 +338,7 @@ function init() {
   $("room-leave").addEventListener("click", leave);
   $("room-copy").addEventListener("click", copyLink);
   for (const kind of ["keydown", "pointerdown", "submit"]) {
-    window.addEventListener(kind, () => (room.settling = null), { capture: true });
+    window.addEventListener(kind, () => (room.passive = false), { capture: true });
   }
   fromLink();
   if (load()) connect();

@@ -15,6 +15,7 @@ from app.main import create_app
 from app.rooms import Follower
 from app.roomstore import MemoryRoomStore, RoomGone
 
+from .room_contract import stale_states_are_refused
 from .servers import free_port
 
 
@@ -340,3 +341,41 @@ def test_an_unreachable_redis_is_a_clear_503_and_close():
             ws.send_json({"type": "join"})
             code, reason = closed_with(ws)
             assert code == 1011 and reason.startswith("rooms are unavailable")
+
+
+def test_the_memory_store_refuses_stale_states_of_a_second_driver():
+    asyncio.run(stale_states_are_refused(MemoryRoomStore(idle_ttl_s=60), "STALE1"))
+
+
+def test_a_second_drivers_stale_echo_is_refused_and_nobody_moves_back(client, stack):
+    """The lecturer's laptop and tablet both drive. The tablet, one state behind, re-sends what it
+    last showed (a page settling after a remote state); the room must not step back."""
+    code, token = make_room(client)
+    laptop, _ = join(stack, client, code, token)
+    tablet, _ = join(stack, client, code, token)
+    attendee, _ = join(stack, client, code)
+    laptop.send_json({"type": "state", "state": state(1), "base": 0})
+    assert laptop.receive_json() == {"type": "ack", "seq": 1}
+    assert tablet.receive_json() == {"type": "state", "seq": 1, "state": state(1)}
+    laptop.send_json({"type": "state", "state": state(2), "base": 1})
+    assert laptop.receive_json() == {"type": "ack", "seq": 2}
+    # The tablet has seen only seq 1 when its echo of step 1 leaves.
+    tablet.send_json({"type": "state", "state": state(1), "base": 1})
+    assert tablet.receive_json() == {"type": "state", "seq": 2, "state": state(2)}
+    assert tablet.receive_json() == {"type": "stale", "seq": 2}
+    assert client.get(f"/api/rooms/{code}").json()["state"]["step"] == 2
+    # Having seen 2, the tablet drives: the laptop and the attendee follow it.
+    tablet.send_json({"type": "state", "state": state(3), "base": 2})
+    assert tablet.receive_json() == {"type": "ack", "seq": 3}
+    assert laptop.receive_json() == {"type": "state", "seq": 3, "state": state(3)}
+    assert [attendee.receive_json()["state"]["step"] for _ in range(3)] == [1, 2, 3]
+
+
+@pytest.mark.parametrize("base", [-1, 1.5, "2", True, 2**53 + 1])
+def test_a_bad_base_is_named(client, stack, base):
+    code, token = make_room(client)
+    driver, _ = join(stack, client, code, token)
+    driver.send_json({"type": "state", "state": state(1), "base": base})
+    reply = driver.receive_json()
+    assert reply["type"] == "error" and reply["errors"][0]["field"] == "base", reply
+    assert client.get(f"/api/rooms/{code}").json()["seq"] == 0

@@ -15,6 +15,7 @@ from websockets.exceptions import ConnectionClosed
 
 from app.roomredis import RedisRoomStore
 
+from .room_contract import stale_states_are_refused
 from .servers import flashscope_server, redis_server
 
 pytestmark = pytest.mark.slow
@@ -145,3 +146,7 @@ def test_a_burst_of_joins_waits_for_redis_connections_instead_of_failing(redis_u
             await store.close()
 
     asyncio.run(scenario())
+
+
+def test_the_redis_store_refuses_stale_states_of_a_second_driver(redis_url):
+    asyncio.run(stale_states_are_refused(RedisRoomStore(redis_url, idle_ttl_s=60), "STALE2"))
