@@ -37,7 +37,7 @@ import triton.language as tl
 
 from .config import KernelConfig, route, table_key
 from .device import interpreting
-from .forward import load_rows, make_source, store_rows
+from .forward import describe_on_host, load_rows, make_source, store_rows
 from .launch import (
     choose_config,
     dot_precision,
@@ -82,13 +82,13 @@ def row_stats(LSE, DELTA, bh, rows, N_Q):
 
 @triton.jit
 def dkdv_step(dk, dv, k, v, q_src, q_base, do_src, do_base, dq_src, dq_base, LSE, DELTA,
-              bh, m0, cols, N_Q, N_K, off, s_qn, s_dn, s_cn, qk_scale2,
+              bh, q_row, m0, cols, N_Q, N_K, off, s_qn, s_dn, s_cn, qk_scale2,
               HEAD_DIM: tl.constexpr, D_PAD: tl.constexpr, BLOCK_M: tl.constexpr,
               MASKED: tl.constexpr, CAUSAL: tl.constexpr, DQ_MODE: tl.constexpr,
               USE_TMA: tl.constexpr, UPCAST: tl.constexpr, DOT_PREC: tl.constexpr):
     """Tile (i, j) seen from key block j: transposed scores Sᵀ = K Qᵢᵀ, then dV, dK (and dQ)."""
-    q = load_rows(q_src, q_base, m0, N_Q, s_qn, HEAD_DIM, BLOCK_M, D_PAD, USE_TMA)
-    do = load_rows(do_src, do_base, m0, N_Q, s_dn, HEAD_DIM, BLOCK_M, D_PAD, USE_TMA)
+    q = load_rows(q_src, q_base, q_row + m0, N_Q, s_qn, HEAD_DIM, BLOCK_M, D_PAD, USE_TMA)
+    do = load_rows(do_src, do_base, q_row + m0, N_Q, s_dn, HEAD_DIM, BLOCK_M, D_PAD, USE_TMA)
     dtype: tl.constexpr = q.dtype
     if UPCAST:
         q = q.to(tl.float32)
@@ -129,10 +129,11 @@ def dkdv_step(dk, dv, k, v, q_src, q_base, do_src, do_base, dq_src, dq_base, LSE
 def _attn_bwd_dkdv(Q, K, V, DO, DK, DV, DQACC, LSE, DELTA, qk_scale2, scale,
                    s_qb, s_qh, s_qn, s_kb, s_kh, s_kn, s_vb, s_vh, s_vn, s_db, s_dh, s_dn,
                    s_kgb, s_kgh, s_kgn, s_vgb, s_vgh, s_vgn, s_cb, s_ch, s_cn,
-                   H, H_KV, GROUP, N_Q, N_K,
+                   H, H_KV, GROUP, N_Q, N_K, QD, KD, VD, DOD, DKD, DVD,
                    HEAD_DIM: tl.constexpr, D_PAD: tl.constexpr, BLOCK_M: tl.constexpr,
                    BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr, DQ_MODE: tl.constexpr,
-                   USE_TMA: tl.constexpr, UPCAST: tl.constexpr, DOT_PREC: tl.constexpr):
+                   USE_TMA: tl.constexpr, UPCAST: tl.constexpr, DOT_PREC: tl.constexpr,
+                   HOST_DESC: tl.constexpr):
     pid_n = tl.program_id(0)
     bhk = tl.program_id(1)
     b = bhk // H_KV
@@ -141,10 +142,16 @@ def _attn_bwd_dkdv(Q, K, V, DO, DK, DV, DQACC, LSE, DELTA, qk_scale2, scale,
     cols = n0 + tl.arange(0, BLOCK_N)
     k_base = K + b.to(tl.int64) * s_kb + hk.to(tl.int64) * s_kh
     v_base = V + b.to(tl.int64) * s_vb + hk.to(tl.int64) * s_vh
-    k_src = make_source(k_base, N_K, s_kn, HEAD_DIM, BLOCK_N, D_PAD, USE_TMA)
-    v_src = make_source(v_base, N_K, s_vn, HEAD_DIM, BLOCK_N, D_PAD, USE_TMA)
-    k = load_rows(k_src, k_base, n0, N_K, s_kn, HEAD_DIM, BLOCK_N, D_PAD, USE_TMA)  # on chip
-    v = load_rows(v_src, v_base, n0, N_K, s_vn, HEAD_DIM, BLOCK_N, D_PAD, USE_TMA)
+    if HOST_DESC:  # descriptors over the flattened (B·H·N, d) matrices (whole tiles only)
+        k_src = KD
+        v_src = VD
+        kv_row = bhk * N_K
+    else:
+        k_src = make_source(k_base, N_K, s_kn, HEAD_DIM, BLOCK_N, D_PAD, USE_TMA)
+        v_src = make_source(v_base, N_K, s_vn, HEAD_DIM, BLOCK_N, D_PAD, USE_TMA)
+        kv_row = 0
+    k = load_rows(k_src, k_base, kv_row + n0, N_K, s_kn, HEAD_DIM, BLOCK_N, D_PAD, USE_TMA)
+    v = load_rows(v_src, v_base, kv_row + n0, N_K, s_vn, HEAD_DIM, BLOCK_N, D_PAD, USE_TMA)
     if UPCAST:
         k = k.to(tl.float32)
         v = v.to(tl.float32)
@@ -171,41 +178,52 @@ def _attn_bwd_dkdv(Q, K, V, DO, DK, DV, DQACC, LSE, DELTA, qk_scale2, scale,
         q_base = Q + b.to(tl.int64) * s_qb + h.to(tl.int64) * s_qh
         do_base = DO + b.to(tl.int64) * s_db + h.to(tl.int64) * s_dh
         dq_base = DQACC + b.to(tl.int64) * s_cb + h.to(tl.int64) * s_ch
-        q_src = make_source(q_base, N_Q, s_qn, HEAD_DIM, BLOCK_M, D_PAD, USE_TMA)
-        do_src = make_source(do_base, N_Q, s_dn, HEAD_DIM, BLOCK_M, D_PAD, USE_TMA)
+        if HOST_DESC:
+            q_src = QD
+            do_src = DOD
+            q_row = bh * N_Q
+        else:
+            q_src = make_source(q_base, N_Q, s_qn, HEAD_DIM, BLOCK_M, D_PAD, USE_TMA)
+            do_src = make_source(do_base, N_Q, s_dn, HEAD_DIM, BLOCK_M, D_PAD, USE_TMA)
+            q_row = 0
         if DQ_MODE == 2:
             dq_src = make_source(dq_base, N_Q, s_cn, HEAD_DIM, BLOCK_M, D_PAD, True)
         else:
             dq_src = dq_base
         for m0 in range(lo, full_lo, BLOCK_M):
             dk, dv = dkdv_step(dk, dv, k, v, q_src, q_base, do_src, do_base, dq_src, dq_base,
-                               LSE, DELTA, bh, m0, cols, N_Q, N_K, off, s_qn, s_dn, s_cn,
-                               qk_scale2, HEAD_DIM, D_PAD, BLOCK_M, True, CAUSAL, DQ_MODE,
+                               LSE, DELTA, bh, q_row, m0, cols, N_Q, N_K, off, s_qn, s_dn,
+                               s_cn, qk_scale2, HEAD_DIM, D_PAD, BLOCK_M, True, CAUSAL, DQ_MODE,
                                USE_TMA, UPCAST, DOT_PREC)
         for m0 in range(full_lo, end, BLOCK_M):
             dk, dv = dkdv_step(dk, dv, k, v, q_src, q_base, do_src, do_base, dq_src, dq_base,
-                               LSE, DELTA, bh, m0, cols, N_Q, N_K, off, s_qn, s_dn, s_cn,
-                               qk_scale2, HEAD_DIM, D_PAD, BLOCK_M, False, CAUSAL, DQ_MODE,
+                               LSE, DELTA, bh, q_row, m0, cols, N_Q, N_K, off, s_qn, s_dn,
+                               s_cn, qk_scale2, HEAD_DIM, D_PAD, BLOCK_M, False, CAUSAL, DQ_MODE,
                                USE_TMA, UPCAST, DOT_PREC)
 
     dk_base = DK + b.to(tl.int64) * s_kgb + hk.to(tl.int64) * s_kgh
     dv_base = DV + b.to(tl.int64) * s_vgb + hk.to(tl.int64) * s_vgh
-    dk_dst = make_source(dk_base, N_K, s_kgn, HEAD_DIM, BLOCK_N, D_PAD, USE_TMA)
-    dv_dst = make_source(dv_base, N_K, s_vgn, HEAD_DIM, BLOCK_N, D_PAD, USE_TMA)
-    store_rows(dk_dst, dk_base, n0, N_K, s_kgn, (dk * scale).to(DK.dtype.element_ty), HEAD_DIM,
+    if HOST_DESC:
+        dk_dst = DKD
+        dv_dst = DVD
+    else:
+        dk_dst = make_source(dk_base, N_K, s_kgn, HEAD_DIM, BLOCK_N, D_PAD, USE_TMA)
+        dv_dst = make_source(dv_base, N_K, s_vgn, HEAD_DIM, BLOCK_N, D_PAD, USE_TMA)
+    store_rows(dk_dst, dk_base, kv_row + n0, N_K, s_kgn, (dk * scale).to(DK.dtype.element_ty),
+               HEAD_DIM, BLOCK_N, D_PAD, USE_TMA)
+    store_rows(dv_dst, dv_base, kv_row + n0, N_K, s_vgn, dv.to(DV.dtype.element_ty), HEAD_DIM,
                BLOCK_N, D_PAD, USE_TMA)
-    store_rows(dv_dst, dv_base, n0, N_K, s_vgn, dv.to(DV.dtype.element_ty), HEAD_DIM, BLOCK_N,
-               D_PAD, USE_TMA)
 
 
 @triton.jit
-def dq_step(dq, q, do, lse2, delta, k_src, k_base, v_src, v_base, n0, rows, N_K, off, s_kn,
+def dq_step(dq, q, do, lse2, delta, k_src, k_base, v_src, v_base, kv_row, n0, rows, N_K, off,
+            s_kn,
             s_vn, qk_scale2, HEAD_DIM: tl.constexpr, D_PAD: tl.constexpr, BLOCK_N: tl.constexpr,
             MASKED: tl.constexpr, CAUSAL: tl.constexpr, USE_TMA: tl.constexpr,
             UPCAST: tl.constexpr, DOT_PREC: tl.constexpr):
     """Tile (i, j) seen from query block i: S, P, dP, dS, then dQ += dS K_j."""
-    k = load_rows(k_src, k_base, n0, N_K, s_kn, HEAD_DIM, BLOCK_N, D_PAD, USE_TMA)
-    v = load_rows(v_src, v_base, n0, N_K, s_vn, HEAD_DIM, BLOCK_N, D_PAD, USE_TMA)
+    k = load_rows(k_src, k_base, kv_row + n0, N_K, s_kn, HEAD_DIM, BLOCK_N, D_PAD, USE_TMA)
+    v = load_rows(v_src, v_base, kv_row + n0, N_K, s_vn, HEAD_DIM, BLOCK_N, D_PAD, USE_TMA)
     dtype: tl.constexpr = k.dtype
     if UPCAST:
         k = k.to(tl.float32)
@@ -228,10 +246,10 @@ def dq_step(dq, q, do, lse2, delta, k_src, k_base, v_src, v_base, n0, rows, N_K,
 @triton.jit
 def _attn_bwd_dq(Q, K, V, DO, DQ, LSE, DELTA, qk_scale2, scale,
                  s_qb, s_qh, s_qn, s_kb, s_kh, s_kn, s_vb, s_vh, s_vn, s_db, s_dh, s_dn,
-                 s_gb, s_gh, s_gn, H, GROUP, N_Q, N_K,
+                 s_gb, s_gh, s_gn, H, GROUP, N_Q, N_K, QD, KD, VD, DOD, DQD,
                  HEAD_DIM: tl.constexpr, D_PAD: tl.constexpr, BLOCK_M: tl.constexpr,
                  BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr, USE_TMA: tl.constexpr,
-                 UPCAST: tl.constexpr, DOT_PREC: tl.constexpr):
+                 UPCAST: tl.constexpr, DOT_PREC: tl.constexpr, HOST_DESC: tl.constexpr):
     n_mb = tl.cdiv(N_Q, BLOCK_M)
     pid_m = tl.program_id(0)
     if CAUSAL:
@@ -245,16 +263,27 @@ def _attn_bwd_dq(Q, K, V, DO, DQ, LSE, DELTA, qk_scale2, scale,
     k_base = K + b.to(tl.int64) * s_kb + hk.to(tl.int64) * s_kh
     v_base = V + b.to(tl.int64) * s_vb + hk.to(tl.int64) * s_vh
     dq_base = DQ + b.to(tl.int64) * s_gb + h.to(tl.int64) * s_gh
-    q_src = make_source(q_base, N_Q, s_qn, HEAD_DIM, BLOCK_M, D_PAD, USE_TMA)
-    do_src = make_source(do_base, N_Q, s_dn, HEAD_DIM, BLOCK_M, D_PAD, USE_TMA)
-    k_src = make_source(k_base, N_K, s_kn, HEAD_DIM, BLOCK_N, D_PAD, USE_TMA)
-    v_src = make_source(v_base, N_K, s_vn, HEAD_DIM, BLOCK_N, D_PAD, USE_TMA)
-    dq_dst = make_source(dq_base, N_Q, s_gn, HEAD_DIM, BLOCK_M, D_PAD, USE_TMA)
+    if HOST_DESC:  # descriptors over the flattened (B·H·N, d) matrices (whole tiles only)
+        q_src = QD
+        do_src = DOD
+        k_src = KD
+        v_src = VD
+        dq_dst = DQD
+        q_row = bh * N_Q
+        kv_row = (b * (H // GROUP) + hk) * N_K
+    else:
+        q_src = make_source(q_base, N_Q, s_qn, HEAD_DIM, BLOCK_M, D_PAD, USE_TMA)
+        do_src = make_source(do_base, N_Q, s_dn, HEAD_DIM, BLOCK_M, D_PAD, USE_TMA)
+        k_src = make_source(k_base, N_K, s_kn, HEAD_DIM, BLOCK_N, D_PAD, USE_TMA)
+        v_src = make_source(v_base, N_K, s_vn, HEAD_DIM, BLOCK_N, D_PAD, USE_TMA)
+        dq_dst = make_source(dq_base, N_Q, s_gn, HEAD_DIM, BLOCK_M, D_PAD, USE_TMA)
+        q_row = 0
+        kv_row = 0
 
     m0 = pid_m * BLOCK_M
     rows = m0 + tl.arange(0, BLOCK_M)
-    q = load_rows(q_src, q_base, m0, N_Q, s_qn, HEAD_DIM, BLOCK_M, D_PAD, USE_TMA)
-    do = load_rows(do_src, do_base, m0, N_Q, s_dn, HEAD_DIM, BLOCK_M, D_PAD, USE_TMA)
+    q = load_rows(q_src, q_base, q_row + m0, N_Q, s_qn, HEAD_DIM, BLOCK_M, D_PAD, USE_TMA)
+    do = load_rows(do_src, do_base, q_row + m0, N_Q, s_dn, HEAD_DIM, BLOCK_M, D_PAD, USE_TMA)
     if UPCAST:
         q = q.to(tl.float32)
         do = do.to(tl.float32)
@@ -270,15 +299,15 @@ def _attn_bwd_dq(Q, K, V, DO, DQ, LSE, DELTA, qk_scale2, scale,
         full_hi = N_K // BLOCK_N * BLOCK_N
     dq = tl.zeros([BLOCK_M, D_PAD], tl.float32)
     for n0 in range(0, full_hi, BLOCK_N):
-        dq = dq_step(dq, q, do, lse2, delta, k_src, k_base, v_src, v_base, n0, rows, N_K, off,
-                     s_kn, s_vn, qk_scale2, HEAD_DIM, D_PAD, BLOCK_N, False, CAUSAL, USE_TMA,
+        dq = dq_step(dq, q, do, lse2, delta, k_src, k_base, v_src, v_base, kv_row, n0, rows, N_K,
+                     off, s_kn, s_vn, qk_scale2, HEAD_DIM, D_PAD, BLOCK_N, False, CAUSAL, USE_TMA,
                      UPCAST, DOT_PREC)
     for n0 in range(full_hi, hi, BLOCK_N):
-        dq = dq_step(dq, q, do, lse2, delta, k_src, k_base, v_src, v_base, n0, rows, N_K, off,
-                     s_kn, s_vn, qk_scale2, HEAD_DIM, D_PAD, BLOCK_N, True, CAUSAL, USE_TMA,
+        dq = dq_step(dq, q, do, lse2, delta, k_src, k_base, v_src, v_base, kv_row, n0, rows, N_K,
+                     off, s_kn, s_vn, qk_scale2, HEAD_DIM, D_PAD, BLOCK_N, True, CAUSAL, USE_TMA,
                      UPCAST, DOT_PREC)
-    store_rows(dq_dst, dq_base, m0, N_Q, s_gn, (dq * scale).to(DQ.dtype.element_ty), HEAD_DIM,
-               BLOCK_M, D_PAD, USE_TMA)
+    store_rows(dq_dst, dq_base, q_row + m0, N_Q, s_gn, (dq * scale).to(DQ.dtype.element_ty),
+               HEAD_DIM, BLOCK_M, D_PAD, USE_TMA)
 
 
 # fmt: on
@@ -313,7 +342,9 @@ def _common(q: torch.Tensor, causal: bool, tma: bool) -> dict[str, object]:
     }
 
 
-def run_dkdv(q, k, v, do, lse, delta, causal, scale, cfg, *, dq_acc=None, use_tma=None):  # type: ignore[no-untyped-def]
+def run_dkdv(  # type: ignore[no-untyped-def]
+    q, k, v, do, lse, delta, causal, scale, cfg, *, dq_acc=None, use_tma=None, host_desc=None
+):
     """The dK/dV kernel; with `dq_acc` (fp32, like q) it also adds its dQ share there."""
     b, h, n_q, _ = q.shape
     h_kv, n_k = k.shape[1], k.shape[2]
@@ -324,29 +355,42 @@ def run_dkdv(q, k, v, do, lse, delta, causal, scale, cfg, *, dq_acc=None, use_tm
     prepare_tma(tma)
     mode = 0 if dq_acc is None else (2 if tma and not interpreting() else 1)
     acc_strides = dq_acc.stride()[:3] if dq_acc is not None else (0, 0, 0)
+    whole = n_q % cfg.block_m == 0 and n_k % cfg.block_n == 0
+    tiles = [(q, cfg.block_m), (k, cfg.block_n), (v, cfg.block_n), (do, cfg.block_m),
+             (dk, cfg.block_n), (dv, cfg.block_n)]  # fmt: skip
+    descs = describe_on_host(tiles, whole, pad_dim(q.shape[-1]), tma and mode == 0, host_desc)
+    prepare_tma(tma and descs is None)
     _attn_bwd_dkdv[(triton.cdiv(n_k, cfg.block_n), b * h_kv)](
         q, k, v, do, dk, dv, acc, lse, delta, scale * LOG2E, scale,
         *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *do.stride()[:3],
         *dk.stride()[:3], *dv.stride()[:3], *acc_strides,
-        h, h_kv, h // h_kv, n_q, n_k,
+        h, h_kv, h // h_kv, n_q, n_k, *(descs or (None,) * 6),
         BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, DQ_MODE=mode, **_common(q, causal, tma),
+        HOST_DESC=descs is not None,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )  # fmt: skip
     return dk, dv
 
 
-def run_dq(q, k, v, do, lse, delta, causal, scale, cfg, *, use_tma=None):  # type: ignore[no-untyped-def]
+def run_dq(  # type: ignore[no-untyped-def]
+    q, k, v, do, lse, delta, causal, scale, cfg, *, use_tma=None, host_desc=None
+):
     """The separate dQ kernel: one program per (query block, batch · head)."""
     b, h, n_q, _ = q.shape
     h_kv, n_k = k.shape[1], k.shape[2]
     dq = output(q.shape, q.dtype, q.device)  # (B, H, N_q, d)
     tma = use_tma_for([q, k, v, do, dq], use_tma)
-    prepare_tma(tma)
+    whole = n_q % cfg.block_m == 0 and n_k % cfg.block_n == 0
+    tiles = [(q, cfg.block_m), (k, cfg.block_n), (v, cfg.block_n), (do, cfg.block_m),
+             (dq, cfg.block_m)]  # fmt: skip
+    descs = describe_on_host(tiles, whole, pad_dim(q.shape[-1]), tma, host_desc)
+    prepare_tma(tma and descs is None)
     _attn_bwd_dq[(triton.cdiv(n_q, cfg.block_m), b * h)](
         q, k, v, do, dq, lse, delta, scale * LOG2E, scale,
         *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *do.stride()[:3],
-        *dq.stride()[:3], h, h // h_kv, n_q, n_k,
+        *dq.stride()[:3], h, h // h_kv, n_q, n_k, *(descs or (None,) * 5),
         BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, **_common(q, causal, tma),
+        HOST_DESC=descs is not None,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )  # fmt: skip
     return dq
@@ -367,45 +411,46 @@ def launch_backward(
     dq_config: KernelConfig | None = None,
     dlse: torch.Tensor | None = None,
     use_tma: bool | None = None,
+    host_desc: bool | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """dQ (like q), dK and dV (like k) for checked inputs; `dlse` is LSE's own gradient, if any.
 
     config: the dK/dV kernel (block_n keys per program, block_m query rows per step).
     dq_config: the separate dQ kernel (block_m rows per program, block_n keys per step).
+    host_desc: descriptors made on the host (default: where the route and the shapes allow).
     """
     d_pad = pad_dim(q.shape[-1])
     mode = dq_mode or default_dq_mode(q.dtype, d_pad, causal)
     if mode not in DQ_MODES:
         raise ValueError(f"dq_mode must be one of {DQ_MODES}, got {mode!r}")
     delta = preprocess(o, do, dlse)
+    args = (q, k, v, do, lse, delta, causal, scale)
+    how = {"use_tma": use_tma, "host_desc": host_desc}
 
     def dkdv_only(c: KernelConfig) -> object:
-        acc = (
-            torch.zeros(q.shape, dtype=torch.float32, device=q.device) if mode == "atomic" else None
-        )
-        return run_dkdv(q, k, v, do, lse, delta, causal, scale, c, dq_acc=acc, use_tma=use_tma)
+        atomic = mode == "atomic"
+        acc = torch.zeros(q.shape, dtype=torch.float32, device=q.device) if atomic else None
+        return run_dkdv(*args, c, dq_acc=acc, **how)
 
     bwd = "bwd" if mode == "separate" else "bwd-atomic"
     cfg = config or choose_config(bwd, q.dtype, d_pad, causal, dkdv_only)
     if mode == "atomic":
         dq_acc = torch.zeros(q.shape, dtype=torch.float32, device=q.device)  # (B, H, N_q, d)
-        dk, dv = run_dkdv(q, k, v, do, lse, delta, causal, scale, cfg, dq_acc=dq_acc,
-                          use_tma=use_tma)  # fmt: skip
+        dk, dv = run_dkdv(*args, cfg, dq_acc=dq_acc, **how)
         return (dq_acc * scale).to(q.dtype), dk, dv
     qc = dq_config or choose_config(
-        "bwd-dq", q.dtype, d_pad, causal,
-        lambda c: run_dq(q, k, v, do, lse, delta, causal, scale, c, use_tma=use_tma),
-    )  # fmt: skip
+        "bwd-dq", q.dtype, d_pad, causal, lambda c: run_dq(*args, c, **how)
+    )
     if interpreting():
-        dk, dv = run_dkdv(q, k, v, do, lse, delta, causal, scale, cfg, use_tma=use_tma)
-        return run_dq(q, k, v, do, lse, delta, causal, scale, qc, use_tma=use_tma), dk, dv
+        dk, dv = run_dkdv(*args, cfg, **how)
+        return run_dq(*args, qc, **how), dk, dv
     # The two kernels are independent: the dQ kernel runs on a side stream, so its programs
     # fill the SMs that the dK/dV kernel's last wave leaves idle (and the other way round).
     main, side = torch.cuda.current_stream(), _side_stream(q.device)
     side.wait_stream(main)
     with torch.cuda.stream(side):
-        dq = run_dq(q, k, v, do, lse, delta, causal, scale, qc, use_tma=use_tma)
-    dk, dv = run_dkdv(q, k, v, do, lse, delta, causal, scale, cfg, use_tma=use_tma)
+        dq = run_dq(*args, qc, **how)
+    dk, dv = run_dkdv(*args, cfg, **how)
     main.wait_stream(side)
     dq.record_stream(main)
     return dq, dk, dv

@@ -8,9 +8,11 @@ heaviest first. The online softmax runs in the log2 domain (scale · log2 e fold
 multiply, exp2), the accumulator stays unnormalized until the end, and each program writes its
 O rows and one natural-log LSE per row (−∞, with O = 0, for a row that sees no key).
 
-Memory: on Hopper each program builds tensor descriptors for its (batch, head) and loads tiles
-with the tensor-memory copy engine (out-of-range rows and columns read as zeros, stores are
-clipped); elsewhere, or for strides the engine cannot take, plain masked loads. Grouped-query
+Memory: on Hopper tiles move through the tensor-memory copy engine. Where every tile is whole
+and each tensor flattens to (B·H·N, d), the descriptors are made once on the host and each
+program offsets its rows to its (batch, head); otherwise each program builds descriptors for its
+(batch, head) (out-of-range rows and columns read as zeros, stores are clipped). Elsewhere, or
+for strides the engine cannot take, plain masked loads. Grouped-query
 attention reads K/V head h // group. head_dim is padded to a power of two on chip.
 
 TRACE (compile-time): the program of one chosen (batch, head) also stores m, ℓ, α and the
@@ -145,11 +147,11 @@ def record_state(TR, pid_m, j, n_kv, m, l, alpha, acc, BLOCK_M: tl.constexpr,
 @triton.jit
 def _attn_fwd(Q, K, V, O, LSE, TR, qk_scale2,
               s_qb, s_qh, s_qn, s_kb, s_kh, s_kn, s_vb, s_vh, s_vn, s_ob, s_oh, s_on,
-              H, GROUP, N_Q, N_K, trace_bh,
+              H, GROUP, N_Q, N_K, trace_bh, QD, KD, VD, OD,
               HEAD_DIM: tl.constexpr, D_PAD: tl.constexpr, BLOCK_M: tl.constexpr,
               BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr, POS_SCALE: tl.constexpr,
               USE_TMA: tl.constexpr, UPCAST: tl.constexpr, DOT_PREC: tl.constexpr,
-              TRACE: tl.constexpr, PREFETCH: tl.constexpr):
+              TRACE: tl.constexpr, PREFETCH: tl.constexpr, HOST_DESC: tl.constexpr):
     n_mb = tl.cdiv(N_Q, BLOCK_M)
     pid_m = tl.program_id(0)
     if CAUSAL:
@@ -162,10 +164,23 @@ def _attn_fwd(Q, K, V, O, LSE, TR, qk_scale2,
     k_base = K + b.to(tl.int64) * s_kb + hk.to(tl.int64) * s_kh
     v_base = V + b.to(tl.int64) * s_vb + hk.to(tl.int64) * s_vh
     o_base = O + b.to(tl.int64) * s_ob + h.to(tl.int64) * s_oh
-    q_src = make_source(q_base, N_Q, s_qn, HEAD_DIM, BLOCK_M, D_PAD, USE_TMA)
-    k_src = make_source(k_base, N_K, s_kn, HEAD_DIM, BLOCK_N, D_PAD, USE_TMA)
-    v_src = make_source(v_base, N_K, s_vn, HEAD_DIM, BLOCK_N, D_PAD, USE_TMA)
-    o_src = make_source(o_base, N_Q, s_on, HEAD_DIM, BLOCK_M, D_PAD, USE_TMA)
+    if HOST_DESC:
+        # Descriptors made on the host over the flattened (B·H·N, d) matrices: nothing to build
+        # per program; rows are offset to this (batch, head). Only whole tiles on both sides
+        # (launch_forward checks), so no tile reaches into the next head.
+        q_src = QD
+        k_src = KD
+        v_src = VD
+        o_src = OD
+        q_row = (b * H + h) * N_Q
+        kv_row = (b * (H // GROUP) + hk) * N_K
+    else:
+        q_src = make_source(q_base, N_Q, s_qn, HEAD_DIM, BLOCK_M, D_PAD, USE_TMA)
+        k_src = make_source(k_base, N_K, s_kn, HEAD_DIM, BLOCK_N, D_PAD, USE_TMA)
+        v_src = make_source(v_base, N_K, s_vn, HEAD_DIM, BLOCK_N, D_PAD, USE_TMA)
+        o_src = make_source(o_base, N_Q, s_on, HEAD_DIM, BLOCK_M, D_PAD, USE_TMA)
+        q_row = 0
+        kv_row = 0
 
     m0 = pid_m * BLOCK_M
     rows = m0 + tl.arange(0, BLOCK_M)
@@ -184,7 +199,8 @@ def _attn_fwd(Q, K, V, O, LSE, TR, qk_scale2,
     m = tl.full([BLOCK_M], float("-inf"), tl.float32)
     l = tl.zeros([BLOCK_M], tl.float32)
     acc = tl.zeros([BLOCK_M, D_PAD], tl.float32)
-    q = load_rows(q_src, q_base, m0, N_Q, s_qn, HEAD_DIM, BLOCK_M, D_PAD, USE_TMA)  # stays on chip
+    # Q_i stays on chip for the whole program
+    q = load_rows(q_src, q_base, q_row + m0, N_Q, s_qn, HEAD_DIM, BLOCK_M, D_PAD, USE_TMA)
     if UPCAST:
         q = q.to(tl.float32)
     P_DTYPE: tl.constexpr = V.dtype.element_ty
@@ -193,12 +209,12 @@ def _attn_fwd(Q, K, V, O, LSE, TR, qk_scale2,
         # S of the next tile is issued before this tile's softmax, so the tensor cores work
         # on it while the exponentials run (FlashAttention-3's overlap within a warpgroup).
         if full_hi > 0:
-            k, v = load_kv(k_src, k_base, v_src, v_base, 0, N_K, s_kn, s_vn, HEAD_DIM, BLOCK_N,
+            k, v = load_kv(k_src, k_base, v_src, v_base, kv_row, N_K, s_kn, s_vn, HEAD_DIM, BLOCK_N,
                            D_PAD, USE_TMA, UPCAST)
             s = tl.dot(q, tl.trans(k), input_precision=DOT_PREC)
             for start_n in range(0, full_hi - BLOCK_N, BLOCK_N):
-                k, v_next = load_kv(k_src, k_base, v_src, v_base, start_n + BLOCK_N, N_K, s_kn,
-                                    s_vn, HEAD_DIM, BLOCK_N, D_PAD, USE_TMA, UPCAST)
+                k, v_next = load_kv(k_src, k_base, v_src, v_base, kv_row + start_n + BLOCK_N, N_K,
+                                    s_kn, s_vn, HEAD_DIM, BLOCK_N, D_PAD, USE_TMA, UPCAST)
                 s_next = tl.dot(q, tl.trans(k), input_precision=DOT_PREC)
                 cols = start_n + tl.arange(0, BLOCK_N)
                 acc, l, m, alpha = online_softmax_step(acc, l, m, s, v, qk_scale2, rows, cols,
@@ -220,8 +236,8 @@ def _attn_fwd(Q, K, V, O, LSE, TR, qk_scale2,
                                  BLOCK_M, D_PAD)
     else:
         for start_n in range(0, full_hi, BLOCK_N):
-            k, v = load_kv(k_src, k_base, v_src, v_base, start_n, N_K, s_kn, s_vn, HEAD_DIM,
-                           BLOCK_N, D_PAD, USE_TMA, UPCAST)
+            k, v = load_kv(k_src, k_base, v_src, v_base, kv_row + start_n, N_K, s_kn, s_vn,
+                           HEAD_DIM, BLOCK_N, D_PAD, USE_TMA, UPCAST)
             s = tl.dot(q, tl.trans(k), input_precision=DOT_PREC)
             cols = start_n + tl.arange(0, BLOCK_N)
             acc, l, m, alpha = online_softmax_step(acc, l, m, s, v, qk_scale2, rows, cols, N_K,
@@ -232,7 +248,7 @@ def _attn_fwd(Q, K, V, O, LSE, TR, qk_scale2,
                     record_state(TR, pid_m, start_n // BLOCK_N, n_kv, m, l, alpha, acc, BLOCK_M,
                                  D_PAD)
     for start_n in range(full_hi, hi, BLOCK_N):
-        k, v = load_kv(k_src, k_base, v_src, v_base, start_n, N_K, s_kn, s_vn, HEAD_DIM,
+        k, v = load_kv(k_src, k_base, v_src, v_base, kv_row + start_n, N_K, s_kn, s_vn, HEAD_DIM,
                        BLOCK_N, D_PAD, USE_TMA, UPCAST)
         s = tl.dot(q, tl.trans(k), input_precision=DOT_PREC)
         cols = start_n + tl.arange(0, BLOCK_N)
@@ -249,11 +265,52 @@ def _attn_fwd(Q, K, V, O, LSE, TR, qk_scale2,
     lse = tl.where(seen, (m + tl.math.log2(tl.where(seen, l, 1.0))) * 0.6931471805599453,
                    float("-inf"))
     tl.store(LSE + bh.to(tl.int64) * N_Q + rows, lse, mask=rows < N_Q)
-    store_rows(o_src, o_base, m0, N_Q, s_on, o.to(O.dtype.element_ty), HEAD_DIM, BLOCK_M, D_PAD,
-               USE_TMA)
+    store_rows(o_src, o_base, q_row + m0, N_Q, s_on, o.to(O.dtype.element_ty), HEAD_DIM, BLOCK_M,
+               D_PAD, USE_TMA)
 
 
 # fmt: on
+
+
+def _flat_rows(x: torch.Tensor) -> bool:
+    """Is (B, H, N, d) laid out as one (B·H·N, d) matrix of row stride x.stride(2)?"""
+    b, h, n, _ = x.shape
+    s_b, s_h, s_n, _ = x.stride()
+    return (h == 1 or s_h == n * s_n) and (b == 1 or s_b == h * s_h)
+
+
+def host_descriptors(q, k, v, o, cfg: KernelConfig, d_pad: int, tma: bool, want: bool | None):
+    """(Q, K, V, O) descriptors made once on the host, or None where the kernel builds its own."""
+    return describe_on_host(
+        [(q, cfg.block_m), (k, cfg.block_n), (v, cfg.block_n), (o, cfg.block_m)],
+        q.shape[2] % cfg.block_m == 0 and k.shape[2] % cfg.block_n == 0,
+        d_pad, tma, want,
+    )  # fmt: skip
+
+
+def describe_on_host(
+    tiles: list[tuple[torch.Tensor, int]], whole: bool, d_pad: int, tma: bool, want: bool | None
+) -> tuple | None:
+    """A descriptor per (tensor, tile rows) over its flattened (B·H·N, d) matrix, or None.
+
+    None when the kernel should build its own: no tensor-memory path, `want` False, or (with
+    `want` None) tiles that are not whole or a tensor that does not flatten. With `want` True
+    those last two are a ValueError.
+    """
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    if want is False or not tma:
+        return None
+    if not (whole and all(_flat_rows(x) for x, _ in tiles)):
+        if want:
+            raise ValueError("host descriptors need whole tiles and (B·H·N, d)-flattenable inputs")
+        return None
+
+    def desc(x: torch.Tensor, rows: int) -> TensorDescriptor:
+        n_rows = x.shape[0] * x.shape[1] * x.shape[2]
+        return TensorDescriptor(x, [n_rows, x.shape[3]], [x.stride(2), 1], [rows, d_pad])
+
+    return tuple(desc(x, rows) for x, rows in tiles)
 
 
 def launch_forward(
@@ -265,11 +322,15 @@ def launch_forward(
     config: KernelConfig | None = None,
     *,
     use_tma: bool | None = None,
+    host_desc: bool | None = None,
     trace: tuple[int, torch.Tensor] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Run the forward kernel on checked inputs: (O (B, H, N_q, d), LSE (B, H, N_q) fp32).
 
     `trace=(bh, buffer)` compiles the TRACE variant and fills `buffer` for program row bh.
+    `host_desc` (default: where possible) describes Q, K, V and O to the copy engine once, on
+    the host, instead of in every program; it needs the tensor-memory path, whole tiles on both
+    sides and each tensor flattenable to (B·H·N, d).
     """
     b, h, n_q, d = q.shape
     n_k = k.shape[2]
@@ -277,20 +338,22 @@ def launch_forward(
     cfg = config or choose_config(
         "fwd", q.dtype, d_pad, causal,
         lambda c: launch_forward(q, k, v, causal, scale, c, use_tma=use_tma),
+        seq_len=max(n_q, n_k),
     )  # fmt: skip
     o = output(q.shape, q.dtype, q.device)  # (B, H, N_q, d)
     lse = output((b, h, n_q), torch.float32, q.device)
     tma = use_tma_for([q, k, v, o], use_tma)
     tr_bh, tr_buf = trace if trace is not None else (-1, lse)
     grid = (triton.cdiv(n_q, cfg.block_m), b * h)
-    prepare_tma(tma)
+    descs = host_descriptors(q, k, v, o, cfg, d_pad, tma, host_desc)
+    prepare_tma(tma and descs is None)
     _attn_fwd[grid](
         q, k, v, o, lse, tr_buf, scale * LOG2E,
         *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *o.stride()[:3],
-        h, h // k.shape[1], n_q, n_k, tr_bh,
+        h, h // k.shape[1], n_q, n_k, tr_bh, *(descs or (None,) * 4),
         HEAD_DIM=d, D_PAD=d_pad, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, CAUSAL=causal,
         POS_SCALE=scale >= 0, USE_TMA=tma, UPCAST=upcast(q.dtype),
         DOT_PREC=dot_precision(q.dtype), TRACE=trace is not None, PREFETCH=cfg.prefetch,
-        num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+        HOST_DESC=descs is not None, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )  # fmt: skip
     return o, lse

@@ -39,6 +39,9 @@ def upcast(dtype: torch.dtype) -> bool:
     return interpreting() and dtype == torch.bfloat16
 
 
+SEQ_BUCKETS = (1024, 2048, 4096, 8192, 16384)
+
+
 @lru_cache
 def _hopper_or_newer() -> bool:
     return torch.cuda.get_device_capability()[0] >= 9
@@ -85,11 +88,21 @@ def choose_config(
     d_pad: int,
     causal: bool,
     run: Callable[[KernelConfig], object],
+    seq_len: int | None = None,
 ) -> KernelConfig:
-    """The interpreter's fixed tiles, else this GPU's tuned entry, else autotune with `run`."""
+    """The interpreter's fixed tiles, else this GPU's tuned entry, else autotune with `run`.
+
+    With `seq_len`, an entry tuned for the smallest sequence-length bucket that holds it
+    ("…/n2048" for 1025–2048) comes first (benchmarks/tune_forward_n.py writes them).
+    """
     if interpreting():
         return INTERPRETER[mode]
     key = table_key(mode, 32 if dtype == torch.float32 else 16, d_pad, causal)
+    if seq_len is not None:
+        bucket = next((b for b in SEQ_BUCKETS if seq_len <= b), SEQ_BUCKETS[-1])
+        found = lookup(gpu_name(), f"{key}/n{bucket}")
+        if found is not None:
+            return found
     found = lookup(gpu_name(), key)
     if found is not None:
         return found

@@ -126,3 +126,43 @@ def test_fixed_config_matches_default(seed: int) -> None:
     a = flash_attention(q, k, v, True)
     b = flash_attention(q, k, v, True, config=KernelConfig(64, 32, 4, 2))
     assert float((a.float() - b.float()).abs().max()) < 2e-3, f"seed={seed}"
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_host_descriptors_match_in_kernel_ones(seed: int, causal: bool) -> None:
+    """Whole tiles, GQA (4 heads over 2), N_q ≠ N_k: both descriptor routes give the reference."""
+    from kernels.forward import host_descriptors, launch_forward
+
+    cfg = KernelConfig(128, 64, 8, 3)
+    q = rand(2, 4, 1024, 128, dtype=F16)
+    k, v = (rand(2, 2, 1536, 128, dtype=F16) for _ in range(2))
+    ref, _ = attention_forward(q, k, v, causal)
+    lowp, _ = attention_forward(q, k, v, causal, dtype=F16)
+    outs = {
+        want: launch_forward(q, k, v, causal, 128**-0.5, cfg, host_desc=want)[0]
+        for want in (True, False)
+    }
+    for want, o in outs.items():
+        assert_close(o, ref, lowp, f"O host_desc={want} causal={causal}", seed)
+    assert host_descriptors(q, k, v, q, cfg, 128, True, None) is not None
+    ragged = rand(2, 4, 1000, 128, dtype=F16)
+    assert host_descriptors(ragged, k, v, ragged, cfg, 128, True, None) is None
+    with pytest.raises(ValueError, match="whole tiles"):
+        launch_forward(ragged, k, v, causal, 128**-0.5, cfg, host_desc=True)
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_backward_with_host_descriptors_matches_the_reference(seed: int, causal: bool) -> None:
+    """Both backward kernels of the separate route, whole tiles, GQA, N_q ≠ N_k, both routes."""
+    q, do = (rand(2, 4, 1024, 128, dtype=F16) for _ in range(2))
+    k, v = (rand(2, 2, 1536, 128, dtype=F16) for _ in range(2))
+    o, lse = flash_attention_lse(q, k, v, causal)
+    ref = attention_backward(q, k, v, do, causal)
+    lowp = attention_backward(q, k, v, do, causal, dtype=F16)
+    for route in ("separate", "atomic"):
+        for want in (True, False):
+            got = launch_backward(
+                q, k, v, o, lse, do, causal, 128**-0.5, dq_mode=route, host_desc=want
+            )
+            for g, r, lp, name in zip(got, ref, lowp, ("dQ", "dK", "dV"), strict=True):
+                assert_close(g, r, lp, f"{name} {route} host_desc={want} causal={causal}", seed)

@@ -1,0 +1,159 @@
+"""Forward tile configurations per sequence length, each timed beside sdpa-cudnn in one process.
+
+Usage (on a GPU machine):  python benchmarks/tune_forward_n.py --out DIR [--workers 12] [--write]
+
+benchmarks/tune.py picks one forward configuration per (head_dim, causal) at N = 4096. With few
+key blocks per program (N ≤ 2048) a different tile can win: shorter loops make the pipeline's
+fill and the epilogue a larger share of each program. This sweep times every candidate at each
+N of the papers' protocol (batch × N = 16384, heads = 2048 / d, fp16), checks it against cuDNN's
+output, and records the ratio to sdpa-cudnn measured in the same process. --write stores the
+winner per N bucket in kernels/tuned.json as "fwd/16/d<d>/<full|causal>/n<N>" (used by
+kernels.launch.choose_config for sequence lengths up to that N, bf16 sharing fp16's choice).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from datetime import UTC, datetime
+from functools import partial
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+import triton
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from kernels.config import TUNED_FILE, KernelConfig, table_key  # noqa: E402
+from kernels.forward import launch_forward  # noqa: E402
+from kernels.timing import input_sets, median_ms  # noqa: E402
+
+C = KernelConfig
+CANDIDATES = {
+    64: [C(128, 64, 4, 3), C(64, 64, 4, 3), C(128, 64, 4, 4), C(128, 64, 4, 2), C(128, 128, 8, 2),
+         C(128, 128, 8, 3), C(128, 32, 4, 3), C(64, 128, 4, 3), C(128, 64, 8, 3)],
+    128: [C(128, 128, 8, 3), C(64, 64, 4, 3), C(128, 64, 8, 3), C(128, 64, 8, 2), C(128, 64, 8, 4),
+          C(128, 128, 8, 2), C(64, 128, 4, 3), C(64, 64, 4, 4), C(128, 32, 8, 3), C(64, 32, 4, 3),
+          C(64, 128, 4, 2)],
+}  # fmt: skip
+SEQ_LENS = (1024, 2048, 4096, 8192, 16384)
+
+
+def jobs() -> list[tuple[int, bool, KernelConfig]]:
+    return [(d, causal, c) for d in CANDIDATES for causal in (False, True) for c in CANDIDATES[d]]
+
+
+def compile_worker(index: int, count: int) -> None:
+    """Compile a share of the candidates on a small problem (Triton's disk cache is shared)."""
+    for d, causal, cfg in jobs()[index::count]:
+        q, k, v = (torch.randn(1, 2, 512, d, device="cuda", dtype=torch.float16) for _ in range(3))
+        try:
+            launch_forward(q, k, v, causal, d**-0.5, cfg)
+            torch.cuda.synchronize()
+        except Exception as exc:  # too much shared memory, say: the timing pass records it
+            print(f"compile {d} {causal} {cfg.as_list()}: {type(exc).__name__}", flush=True)
+
+
+def cudnn(q, k, v, causal):
+    with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+        return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+
+
+def sweep() -> list[dict]:
+    rows = []
+    for d in CANDIDATES:
+        for n in SEQ_LENS:
+            b, h = 16384 // n, 2048 // d
+            sets = input_sets(4 * b * h * n * d * 2)
+            inputs = [
+                tuple(torch.randn(b, h, n, d, device="cuda", dtype=torch.float16) for _ in range(3))
+                for _ in range(sets)
+            ]
+            for causal in (False, True):
+                ref = cudnn(*inputs[0], causal)
+                base = {"head_dim": d, "seq_len": n, "batch": b, "heads": h, "causal": causal}
+                ms = median_ms([partial(cudnn, *x, causal) for x in inputs])
+                rows.append({**base, "impl": "sdpa-cudnn", "ms": ms})
+                for cfg in CANDIDATES[d]:
+                    row = {**base, "impl": "flashscope", "config": cfg.as_list()}
+                    try:
+                        o, _ = launch_forward(*inputs[0], causal, d**-0.5, cfg)
+                        row["max_err"] = (o.float() - ref.float()).abs().max().item()
+                        if row["max_err"] < 2e-2:
+                            calls = [
+                                partial(launch_forward, *x, causal, d**-0.5, cfg) for x in inputs
+                            ]
+                            row["ms"] = median_ms(calls)
+                    except Exception as exc:
+                        row["error"] = f"{type(exc).__name__}: {str(exc)[:200]}"
+                    rows.append(row)
+                    print(json.dumps(row), flush=True)
+            del inputs
+            torch.cuda.empty_cache()
+    return rows
+
+
+def winners(rows: list[dict]) -> dict[str, list[int]]:
+    best: dict[str, tuple[float, list[int]]] = {}
+    for r in rows:
+        if r["impl"] != "flashscope" or "ms" not in r:
+            continue
+        key = table_key("fwd", 16, r["head_dim"], r["causal"]) + f"/n{r['seq_len']}"
+        if key not in best or r["ms"] < best[key][0]:
+            best[key] = (r["ms"], r["config"])
+    return {k: cfg for k, (_, cfg) in best.items()}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--workers", type=int, default=12)
+    ap.add_argument("--compile-worker")
+    ap.add_argument("--write", action="store_true")
+    args = ap.parse_args()
+    if args.compile_worker:
+        compile_worker(*map(int, args.compile_worker.split("/")))
+        return
+    args.out.mkdir(parents=True, exist_ok=True)
+    t0 = time.time()
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    procs = [
+        subprocess.Popen(
+            [sys.executable, __file__, "--out", str(args.out), "--compile-worker",
+             f"{i}/{args.workers}"], env=env)
+        for i in range(args.workers)
+    ]  # fmt: skip
+    for p in procs:
+        p.wait()
+    compile_s = time.time() - t0
+    rows = sweep()
+    gpu = torch.cuda.get_device_name(0)
+    chosen = winners(rows)
+    result = {
+        "device": gpu,
+        "date": datetime.now(UTC).strftime("%Y-%m-%d"),
+        "torch": torch.__version__,
+        "triton": triton.__version__,
+        "protocol": "fp16, batch × N = 16384, heads = 2048 / d; median of do_bench",
+        "compile_s": compile_s,
+        "chosen": chosen,
+        "rows": rows,
+    }
+    name = f"tune-forward-n-{gpu.replace(' ', '-')}-{result['date']}.json"
+    (args.out / name).write_text(json.dumps(result, indent=1))
+    if args.write:
+        table = json.loads(TUNED_FILE.read_text())
+        table["gpus"].setdefault(gpu, {"configs": {}}).setdefault("configs", {}).update(chosen)
+        TUNED_FILE.write_text(json.dumps(table, indent=1) + "\n")
+    print(f"done in {time.time() - t0:.0f} s; chosen {chosen}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
