@@ -1,11 +1,10 @@
 // The backward stepper: the FlashAttention-2 backward (algo fa2-bwd) served over /ws/trace,
 // one operation per step. The server computes P, dS and the gradient partials; this draws them.
 
-import { Controls } from "./controls.js";
-import { apiUrl, bindPngButtons, setExportLink } from "./exports.js";
-import { TraceSocket, baseLayout, formatBytes, formatCount, plotConfig, readParams, writeParams } from "./state.js";
+import { bindPngButtons } from "./exports.js";
+import { baseLayout, formatBytes, formatCount, plotConfig, readParams } from "./state.js";
 import {
-  Figures, drawGrid, drawWrites, exactnessText, gridState, heatmap, highlightLine, markTarget, renderPseudocode, showErrors, span,
+  Figures, drawGrid, drawWrites, exactnessText, gridState, heatmap, highlightLine, span, traceStepper,
 } from "./trace_view.js";
 import { changed, registerView } from "./view.js";
 
@@ -54,47 +53,20 @@ function traceParams() {
   return out;
 }
 
-const socket = new TraceSocket({
+const { controls, open } = traceStepper({
+  view,
+  figures,
+  traceParams,
+  exportName: (p) =>
+    `trace-fa2-bwd-n${p.n}${p.nk ? `-nk${p.nk}` : ""}-d${p.d}-${p.bm}x${p.bn}${p.causal ? "-causal" : ""}-${p.dtype}-seed${p.seed}`,
   onMeta(meta) {
-    view.meta = meta;
-    showErrors([]);
-    controls.setTotal(meta.n_events);
-    setExports();
-    renderPseudocode(meta.pseudocode);
     const t = meta.traffic.algo;
     $("bwd-total").textContent =
       `${formatCount(t.elements.hbm_total)} elements; dQ accumulator ${formatBytes(t.bytes.acc_read + t.bytes.acc_write)}`;
     $("exactness").textContent = exactnessText(meta.exactness);
-    figures.reset();
-    controls.goto(view.params.step);
   },
-  onEvent(ev) {
-    view.event = ev;
-    view.step = ev.step;
-    view.params.step = ev.step;
-    writeParams(view.params);
-    render(ev);
-  },
-  onError: (errors) => showErrors(errors),
+  render,
 });
-
-const controls = new Controls({
-  goto: (k) => view.meta && socket.step(k),
-  jump: (dir) => view.meta && controls.goto(markTarget(view.meta, controls.target, dir)),
-});
-
-function open() {
-  showErrors([]);
-  writeParams(view.params);
-  socket.open(traceParams()).catch((err) => showErrors([{ msg: String(err) }]));
-}
-
-function setExports() {
-  const p = traceParams();
-  const name = `trace-fa2-bwd-n${p.n}${p.nk ? `-nk${p.nk}` : ""}-d${p.d}-${p.bm}x${p.bn}${p.causal ? "-causal" : ""}-${p.dtype}-seed${p.seed}`;
-  setExportLink("export-json", apiUrl("/api/trace/ops", p), `${name}.json`);
-  setExportLink("export-chrome", apiUrl("/api/trace/chrome", p), `${name}.trace.json`);
-}
 
 const EMPTY = { type: "heatmap", z: [[null]], showscale: false, hoverinfo: "skip" };
 

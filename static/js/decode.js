@@ -1,11 +1,10 @@
 // Flash-Decoding stepper: a few query rows against a long KV cache (algo decode over /ws/trace).
 // The server computes the splits, their partial outputs and LSEs, and the merge; this draws them.
 
-import { Controls } from "./controls.js";
-import { apiUrl, bindPngButtons, setExportLink } from "./exports.js";
-import { TraceSocket, baseLayout, formatBytes, formatCount, plotConfig, readParams, writeParams } from "./state.js";
+import { bindPngButtons } from "./exports.js";
+import { baseLayout, formatBytes, formatCount, plotConfig, readParams } from "./state.js";
 import {
-  Figures, TILE_COLORS, exactnessText, gridState, heatmap, highlightLine, markTarget, renderPseudocode, showErrors, span,
+  Figures, TILE_COLORS, exactnessText, gridState, heatmap, highlightLine, span, traceStepper,
 } from "./trace_view.js";
 import { changed, registerView } from "./view.js";
 
@@ -40,44 +39,15 @@ function traceParams() {
   return out;
 }
 
-const socket = new TraceSocket({
-  onMeta(meta) {
-    view.meta = meta;
-    showErrors([]);
-    controls.setTotal(meta.n_events);
-    setExports();
-    renderPseudocode(meta.pseudocode);
-    renderPlan(meta);
-    figures.reset();
-    controls.goto(view.params.step);
-  },
-  onEvent(ev) {
-    view.event = ev;
-    view.step = ev.step;
-    view.params.step = ev.step;
-    writeParams(view.params);
-    render(ev);
-  },
-  onError: (errors) => showErrors(errors),
+const { controls, open } = traceStepper({
+  view,
+  figures,
+  traceParams,
+  exportName: (p) =>
+    `trace-decode-n${p.n}-nk${p.nk}-d${p.d}-bn${p.bn}-g${p.group}-s${p.splits ?? "auto"}-${p.dtype}-seed${p.seed}`,
+  onMeta: renderPlan,
+  render,
 });
-
-const controls = new Controls({
-  goto: (k) => view.meta && socket.step(k),
-  jump: (dir) => view.meta && controls.goto(markTarget(view.meta, controls.target, dir)),
-});
-
-function open() {
-  showErrors([]);
-  writeParams(view.params);
-  socket.open(traceParams()).catch((err) => showErrors([{ msg: String(err) }]));
-}
-
-function setExports() {
-  const p = traceParams();
-  const name = `trace-decode-n${p.n}-nk${p.nk}-d${p.d}-bn${p.bn}-g${p.group}-s${p.splits ?? "auto"}-${p.dtype}-seed${p.seed}`;
-  setExportLink("export-json", apiUrl("/api/trace/ops", p), `${name}.json`);
-  setExportLink("export-chrome", apiUrl("/api/trace/chrome", p), `${name}.trace.json`);
-}
 
 function renderPlan(meta) {
   const g = meta.grid;

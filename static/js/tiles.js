@@ -1,11 +1,10 @@
 // The tile stepper: step through a FlashAttention-1 or -2 forward trace served over /ws/trace.
 // The server computes every event (state, counters, what is on chip); this module only draws.
 
-import { Controls } from "./controls.js";
-import { apiUrl, bindPngButtons, setExportLink } from "./exports.js";
-import { TraceSocket, baseLayout, formatBytes, formatCount, plotConfig, readParams, writeParams } from "./state.js";
+import { bindPngButtons } from "./exports.js";
+import { baseLayout, formatBytes, formatCount, plotConfig, readParams, writeParams } from "./state.js";
 import {
-  Figures, drawGrid, drawWrites, exactnessText, gridState, highlightLine, markTarget, renderPseudocode, showErrors, span,
+  Figures, drawGrid, drawWrites, exactnessText, gridState, highlightLine, showErrors, span, traceStepper,
 } from "./trace_view.js";
 import { changed, registerView } from "./view.js";
 
@@ -57,47 +56,18 @@ function traceParams() {
   return out;
 }
 
-const socket = new TraceSocket({
+const { controls, open } = traceStepper({
+  view,
+  figures,
+  traceParams,
+  exportName: (p) =>
+    `trace-${p.algo}-n${p.n}${p.nk ? `-nk${p.nk}` : ""}-d${p.d}-${p.bm}x${p.bn}${p.causal ? "-causal" : ""}-${p.dtype}-seed${p.seed}`,
   onMeta(meta) {
-    view.meta = meta;
-    showErrors([]);
     $("algo-title").textContent = meta.title;
-    controls.setTotal(meta.n_events);
-    setExports();
-    renderPseudocode(meta.pseudocode);
     renderTotals(meta);
-    figures.reset();
-    controls.goto(view.params.step);
   },
-  onEvent(ev) {
-    view.event = ev;
-    view.step = ev.step;
-    view.params.step = ev.step;
-    writeParams(view.params);
-    render(ev);
-  },
-  onError(errors) {
-    showErrors(errors);
-  },
+  render,
 });
-
-const controls = new Controls({
-  goto: (k) => view.meta && socket.step(k),
-  jump: (dir) => view.meta && controls.goto(markTarget(view.meta, controls.target, dir)),
-});
-
-function open() {
-  showErrors([]);
-  writeParams(view.params);
-  socket.open(traceParams()).catch((err) => showErrors([{ msg: String(err) }]));
-}
-
-function setExports() {
-  const p = traceParams();
-  const name = `trace-${p.algo}-n${p.n}${p.nk ? `-nk${p.nk}` : ""}-d${p.d}-${p.bm}x${p.bn}${p.causal ? "-causal" : ""}-${p.dtype}-seed${p.seed}`;
-  setExportLink("export-json", apiUrl("/api/trace/ops", p), `${name}.json`);
-  setExportLink("export-chrome", apiUrl("/api/trace/chrome", p), `${name}.trace.json`);
-}
 
 function renderTotals(meta) {
   const flash = meta.traffic.algo.elements.hbm_total;

@@ -1,7 +1,9 @@
 // Drawing helpers shared by the trace steppers (/tiles, /backward, /decode). Everything here
 // draws what the server sent (meta and events of /ws/trace); none of it knows an algorithm.
 
-import { baseLayout, formatCount, plotConfig } from "./state.js";
+import { Controls } from "./controls.js";
+import { apiUrl, setExportLink } from "./exports.js";
+import { TraceSocket, baseLayout, formatCount, plotConfig, writeParams } from "./state.js";
 
 const $ = (id) => document.getElementById(id);
 
@@ -19,6 +21,55 @@ export function showErrors(errors, id = "errors") {
       return p;
     }),
   );
+}
+
+/**
+ * The wiring every trace stepper shares: a /ws/trace socket whose events become the view's
+ * step (and the URL's), stepping controls with Shift+← → jumping between marks, opening the
+ * trace of the view's parameters, and the JSON and Chrome-trace export links.
+ * @param {object} o
+ * @param {object} o.view       the page's { params, meta, step, event }
+ * @param {Figures} o.figures   reset when a new trace arrives
+ * @param {() => object} o.traceParams  the trace's query parameters
+ * @param {(p: object) => string} o.exportName  file name (without extension) of the exports
+ * @param {(meta: object) => void} o.onMeta  what the page shows of a new trace's metadata
+ * @param {(ev: object) => void} o.render    draws an event (then calls controls.shown)
+ * @returns {{ controls: Controls, open: () => void }}
+ */
+export function traceStepper({ view, figures, traceParams, exportName, onMeta, render }) {
+  const socket = new TraceSocket({
+    onMeta(meta) {
+      view.meta = meta;
+      showErrors([]);
+      controls.setTotal(meta.n_events);
+      const p = traceParams();
+      const name = exportName(p);
+      setExportLink("export-json", apiUrl("/api/trace/ops", p), `${name}.json`);
+      setExportLink("export-chrome", apiUrl("/api/trace/chrome", p), `${name}.trace.json`);
+      renderPseudocode(meta.pseudocode);
+      onMeta(meta);
+      figures.reset();
+      controls.goto(view.params.step);
+    },
+    onEvent(ev) {
+      view.event = ev;
+      view.step = ev.step;
+      view.params.step = ev.step;
+      writeParams(view.params);
+      render(ev);
+    },
+    onError: (errors) => showErrors(errors),
+  });
+  const controls = new Controls({
+    goto: (k) => view.meta && socket.step(k),
+    jump: (dir) => view.meta && controls.goto(markTarget(view.meta, controls.target, dir)),
+  });
+  function open() {
+    showErrors([]);
+    writeParams(view.params);
+    socket.open(traceParams()).catch((err) => showErrors([{ msg: String(err) }]));
+  }
+  return { controls, open };
 }
 
 /** Integers from a span [start, stop). */
