@@ -37,7 +37,7 @@ import triton.language as tl
 
 from .config import KernelConfig, route, table_key
 from .device import interpreting
-from .forward import describe_on_host, load_rows, make_source, store_rows
+from .forward import describe_on_host, first_row, load_rows, make_source, store_rows
 from .launch import (
     choose_config,
     dot_precision,
@@ -132,8 +132,7 @@ def _attn_bwd_dkdv(Q, K, V, DO, DK, DV, DQACC, LSE, DELTA, qk_scale2, scale,
                    H, H_KV, GROUP, N_Q, N_K, QD, KD, VD, DOD, DKD, DVD,
                    HEAD_DIM: tl.constexpr, D_PAD: tl.constexpr, BLOCK_M: tl.constexpr,
                    BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr, DQ_MODE: tl.constexpr,
-                   USE_TMA: tl.constexpr, UPCAST: tl.constexpr, DOT_PREC: tl.constexpr,
-                   HOST_DESC: tl.constexpr):
+                   USE_TMA: tl.constexpr, UPCAST: tl.constexpr, DOT_PREC: tl.constexpr):
     pid_n = tl.program_id(0)
     bhk = tl.program_id(1)
     b = bhk // H_KV
@@ -142,14 +141,9 @@ def _attn_bwd_dkdv(Q, K, V, DO, DK, DV, DQACC, LSE, DELTA, qk_scale2, scale,
     cols = n0 + tl.arange(0, BLOCK_N)
     k_base = K + b.to(tl.int64) * s_kb + hk.to(tl.int64) * s_kh
     v_base = V + b.to(tl.int64) * s_vb + hk.to(tl.int64) * s_vh
-    if HOST_DESC:  # descriptors over the flattened (B·H·N, d) matrices (whole tiles only)
-        k_src = KD
-        v_src = VD
-        kv_row = bhk * N_K
-    else:
-        k_src = make_source(k_base, N_K, s_kn, HEAD_DIM, BLOCK_N, D_PAD, USE_TMA)
-        v_src = make_source(v_base, N_K, s_vn, HEAD_DIM, BLOCK_N, D_PAD, USE_TMA)
-        kv_row = 0
+    k_src = make_source(k_base, N_K, s_kn, HEAD_DIM, BLOCK_N, D_PAD, USE_TMA, KD)
+    v_src = make_source(v_base, N_K, s_vn, HEAD_DIM, BLOCK_N, D_PAD, USE_TMA, VD)
+    kv_row = first_row(KD, bhk, N_K)
     k = load_rows(k_src, k_base, kv_row + n0, N_K, s_kn, HEAD_DIM, BLOCK_N, D_PAD, USE_TMA)
     v = load_rows(v_src, v_base, kv_row + n0, N_K, s_vn, HEAD_DIM, BLOCK_N, D_PAD, USE_TMA)
     if UPCAST:
@@ -178,16 +172,11 @@ def _attn_bwd_dkdv(Q, K, V, DO, DK, DV, DQACC, LSE, DELTA, qk_scale2, scale,
         q_base = Q + b.to(tl.int64) * s_qb + h.to(tl.int64) * s_qh
         do_base = DO + b.to(tl.int64) * s_db + h.to(tl.int64) * s_dh
         dq_base = DQACC + b.to(tl.int64) * s_cb + h.to(tl.int64) * s_ch
-        if HOST_DESC:
-            q_src = QD
-            do_src = DOD
-            q_row = bh * N_Q
-        else:
-            q_src = make_source(q_base, N_Q, s_qn, HEAD_DIM, BLOCK_M, D_PAD, USE_TMA)
-            do_src = make_source(do_base, N_Q, s_dn, HEAD_DIM, BLOCK_M, D_PAD, USE_TMA)
-            q_row = 0
+        q_src = make_source(q_base, N_Q, s_qn, HEAD_DIM, BLOCK_M, D_PAD, USE_TMA, QD)
+        do_src = make_source(do_base, N_Q, s_dn, HEAD_DIM, BLOCK_M, D_PAD, USE_TMA, DOD)
+        q_row = first_row(QD, bh, N_Q)
         if DQ_MODE == 2:
-            dq_src = make_source(dq_base, N_Q, s_cn, HEAD_DIM, BLOCK_M, D_PAD, True)
+            dq_src = make_source(dq_base, N_Q, s_cn, HEAD_DIM, BLOCK_M, D_PAD, True, None)
         else:
             dq_src = dq_base
         for m0 in range(lo, full_lo, BLOCK_M):
@@ -203,12 +192,8 @@ def _attn_bwd_dkdv(Q, K, V, DO, DK, DV, DQACC, LSE, DELTA, qk_scale2, scale,
 
     dk_base = DK + b.to(tl.int64) * s_kgb + hk.to(tl.int64) * s_kgh
     dv_base = DV + b.to(tl.int64) * s_vgb + hk.to(tl.int64) * s_vgh
-    if HOST_DESC:
-        dk_dst = DKD
-        dv_dst = DVD
-    else:
-        dk_dst = make_source(dk_base, N_K, s_kgn, HEAD_DIM, BLOCK_N, D_PAD, USE_TMA)
-        dv_dst = make_source(dv_base, N_K, s_vgn, HEAD_DIM, BLOCK_N, D_PAD, USE_TMA)
+    dk_dst = make_source(dk_base, N_K, s_kgn, HEAD_DIM, BLOCK_N, D_PAD, USE_TMA, DKD)
+    dv_dst = make_source(dv_base, N_K, s_vgn, HEAD_DIM, BLOCK_N, D_PAD, USE_TMA, DVD)
     store_rows(dk_dst, dk_base, kv_row + n0, N_K, s_kgn, (dk * scale).to(DK.dtype.element_ty),
                HEAD_DIM, BLOCK_N, D_PAD, USE_TMA)
     store_rows(dv_dst, dv_base, kv_row + n0, N_K, s_vgn, dv.to(DV.dtype.element_ty), HEAD_DIM,
@@ -249,7 +234,7 @@ def _attn_bwd_dq(Q, K, V, DO, DQ, LSE, DELTA, qk_scale2, scale,
                  s_gb, s_gh, s_gn, H, GROUP, N_Q, N_K, QD, KD, VD, DOD, DQD,
                  HEAD_DIM: tl.constexpr, D_PAD: tl.constexpr, BLOCK_M: tl.constexpr,
                  BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr, USE_TMA: tl.constexpr,
-                 UPCAST: tl.constexpr, DOT_PREC: tl.constexpr, HOST_DESC: tl.constexpr):
+                 UPCAST: tl.constexpr, DOT_PREC: tl.constexpr):
     n_mb = tl.cdiv(N_Q, BLOCK_M)
     pid_m = tl.program_id(0)
     if CAUSAL:
@@ -263,22 +248,13 @@ def _attn_bwd_dq(Q, K, V, DO, DQ, LSE, DELTA, qk_scale2, scale,
     k_base = K + b.to(tl.int64) * s_kb + hk.to(tl.int64) * s_kh
     v_base = V + b.to(tl.int64) * s_vb + hk.to(tl.int64) * s_vh
     dq_base = DQ + b.to(tl.int64) * s_gb + h.to(tl.int64) * s_gh
-    if HOST_DESC:  # descriptors over the flattened (B·H·N, d) matrices (whole tiles only)
-        q_src = QD
-        do_src = DOD
-        k_src = KD
-        v_src = VD
-        dq_dst = DQD
-        q_row = bh * N_Q
-        kv_row = (b * (H // GROUP) + hk) * N_K
-    else:
-        q_src = make_source(q_base, N_Q, s_qn, HEAD_DIM, BLOCK_M, D_PAD, USE_TMA)
-        do_src = make_source(do_base, N_Q, s_dn, HEAD_DIM, BLOCK_M, D_PAD, USE_TMA)
-        k_src = make_source(k_base, N_K, s_kn, HEAD_DIM, BLOCK_N, D_PAD, USE_TMA)
-        v_src = make_source(v_base, N_K, s_vn, HEAD_DIM, BLOCK_N, D_PAD, USE_TMA)
-        dq_dst = make_source(dq_base, N_Q, s_gn, HEAD_DIM, BLOCK_M, D_PAD, USE_TMA)
-        q_row = 0
-        kv_row = 0
+    q_src = make_source(q_base, N_Q, s_qn, HEAD_DIM, BLOCK_M, D_PAD, USE_TMA, QD)
+    do_src = make_source(do_base, N_Q, s_dn, HEAD_DIM, BLOCK_M, D_PAD, USE_TMA, DOD)
+    k_src = make_source(k_base, N_K, s_kn, HEAD_DIM, BLOCK_N, D_PAD, USE_TMA, KD)
+    v_src = make_source(v_base, N_K, s_vn, HEAD_DIM, BLOCK_N, D_PAD, USE_TMA, VD)
+    dq_dst = make_source(dq_base, N_Q, s_gn, HEAD_DIM, BLOCK_M, D_PAD, USE_TMA, DQD)
+    q_row = first_row(QD, bh, N_Q)
+    kv_row = first_row(KD, b * (H // GROUP) + hk, N_K)
 
     m0 = pid_m * BLOCK_M
     rows = m0 + tl.arange(0, BLOCK_M)
@@ -366,7 +342,6 @@ def run_dkdv(  # type: ignore[no-untyped-def]
         *dk.stride()[:3], *dv.stride()[:3], *acc_strides,
         h, h_kv, h // h_kv, n_q, n_k, *(descs or (None,) * 6),
         BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, DQ_MODE=mode, **_common(q, causal, tma),
-        HOST_DESC=descs is not None,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )  # fmt: skip
     return dk, dv
@@ -390,7 +365,6 @@ def run_dq(  # type: ignore[no-untyped-def]
         *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *do.stride()[:3],
         *dq.stride()[:3], h, h // h_kv, n_q, n_k, *(descs or (None,) * 5),
         BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, **_common(q, causal, tma),
-        HOST_DESC=descs is not None,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )  # fmt: skip
     return dq

@@ -75,8 +75,8 @@ def _decode_split(Q, K, V, LENS, PO, PL, qk_scale2,
     stop = tl.minimum(start + BLOCKS_PER_SPLIT * BLOCK_N, length)
     k_base = K + b.to(tl.int64) * s_kb + hk.to(tl.int64) * s_kh
     v_base = V + b.to(tl.int64) * s_vb + hk.to(tl.int64) * s_vh
-    k_src = make_source(k_base, N_CACHE, s_kn, HEAD_DIM, BLOCK_N, D_PAD, USE_TMA)
-    v_src = make_source(v_base, N_CACHE, s_vn, HEAD_DIM, BLOCK_N, D_PAD, USE_TMA)
+    k_src = make_source(k_base, N_CACHE, s_kn, HEAD_DIM, BLOCK_N, D_PAD, USE_TMA, None)
+    v_src = make_source(v_base, N_CACHE, s_vn, HEAD_DIM, BLOCK_N, D_PAD, USE_TMA, None)
 
     m = tl.full([R_PAD], float("-inf"), tl.float32)
     l = tl.zeros([R_PAD], tl.float32)

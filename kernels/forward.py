@@ -76,14 +76,27 @@ def store_rows(dst, base, row0, n_rows, stride, tile, HEAD_DIM: tl.constexpr, RO
 
 @triton.jit
 def make_source(base, n_rows, stride, HEAD_DIM: tl.constexpr, ROWS: tl.constexpr,
-                D_PAD: tl.constexpr, USE_TMA: tl.constexpr):
-    """A tensor descriptor over one head's (n_rows, HEAD_DIM) matrix, or the bare pointer."""
-    if USE_TMA:
+                D_PAD: tl.constexpr, USE_TMA: tl.constexpr, host):
+    """Where one head's (n_rows, HEAD_DIM) matrix is read or written.
+
+    `host`, when not None, is a descriptor made on the host over the flattened (B·H·N, d) matrix
+    (rows offset by `first_row`); else a descriptor built here, or the bare pointer.
+    """
+    if host is not None:
+        src = host
+    elif USE_TMA:
         src = tl.make_tensor_descriptor(base, shape=[n_rows, HEAD_DIM], strides=[stride, 1],
                                         block_shape=[ROWS, D_PAD])
     else:
         src = base
     return src
+
+
+@triton.jit
+def first_row(host, head, n_rows):
+    """Row of a head's first row in its source: head · n_rows in a host-made descriptor over the
+    flattened matrix (whole tiles only, so no tile reaches into the next head), else 0."""
+    return head * n_rows if host is not None else 0
 
 
 @triton.jit
@@ -151,7 +164,7 @@ def _attn_fwd(Q, K, V, O, LSE, TR, qk_scale2,
               HEAD_DIM: tl.constexpr, D_PAD: tl.constexpr, BLOCK_M: tl.constexpr,
               BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr, POS_SCALE: tl.constexpr,
               USE_TMA: tl.constexpr, UPCAST: tl.constexpr, DOT_PREC: tl.constexpr,
-              TRACE: tl.constexpr, PREFETCH: tl.constexpr, HOST_DESC: tl.constexpr):
+              TRACE: tl.constexpr, PREFETCH: tl.constexpr):
     n_mb = tl.cdiv(N_Q, BLOCK_M)
     pid_m = tl.program_id(0)
     if CAUSAL:
@@ -164,23 +177,12 @@ def _attn_fwd(Q, K, V, O, LSE, TR, qk_scale2,
     k_base = K + b.to(tl.int64) * s_kb + hk.to(tl.int64) * s_kh
     v_base = V + b.to(tl.int64) * s_vb + hk.to(tl.int64) * s_vh
     o_base = O + b.to(tl.int64) * s_ob + h.to(tl.int64) * s_oh
-    if HOST_DESC:
-        # Descriptors made on the host over the flattened (B·H·N, d) matrices: nothing to build
-        # per program; rows are offset to this (batch, head). Only whole tiles on both sides
-        # (launch_forward checks), so no tile reaches into the next head.
-        q_src = QD
-        k_src = KD
-        v_src = VD
-        o_src = OD
-        q_row = (b * H + h) * N_Q
-        kv_row = (b * (H // GROUP) + hk) * N_K
-    else:
-        q_src = make_source(q_base, N_Q, s_qn, HEAD_DIM, BLOCK_M, D_PAD, USE_TMA)
-        k_src = make_source(k_base, N_K, s_kn, HEAD_DIM, BLOCK_N, D_PAD, USE_TMA)
-        v_src = make_source(v_base, N_K, s_vn, HEAD_DIM, BLOCK_N, D_PAD, USE_TMA)
-        o_src = make_source(o_base, N_Q, s_on, HEAD_DIM, BLOCK_M, D_PAD, USE_TMA)
-        q_row = 0
-        kv_row = 0
+    q_src = make_source(q_base, N_Q, s_qn, HEAD_DIM, BLOCK_M, D_PAD, USE_TMA, QD)
+    k_src = make_source(k_base, N_K, s_kn, HEAD_DIM, BLOCK_N, D_PAD, USE_TMA, KD)
+    v_src = make_source(v_base, N_K, s_vn, HEAD_DIM, BLOCK_N, D_PAD, USE_TMA, VD)
+    o_src = make_source(o_base, N_Q, s_on, HEAD_DIM, BLOCK_M, D_PAD, USE_TMA, OD)
+    q_row = first_row(QD, b * H + h, N_Q)
+    kv_row = first_row(KD, b * (H // GROUP) + hk, N_K)
 
     m0 = pid_m * BLOCK_M
     rows = m0 + tl.arange(0, BLOCK_M)
@@ -354,6 +356,6 @@ def launch_forward(
         HEAD_DIM=d, D_PAD=d_pad, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, CAUSAL=causal,
         POS_SCALE=scale >= 0, USE_TMA=tma, UPCAST=upcast(q.dtype),
         DOT_PREC=dot_precision(q.dtype), TRACE=trace is not None, PREFETCH=cfg.prefetch,
-        HOST_DESC=descs is not None, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+        num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )  # fmt: skip
     return o, lse
