@@ -20,22 +20,19 @@ from functools import partial
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 import triton
-from torch.nn.attention import SDPBackend, sdpa_kernel
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.attention import attention_fn, protocol_inputs  # noqa: E402
 from kernels.forward import launch_forward  # noqa: E402
-from kernels.timing import input_sets, median_ms  # noqa: E402
+from kernels.timing import median_ms  # noqa: E402
 
 SEQ_LENS = (1024, 2048, 4096, 8192, 16384)
 
 
-def cudnn(q, k, v, causal):
-    with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
-        return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+cudnn = attention_fn("sdpa-cudnn")
 
 
 def flashscope(q, k, v, causal, host_desc):
@@ -51,11 +48,7 @@ def main() -> None:
     for d in (64, 128):
         for n in SEQ_LENS:
             b, h = 16384 // n, 2048 // d
-            sets = input_sets(4 * b * h * n * d * 2)
-            inputs = [
-                tuple(torch.randn(b, h, n, d, device="cuda", dtype=torch.float16) for _ in range(3))
-                for _ in range(sets)
-            ]
+            inputs = protocol_inputs(d, n, torch.float16)
             for causal in (False, True):
                 ref = cudnn(*inputs[0], causal).float()
                 base = {"head_dim": d, "seq_len": n, "batch": b, "heads": h, "causal": causal}

@@ -24,16 +24,15 @@ from functools import partial
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 import triton
-from torch.nn.attention import SDPBackend, sdpa_kernel
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.attention import attention_fn, protocol_inputs  # noqa: E402
 from kernels.config import TUNED_FILE, KernelConfig, table_key  # noqa: E402
 from kernels.forward import launch_forward  # noqa: E402
-from kernels.timing import input_sets, median_ms  # noqa: E402
+from kernels.timing import median_ms  # noqa: E402
 
 C = KernelConfig
 CANDIDATES = {
@@ -61,9 +60,7 @@ def compile_worker(index: int, count: int) -> None:
             print(f"compile {d} {causal} {cfg.as_list()}: {type(exc).__name__}", flush=True)
 
 
-def cudnn(q, k, v, causal):
-    with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
-        return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+cudnn = attention_fn("sdpa-cudnn")
 
 
 def sweep() -> list[dict]:
@@ -71,11 +68,7 @@ def sweep() -> list[dict]:
     for d in CANDIDATES:
         for n in SEQ_LENS:
             b, h = 16384 // n, 2048 // d
-            sets = input_sets(4 * b * h * n * d * 2)
-            inputs = [
-                tuple(torch.randn(b, h, n, d, device="cuda", dtype=torch.float16) for _ in range(3))
-                for _ in range(sets)
-            ]
+            inputs = protocol_inputs(d, n, torch.float16)
             for causal in (False, True):
                 ref = cudnn(*inputs[0], causal)
                 base = {"head_dim": d, "seq_len": n, "batch": b, "heads": h, "causal": causal}
