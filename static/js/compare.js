@@ -4,7 +4,7 @@
 
 import { Controls } from "./controls.js";
 import { apiUrl, bindPngButtons, setExportLink } from "./exports.js";
-import { baseLayout, formatBytes, plotConfig, readParams, writeParams } from "./state.js";
+import { baseLayout, formatBytes, plotConfig, readParams, showErrors as showErrorList, writeParams } from "./state.js";
 import { changed, registerView } from "./view.js";
 
 const DEFAULTS = { gpu: "", id: "" };
@@ -25,17 +25,7 @@ const $ = (id) => document.getElementById(id);
 const form = $("params");
 const view = { params: readParams(DEFAULTS), data: null, step: 0, loading: null };
 
-function showErrors(errors) {
-  const box = $("errors");
-  box.hidden = !errors || errors.length === 0;
-  box.replaceChildren(
-    ...(errors || []).map((e) => {
-      const p = document.createElement("p");
-      p.textContent = e.msg;
-      return p;
-    }),
-  );
-}
+const showErrors = (errors) => showErrorList(errors, { field: false }); // the message alone
 
 const us = (x) => (x === null || x === undefined ? "–" : `${x.toLocaleString("en-US", { maximumFractionDigits: 1 })} µs`);
 const pct = (x) => (x === null || x === undefined ? "–" : `${x >= 0 ? "+" : ""}${x.toFixed(1)}%`);

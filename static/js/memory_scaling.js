@@ -3,7 +3,7 @@
 
 import { Controls } from "./controls.js";
 import { apiUrl, bindPngButtons, setExportLink } from "./exports.js";
-import { baseLayout, formatCount, plotConfig, readParams, writeParams } from "./state.js";
+import { baseLayout, formatCount, plotConfig, readParams, showErrors as showErrorList, writeParams } from "./state.js";
 import { changed, registerView } from "./view.js";
 
 const DEFAULTS = { gpu: "h200", batch: 1, heads: 16, d: 64, dtype: "fp16", n_min: 1024, n_max: 131072, step: 0 };
@@ -29,17 +29,7 @@ function gib(b) {
   return `${v >= 100 || i === 0 ? v.toFixed(0) : v.toFixed(1)} ${units[i]}`;
 }
 
-function showErrors(errors) {
-  const box = $("errors");
-  box.hidden = !errors || errors.length === 0;
-  box.replaceChildren(
-    ...(errors || []).map((e) => {
-      const p = document.createElement("p");
-      p.textContent = e.msg;
-      return p;
-    }),
-  );
-}
+const showErrors = (errors) => showErrorList(errors, { field: false }); // the message alone
 
 function dataParams() {
   const out = {};

@@ -3,7 +3,7 @@
 
 import { Controls } from "./controls.js";
 import { apiUrl, bindPngButtons, setExportLink } from "./exports.js";
-import { baseLayout, formatBytes, formatCount, plotConfig, readParams, writeParams } from "./state.js";
+import { baseLayout, formatBytes, formatCount, plotConfig, readParams, showErrors as showErrorList, writeParams } from "./state.js";
 import { changed, registerView } from "./view.js";
 
 const DEFAULTS = { n: 1024, d: 64, dtype: "fp16", bm: 128, bn: 128, ns: "256,512,1024,2048,4096", step: 0 };
@@ -19,17 +19,7 @@ const $ = (id) => document.getElementById(id);
 const form = $("params");
 const view = { params: readParams(DEFAULTS), data: null, step: 0, lines: null };
 
-function showErrors(errors) {
-  const box = $("errors");
-  box.hidden = !errors || errors.length === 0;
-  box.replaceChildren(
-    ...(errors || []).map((e) => {
-      const p = document.createElement("p");
-      p.textContent = e.msg;
-      return p;
-    }),
-  );
-}
+const showErrors = (errors) => showErrorList(errors, { field: false }); // the message alone
 
 function dataParams() {
   const out = {};

@@ -4,7 +4,7 @@
 
 import { Controls } from "./controls.js";
 import { apiUrl, bindPngButtons, setExportLink } from "./exports.js";
-import { baseLayout, plotConfig, readParams, writeParams } from "./state.js";
+import { baseLayout, plotConfig, readParams, showErrors as showErrorList, writeParams } from "./state.js";
 import { changed, registerView } from "./view.js";
 
 const DEFAULTS = { x: "1, 2, 3, 6, 2, 1", block: 3, step: 0 };
@@ -20,17 +20,7 @@ const num = (v, digits = 4) => {
   return Number(v.toPrecision(digits)).toString();
 };
 
-function showErrors(errors) {
-  const box = $("errors");
-  box.hidden = !errors || errors.length === 0;
-  box.replaceChildren(
-    ...(errors || []).map((e) => {
-      const p = document.createElement("p");
-      p.textContent = e.msg;
-      return p;
-    }),
-  );
-}
+const showErrors = (errors) => showErrorList(errors, { field: false }); // the message alone
 
 function dataParams() {
   return { x: view.params.x, block: view.params.block };

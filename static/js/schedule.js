@@ -3,8 +3,7 @@
 
 import { Controls } from "./controls.js";
 import { apiUrl, bindPngButtons, setExportLink } from "./exports.js";
-import { baseLayout, formatBytes, formatCount, plotConfig, readParams, writeParams } from "./state.js";
-import { showErrors } from "./trace_view.js";
+import { baseLayout, formatBytes, formatCount, plotConfig, readParams, showErrors, writeParams } from "./state.js";
 import { changed, registerView } from "./view.js";
 
 const SPECS = ["sms", "hbm_gbs", "clock_ghz", "smem_per_sm_kib", "smem_per_block_kib", "l2_mib"];

@@ -97,6 +97,23 @@ export class TraceSocket {
   }
 }
 
+/**
+ * Show error entries ({msg, field?}) in the page's alert box (hidden when there are none),
+ * each as "field: msg" unless `field` is false.
+ */
+export function showErrors(errors, { field = true } = {}) {
+  const box = document.getElementById("errors");
+  const list = errors || [];
+  box.hidden = list.length === 0;
+  box.replaceChildren(
+    ...list.map((e) => {
+      const p = document.createElement("p");
+      p.textContent = field && e.field ? `${e.field}: ${e.msg}` : e.msg;
+      return p;
+    }),
+  );
+}
+
 const fmt = new Intl.NumberFormat("en-US");
 
 /** 17301504 → "17,301,504". */

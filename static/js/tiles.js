@@ -2,9 +2,9 @@
 // The server computes every event (state, counters, what is on chip); this module only draws.
 
 import { bindPngButtons } from "./exports.js";
-import { baseLayout, formatBytes, formatCount, plotConfig, readParams, writeParams } from "./state.js";
+import { baseLayout, formatBytes, formatCount, plotConfig, readParams, showErrors, writeParams } from "./state.js";
 import {
-  Figures, drawGrid, drawWrites, exactnessText, gridState, highlightLine, showErrors, span, traceStepper,
+  Figures, drawGrid, drawWrites, exactnessText, gridState, highlightLine, span, traceStepper,
 } from "./trace_view.js";
 import { changed, registerView } from "./view.js";
 

@@ -3,25 +3,11 @@
 
 import { Controls } from "./controls.js";
 import { apiUrl, setExportLink } from "./exports.js";
-import { TraceSocket, baseLayout, formatCount, plotConfig, writeParams } from "./state.js";
+import { TraceSocket, baseLayout, formatCount, plotConfig, showErrors, writeParams } from "./state.js";
 
 const $ = (id) => document.getElementById(id);
 
 export const TILE_COLORS = { skipped: "#ffffff", todo: "#e5e7eb", done: "#60a5fa", current: "#f59e0b" };
-
-/** Show error entries ({msg}) in the alert box `id` (hidden when there are none). */
-export function showErrors(errors, id = "errors") {
-  const box = $(id);
-  const list = errors || [];
-  box.hidden = list.length === 0;
-  box.replaceChildren(
-    ...list.map((e) => {
-      const p = document.createElement("p");
-      p.textContent = e.field ? `${e.field}: ${e.msg}` : e.msg;
-      return p;
-    }),
-  );
-}
 
 /**
  * The wiring every trace stepper shares: a /ws/trace socket whose events become the view's
