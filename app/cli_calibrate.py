@@ -21,7 +21,8 @@ import json
 import sys
 from pathlib import Path
 
-from .cli_simulate import gpu_name, positive
+from .cli_simulate import gpu_name
+from .cli_traffic import positive_int
 
 DEFAULT_SWEEP = Path(__file__).resolve().parent.parent / "benchmarks" / "sweeps" / "validation.json"
 
@@ -39,7 +40,7 @@ def add_command(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--measured", type=Path, default=None, help="take kernel times from a dataset")
     p.add_argument("--ceilings", type=Path, default=None, help="take ceilings from a calibration")
     p.add_argument("--no-fit", action="store_true", help="write the ceilings only")
-    p.add_argument("--max-evals", type=positive, default=400, help="fit budget (simulations)")
+    p.add_argument("--max-evals", type=positive_int, default=400, help="fit budget (simulations)")
     p.set_defaults(func=run)
 
 

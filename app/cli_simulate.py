@@ -19,6 +19,8 @@ import json
 import re
 import sys
 
+from .cli_traffic import positive_int, power_of_two
+
 ALGOS = ("naive", "fa1", "fa2", "fa2-bwd", "decode")  # simulator.workload.ALGOS (tested)
 MAX_CTAS = 4_194_304  # beyond this a simulation takes seconds: refuse rather than hang
 FLAGS = {
@@ -38,23 +40,6 @@ FLAGS = {
     "route": "--route",
     "impl": "--impl",
 }
-
-
-def positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be ≥ 1, got {value}")
-    return value
-
-
-def power_of_two(text: str) -> int:
-    value = positive(text)
-    if value & (value - 1):
-        raise argparse.ArgumentTypeError(f"must be a power of two, got {value}")
-    return value
 
 
 def gpu_name(text: str) -> str:
@@ -90,19 +75,19 @@ def add_command(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--gpu", type=gpu_name, default="h100-sxm", help="preset or alias (h100, …)")
     p.add_argument("--algo", choices=ALGOS, default="fa2")
-    p.add_argument("--batch", type=positive, default=1)
-    p.add_argument("--heads", type=positive, default=1)
-    p.add_argument("--kv-heads", type=positive, default=None, help="default: --heads")
-    p.add_argument("--seq", type=positive, required=True, help="query length N")
-    p.add_argument("--seq-k", type=positive, default=None, help="key/value length (default N)")
-    p.add_argument("--head-dim", type=positive, required=True)
+    p.add_argument("--batch", type=positive_int, default=1)
+    p.add_argument("--heads", type=positive_int, default=1)
+    p.add_argument("--kv-heads", type=positive_int, default=None, help="default: --heads")
+    p.add_argument("--seq", type=positive_int, required=True, help="query length N")
+    p.add_argument("--seq-k", type=positive_int, default=None, help="key/value length (default N)")
+    p.add_argument("--head-dim", type=positive_int, required=True)
     p.add_argument("--causal", action="store_true")
     p.add_argument("--dtype", choices=("fp16", "bf16", "fp32"), default="fp16")
     p.add_argument("--block-m", type=power_of_two, default=128)
     p.add_argument("--block-n", type=power_of_two, default=64)
-    p.add_argument("--stages", type=positive, default=2)
+    p.add_argument("--stages", type=positive_int, default=2)
     p.add_argument("--warps", type=power_of_two, default=8)
-    p.add_argument("--splits", type=positive, default=None, help="decode: KV splits")
+    p.add_argument("--splits", type=positive_int, default=None, help="decode: KV splits")
     p.add_argument(
         "--impl",
         choices=("convention", "flashscope"),
@@ -118,7 +103,7 @@ def add_command(sub: argparse._SubParsersAction) -> None:
     for name in ("block-m", "block-n", "stages", "warps"):
         p.add_argument(
             f"--dq-{name}",
-            type=positive,
+            type=positive_int,
             default=None,
             help=f"flashscope fa2-bwd, separate route: the dQ kernel's {name} (default: --{name})",
         )

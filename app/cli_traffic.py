@@ -21,7 +21,7 @@ def positive_int(text: str) -> int:
     return value
 
 
-def block_size(text: str) -> int:
+def power_of_two(text: str) -> int:
     value = positive_int(text)
     if value & (value - 1):
         raise argparse.ArgumentTypeError(f"must be a power of two, got {value}")
@@ -40,8 +40,8 @@ def add_command(sub: argparse._SubParsersAction) -> None:
     cmd.add_argument("--seq", required=True, type=positive_int, help="query length N")
     cmd.add_argument("--seq-k", type=positive_int, help="key/value length (default N)")
     cmd.add_argument("--head-dim", required=True, type=positive_int, help="head dimension d")
-    cmd.add_argument("--block-m", required=True, type=block_size, help="query rows per tile")
-    cmd.add_argument("--block-n", required=True, type=block_size, help="keys per tile")
+    cmd.add_argument("--block-m", required=True, type=power_of_two, help="query rows per tile")
+    cmd.add_argument("--block-n", required=True, type=power_of_two, help="keys per tile")
     cmd.add_argument("--batch", type=positive_int, default=1)
     cmd.add_argument("--heads", type=positive_int, default=1, help="query heads")
     cmd.add_argument("--kv-heads", type=positive_int, help="K/V heads (default: heads)")
