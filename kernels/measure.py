@@ -25,6 +25,7 @@ import torch
 from simulator.kernelplan import useful_flops
 from simulator.problem import AttentionProblem
 from simulator.roofline import compulsory_bytes
+from simulator.validation import problem_of
 
 from .backward import default_dq_mode, launch_backward
 from .config import KernelConfig
@@ -34,19 +35,6 @@ from .launch import pad_dim
 from .timing import input_sets, median_ms
 
 TORCH_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
-
-
-def problem_of(config: dict) -> AttentionProblem:
-    return AttentionProblem(
-        seq_q=config["seq"],
-        seq_k=config.get("seq_k"),
-        head_dim=config["head_dim"],
-        batch=config.get("batch", 1),
-        heads=config.get("heads", 1),
-        kv_heads=config.get("kv_heads"),
-        causal=bool(config.get("causal", False)),
-        dtype=config.get("dtype", "fp16"),
-    )
 
 
 def kernel_configs(config: dict) -> tuple[KernelConfig, KernelConfig]:
