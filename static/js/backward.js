@@ -6,7 +6,7 @@ import { baseLayout, formatBytes, formatCount, plotConfig, readParams } from "./
 import {
   Figures, drawGrid, drawWrites, exactnessText, gridState, heatmap, highlightLine, span, traceStepper,
 } from "./trace_view.js";
-import { changed, registerView } from "./view.js";
+import { registerView } from "./view.js";
 
 const DEFAULTS = { n: 128, nk: "", d: 32, bm: 32, bn: 32, causal: false, dtype: "fp32", seed: 0, step: 0 };
 const FIELDS = ["n", "nk", "d", "bm", "bn", "causal", "dtype", "seed"];
@@ -66,6 +66,8 @@ const { controls, open } = traceStepper({
     $("exactness").textContent = exactnessText(meta.exactness);
   },
   render,
+  form,
+  readForm,
 });
 
 const EMPTY = { type: "heatmap", z: [[null]], showscale: false, hoverinfo: "skip" };
@@ -223,17 +225,7 @@ function render(ev) {
   renderTile(ev);
   renderAccumulators(ev);
   renderRows(ev);
-  document.body.dataset.step = ev.step;
-  controls.shown(ev.step);
-  changed();
 }
-
-form.addEventListener("submit", (e) => {
-  e.preventDefault();
-  readForm();
-  view.params.step = 0;
-  open();
-});
 
 registerView({
   name: "backward",

@@ -6,7 +6,7 @@ import { baseLayout, formatBytes, formatCount, plotConfig, readParams } from "./
 import {
   Figures, TILE_COLORS, exactnessText, gridState, heatmap, highlightLine, span, traceStepper,
 } from "./trace_view.js";
-import { changed, registerView } from "./view.js";
+import { registerView } from "./view.js";
 
 const DEFAULTS = { n: 1, nk: 4096, d: 64, bn: 64, group: 4, splits: 8, dtype: "fp16", seed: 0, step: 0 };
 const FIELDS = ["n", "nk", "d", "bn", "group", "splits", "dtype", "seed"];
@@ -47,6 +47,8 @@ const { controls, open } = traceStepper({
     `trace-decode-n${p.n}-nk${p.nk}-d${p.d}-bn${p.bn}-g${p.group}-s${p.splits ?? "auto"}-${p.dtype}-seed${p.seed}`,
   onMeta: renderPlan,
   render,
+  form,
+  readForm,
 });
 
 function renderPlan(meta) {
@@ -252,17 +254,7 @@ function render(ev) {
   renderStats(ev);
   renderOutputs(ev);
   renderWeights(ev);
-  document.body.dataset.step = ev.step;
-  controls.shown(ev.step);
-  changed();
 }
-
-form.addEventListener("submit", (e) => {
-  e.preventDefault();
-  readForm();
-  view.params.step = 0;
-  open();
-});
 
 registerView({
   name: "decode",

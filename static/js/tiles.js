@@ -67,6 +67,8 @@ const { controls, open } = traceStepper({
     renderTotals(meta);
   },
   render,
+  form,
+  readForm,
 });
 
 function renderTotals(meta) {
@@ -243,17 +245,7 @@ function render(ev) {
   renderOnchip(ev);
   renderStats(ev);
   renderOutput(ev);
-  document.body.dataset.step = ev.step;
-  controls.shown(ev.step);
-  changed();
 }
-
-form.addEventListener("submit", (e) => {
-  e.preventDefault();
-  readForm();
-  view.params.step = 0;
-  open();
-});
 
 form.elements.gpu.addEventListener("change", () => {
   view.params.gpu = form.elements.gpu.value;

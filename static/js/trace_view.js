@@ -4,6 +4,7 @@
 import { Controls } from "./controls.js";
 import { apiUrl, setExportLink } from "./exports.js";
 import { TraceSocket, baseLayout, formatCount, plotConfig, showErrors, writeParams } from "./state.js";
+import { changed } from "./view.js";
 
 const $ = (id) => document.getElementById(id);
 
@@ -12,17 +13,20 @@ export const TILE_COLORS = { skipped: "#ffffff", todo: "#e5e7eb", done: "#60a5fa
 /**
  * The wiring every trace stepper shares: a /ws/trace socket whose events become the view's
  * step (and the URL's), stepping controls with Shift+← → jumping between marks, opening the
- * trace of the view's parameters, and the JSON and Chrome-trace export links.
+ * trace of the view's parameters (and again from step 0 when the form is submitted), the JSON
+ * and Chrome-trace export links, and telling the controls and view.js that a step is drawn.
  * @param {object} o
  * @param {object} o.view       the page's { params, meta, step, event }
  * @param {Figures} o.figures   reset when a new trace arrives
  * @param {() => object} o.traceParams  the trace's query parameters
  * @param {(p: object) => string} o.exportName  file name (without extension) of the exports
  * @param {(meta: object) => void} o.onMeta  what the page shows of a new trace's metadata
- * @param {(ev: object) => void} o.render    draws an event (then calls controls.shown)
+ * @param {(ev: object) => void} o.render    draws an event
+ * @param {HTMLFormElement} o.form  the parameters' form
+ * @param {() => void} o.readForm   copies the form into view.params
  * @returns {{ controls: Controls, open: () => void }}
  */
-export function traceStepper({ view, figures, traceParams, exportName, onMeta, render }) {
+export function traceStepper({ view, figures, traceParams, exportName, onMeta, render, form, readForm }) {
   const socket = new TraceSocket({
     onMeta(meta) {
       view.meta = meta;
@@ -43,6 +47,9 @@ export function traceStepper({ view, figures, traceParams, exportName, onMeta, r
       view.params.step = ev.step;
       writeParams(view.params);
       render(ev);
+      document.body.dataset.step = ev.step;
+      controls.shown(ev.step);
+      changed();
     },
     onError: (errors) => showErrors(errors),
   });
@@ -55,6 +62,12 @@ export function traceStepper({ view, figures, traceParams, exportName, onMeta, r
     writeParams(view.params);
     socket.open(traceParams()).catch((err) => showErrors([{ msg: String(err) }]));
   }
+  form.addEventListener("submit", (e) => {
+    e.preventDefault();
+    readForm();
+    view.params.step = 0;
+    open();
+  });
   return { controls, open };
 }
 
