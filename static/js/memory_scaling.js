@@ -2,8 +2,8 @@
 // GET /api/memory-scaling computes every figure; this module draws N number `step` of the sweep.
 
 import { Controls } from "./controls.js";
-import { apiUrl, bindPngButtons, setExportLink } from "./exports.js";
-import { baseLayout, formatCount, plotConfig, readParams, showErrors as showErrorList, writeParams } from "./state.js";
+import { bindPngButtons, setExportLink } from "./exports.js";
+import { baseLayout, fetchViewData, formatCount, plotConfig, readParams, showErrors as showErrorList, writeParams } from "./state.js";
 import { changed, registerView } from "./view.js";
 
 const DEFAULTS = { gpu: "h200", batch: 1, heads: 16, d: 64, dtype: "fp16", n_min: 1024, n_max: 131072, step: 0 };
@@ -42,15 +42,9 @@ function fillForm() {
 }
 
 async function load() {
-  showErrors([]);
-  writeParams(view.params);
-  const url = apiUrl("/api/memory-scaling", dataParams());
-  const res = await fetch(url);
-  const body = await res.json();
-  if (!res.ok) {
-    showErrors(body.detail || [{ msg: `HTTP ${res.status}` }]);
-    return;
-  }
+  const got = await fetchViewData("/api/memory-scaling", dataParams(), view.params, showErrors);
+  if (!got) return;
+  const { url, body } = got;
   view.data = body;
   view.params.gpu = body.gpu.key; // an alias in the URL ("H100") becomes the preset's key
   form.elements.gpu.value = body.gpu.key;

@@ -3,7 +3,7 @@
 
 import { Controls } from "./controls.js";
 import { apiUrl, bindPngButtons, setExportLink } from "./exports.js";
-import { baseLayout, formatBytes, formatCount, plotConfig, readParams, showErrors as showErrorList, writeParams } from "./state.js";
+import { baseLayout, fetchViewData, formatBytes, formatCount, plotConfig, readParams, showErrors as showErrorList, writeParams } from "./state.js";
 import { changed, registerView } from "./view.js";
 
 const DEFAULTS = { n: 1024, d: 64, dtype: "fp16", bm: 128, bn: 128, ns: "256,512,1024,2048,4096", step: 0 };
@@ -32,15 +32,9 @@ function fillForm() {
 }
 
 async function load() {
-  showErrors([]);
-  writeParams(view.params);
-  const url = apiUrl("/api/memory-wall", dataParams());
-  const res = await fetch(url);
-  const body = await res.json();
-  if (!res.ok) {
-    showErrors(body.detail || [{ msg: `HTTP ${res.status}` }]);
-    return;
-  }
+  const got = await fetchViewData("/api/memory-wall", dataParams(), view.params, showErrors);
+  if (!got) return;
+  const { url, body } = got;
   view.data = body;
   const name = `memory-wall-n${body.params.n}-d${body.params.d}-${body.params.bm}x${body.params.bn}`;
   setExportLink("export-json", url, `${name}.json`);

@@ -3,8 +3,8 @@
 // that compares the result with the standard softmax.
 
 import { Controls } from "./controls.js";
-import { apiUrl, bindPngButtons, setExportLink } from "./exports.js";
-import { baseLayout, plotConfig, readParams, showErrors as showErrorList, writeParams } from "./state.js";
+import { bindPngButtons, setExportLink } from "./exports.js";
+import { baseLayout, fetchViewData, plotConfig, readParams, showErrors as showErrorList, writeParams } from "./state.js";
 import { changed, registerView } from "./view.js";
 
 const DEFAULTS = { x: "1, 2, 3, 6, 2, 1", block: 3, step: 0 };
@@ -27,15 +27,9 @@ function dataParams() {
 }
 
 async function load() {
-  showErrors([]);
-  writeParams(view.params);
-  const url = apiUrl("/api/online-softmax", dataParams());
-  const res = await fetch(url);
-  const body = await res.json();
-  if (!res.ok) {
-    showErrors(body.detail || [{ msg: `HTTP ${res.status}` }]);
-    return;
-  }
+  const got = await fetchViewData("/api/online-softmax", dataParams(), view.params, showErrors);
+  if (!got) return;
+  const { url, body } = got;
   view.data = body;
   setExportLink("export-json", url, `online-softmax-block${body.block}.json`);
   controls.setTotal(body.blocks.length + 2);

@@ -1,5 +1,7 @@
 // Shared front-end state helpers: URL-held view state, the trace socket, number formatting.
 
+import { apiUrl } from "./exports.js";
+
 /** Read view parameters from the URL, falling back to `defaults` (numbers stay numbers). */
 export function readParams(defaults) {
   const url = new URL(window.location.href);
@@ -112,6 +114,24 @@ export function showErrors(errors, { field = true } = {}) {
       return p;
     }),
   );
+}
+
+/**
+ * A view's data from the server: clears the alert box, puts the view's parameters in the URL and
+ * fetches `path` with `query`. Resolves to { url, body }, or to null once the server's errors
+ * (or the HTTP status) are shown through `show`.
+ */
+export async function fetchViewData(path, query, params, show = showErrors) {
+  show([]);
+  writeParams(params);
+  const url = apiUrl(path, query);
+  const res = await fetch(url);
+  const body = await res.json();
+  if (!res.ok) {
+    show(body.detail || [{ msg: `HTTP ${res.status}` }]);
+    return null;
+  }
+  return { url, body };
 }
 
 const fmt = new Intl.NumberFormat("en-US");
