@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from hostinfo import cpu_model  # the module beside this script
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -34,16 +35,6 @@ from simulator.problem import AttentionProblem, TileConfig  # noqa: E402
 CASE = {"batch": 4, "heads": 32, "seq": 16384, "head_dim": 128, "block_m": 128, "block_n": 128}
 TARGET_IN_PROCESS_S = 0.5
 TARGET_PROCESS_S = 2.0
-
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def time_in_process(algo: str, p: AttentionProblem, t: TileConfig, repeats: int) -> dict:
@@ -122,7 +113,11 @@ def main() -> None:
     result = {
         "benchmark": "engine_speed",
         "date": today,
-        "device": {"cpu": cpu_model(), "cores": os.cpu_count(), "machine": platform.machine()},
+        "device": {
+            "cpu": cpu_model(platform.processor() or platform.machine()),
+            "cores": os.cpu_count(),
+            "machine": platform.machine(),
+        },
         # the machine is shared: 1-minute load averages before and after, for context
         "load_average_1min": {"before": load_before[0], "after": os.getloadavg()[0]},
         "versions": {

@@ -28,10 +28,10 @@ import subprocess
 import sys
 import time
 import urllib.request
-from importlib import metadata
 from pathlib import Path
 
 import numpy as np
+from hostinfo import cpu_model, package_versions  # the module beside this script
 from websockets.asyncio.client import connect
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -64,14 +64,8 @@ def load_average() -> list[float]:
 
 
 def device() -> dict:
-    model = "unknown"
-    with open("/proc/cpuinfo") as f:
-        for line in f:
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
     return {
-        "cpu": model,
+        "cpu": cpu_model(),
         "logical_cores": os.cpu_count(),
         "cores_usable": len(os.sched_getaffinity(0)),
         "machine": platform.machine(),
@@ -80,13 +74,8 @@ def device() -> dict:
 
 
 def versions() -> dict:
-    out = {"python": platform.python_version()}
-    for dist in ("flashscope", "fastapi", "starlette", "uvicorn", "websockets", "numpy"):
-        try:
-            out[dist] = metadata.version(dist)
-        except metadata.PackageNotFoundError:
-            out[dist] = None
-    return out
+    dists = ("flashscope", "fastapi", "starlette", "uvicorn", "websockets", "numpy")
+    return {"python": platform.python_version()} | package_versions(dists, None)
 
 
 def start_server(port: int, env: dict[str, str]) -> subprocess.Popen:

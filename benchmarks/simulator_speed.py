@@ -27,6 +27,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
+from hostinfo import cpu_model  # the module beside this script
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -38,16 +39,6 @@ from simulator.problem import AttentionProblem, TileConfig  # noqa: E402
 from simulator.tracing import random_inputs  # noqa: E402
 
 LIMIT_S = 1.0
-
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 def blas_name() -> str:
@@ -126,7 +117,7 @@ def main() -> int:
         "benchmark": "simulator_speed",
         "date": now.isoformat(timespec="seconds"),
         "device": {
-            "cpu": cpu_model(),
+            "cpu": cpu_model(platform.processor() or "unknown"),
             "logical_cores": os.cpu_count(),
             "usable_cores": len(os.sched_getaffinity(0))
             if hasattr(os, "sched_getaffinity")

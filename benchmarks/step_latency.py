@@ -27,8 +27,9 @@ import subprocess
 import sys
 import time
 import urllib.request
-from importlib import metadata
 from pathlib import Path
+
+from hostinfo import cpu_model, package_versions  # the module beside this script
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -86,24 +87,13 @@ def _summary(xs: list[float]) -> dict[str, float]:
 
 def _versions(browser_version: str) -> dict[str, str]:
     out = {"python": platform.python_version(), "chromium": browser_version, "plotly.js": "4.1.1"}
-    for dist in ("numpy", "fastapi", "uvicorn", "playwright", "flashscope"):
-        try:
-            out[dist] = metadata.version(dist)
-        except metadata.PackageNotFoundError:
-            out[dist] = "absent"
-    return out
+    return out | package_versions(
+        ("numpy", "fastapi", "uvicorn", "playwright", "flashscope"), "absent"
+    )
 
 
 def _device() -> dict[str, object]:
-    model = "unknown"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return {"cpu": model, "cores": os.cpu_count(), "machine": platform.machine(), "gpu": None}
+    return {"cpu": cpu_model(), "cores": os.cpu_count(), "machine": platform.machine(), "gpu": None}
 
 
 def run_scenario(page, base: str, scenario: dict, steps: int) -> dict:
