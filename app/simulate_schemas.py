@@ -85,22 +85,8 @@ def check_simulate_request(r: SimulateRequest, s: Settings) -> list[dict]:
                 limit_error(field, f"{field} must be ≤ {limit}, got {value}", value, limit, where)
             )
     for field in ("block_m", "block_n"):
-        value = getattr(r, field)
-        if not is_power_of_two(value) or not s.simulate_min_block <= value <= s.simulate_max_block:
-            errs.append(
-                limit_error(
-                    field,
-                    f"{field} must be a power of two from {s.simulate_min_block} to "
-                    f"{s.simulate_max_block}, got {value}",
-                    value,
-                    [s.simulate_min_block, s.simulate_max_block],
-                    where,
-                )
-            )
-    if not is_power_of_two(r.warps):
-        errs.append(
-            value_error("warps", f"warps must be a power of two, got {r.warps}", r.warps, where)
-        )
+        errs += _tile_errors(field, getattr(r, field), s, where)
+    errs += _warps_errors("warps", r.warps, where)
     kv = r.kv_heads if r.kv_heads is not None else r.heads
     if r.heads % kv:
         errs.append(
@@ -137,30 +123,26 @@ def _check_kernels(r: SimulateRequest, s: Settings, where: str) -> list[dict]:
             )
         )
     for field in ("dq_block_m", "dq_block_n"):
-        value = dq[field]
-        if value is not None and (
-            not is_power_of_two(value) or not s.simulate_min_block <= value <= s.simulate_max_block
-        ):
-            errs.append(
-                limit_error(
-                    field,
-                    f"{field} must be a power of two from {s.simulate_min_block} to "
-                    f"{s.simulate_max_block}, got {value}",
-                    value,
-                    [s.simulate_min_block, s.simulate_max_block],
-                    where,
-                )
-            )
-    if dq["dq_warps"] is not None and not is_power_of_two(dq["dq_warps"]):
-        errs.append(
-            value_error(
-                "dq_warps",
-                f"dq_warps must be a power of two, got {dq['dq_warps']}",
-                dq["dq_warps"],
-                where,
-            )
-        )
+        if dq[field] is not None:
+            errs += _tile_errors(field, dq[field], s, where)
+    if dq["dq_warps"] is not None:
+        errs += _warps_errors("dq_warps", dq["dq_warps"], where)
     return errs
+
+
+def _tile_errors(field: str, value: int, s: Settings, where: str) -> list[dict]:
+    """A tile side must be a power of two within the settings' bounds."""
+    lo, hi = s.simulate_min_block, s.simulate_max_block
+    if is_power_of_two(value) and lo <= value <= hi:
+        return []
+    msg = f"{field} must be a power of two from {lo} to {hi}, got {value}"
+    return [limit_error(field, msg, value, [lo, hi], where)]
+
+
+def _warps_errors(field: str, value: int, where: str) -> list[dict]:
+    if is_power_of_two(value):
+        return []
+    return [value_error(field, f"{field} must be a power of two, got {value}", value, where)]
 
 
 def _check_hardware_changes(r: SimulateRequest, s: Settings, where: str) -> list[dict]:
