@@ -19,6 +19,9 @@ import sys
 from pathlib import Path
 
 from .cli_simulate import gpu_name
+from .cli_traffic import positive_int
+
+MAX_REPEATS = 9
 
 
 def add_command(sub: argparse._SubParsersAction) -> None:
@@ -37,6 +40,12 @@ def add_command(sub: argparse._SubParsersAction) -> None:
         "--measured", type=Path, default=None, help="re-simulate this dataset's measurements"
     )
     p.add_argument("--only", default=None, help="comma-separated entry ids to run")
+    p.add_argument(
+        "--repeats",
+        type=positive_int,
+        default=1,
+        help=f"timing passes over the sweep; a row's time is their median (at most {MAX_REPEATS})",
+    )
     p.add_argument("--no-ncu", action="store_true", help="skip Nsight Compute")
     p.add_argument("--ncu-timeout", type=float, default=300.0, help="seconds for Nsight Compute")
     p.add_argument("--work", type=Path, default=None, help="folder for compile lists and ncu files")
@@ -64,6 +73,8 @@ def run(args: argparse.Namespace) -> int:
                 raise ValueError("expected a dataset object with rows")
         except (OSError, ValueError) as exc:
             return _fail("--measured", f"{args.measured}: {exc}")
+    if args.repeats > MAX_REPEATS:
+        return _fail("--repeats", f"at most {MAX_REPEATS}, got {args.repeats}")
     if args.sweep is not None:
         try:
             entries = read_sweep(args.sweep)
@@ -71,7 +82,10 @@ def run(args: argparse.Namespace) -> int:
             return _fail("--sweep", str(exc))
     elif old is not None:
         entries = [
-            Entry(r["id"], r["subset"], r["config"], bool(r.get("ncu"))) for r in old["rows"]
+            Entry(
+                r["id"], r["subset"], r["config"], bool(r.get("ncu")), r.get("tiles", "candidate")
+            )
+            for r in old["rows"]
         ]
     else:
         return _fail("--sweep", "a sweep file is needed (or --measured DATASET)")
@@ -91,6 +105,7 @@ def run(args: argparse.Namespace) -> int:
                                         "triton", "cuda")}  # fmt: skip
         seconds = old.get("seconds") or {}
         env.update(compile_s=seconds.get("compile"), timing_s=seconds.get("timing"))
+        env["timing_passes"] = old.get("timing_passes")
         ncu = old.get("ncu", {})
         key = args.gpu or old.get("gpu")
     else:
@@ -106,7 +121,12 @@ def run(args: argparse.Namespace) -> int:
 
         work = args.work or args.out.parent / f"{args.out.stem}-work"
         got = measure_sweep(
-            entries, work, ncu_timeout_s=args.ncu_timeout, use_ncu=not args.no_ncu, progress=_say
+            entries,
+            work,
+            ncu_timeout_s=args.ncu_timeout,
+            use_ncu=not args.no_ncu,
+            repeats=args.repeats,
+            progress=_say,
         )
         measured, env, ncu = got["rows"], got["env"], got["ncu"]
         key = args.gpu

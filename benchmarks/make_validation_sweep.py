@@ -3,9 +3,10 @@
     python benchmarks/make_validation_sweep.py
 
 Protocol (the FlashAttention papers'): batch × N = 16384 tokens, heads × d = 2048, fp16,
-N ∈ {512 … 16384}, d ∈ {64, 128}, causal and not, forward and backward; three tile
-configurations each (kernels.config.CANDIDATES: they fit Hopper's 227 KiB of shared memory;
-the backward pairs the i-th dK/dV candidate with the i-th dQ candidate). Calibration may be
+N ∈ {512 … 16384}, d ∈ {64, 128}, causal and not, forward and backward; five tile
+configurations each: the three kernels.config.CANDIDATES ("candidate": they fit Hopper's
+227 KiB of shared memory; the backward pairs the i-th dK/dV candidate with the i-th dQ
+candidate) and two of SPREAD below ("spread"). Calibration may be
 fitted on N ∈ {512, 2048, 8192} ("fit"); N ∈ {1024, 4096, 16384} are held out. Nsight Compute
 reads the bytes of every entry (one pass of a few metrics takes about a second per kernel).
 The backward's route is left to the kernels (recorded when measured).
@@ -20,10 +21,34 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from kernels.config import CANDIDATES  # noqa: E402
+from kernels.config import CANDIDATES, KernelConfig  # noqa: E402
 
 SEQS = (512, 1024, 2048, 4096, 8192, 16384)
 FIT = (512, 2048, 8192)
+C = KernelConfig
+# Two more tile configurations per problem, chosen to differ from the candidates (fewer stages,
+# narrow or small tiles, more warps than the tile needs): the candidates are all good and often
+# finish within run-to-run noise of each other, so ranking them alone mostly ranks the noise.
+# (forward) and (dK/dV kernel, dQ kernel) pairs per head_dim; each was timed on an H200 in
+# benchmarks/tune.py's rounds.
+SPREAD = {
+    "fwd": {64: [C(64, 32, 4, 2), C(128, 64, 4, 2)], 128: [C(64, 32, 4, 3), C(64, 128, 4, 2)]},
+    "bwd": {
+        64: [(C(64, 128, 8, 2), C(64, 32, 4, 3)), (C(32, 32, 4, 2), C(64, 32, 4, 2))],
+        128: [(C(32, 128, 8, 2), C(128, 32, 8, 3)), (C(64, 64, 8, 2), C(64, 32, 4, 3))],
+    },
+}
+
+
+def tile_choices(mode: str, d: int) -> list[tuple[str, KernelConfig, KernelConfig | None]]:
+    """(tile set, main kernel, dQ kernel) of every tile configuration of one problem."""
+    if mode == "fwd":
+        cands = [(m, None) for m in CANDIDATES["fwd"][d]]
+        spread = [(m, None) for m in SPREAD["fwd"][d]]
+    else:
+        cands = list(zip(CANDIDATES["bwd"][d], CANDIDATES["bwd-dq"][d], strict=True))
+        spread = SPREAD["bwd"][d]
+    return [("candidate", m, q) for m, q in cands] + [("spread", m, q) for m, q in spread]
 
 
 def entries() -> list[dict]:
@@ -32,8 +57,7 @@ def entries() -> list[dict]:
         for d in (64, 128):
             for causal in (False, True):
                 for n in SEQS:
-                    for t in range(3):
-                        main = CANDIDATES["fwd" if mode == "fwd" else "bwd"][d][t]
+                    for t, (tiles, main, dq) in enumerate(tile_choices(mode, d)):
                         config = {
                             "algo": algo,
                             "impl": "flashscope",
@@ -48,8 +72,7 @@ def entries() -> list[dict]:
                             "stages": main.num_stages,
                             "warps": main.num_warps,
                         }
-                        if mode == "bwd":
-                            dq = CANDIDATES["bwd-dq"][d][t]
+                        if dq is not None:
                             config.update(
                                 dq_block_m=dq.block_m,
                                 dq_block_n=dq.block_n,
@@ -62,6 +85,7 @@ def entries() -> list[dict]:
                                 "id": f"{mode}-d{d}-{kind}-n{n}-t{t}",
                                 "subset": "fit" if n in FIT else "holdout",
                                 "ncu": True,
+                                "tiles": tiles,
                                 "config": config,
                             }
                         )
@@ -73,7 +97,8 @@ def main() -> None:
         "format": 1,
         "description": (
             "flashscope's forward and backward kernels at fixed tile configurations: "
-            "batch·N = 16384, heads·d = 2048, fp16; fit on N ∈ {512, 2048, 8192}, hold out "
+            "batch·N = 16384, heads·d = 2048, fp16; three candidate and two spread tile "
+            "configurations per problem; fit on N ∈ {512, 2048, 8192}, hold out "
             "N ∈ {1024, 4096, 16384}; Nsight Compute on every entry"
         ),
         "entries": entries(),

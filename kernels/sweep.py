@@ -7,7 +7,9 @@
    A small problem compiles the same kernels: sizes are run-time arguments, and every sweep
    size is a multiple of 16 (Triton specializes integers on that).
 2. Time: kernels.measure.time_case per entry (median of do_bench; one failing entry is
-   recorded as an error, the others go on).
+   recorded as an error, the others go on). With `repeats` > 1, further passes over the whole
+   sweep (alternately in reverse order) time every entry again; a row keeps every pass
+   (`ms_passes`) and its time becomes their median.
 3. Bytes: Nsight Compute on the entries marked `ncu` (kernels.nsight), when ncu is installed;
    then, as time allows, a second ncu pass of diagnostics (SM-side L2 traffic, register spills
    to local memory, tensor-pipe utilization) merged into each kernel's row.
@@ -18,6 +20,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import statistics
 import subprocess
 import sys
 import time
@@ -30,6 +33,7 @@ import triton
 
 from .measure import Case, kernel_route, time_case
 from .nsight import DIAGNOSTICS, ncu_path, profile
+from .timing import median_ms
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -91,6 +95,7 @@ def measure_sweep(
     use_ncu: bool = True,
     diagnostics: bool = True,
     workers: int | None = None,
+    repeats: int = 1,
     progress: Callable[[str], None] = print,
 ) -> dict:
     """Time every entry (and read the bytes of those marked ncu): {"env", "rows", "ncu"}."""
@@ -118,7 +123,13 @@ def measure_sweep(
             progress(f"[{k + 1}/{len(entries)}] {e.id}: {row['ms'] * 1e3:,.1f} µs")
         else:
             progress(f"[{k + 1}/{len(entries)}] {e.id}: {row['error']}")
+    for extra in range(1, repeats):
+        _timing_pass(entries, rows, extra, progress)
+    if repeats > 1:
+        for row in rows:
+            _take_median(row)
     env["timing_s"] = time.monotonic() - t0
+    env["timing_passes"] = repeats
     (workdir / "timings.json").write_text(json.dumps({"env": env, "rows": rows}))
     ncu_info: dict = {"ran": False}
     marked = [i for i, e in enumerate(entries) if e.ncu]
@@ -146,6 +157,38 @@ def measure_sweep(
     elif use_ncu and marked:
         ncu_info["why"] = "ncu is not on PATH"
     return {"env": env, "rows": rows, "ncu": ncu_info}
+
+
+def _timing_pass(entries: list, rows: list[dict], index: int, progress) -> None:
+    """Time every entry again, in the reverse order of the pass before (drift spreads evenly)."""
+    order = range(len(entries)) if index % 2 == 0 else range(len(entries) - 1, -1, -1)
+    t0 = time.monotonic()
+    for k in order:
+        row = rows[k]
+        if "ms" not in row:
+            continue
+        try:
+            case = Case.build(entries[k].config)
+            case.run()
+            row.setdefault("ms_passes", [row["ms"]]).append(median_ms(case.calls))
+            del case
+        except Exception as exc:  # keep the first pass's figure; say the repeat failed
+            row.setdefault("pass_errors", []).append(f"{type(exc).__name__}: {exc}")
+        torch.cuda.empty_cache()
+    progress(f"timing pass {index + 1} in {time.monotonic() - t0:.0f} s")
+
+
+def _take_median(row: dict) -> None:
+    """The row's time becomes the median of its passes; rates follow it."""
+    passes = row.get("ms_passes")
+    if not passes or len(passes) < 2:
+        return
+    ms = statistics.median(passes)
+    scale = row["ms"] / ms
+    row["ms"] = ms
+    for key in ("tflops", "gbs"):
+        if key in row:
+            row[key] *= scale
 
 
 def _ncu_version() -> str | None:

@@ -16,7 +16,10 @@ GPU measured and what the engine predicts, and a summary (`summarize`):
               of the simulated against the measured times of its tile configurations (ties
               share their mean rank; problems whose measured times are all equal are left
               out), averaged over problems with equal weight; and whether the tile
-              configuration the simulator ranks first is within 5% of the measured best
+              configuration the simulator ranks first is within 5% of the measured best;
+              with several timing passes, also how well the passes rank alike (the ceiling);
+              a sweep with "spread" tile configurations also gets the ranking among the
+              "candidate" ones alone (`ranking_candidates`)
 """
 
 from __future__ import annotations
@@ -46,6 +49,7 @@ CONFIG_FIELDS = (
 TILE_FIELDS = ("block_m", "block_n", "stages", "warps", "dq_block_m", "dq_block_n", "dq_stages",
                "dq_warps")  # fmt: skip
 BEST_WITHIN = 0.05
+TILE_SETS = ("candidate", "spread")
 
 
 @dataclass(frozen=True)
@@ -56,6 +60,7 @@ class Entry:
     subset: str
     config: dict
     ncu: bool = False
+    tiles: str = "candidate"  # "candidate": one the kernels try; "spread": chosen to differ
 
 
 def check_config(config: dict) -> None:
@@ -91,8 +96,11 @@ def read_sweep(path: Path) -> list[Entry]:
             check_config(raw["config"])
         except ValueError as exc:
             raise ValueError(f"{where} ({eid}): {exc}") from None
+        tiles = raw.get("tiles", "candidate")
+        if tiles not in TILE_SETS:
+            raise ValueError(f"{where} ({eid}): tiles must be one of {TILE_SETS}, got {tiles!r}")
         seen.add(eid)
-        entries.append(Entry(eid, subset, dict(raw["config"]), bool(raw.get("ncu", False))))
+        entries.append(Entry(eid, subset, dict(raw["config"]), bool(raw.get("ncu", False)), tiles))
     if not entries:
         raise ValueError(f"{path}: no entries")
     return entries
@@ -196,6 +204,23 @@ def spearman(a: np.ndarray, b: np.ndarray) -> float | None:
     return float(np.mean((ra - ra.mean()) * (rb - rb.mean())) / (sa * sb))
 
 
+def repeat_spearman(rows: list[dict]) -> float | None:
+    """How well one timing pass ranks a problem's tile configurations as another pass does.
+
+    The mean Spearman correlation over every pair of passes (`measured.ms_passes`, all rows
+    alike); None with fewer than two passes. The ceiling any model's ranking can be checked
+    against: above it the measurement, not the model, decides the order.
+    """
+    passes = [(r.get("measured") or {}).get("ms_passes") or [] for r in rows]
+    n = min(len(p) for p in passes)
+    if n < 2:
+        return None
+    table = np.array([p[:n] for p in passes])  # (configurations, passes)
+    rhos = [spearman(table[:, i], table[:, j]) for i in range(n) for j in range(i + 1, n)]
+    rhos = [r for r in rhos if r is not None]
+    return float(np.mean(rhos)) if rhos else None
+
+
 def ranking(rows: list[dict]) -> dict:
     """Per problem: rank correlation of tile configurations and the simulator's pick."""
     groups: dict[str, list[dict]] = {}
@@ -214,6 +239,7 @@ def ranking(rows: list[dict]) -> dict:
             {
                 "ids": [r["id"] for r in rs],
                 "spearman": spearman(m, s),
+                "repeat_spearman": repeat_spearman(rs),
                 "measured_best": rs[int(np.argmin(m))]["id"],
                 "simulated_best": rs[pick]["id"],
                 "pick_gap_pct": gap * 100,
@@ -221,11 +247,13 @@ def ranking(rows: list[dict]) -> dict:
             }
         )
     rhos = [p["spearman"] for p in problems if p["spearman"] is not None]
+    repeats = [p["repeat_spearman"] for p in problems if p["repeat_spearman"] is not None]
     picks = [p["pick_within_5pct"] for p in problems]
     return {
         "problems": len(problems),
         "spearman_mean": float(np.mean(rhos)) if rhos else None,
         "spearman_counted": len(rhos),
+        "repeat_spearman_mean": float(np.mean(repeats)) if repeats else None,
         "pick_within_5pct": float(np.mean(picks)) if picks else None,
         "pick_gap_worst_pct": max((p["pick_gap_pct"] for p in problems), default=None),
         "by_problem": problems,
@@ -248,6 +276,9 @@ def _subset_summary(rows: list[dict]) -> dict:
         )
     rk = ranking(rows)
     out["ranking"] = {k: v for k, v in rk.items() if k != "by_problem"}
+    if any(r.get("tiles") == "spread" for r in rows):
+        rk = ranking([r for r in rows if r.get("tiles", "candidate") == "candidate"])
+        out["ranking_candidates"] = {k: v for k, v in rk.items() if k != "by_problem"}
     return out
 
 
@@ -352,7 +383,9 @@ def build_dataset(
         config = {**e.config, "gpu": gpu.key}
         if config.get("algo") == "fa2-bwd" and m.get("route"):
             config["route"] = m["route"]
-        row: dict = {"id": e.id, "subset": e.subset, "ncu": e.ncu, "config": config}
+        row: dict = {
+            "id": e.id, "subset": e.subset, "ncu": e.ncu, "tiles": e.tiles, "config": config
+        }  # fmt: skip
         row.update(measured_fields(m))
         try:
             row.update(simulated_fields(simulate_config(config, gpu)))
@@ -371,6 +404,7 @@ def build_dataset(
         "sms": env.get("sms"),
         "l2_bytes": env.get("l2_bytes"),
         "seconds": {"compile": env.get("compile_s"), "timing": env.get("timing_s")},
+        "timing_passes": env.get("timing_passes") or 1,
         "efficiency": dataclasses.asdict(gpu.efficiency),
         "hardware": {"l2_gbs": gpu.l2_gbs},
         "ncu": ncu or {},

@@ -24,6 +24,7 @@ SWEEP = ROOT / "benchmarks" / "sweeps" / "validation.json"
         (["validate", "--sweep", str(SWEEP), "--out", "x.json"], "no CUDA GPU here"),
         (["calibrate"], "no CUDA GPU here"),
         (["validate", "--out", "x.json"], "a sweep file is needed"),
+        (["validate", "--sweep", str(SWEEP), "--out", "x.json", "--repeats", "10"], "at most 9"),
         (["validate", "--sweep", "missing.json", "--out", "x.json"], "not a readable JSON"),
     ],
 )

@@ -121,3 +121,55 @@ def test_a_dataset_simulates_every_entry_and_summarizes_each_subset():
     again = summarize(ds["rows"])
     assert again["all"]["time"] == s["all"]["time"]
     assert isinstance(entries[0], Entry)
+
+
+def test_repeat_passes_give_the_ranking_ceiling_and_candidates_are_ranked_apart():
+    gen = np.random.default_rng()
+    base = {"algo": "fa2", "seq": 1024, "head_dim": 64, "stages": 3, "warps": 4, "block_n": 64}
+    truth = gen.permutation(5).astype(float) + 10.0  # five tile configurations, distinct times
+    noise = gen.normal(0.0, 0.05, size=(5, 3))
+    rows = [
+        {
+            "id": f"t{i}",
+            "tiles": "candidate" if i < 3 else "spread",
+            "config": {**base, "block_m": 16 << i},
+            "measured_us": float(truth[i]),
+            "simulated_us": float(truth[i]) * 2,
+            "measured": {"ms_passes": list(truth[i] + noise[i])},
+        }
+        for i in range(5)
+    ]
+    r = ranking(rows)
+    passes = np.array([row["measured"]["ms_passes"] for row in rows])
+    pairs = [spearman(passes[:, a], passes[:, b]) for a, b in ((0, 1), (0, 2), (1, 2))]
+    assert r["repeat_spearman_mean"] == pytest.approx(np.mean(pairs))
+    assert r["spearman_mean"] == pytest.approx(1.0)  # a model off by a constant factor ranks right
+    s = summarize(rows)
+    cand = s["all"]["ranking_candidates"]
+    assert cand["problems"] == 1
+    assert cand["spearman_mean"] == pytest.approx(1.0)
+    rows[0]["measured"]["ms_passes"] = [1.0]
+    assert ranking(rows)["repeat_spearman_mean"] is None  # fewer than two passes on one row
+    assert (
+        "ranking_candidates" not in summarize([r for r in rows if r["tiles"] == "candidate"])["all"]
+    )
+
+
+def test_an_unknown_tile_set_is_refused_naming_the_entry(tmp_path):
+    entry = read_sweep(SWEEP)[0]
+    doc = {"format": 1, "entries": [
+        {"id": "x", "subset": "fit", "tiles": "good", "config": entry.config}
+    ]}  # fmt: skip
+    path = tmp_path / "sweep.json"
+    path.write_text(json.dumps(doc))
+    with pytest.raises(ValueError, match=r"entry 0 \(x\): tiles must be one of"):
+        read_sweep(path)
+
+
+def test_the_shipped_sweep_has_candidate_and_spread_tiles_per_problem():
+    entries = read_sweep(SWEEP)
+    per_problem: dict[str, list[str]] = {}
+    for e in entries:
+        per_problem.setdefault(e.id.rsplit("-t", 1)[0], []).append(e.tiles)
+    assert len(per_problem) == 48
+    assert all(t.count("candidate") == 3 and t.count("spread") == 2 for t in per_problem.values())
