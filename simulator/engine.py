@@ -7,12 +7,13 @@ launch, and its CTAs take the SMs' slots as that launch's CTAs leave them):
 1. Occupancy: CTAs per SM from shared memory, registers and warps (`occupancy.py`); an SM
    is that many slots.
 2. Duration of every CTA given c, the CTAs sharing its SM. Per CTA, at the whole SM's rates:
-   tensor T = FLOPs / tensor rate (slower for narrow products: `mma_n_half`), SFU S = exps /
-   exp rate, ALU A = other FLOPs / FP32 rate, loads X = loop bytes / L2→SM rate. The tensor
-   cores overlap the warps' own instructions (S + A, one instruction stream) partly: the larger
-   of T and S + A plus (1 − h) of the smaller, where h grows from `overlap` (one CTA alone) with
-   the other CTAs on the SM (`cta_overlap`); a CTA whose registers spill is slower by
-   `spill_penalty`. With stages ≥ 2 loads run ahead of compute
+   tensor T = FLOPs / tensor rate (slower for narrow products: `mma_n_half`, for tiles of
+   fewer than 64 rows per warpgroup and for warpgroups that split columns: `mma_factor`),
+   SFU S = exps / exp rate, ALU A = other FLOPs / FP32 rate, loads X = loop bytes / L2→SM
+   rate. The tensor cores overlap the warps' own instructions (S + A, one instruction
+   stream) partly: the larger of T and S + A plus (1 − h) of the smaller, where h grows from
+   `overlap` (one CTA alone) with the other CTAs on the SM (`cta_overlap`); a CTA whose
+   registers spill is slower by `spill_penalty`. With stages ≥ 2 loads run ahead of compute
    (max of the two), with one stage they add. Sharing the SM with c CTAs and too few warps to
    saturate it (u = min(1, c·warps / warps_to_saturate)) stretches this by c / u. Load latency
    (L2 hit or DRAM, by this CTA's hit rate) and the tile's transfer bound each iteration from
@@ -95,12 +96,37 @@ def _edge_bytes(w: Launch) -> np.ndarray:
     return edge
 
 
-def mma_factor(shapes: tuple[tuple[float, int], ...], half: float) -> float:
-    """Tensor time multiplier of products `shapes` ((FLOP share, width N)) against the ceiling."""
-    if not shapes or half <= 0:
+WGMMA_ROWS = 64  # rows of one warpgroup's matrix-multiply instruction on Hopper
+
+
+def mma_factor(
+    shapes: tuple[tuple[float, int], ...],
+    half: float,
+    rows: int | None = None,
+    warps: int = 4,
+    split: float = 0.0,
+) -> float:
+    """Tensor time multiplier of products `shapes` ((FLOP share, width N)) against the ceiling.
+
+    `rows` (the M of the CTA's products) and `warps` place the CTA's warpgroups (4 warps each)
+    as Hopper's 64-row instructions need: along the rows while there are 64-row slices, then
+    across the columns, each warpgroup taking 1/gn of every product's width (narrower
+    instructions, and a surcharge `split` per extra warpgroup for the operands they exchange
+    through shared memory). A tile of fewer than 64 rows still issues 64-row instructions.
+    """
+    if not shapes:
         return 1.0
+    pad, gn = 1.0, 1
+    if rows is not None:
+        groups = max(1, warps // 4)
+        along_m = max(1, min(groups, rows // WGMMA_ROWS))
+        gn = max(1, groups // along_m)
+        pad = max(1.0, WGMMA_ROWS * along_m / rows)
+    surcharge = pad * (1.0 + split * (gn - 1))
+    if half <= 0:
+        return surcharge
     full = 1.0 + half / 256.0
-    return float(sum(share * (1.0 + half / n) / full for share, n in shapes))
+    return surcharge * float(sum(share * (1.0 + half * gn / n) / full for share, n in shapes))
 
 
 def _durations(
@@ -108,7 +134,9 @@ def _durations(
 ):
     """(duration, time before the loop, components (5, n)) of every CTA at co-residency c."""
     eff = r.eff
-    tensor = w.flops / r.tensor * mma_factor(w.mma_shapes, eff.mma_n_half)
+    rows = t.block_n if w.kind == "bwd" else _pad_rows(w.rows)  # the products' M
+    tensor = w.flops / r.tensor * mma_factor(w.mma_shapes, eff.mma_n_half, rows, t.warps,
+                                             eff.wg_split)  # fmt: skip
     sfu, alu = w.exps / r.sfu, w.alu / r.alu
     edge_bytes = _edge_bytes(w)
     loads = (w.read_bytes + w.write_bytes - w.edge_read - w.edge_write) / r.l2

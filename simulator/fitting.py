@@ -61,10 +61,11 @@ PARAMS: tuple[Param, ...] = (
     Param("launch_us", 0.5, 50.0, log=True),
     Param("fp32", 0.1, 1.0, log=True),
     Param("l2_reuse_fraction", 0.2, 1.0),
-    Param("l2_reuse_exponent", 0.5, 8.0, log=True),
+    Param("l2_reuse_exponent", 1.5, 8.0, log=True),  # LRU: few hits beyond capacity
     Param("cta_overlap", 0.0, 1.0),
     Param("mma_n_half", 0.0, 512.0),
     Param("spill_penalty", 0.0, 3.0),
+    Param("wg_split", 0.0, 3.0),
 )
 # Fitted only where the training rows use the atomic backward route (its reduce-adds).
 REDUCE = Param("l2_reduce", 0.05, 1.0, log=True)

@@ -48,6 +48,8 @@ class Efficiency:
     mma_n_half: float = 0.0  # h: a matmul N columns wide runs at (1 + h/256) / (1 + h/N) of
     # the measured ceiling (about half speed at N = h; 256-wide tiles, as cuBLAS uses, at full)
     spill_penalty: float = 0.0  # loop slowdown of a CTA whose registers spill (0.5: 1.5×)
+    wg_split: float = 0.0  # tensor-time surcharge per extra warpgroup splitting a product's
+    # columns (more warps than the tile has 64-row slices: operands cross warpgroups via smem)
     l2_reduce: float = 1.0  # reduce-adds into L2 (atomics) move at this fraction of the L2 rate
 
     def __post_init__(self) -> None:
