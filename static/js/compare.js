@@ -90,7 +90,8 @@ function renderDataset() {
     ["held out / fitted", `${h.time.mape_pct.toFixed(1)}% / ${d.summary.fit.time.mape_pct.toFixed(1)}%`],
     ["DRAM bytes MAPE", a.dram_bytes.mape_pct === null ? "–" : `${a.dram_bytes.mape_pct.toFixed(1)}%, worst ${pct(a.dram_bytes.worst_pct)}${mark(t.dram_bytes)}`],
     ["L2 bytes MAPE", a.l2_bytes.mape_pct === null ? "–" : `${a.l2_bytes.mape_pct.toFixed(1)}%, worst ${pct(a.l2_bytes.worst_pct)}${mark(t.l2_bytes)}`],
-    ["tile ranking (Spearman)", `${a.ranking.spearman_mean.toFixed(2)}${mark(t.spearman)}`],
+    ["tile ranking (Spearman)", `${a.ranking.spearman_mean.toFixed(2)}${mark(t.spearman)}${a.ranking.repeat_spearman_mean == null ? "" : `; the GPU's own timing passes agree to ${a.ranking.repeat_spearman_mean.toFixed(2)}`}`],
+    ...(a.ranking_candidates ? [["ranking of the kernels' candidates", `${a.ranking_candidates.spearman_mean.toFixed(2)}${a.ranking_candidates.repeat_spearman_mean == null ? "" : ` (passes agree to ${a.ranking_candidates.repeat_spearman_mean.toFixed(2)})`}`]] : []),
     ["best tiles within 5%", `${Math.round(a.ranking.pick_within_5pct * 100)}% of problems${mark(t.best_within_5pct)}`],
   ];
   $("summary").replaceChildren(
