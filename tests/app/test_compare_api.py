@@ -50,6 +50,25 @@ def test_a_chosen_configuration_is_explained(client):
     assert c["timeline"]["data"] and c["timeline"]["layout"]["meta"]["ctas"] > 0
 
 
+def test_known_structural_misses_are_named_where_they_apply(client):
+    shipped = next(p for p in SHIPPED if p.name.startswith("validation-h200"))
+    rows = {r["id"]: r for r in json.loads(shipped.read_text())["rows"]}
+
+    def ids(want) -> list[str]:
+        return [i for i, r in rows.items() if r["config"]["algo"] == "fa2" and want(r["config"])]
+
+    lockstep = ids(lambda c: c["warps"] == 8 and c["stages"] == 2 and c["block_m"] >= 128)
+    plain = ids(lambda c: c["warps"] == 4 and c["stages"] == 3)
+    assert lockstep and plain
+    for found, want in ((lockstep, True), (plain, False)):
+        chosen = client.get(f"/api/compare?gpu=h200&id={found[0]}").json()["chosen"]
+        texts = [n["text"] for n in chosen["notes"] if n["kind"] == "structure"]
+        assert any("lockstep" in t for t in texts) is want, found[0]
+    atomic = next(i for i, r in rows.items() if r["config"].get("route") == "atomic")
+    chosen = client.get(f"/api/compare?gpu=h200&id={atomic}").json()["chosen"]
+    assert any("l2_reduce" in n["text"] for n in chosen["notes"])
+
+
 def test_unknown_gpu_and_configuration_get_422(client):
     r = client.get("/api/compare?gpu=rtx-4090")
     assert r.status_code == 422
