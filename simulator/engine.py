@@ -99,6 +99,23 @@ def _edge_bytes(w: Launch) -> np.ndarray:
 WGMMA_ROWS = 64  # rows of one warpgroup's matrix-multiply instruction on Hopper
 
 
+def product_rows(w: Launch, t: TileConfig) -> int:
+    """The M of a CTA's matrix products: its keys in the dK/dV kernel, else its query rows."""
+    return t.block_n if w.kind == "bwd" else _pad_rows(w.rows)
+
+
+def warpgroup_layout(rows: int, warps: int) -> tuple[int, int, float]:
+    """(warpgroups along the rows, warpgroups splitting the columns, row padding factor).
+
+    A CTA's warpgroups (4 warps each) go along the rows while the tile has 64-row slices for
+    them, then across the columns; a tile of fewer than 64 rows still issues 64-row
+    instructions (padding > 1).
+    """
+    groups = max(1, warps // 4)
+    along_m = max(1, min(groups, rows // WGMMA_ROWS))
+    return along_m, max(1, groups // along_m), max(1.0, WGMMA_ROWS * along_m / rows)
+
+
 def mma_factor(
     shapes: tuple[tuple[float, int], ...],
     half: float,
@@ -108,20 +125,16 @@ def mma_factor(
 ) -> float:
     """Tensor time multiplier of products `shapes` ((FLOP share, width N)) against the ceiling.
 
-    `rows` (the M of the CTA's products) and `warps` place the CTA's warpgroups (4 warps each)
-    as Hopper's 64-row instructions need: along the rows while there are 64-row slices, then
-    across the columns, each warpgroup taking 1/gn of every product's width (narrower
-    instructions, and a surcharge `split` per extra warpgroup for the operands they exchange
-    through shared memory). A tile of fewer than 64 rows still issues 64-row instructions.
+    With `rows` (the M of the CTA's products) the warpgroups are placed as `warpgroup_layout`
+    says: padded rows cost their instructions, and each of gn warpgroups splitting the columns
+    takes 1/gn of every product's width (narrower instructions, and a surcharge `split` per
+    extra warpgroup for the operands they exchange through shared memory).
     """
     if not shapes:
         return 1.0
     pad, gn = 1.0, 1
     if rows is not None:
-        groups = max(1, warps // 4)
-        along_m = max(1, min(groups, rows // WGMMA_ROWS))
-        gn = max(1, groups // along_m)
-        pad = max(1.0, WGMMA_ROWS * along_m / rows)
+        _, gn, pad = warpgroup_layout(rows, warps)
     surcharge = pad * (1.0 + split * (gn - 1))
     if half <= 0:
         return surcharge
@@ -134,9 +147,8 @@ def _durations(
 ):
     """(duration, time before the loop, components (5, n)) of every CTA at co-residency c."""
     eff = r.eff
-    rows = t.block_n if w.kind == "bwd" else _pad_rows(w.rows)  # the products' M
-    tensor = w.flops / r.tensor * mma_factor(w.mma_shapes, eff.mma_n_half, rows, t.warps,
-                                             eff.wg_split)  # fmt: skip
+    tensor = w.flops / r.tensor * mma_factor(w.mma_shapes, eff.mma_n_half, product_rows(w, t),
+                                             t.warps, eff.wg_split)  # fmt: skip
     sfu, alu = w.exps / r.sfu, w.alu / r.alu
     edge_bytes = _edge_bytes(w)
     loads = (w.read_bytes + w.write_bytes - w.edge_read - w.edge_write) / r.l2

@@ -18,6 +18,7 @@ Given a validation row (simulator/validation.py) and the engine's result for its
 
 from __future__ import annotations
 
+from .engine import product_rows, warpgroup_layout
 from .results import SimResult
 
 _NCU_NAMES = {
@@ -137,8 +138,8 @@ def notes(row: dict, result: SimResult) -> list[dict]:
             )
     for launch in result.workload.launches:
         t = launch.tiles or result.workload.tiles
-        rows = t.block_n if launch.kind == "bwd" else t.block_m
-        if launch.mma_shapes and t.stages == 2 and t.warps >= 8 and rows >= 128:
+        along_m, _, _ = warpgroup_layout(product_rows(launch, t), t.warps)
+        if launch.mma_shapes and t.stages == 2 and along_m >= 2:
             out.append(
                 {
                     "kind": "structure",
