@@ -45,6 +45,7 @@ from .launch import (
     output,
     pad_dim,
     prepare_tma,
+    tuned_keys,
     upcast,
     use_tma_for,
 )
@@ -394,7 +395,8 @@ def launch_backward(
     host_desc: descriptors made on the host (default: where the route and the shapes allow).
     """
     d_pad = pad_dim(q.shape[-1])
-    mode = dq_mode or default_dq_mode(q.dtype, d_pad, causal)
+    n = max(q.shape[2], k.shape[2])
+    mode = dq_mode or default_dq_mode(q.dtype, d_pad, causal, n)
     if mode not in DQ_MODES:
         raise ValueError(f"dq_mode must be one of {DQ_MODES}, got {mode!r}")
     delta = preprocess(o, do, dlse)
@@ -407,13 +409,13 @@ def launch_backward(
         return run_dkdv(*args, c, dq_acc=acc, **how)
 
     bwd = "bwd" if mode == "separate" else "bwd-atomic"
-    cfg = config or choose_config(bwd, q.dtype, d_pad, causal, dkdv_only)
+    cfg = config or choose_config(bwd, q.dtype, d_pad, causal, dkdv_only, seq_len=n)
     if mode == "atomic":
         dq_acc = torch.zeros(q.shape, dtype=torch.float32, device=q.device)  # (B, H, N_q, d)
         dk, dv = run_dkdv(*args, cfg, dq_acc=dq_acc, **how)
         return (dq_acc * scale).to(q.dtype), dk, dv
     qc = dq_config or choose_config(
-        "bwd-dq", q.dtype, d_pad, causal, lambda c: run_dq(*args, c, **how)
+        "bwd-dq", q.dtype, d_pad, causal, lambda c: run_dq(*args, c, **how), seq_len=n
     )
     if interpreting():
         dk, dv = run_dkdv(*args, cfg, **how)
@@ -435,9 +437,13 @@ def _side_stream(device: torch.device) -> torch.cuda.Stream:
     return torch.cuda.Stream(device=device)
 
 
-def default_dq_mode(dtype: torch.dtype, d_pad: int, causal: bool) -> str:
-    """The dQ route this GPU's tuned table found faster; "separate" where nothing was measured."""
+def default_dq_mode(
+    dtype: torch.dtype, d_pad: int, causal: bool, seq_len: int | None = None
+) -> str:
+    """The dQ route this GPU's tuned table found faster (for the sequence-length bucket of
+    `seq_len` where one was tuned); "separate" where nothing was measured."""
     if interpreting():
         return "separate"
-    bits = 32 if dtype == torch.float32 else 16
-    return route(gpu_name(), table_key("bwd-route", bits, d_pad, causal)) or "separate"
+    key = table_key("bwd-route", 32 if dtype == torch.float32 else 16, d_pad, causal)
+    found = (route(gpu_name(), k) for k in tuned_keys(key, seq_len))
+    return next((r for r in found if r is not None), "separate")

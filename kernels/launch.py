@@ -93,17 +93,23 @@ def choose_config(
     """The interpreter's fixed tiles, else this GPU's tuned entry, else autotune with `run`.
 
     With `seq_len`, an entry tuned for the smallest sequence-length bucket that holds it
-    ("…/n2048" for 1025–2048) comes first (benchmarks/tune_forward_n.py writes them).
+    ("…/n2048" for 1025–2048) comes first (benchmarks/tune_forward_n.py and
+    tune_backward_n.py write them).
     """
     if interpreting():
         return INTERPRETER[mode]
     key = table_key(mode, 32 if dtype == torch.float32 else 16, d_pad, causal)
-    if seq_len is not None:
-        bucket = next((b for b in SEQ_BUCKETS if seq_len <= b), SEQ_BUCKETS[-1])
-        found = lookup(gpu_name(), f"{key}/n{bucket}")
+    for k in tuned_keys(key, seq_len):
+        found = lookup(gpu_name(), k)
         if found is not None:
             return found
-    found = lookup(gpu_name(), key)
-    if found is not None:
-        return found
     return autotuned(gpu_name(), mode, key, d_pad, run)
+
+
+def tuned_keys(key: str, seq_len: int | None) -> list[str]:
+    """The table keys to try, most specific first: the length bucket's ("…/n2048" holds
+    1025–2048; beyond the last bucket, the last), then the key tuned at one length."""
+    if seq_len is None:
+        return [key]
+    bucket = next((b for b in SEQ_BUCKETS if seq_len <= b), SEQ_BUCKETS[-1])
+    return [f"{key}/n{bucket}", key]

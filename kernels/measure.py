@@ -55,7 +55,8 @@ def kernel_route(config: dict) -> str:
     if route:
         return route
     p = problem_of(config)
-    return default_dq_mode(TORCH_DTYPES[p.dtype], pad_dim(p.head_dim), p.causal)
+    n = max(p.seq_q, p.seq_k or p.seq_q)
+    return default_dq_mode(TORCH_DTYPES[p.dtype], pad_dim(p.head_dim), p.causal, n)
 
 
 def _forward_config(d_pad: int) -> KernelConfig:

@@ -18,8 +18,9 @@ in ways a timing shows, so `impl="flashscope"` builds these launches instead:
                 (fp32 → fp32) and casts it (fp32 → dtype): two more passes over Nq·d per head.
 
 The dQ kernel may have its own tiles (`dq_tiles`, default the main tiles); the preprocess and
-the PyTorch passes have fixed 64-row blocks of 4 warps. `ROUTES` mirrors the route the kernels
-choose per GPU (kernels/tuned.json "routes"; a test holds the two equal); elsewhere "separate".
+the PyTorch passes have fixed 64-row blocks of 4 warps. `kernel_route` reads the route the
+kernels choose per GPU and sequence-length bucket from kernels/tuned.json ("routes"; a test
+holds the two lookups equal); elsewhere "separate".
 
 Byte classes, beyond fa2's (see launch.py): the atomic route's reduce-adds are L2 write
 requests that a write-back L2 absorbs while the line stays (merge_write), and the first CTA of a
@@ -31,6 +32,9 @@ carried from the fill): so the buffer reaches DRAM about once each way. Closed f
 from __future__ import annotations
 
 import dataclasses
+import json
+from functools import lru_cache
+from pathlib import Path
 
 import numpy as np
 
@@ -41,9 +45,22 @@ from .workload import Workload, _fa2, _heads, _kv_stream, _query_grid
 IMPLS = ("convention", "flashscope")
 KERNEL_ALGOS = ("fa2", "fa2-bwd")
 BWD_ROUTES = ("separate", "atomic")
-# GPU preset → (padded head_dim, causal) → route, for 16-bit inputs (kernels/tuned.json).
-ROUTES: dict[str, dict[tuple[int, bool], str]] = {"h200": {(64, False): "atomic"}}
+TUNED_FILE = Path(__file__).resolve().parents[1] / "kernels" / "tuned.json"
+# The GPU presets whose kernels were tuned, by the name the GPU reports (kernels/tuned.json).
+TUNED_GPUS = {"NVIDIA H200": "h200", "NVIDIA H100 80GB HBM3": "h100-sxm"}
+# Sequence-length buckets of the tuned table: an entry ".../n2048" holds 1025–2048
+# (kernels.launch.SEQ_BUCKETS; a test holds the two equal).
+SEQ_BUCKETS = (1024, 2048, 4096, 8192, 16384)
 HELPER_WARPS = 4
+
+
+@lru_cache
+def tuned_routes() -> dict[str, dict[str, str]]:
+    """GPU preset → the kernels' measured dQ routes ("bwd-route/16/d64/full[/n2048]" → name)."""
+    if not TUNED_FILE.exists():
+        return {}
+    gpus = json.loads(TUNED_FILE.read_text())["gpus"]
+    return {TUNED_GPUS[name]: e.get("routes", {}) for name, e in gpus.items() if name in TUNED_GPUS}
 
 
 def pad_head_dim(d: int) -> int:
@@ -51,12 +68,15 @@ def pad_head_dim(d: int) -> int:
 
 
 def kernel_route(gpu_key: str, p: AttentionProblem) -> str:
-    """The backward route flashscope's kernels take for `p` on GPU preset `gpu_key`."""
+    """The backward route flashscope's kernels take for `p` on GPU preset `gpu_key`: the one
+    measured for its sequence-length bucket, else for its (head_dim, causal), else separate."""
     if p.dtype == "fp32":
         return "separate"
-    return ROUTES.get(gpu_key.removesuffix("+custom"), {}).get(
-        (pad_head_dim(p.head_dim), p.causal), "separate"
-    )
+    routes = tuned_routes().get(gpu_key.removesuffix("+custom"), {})
+    key = f"bwd-route/16/d{pad_head_dim(p.head_dim)}/{'causal' if p.causal else 'full'}"
+    n = max(p.seq_q, p.seq_k or p.seq_q)
+    bucket = next((b for b in SEQ_BUCKETS if n <= b), SEQ_BUCKETS[-1])
+    return routes.get(f"{key}/n{bucket}") or routes.get(key) or "separate"
 
 
 def preprocess_rows(p: AttentionProblem) -> int:

@@ -40,7 +40,43 @@ def test_a_sequence_length_takes_the_smallest_bucket_that_holds_it(on_h200, d, c
     assert plain == KernelConfig.from_list(on_h200[key])
 
 
-def test_a_mode_without_buckets_falls_back_to_its_single_entry(on_h200):
-    key = table_key("bwd", 16, 128, True)
-    got = launch.choose_config("bwd", torch.float16, 128, True, never, seq_len=3000)
+def test_a_bucket_without_an_entry_falls_back_to_the_single_entry(on_h200):
+    key = table_key("bwd-atomic", 16, 128, True)
+    assert f"{key}/n4096" not in on_h200  # the atomic route won no bucket there
+    got = launch.choose_config("bwd-atomic", torch.float16, 128, True, never, seq_len=3000)
     assert got == KernelConfig.from_list(on_h200[key])
+
+
+@pytest.mark.parametrize("mode", ["bwd", "bwd-dq"])
+def test_backward_tiles_follow_the_sequence_length_bucket(on_h200, mode):
+    for d in (64, 128):
+        for causal in (False, True):
+            key = table_key(mode, 16, d, causal)
+            for lo, hi in zip((0, *launch.SEQ_BUCKETS), launch.SEQ_BUCKETS, strict=False):
+                if f"{key}/n{hi}" not in on_h200:  # that bucket chose the atomic route
+                    continue
+                n = random.randint(lo + 1, hi)
+                got = launch.choose_config(mode, torch.float16, d, causal, never, seq_len=n)
+                assert got == KernelConfig.from_list(on_h200[f"{key}/n{hi}"]), (key, n)
+
+
+def test_the_dq_route_follows_the_sequence_length_bucket(on_h200, monkeypatch):
+    import kernels.backward as backward
+
+    monkeypatch.setattr(backward, "interpreting", lambda: False)
+    monkeypatch.setattr(backward, "gpu_name", lambda: "NVIDIA H200")
+    routes = json.loads(TUNED_FILE.read_text())["gpus"]["NVIDIA H200"]["routes"]
+    seen = set()
+    for d in (64, 128):
+        for causal in (False, True):
+            key = table_key("bwd-route", 16, d, causal)
+            for lo, hi in zip((0, *launch.SEQ_BUCKETS), launch.SEQ_BUCKETS, strict=False):
+                n = random.randint(lo + 1, hi)
+                got = backward.default_dq_mode(torch.bfloat16, d, causal, n)
+                assert got == routes[f"{key}/n{hi}"], (key, n)
+                seen.add(got)
+            # without a length: the route tuned at one length
+            assert backward.default_dq_mode(torch.float16, d, causal) == routes[key]
+    assert seen == {"separate", "atomic"}  # the table has both, so the lookup is not constant
+    # fp32 inputs were never tuned: the separate route
+    assert backward.default_dq_mode(torch.float32, 64, False, 2048) == "separate"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import random
 from pathlib import Path
 
 import numpy as np
@@ -86,12 +87,32 @@ def test_backward_routes_launch_what_the_kernels_launch():
 def test_the_default_route_is_the_kernels_choice_in_tuned_json():
     tuned = json.loads((ROOT / "kernels" / "tuned.json").read_text())["gpus"]
     keys = {"NVIDIA H200": "h200"}
+    lows = dict(zip(kernelplan.SEQ_BUCKETS, (0, *kernelplan.SEQ_BUCKETS), strict=False))
+    seen = set()
     for name, entry in tuned.items():
-        for key, route in entry.get("routes", {}).items():
-            _, _bits, d, mask = key.split("/")
-            p = AttentionProblem(seq_q=64, head_dim=int(d[1:]), causal=mask == "causal")
-            assert kernelplan.kernel_route(keys[name], p) == route, key
+        routes = entry.get("routes", {})
+        for key, route in routes.items():
+            _, _bits, d, mask, *bucket = key.split("/")
+            if bucket:  # a length in that bucket takes it
+                hi = int(bucket[0][1:])
+                n = random.randint(lows[hi] + 1, hi)
+            else:  # a length whose bucket has no entry falls back to it (none: pick a bucket)
+                free = [b for b in kernelplan.SEQ_BUCKETS if f"{key}/n{b}" not in routes]
+                if not free:
+                    continue
+                n = free[0]
+            p = AttentionProblem(seq_q=n, seq_k=random.randint(1, n), head_dim=int(d[1:]),
+                                 causal=mask == "causal")  # fmt: skip
+            assert kernelplan.kernel_route(keys[name], p) == route, (key, n)
+            seen.add(route)
+    assert seen == {"separate", "atomic"}
     assert kernelplan.kernel_route("h100-sxm", AttentionProblem(head_dim=64)) == "separate"
+
+
+def test_the_simulator_buckets_lengths_as_the_kernels_do():
+    from kernels.launch import SEQ_BUCKETS
+
+    assert kernelplan.SEQ_BUCKETS == SEQ_BUCKETS
 
 
 def test_concurrent_kernels_overlap_and_their_shares_sum_to_one():
