@@ -37,11 +37,10 @@ import triton.language as tl
 
 from .config import KernelConfig, route, table_key
 from .device import interpreting
-from .forward import describe_on_host, exp2, first_row, load_rows, make_source, store_rows
+from .forward import describe_on_host, first_row, load_rows, make_source, store_rows
 from .launch import (
     choose_config,
     dot_precision,
-    fast_exp2,
     gpu_name,
     output,
     pad_dim,
@@ -87,8 +86,7 @@ def dkdv_step(dk, dv, k, v, q_src, q_base, do_src, do_base, dq_src, dq_base, LSE
               bh, q_row, m0, cols, N_Q, N_K, off, s_qn, s_dn, s_cn, qk_scale2,
               HEAD_DIM: tl.constexpr, D_PAD: tl.constexpr, BLOCK_M: tl.constexpr,
               MASKED: tl.constexpr, CAUSAL: tl.constexpr, DQ_MODE: tl.constexpr,
-              USE_TMA: tl.constexpr, UPCAST: tl.constexpr, DOT_PREC: tl.constexpr,
-              FTZ: tl.constexpr):
+              USE_TMA: tl.constexpr, UPCAST: tl.constexpr, DOT_PREC: tl.constexpr):
     """Tile (i, j) seen from key block j: transposed scores Sᵀ = K Qᵢᵀ, then dV, dK (and dQ)."""
     q = load_rows(q_src, q_base, q_row + m0, N_Q, s_qn, HEAD_DIM, BLOCK_M, D_PAD, USE_TMA)
     do = load_rows(do_src, do_base, q_row + m0, N_Q, s_dn, HEAD_DIM, BLOCK_M, D_PAD, USE_TMA)
@@ -102,7 +100,7 @@ def dkdv_step(dk, dv, k, v, q_src, q_base, do_src, do_base, dq_src, dq_base, LSE
     # the tensor cores' work on dPᵀ.
     st = tl.dot(k, tl.trans(q), input_precision=DOT_PREC)  # (BN, BM)
     dpt = tl.dot(v, tl.trans(do), input_precision=DOT_PREC)  # (BN, BM)
-    pt = exp2(st * qk_scale2 - lse2[None, :], FTZ)
+    pt = tl.math.exp2(st * qk_scale2 - lse2[None, :])
     if MASKED:
         keep = (cols < N_K)[:, None]
         if CAUSAL:
@@ -135,8 +133,7 @@ def _attn_bwd_dkdv(Q, K, V, DO, DK, DV, DQACC, LSE, DELTA, qk_scale2, scale,
                    H, H_KV, GROUP, N_Q, N_K, QD, KD, VD, DOD, DKD, DVD,
                    HEAD_DIM: tl.constexpr, D_PAD: tl.constexpr, BLOCK_M: tl.constexpr,
                    BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr, DQ_MODE: tl.constexpr,
-                   USE_TMA: tl.constexpr, UPCAST: tl.constexpr, DOT_PREC: tl.constexpr,
-                   FTZ: tl.constexpr):
+                   USE_TMA: tl.constexpr, UPCAST: tl.constexpr, DOT_PREC: tl.constexpr):
     pid_n = tl.program_id(0)
     bhk = tl.program_id(1)
     b = bhk // H_KV
@@ -187,12 +184,12 @@ def _attn_bwd_dkdv(Q, K, V, DO, DK, DV, DQACC, LSE, DELTA, qk_scale2, scale,
             dk, dv = dkdv_step(dk, dv, k, v, q_src, q_base, do_src, do_base, dq_src, dq_base,
                                LSE, DELTA, bh, q_row, m0, cols, N_Q, N_K, off, s_qn, s_dn,
                                s_cn, qk_scale2, HEAD_DIM, D_PAD, BLOCK_M, True, CAUSAL, DQ_MODE,
-                               USE_TMA, UPCAST, DOT_PREC, FTZ)
+                               USE_TMA, UPCAST, DOT_PREC)
         for m0 in range(full_lo, end, BLOCK_M):
             dk, dv = dkdv_step(dk, dv, k, v, q_src, q_base, do_src, do_base, dq_src, dq_base,
                                LSE, DELTA, bh, q_row, m0, cols, N_Q, N_K, off, s_qn, s_dn,
                                s_cn, qk_scale2, HEAD_DIM, D_PAD, BLOCK_M, False, CAUSAL, DQ_MODE,
-                               USE_TMA, UPCAST, DOT_PREC, FTZ)
+                               USE_TMA, UPCAST, DOT_PREC)
 
     dk_base = DK + b.to(tl.int64) * s_kgb + hk.to(tl.int64) * s_kgh
     dv_base = DV + b.to(tl.int64) * s_vgb + hk.to(tl.int64) * s_vgh
@@ -209,7 +206,7 @@ def dq_step(dq, q, do, lse2, delta, k_src, k_base, v_src, v_base, kv_row, n0, ro
             s_kn,
             s_vn, qk_scale2, HEAD_DIM: tl.constexpr, D_PAD: tl.constexpr, BLOCK_N: tl.constexpr,
             MASKED: tl.constexpr, CAUSAL: tl.constexpr, USE_TMA: tl.constexpr,
-            UPCAST: tl.constexpr, DOT_PREC: tl.constexpr, FTZ: tl.constexpr):
+            UPCAST: tl.constexpr, DOT_PREC: tl.constexpr):
     """Tile (i, j) seen from query block i: S, P, dP, dS, then dQ += dS K_j."""
     k = load_rows(k_src, k_base, kv_row + n0, N_K, s_kn, HEAD_DIM, BLOCK_N, D_PAD, USE_TMA)
     v = load_rows(v_src, v_base, kv_row + n0, N_K, s_vn, HEAD_DIM, BLOCK_N, D_PAD, USE_TMA)
@@ -219,7 +216,7 @@ def dq_step(dq, q, do, lse2, delta, k_src, k_base, v_src, v_base, kv_row, n0, ro
         v = v.to(tl.float32)
     s = tl.dot(q, tl.trans(k), input_precision=DOT_PREC)  # (BM, BN)
     dp = tl.dot(do, tl.trans(v), input_precision=DOT_PREC)
-    p = exp2(s * qk_scale2 - lse2[:, None], FTZ)
+    p = tl.math.exp2(s * qk_scale2 - lse2[:, None])
     if MASKED:
         cols = n0 + tl.arange(0, BLOCK_N)
         keep = (cols < N_K)[None, :]
@@ -238,7 +235,7 @@ def _attn_bwd_dq(Q, K, V, DO, DQ, LSE, DELTA, qk_scale2, scale,
                  s_gb, s_gh, s_gn, H, GROUP, N_Q, N_K, QD, KD, VD, DOD, DQD,
                  HEAD_DIM: tl.constexpr, D_PAD: tl.constexpr, BLOCK_M: tl.constexpr,
                  BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr, USE_TMA: tl.constexpr,
-                 UPCAST: tl.constexpr, DOT_PREC: tl.constexpr, FTZ: tl.constexpr):
+                 UPCAST: tl.constexpr, DOT_PREC: tl.constexpr):
     n_mb = tl.cdiv(N_Q, BLOCK_M)
     pid_m = tl.program_id(0)
     if CAUSAL:
@@ -281,11 +278,11 @@ def _attn_bwd_dq(Q, K, V, DO, DQ, LSE, DELTA, qk_scale2, scale,
     for n0 in range(0, full_hi, BLOCK_N):
         dq = dq_step(dq, q, do, lse2, delta, k_src, k_base, v_src, v_base, kv_row, n0, rows, N_K,
                      off, s_kn, s_vn, qk_scale2, HEAD_DIM, D_PAD, BLOCK_N, False, CAUSAL, USE_TMA,
-                     UPCAST, DOT_PREC, FTZ)
+                     UPCAST, DOT_PREC)
     for n0 in range(full_hi, hi, BLOCK_N):
         dq = dq_step(dq, q, do, lse2, delta, k_src, k_base, v_src, v_base, kv_row, n0, rows, N_K,
                      off, s_kn, s_vn, qk_scale2, HEAD_DIM, D_PAD, BLOCK_N, True, CAUSAL, USE_TMA,
-                     UPCAST, DOT_PREC, FTZ)
+                     UPCAST, DOT_PREC)
     store_rows(dq_dst, dq_base, q_row + m0, N_Q, s_gn, (dq * scale).to(DQ.dtype.element_ty),
                HEAD_DIM, BLOCK_M, D_PAD, USE_TMA)
 
@@ -319,7 +316,6 @@ def _common(q: torch.Tensor, causal: bool, tma: bool) -> dict[str, object]:
         "USE_TMA": tma,
         "UPCAST": upcast(q.dtype),
         "DOT_PREC": dot_precision(q.dtype),
-        "FTZ": fast_exp2(),
     }
 
 

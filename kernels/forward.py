@@ -33,7 +33,6 @@ from .config import KernelConfig
 from .launch import (
     choose_config,
     dot_precision,
-    fast_exp2,
     output,
     pad_dim,
     prepare_tma,
@@ -101,23 +100,9 @@ def first_row(host, head, n_rows):
 
 
 @triton.jit
-def exp2(x, FTZ: tl.constexpr):
-    """2^x. FTZ: one `ex2.approx.ftz.f32` (results under 2^-126 flush to zero, which a softmax
-    weight never misses); else Triton's exp2, `ex2.approx.f32`, whose subnormal handling adds a
-    compare and two multiplies around the same instruction. The interpreter runs the latter."""
-    if FTZ:
-        y = tl.inline_asm_elementwise("ex2.approx.ftz.f32 $0, $1;", "=f,f", [x],
-                                      dtype=tl.float32, is_pure=True, pack=1)
-    else:
-        y = tl.math.exp2(x)
-    return y
-
-
-@triton.jit
 def online_softmax_step(acc, l, m, s, v, qk_scale2, rows, cols, n_k, off,
                         MASKED: tl.constexpr, CAUSAL: tl.constexpr, POS_SCALE: tl.constexpr,
-                        P_DTYPE: tl.constexpr, UPCAST: tl.constexpr, DOT_PREC: tl.constexpr,
-                        FTZ: tl.constexpr):
+                        P_DTYPE: tl.constexpr, UPCAST: tl.constexpr, DOT_PREC: tl.constexpr):
     """Tile (i, j) given S = Q Kⱼᵀ: running max/sum update and Õ ← α·Õ + P Vⱼ (log2 domain)."""
     if MASKED:
         keep = (cols < n_k)[None, :]
@@ -126,17 +111,17 @@ def online_softmax_step(acc, l, m, s, v, qk_scale2, rows, cols, n_k, off,
         s = tl.where(keep, s * qk_scale2, float("-inf"))
         m_new = tl.maximum(m, tl.max(s, 1))
         m_sub = tl.where(m_new == float("-inf"), 0.0, m_new)  # a row that saw nothing yet
-        p = exp2(s - m_sub[:, None], FTZ)
-        alpha = exp2(m - m_sub, FTZ)
+        p = tl.math.exp2(s - m_sub[:, None])
+        alpha = tl.math.exp2(m - m_sub)
     else:
         if POS_SCALE:  # max commutes with a positive scale: one FMA per score
             m_new = tl.maximum(m, tl.max(s, 1) * qk_scale2)
-            p = exp2(s * qk_scale2 - m_new[:, None], FTZ)
+            p = tl.math.exp2(s * qk_scale2 - m_new[:, None])
         else:
             s = s * qk_scale2
             m_new = tl.maximum(m, tl.max(s, 1))
-            p = exp2(s - m_new[:, None], FTZ)
-        alpha = exp2(m - m_new, FTZ)
+            p = tl.math.exp2(s - m_new[:, None])
+        alpha = tl.math.exp2(m - m_new)
     l = l * alpha + tl.sum(p, 1)
     acc = acc * alpha[:, None]
     p = p.to(P_DTYPE)  # P is rounded to the input dtype before P·V, as FlashAttention does
@@ -179,7 +164,7 @@ def _attn_fwd(Q, K, V, O, LSE, TR, qk_scale2,
               HEAD_DIM: tl.constexpr, D_PAD: tl.constexpr, BLOCK_M: tl.constexpr,
               BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr, POS_SCALE: tl.constexpr,
               USE_TMA: tl.constexpr, UPCAST: tl.constexpr, DOT_PREC: tl.constexpr,
-              TRACE: tl.constexpr, PREFETCH: tl.constexpr, FTZ: tl.constexpr):
+              TRACE: tl.constexpr, PREFETCH: tl.constexpr):
     n_mb = tl.cdiv(N_Q, BLOCK_M)
     pid_m = tl.program_id(0)
     if CAUSAL:
@@ -236,7 +221,7 @@ def _attn_fwd(Q, K, V, O, LSE, TR, qk_scale2,
                 cols = start_n + tl.arange(0, BLOCK_N)
                 acc, l, m, alpha = online_softmax_step(acc, l, m, s, v, qk_scale2, rows, cols,
                                                        N_K, off, False, CAUSAL, POS_SCALE,
-                                                       P_DTYPE, UPCAST, DOT_PREC, FTZ)
+                                                       P_DTYPE, UPCAST, DOT_PREC)
                 if TRACE:  # noqa: SIM102 — compile-time flag outside, runtime test inside
                     if bh == trace_bh:
                         record_state(TR, pid_m, start_n // BLOCK_N, n_kv, m, l, alpha, acc,
@@ -246,7 +231,7 @@ def _attn_fwd(Q, K, V, O, LSE, TR, qk_scale2,
             cols = full_hi - BLOCK_N + tl.arange(0, BLOCK_N)
             acc, l, m, alpha = online_softmax_step(acc, l, m, s, v, qk_scale2, rows, cols, N_K,
                                                    off, False, CAUSAL, POS_SCALE, P_DTYPE,
-                                                   UPCAST, DOT_PREC, FTZ)
+                                                   UPCAST, DOT_PREC)
             if TRACE:  # noqa: SIM102 — compile-time flag outside, runtime test inside
                 if bh == trace_bh:
                     record_state(TR, pid_m, full_hi // BLOCK_N - 1, n_kv, m, l, alpha, acc,
@@ -259,7 +244,7 @@ def _attn_fwd(Q, K, V, O, LSE, TR, qk_scale2,
             cols = start_n + tl.arange(0, BLOCK_N)
             acc, l, m, alpha = online_softmax_step(acc, l, m, s, v, qk_scale2, rows, cols, N_K,
                                                    off, False, CAUSAL, POS_SCALE, P_DTYPE,
-                                                   UPCAST, DOT_PREC, FTZ)
+                                                   UPCAST, DOT_PREC)
             if TRACE:  # noqa: SIM102 — compile-time flag outside, runtime test inside
                 if bh == trace_bh:
                     record_state(TR, pid_m, start_n // BLOCK_N, n_kv, m, l, alpha, acc, BLOCK_M,
@@ -271,7 +256,7 @@ def _attn_fwd(Q, K, V, O, LSE, TR, qk_scale2,
         cols = start_n + tl.arange(0, BLOCK_N)
         acc, l, m, alpha = online_softmax_step(acc, l, m, s, v, qk_scale2, rows, cols, N_K, off,
                                                True, CAUSAL, POS_SCALE, P_DTYPE, UPCAST,
-                                               DOT_PREC, FTZ)
+                                               DOT_PREC)
         if TRACE:  # noqa: SIM102 — compile-time flag outside, runtime test inside
             if bh == trace_bh:
                 record_state(TR, pid_m, start_n // BLOCK_N, n_kv, m, l, alpha, acc, BLOCK_M,
@@ -371,7 +356,6 @@ def launch_forward(
         HEAD_DIM=d, D_PAD=d_pad, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, CAUSAL=causal,
         POS_SCALE=scale >= 0, USE_TMA=tma, UPCAST=upcast(q.dtype),
         DOT_PREC=dot_precision(q.dtype), TRACE=trace is not None, PREFETCH=cfg.prefetch,
-        FTZ=fast_exp2(),
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )  # fmt: skip
     return o, lse

@@ -34,13 +34,6 @@ def dot_precision(dtype: torch.dtype) -> str:
     return "ieee" if dtype == torch.float32 else "tf32"
 
 
-def fast_exp2() -> bool:
-    """Flush-to-zero exponentials (kernels.forward.exp2) on a GPU; FLASHSCOPE_EXP2=precise in
-    the environment keeps Triton's own exp2 (for comparisons). The interpreter has no inline
-    assembly."""
-    return not interpreting() and os.environ.get("FLASHSCOPE_EXP2") != "precise"
-
-
 def upcast(dtype: torch.dtype) -> bool:
     """The interpreter's bf16 dot is wrong: there, bf16 tiles go to fp32 before each dot."""
     return interpreting() and dtype == torch.bfloat16
