@@ -1,6 +1,6 @@
 """Attention speed on one GPU: flashscope's kernels beside PyTorch SDPA's backends, one process.
 
-Usage (on a GPU machine):  python benchmarks/attention.py [--out DIR] [--quick]
+Usage (on a GPU machine):  python benchmarks/attention.py [--out DIR] [--quick] [--repeats N]
 
 Protocol (the FlashAttention papers'): batch × N = 16384 tokens, hidden 2048 (heads = 2048 / d),
 d ∈ {64, 128}, N ∈ {512 … 16384}, causal and not, fp16 and bf16, forward and backward. Useful
@@ -9,7 +9,9 @@ FLOPs 4·B·H·N²·d forward (halved when causal), backward 2.5× that. The bac
 cache) in bytes of K and V read per second against a measured device-to-device copy; forward
 peak memory at B = 1, H = 16, N = 65536, d = 64 against sdpa-flash; the instrumented forward's
 cost with its flag off and on; the matrix-product and copy ceilings. Every time is a median of
-do_bench (kernels.timing). Writes DIR/attention-<gpu>-<date>.json.
+do_bench (kernels.timing); the attention table is timed in --repeats passes (default 3, every
+other one in reverse order) and each row keeps every pass and reports their median.
+Writes DIR/attention-<gpu>-<date>.json.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import argparse
 import json
 import os
 import platform
+import statistics
 import subprocess
 import sys
 import time
@@ -186,6 +189,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
     ap.add_argument("--quick", action="store_true", help="N ∈ {2048, 16384}, fp16 only")
+    ap.add_argument("--repeats", type=int, default=3, help="timing passes (row ms: their median)")
     ap.add_argument("--warm-worker")
     args = ap.parse_args()
     if args.warm_worker:
@@ -206,7 +210,8 @@ def main() -> None:
         "torch": torch.__version__,
         "triton": triton.__version__,
         "protocol": "batch*N = 16384, heads = 2048/d; fwd FLOPs 4BHN^2d (x0.5 causal), bwd x2.5; "
-        "median of triton.testing.do_bench",
+        f"median of triton.testing.do_bench; row ms = median of {args.repeats} passes "
+        "(every other pass in reverse order)",
         "ceilings": {
             "copy": copy(),
             "matmul_fp16": matmul(torch.float16),
@@ -224,25 +229,31 @@ def main() -> None:
     print(json.dumps(result["instrumented"]), flush=True)
     seq_lens = (2048, 16384) if args.quick else SEQ_LENS
     dtypes = {"fp16": DTYPES["fp16"]} if args.quick else DTYPES
+    cases = [(impl, mode, dname, d, n, causal) for dname in dtypes for d in HEAD_DIMS
+             for causal in (False, True) for n in seq_lens for mode in ("fwd", "bwd")
+             for impl in ("flashscope", *SDPA)]  # fmt: skip
+    passes: dict[tuple, list[float]] = {c: [] for c in cases}
+    for i in range(args.repeats):  # every other pass in reverse order: drift hits both ends
+        for c in cases if i % 2 == 0 else cases[::-1]:
+            impl, mode, dname, d, n, causal = c
+            try:
+                passes[c].append(time_case(impl, mode, DTYPES[dname], d, n, causal))
+            except Exception as e:
+                print(f"{impl} {mode} {dname} d={d} N={n}: {e}"[:300], flush=True)
+        print(f"pass {i + 1} of {args.repeats} done after {time.time() - t0:.0f} s", flush=True)
     rows = []
-    for dname, dtype in dtypes.items():
-        for d in HEAD_DIMS:
-            for causal in (False, True):
-                for n in seq_lens:
-                    for mode in ("fwd", "bwd"):
-                        for impl in ("flashscope", *SDPA):
-                            b, h = 16384 // n, 2048 // d
-                            try:
-                                ms = time_case(impl, mode, dtype, d, n, causal)
-                            except Exception as e:
-                                print(f"{impl} {mode} {dname} d={d} N={n}: {e}"[:300], flush=True)
-                                continue
-                            tflops = flops(b, h, n, d, causal, mode) / ms / 1e9
-                            row = {"impl": impl, "mode": mode, "dtype": dname, "head_dim": d,
-                                   "seq_len": n, "batch": b, "heads": h, "causal": causal,
-                                   "ms": ms, "tflops": tflops}  # fmt: skip
-                            rows.append(row)
-                            print(json.dumps(row), flush=True)
+    for c, times in passes.items():
+        if not times:
+            continue
+        impl, mode, dname, d, n, causal = c
+        b, h = 16384 // n, 2048 // d
+        ms = statistics.median(times)
+        tflops = flops(b, h, n, d, causal, mode) / ms / 1e9
+        row = {"impl": impl, "mode": mode, "dtype": dname, "head_dim": d, "seq_len": n,
+               "batch": b, "heads": h, "causal": causal, "ms": ms, "tflops": tflops,
+               "ms_passes": times}  # fmt: skip
+        rows.append(row)
+        print(json.dumps(row), flush=True)
     result["rows"] = rows
     args.out.mkdir(parents=True, exist_ok=True)
     tag = name.replace(" ", "-").replace("/", "-")
