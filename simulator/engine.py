@@ -12,8 +12,9 @@ launch, and its CTAs take the SMs' slots as that launch's CTAs leave them):
    SFU S = exps / exp rate, ALU A = other FLOPs / FP32 rate, loads X = loop bytes / L2→SM
    rate. The tensor cores overlap the warps' own instructions (S + A, one instruction
    stream) partly: the larger of T and S + A plus (1 − h) of the smaller, where h grows from
-   `overlap` (one CTA alone) with the other CTAs on the SM (`cta_overlap`); a CTA whose
-   registers spill is slower by `spill_penalty`. With stages ≥ 2 loads run ahead of compute
+   `overlap` (one CTA alone; less by `lockstep` where its warpgroups split the rows on a ring
+   of two K/V buffers) with the other CTAs on the SM (`cta_overlap`); a CTA whose registers
+   spill is slower by `spill_penalty`. With stages ≥ 2 loads run ahead of compute
    (max of the two), with one stage they add. Sharing the SM with c CTAs and too few warps to
    saturate it (u = min(1, c·warps / warps_to_saturate)) stretches this by c / u. Load latency
    (L2 hit or DRAM, by this CTA's hit rate) and the tile's transfer bound each iteration from
@@ -117,29 +118,43 @@ def warpgroup_layout(rows: int, warps: int) -> tuple[int, int, float]:
 
 
 def mma_factor(
-    shapes: tuple[tuple[float, int], ...],
+    shapes: tuple[tuple, ...],
     half: float,
     rows: int | None = None,
     warps: int = 4,
     split: float = 0.0,
 ) -> float:
-    """Tensor time multiplier of products `shapes` ((FLOP share, width N)) against the ceiling.
+    """Tensor time multiplier of products `shapes` against the ceiling.
 
-    With `rows` (the M of the CTA's products) the warpgroups are placed as `warpgroup_layout`
-    says: padded rows cost their instructions, and each of gn warpgroups splitting the columns
-    takes 1/gn of every product's width (narrower instructions, and a surcharge `split` per
-    extra warpgroup for the operands they exchange through shared memory).
+    A shape is (FLOP share, width N) or (FLOP share, width N, rows M) for a product whose M is
+    not the CTA's (the atomic route's dQ += dS K, `block_m` rows in a kernel of `block_n`-row
+    products). With rows (the shape's, else `rows`) the warpgroups are placed as
+    `warpgroup_layout` says: padded rows cost their instructions, and each of gn warpgroups
+    splitting the columns takes 1/gn of the product's width (narrower instructions, and a
+    surcharge `split` per extra warpgroup for the operands they exchange through shared memory).
     """
     if not shapes:
         return 1.0
-    pad, gn = 1.0, 1
-    if rows is not None:
-        _, gn, pad = warpgroup_layout(rows, warps)
-    surcharge = pad * (1.0 + split * (gn - 1))
-    if half <= 0:
-        return surcharge
     full = 1.0 + half / 256.0
-    return surcharge * float(sum(share * (1.0 + half * gn / n) / full for share, n in shapes))
+    total = 0.0
+    for share, n, *own in shapes:
+        m = own[0] if own else rows
+        pad, gn = 1.0, 1
+        if m is not None:
+            _, gn, pad = warpgroup_layout(m, warps)
+        speed = (1.0 + half * gn / n) / full if half > 0 else 1.0
+        total += share * pad * (1.0 + split * (gn - 1)) * speed
+    return float(total)
+
+
+def lockstep(w: Launch, t: TileConfig) -> bool:
+    """Do the CTA's warpgroups split its rows (≥ 2 slices of 64) and share a two-buffer ring?
+
+    Then no warpgroup can run ahead of another by a tile: they wait on the same buffers, their
+    softmax and matrix phases coincide, and the overlap within the CTA shrinks (`lockstep`).
+    """
+    along_m, _, _ = warpgroup_layout(product_rows(w, t), t.warps)
+    return bool(w.mma_shapes) and t.stages == 2 and along_m >= 2
 
 
 def _durations(
@@ -161,7 +176,8 @@ def _durations(
     # share `overlap` of the shorter side; what it leaves serial, other CTAs resident on its SM
     # can fill, as their phases differ (`cta_overlap`, growing with their number).
     vector = sfu + alu
-    hidden = eff.overlap + (1.0 - eff.overlap) * eff.cta_overlap * (1.0 - 1.0 / c)  # (n,)
+    own = eff.overlap * (1.0 - eff.lockstep) if lockstep(w, t) else eff.overlap
+    hidden = own + (1.0 - own) * eff.cta_overlap * (1.0 - 1.0 / c)  # (n,)
     longer = np.maximum(tensor, vector)
     compute = longer + (1.0 - hidden) * np.minimum(tensor, vector)
     t_w = np.where(tensor >= vector, tensor, (1.0 - hidden) * tensor)

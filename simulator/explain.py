@@ -9,16 +9,16 @@ Given a validation row (simulator/validation.py) and the engine's result for its
     registers  the engine's register estimate against the compiled kernel's; local-memory
                traffic (spills) the engine does not model
     overlap    concurrent kernels (the separate backward route): ncu serializes them
-    structure  tile structures the engine knows it misses: two or more warpgroups on their own
-               64-row slices sharing a ring of two K/V buffers (they run in lockstep), and
-               the atomic backward route's bulk reductions
+    structure  tile structures the engine models only in part: two or more warpgroups on their
+               own 64-row slices sharing a ring of two K/V buffers (they run in lockstep; a
+               fitted loss of overlap), and the atomic backward route's bulk reductions
     fixed      small problems, where per-CTA set-up and launch gaps dominate
     bytes      DRAM and L2 bytes against ncu's
 """
 
 from __future__ import annotations
 
-from .engine import product_rows, warpgroup_layout
+from .engine import lockstep
 from .results import SimResult
 
 _NCU_NAMES = {
@@ -138,16 +138,18 @@ def notes(row: dict, result: SimResult) -> list[dict]:
             )
     for launch in result.workload.launches:
         t = launch.tiles or result.workload.tiles
-        along_m, _, _ = warpgroup_layout(product_rows(launch, t), t.warps)
-        if launch.mma_shapes and t.stages == 2 and along_m >= 2:
+        if lockstep(launch, t):
+            lost = result.gpu.efficiency.lockstep
             out.append(
                 {
                     "kind": "structure",
                     "level": "warn",
                     "text": f"{launch.name}: {t.warps // 4} warpgroups on their own 64-row "
                     "slices share a ring of two K/V buffers, so they run in lockstep and their "
-                    "softmax and matrix phases do not overlap. The engine does not model this "
-                    "coupling: such kernels were up to 35% faster in the engine than measured.",
+                    "softmax and matrix phases overlap less. The engine charges this as a "
+                    f"fitted loss of overlap within the CTA (lockstep = {lost:.2f} of it); "
+                    "before it did, such kernels were up to 35% faster in the engine than "
+                    "measured.",
                 }
             )
     if result.workload.route == "atomic":

@@ -66,6 +66,7 @@ PARAMS: tuple[Param, ...] = (
     Param("mma_n_half", 0.0, 512.0),
     Param("spill_penalty", 0.0, 3.0),
     Param("wg_split", 0.0, 3.0),
+    Param("lockstep", 0.0, 1.0),
 )
 # Fitted only where the training rows use the atomic backward route (its reduce-adds).
 REDUCE = Param("l2_reduce", 0.05, 1.0, log=True)

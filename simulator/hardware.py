@@ -51,6 +51,8 @@ class Efficiency:
     wg_split: float = 0.0  # tensor-time surcharge per extra warpgroup splitting a product's
     # columns (more warps than the tile has 64-row slices: operands cross warpgroups via smem)
     l2_reduce: float = 1.0  # reduce-adds into L2 (atomics) move at this fraction of the L2 rate
+    lockstep: float = 0.0  # share of `overlap` lost by a CTA whose warpgroups split its rows
+    # and share a two-buffer K/V ring (they cannot drift apart; engine.lockstep)
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
@@ -63,7 +65,7 @@ class Efficiency:
             value = getattr(self, name)
             if not 0 < value <= 1:
                 raise ValueError(f"{name} must be a fraction in (0, 1], got {value!r}")
-        for name in ("overlap", "cta_overlap"):
+        for name in ("overlap", "cta_overlap", "lockstep"):
             if getattr(self, name) > 1:
                 raise ValueError(f"{name} must be in [0, 1], got {getattr(self, name)!r}")
         if not isinstance(self.warps_to_saturate, int) or self.warps_to_saturate < 1:

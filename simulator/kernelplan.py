@@ -195,8 +195,10 @@ def _dkdv_kernel(p: AttentionProblem, t: TileConfig, atomic: bool) -> Launch:
         stream_tail=float(rows[-1]) / t.block_m,
         tiles=t,
         concurrent=not atomic,
-        # Sᵀ and dPᵀ are BM wide; dV, dK (and the atomic route's dQ) are d wide
-        mma_shapes=((2 / products, t.block_m), ((products - 2) / products, pad_head_dim(d))),
+        # Sᵀ and dPᵀ are BM wide, dV and dK d wide (all BN rows); the atomic route's
+        # dQ = dSᵀ K is d wide with BM rows
+        mma_shapes=((2 / products, t.block_m), (2 / products, pad_head_dim(d)))
+        + (((1 / products, pad_head_dim(d), t.block_m),) if atomic else ()),
         **cols_extra,
     )  # fmt: skip
 

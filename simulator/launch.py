@@ -100,7 +100,8 @@ class Launch:
     stream_tail: float = 1.0  # the last block's bytes as a fraction of a full block's
     tiles: TileConfig | None = None  # None: the workload's tile configuration
     concurrent: bool = False  # runs beside the previous launch, on another stream
-    mma_shapes: tuple[tuple[float, int], ...] = ()  # (share of the FLOPs, output width N)
+    # (share of the FLOPs, output width N[, rows M where not the CTA's]): engine.mma_factor
+    mma_shapes: tuple[tuple, ...] = ()
 
     @classmethod
     def make(cls, name: str, kind: str, rows: int, grid: tuple[int, ...], e: int, **cols):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import random
 
 import pytest
@@ -55,3 +56,64 @@ def test_a_column_split_backward_slows_only_with_its_surcharge():
     a = simulate_workload(four, custom(gpu, wg_split=0.0)).time_s
     b = simulate_workload(four, custom(gpu, wg_split=1.0)).time_s
     assert a == b
+
+
+def test_a_product_with_its_own_rows_is_placed_on_them():
+    h, split = random.uniform(1.0, 64.0), random.uniform(0.0, 2.0)
+    full = 1 + h / 256
+    # the atomic route's dK/dV CTA: 128-row products, and dQ = dSᵀ K on 32 rows (padded to 64)
+    shapes = ((0.4, 32), (0.4, 64), (0.2, 64, 32))
+    want = (0.4 * (1 + h / 32) + 0.4 * (1 + h / 64) + 0.2 * 2.0 * (1 + h / 64)) / full
+    assert mma_factor(shapes, h, 128, 4, split) == pytest.approx(want)
+    # with 8 warps the 128-row products get a warpgroup per slice; the 64-row dQ product is
+    # split by columns between the two: half as wide, and the surcharge
+    want8 = (0.4 * (1 + h / 32) + 0.4 * (1 + h / 64) + 0.2 * (1 + split) * (1 + h * 2 / 64)) / full
+    assert mma_factor(((0.4, 32), (0.4, 64), (0.2, 64, 64)), h, 128, 8, split) == pytest.approx(
+        want8
+    )
+    # a shape's own rows equal to the CTA's change nothing
+    same = ((0.6, 64, 128), (0.4, 128, 128))
+    assert mma_factor(same, h, 128, 8, split) == pytest.approx(
+        mma_factor(((0.6, 64), (0.4, 128)), h, 128, 8, split)
+    )
+
+
+def test_the_atomic_dkdv_kernel_pays_for_its_dq_product_rows():
+    p = AttentionProblem(seq_q=2048, head_dim=64, batch=2, heads=8)
+    t = TileConfig(32, 128, 3, 4)  # 32 query rows per step: dQ's products pad to 64 rows
+    atomic = kernelplan.build("fa2-bwd", p, t, route="atomic")
+    (dkdv,) = [w for w in atomic.launches if w.name == "bwd_dkdv"]
+    assert dkdv.mma_shapes[-1] == (1 / 5, 64, 32)
+    assert mma_factor(dkdv.mma_shapes, 0.0, 128, 4) == pytest.approx(4 / 5 + 2 / 5)
+    separate = kernelplan.build("fa2-bwd", p, t, route="separate")
+    (plain,) = [w for w in separate.launches if w.name == "bwd_dkdv"]
+    assert all(len(s) == 2 for s in plain.mma_shapes)  # its four products all have 128 rows
+
+
+@pytest.mark.parametrize(("algo", "tiles"), [("fa2", TileConfig(128, 128, 2, 8)),
+                                             ("fa2-bwd", TileConfig(64, 128, 2, 8))])  # fmt: skip
+def test_lockstep_warpgroups_lose_overlap_only_on_a_two_buffer_ring(algo, tiles):
+    gpu = custom(from_name("h100", calibrated=False), overlap=random.uniform(0.3, 0.9))
+    p = AttentionProblem(seq_q=4096, head_dim=64, batch=2, heads=16)
+    w2 = kernelplan.build(algo, p, tiles, route="separate" if algo == "fa2-bwd" else None)
+    name = "fa2" if algo == "fa2" else "bwd_dkdv"
+
+    def kernel_s(lock: float) -> float:
+        result = simulate_workload(w2, custom(gpu, lockstep=lock))
+        return next(k.time_s for k in result.kernels if k.name == name)
+
+    base, slow = kernel_s(0.0), kernel_s(1.0)
+    assert slow > 1.02 * base
+    # a third buffer lets the warpgroups drift apart; 4 warps are one warpgroup
+    for other in (dataclasses.replace(tiles, stages=3), dataclasses.replace(tiles, warps=4)):
+        w = kernelplan.build(algo, p, other, route="separate" if algo == "fa2-bwd" else None)
+        a = simulate_workload(w, custom(gpu, lockstep=0.0)).time_s
+        b = simulate_workload(w, custom(gpu, lockstep=1.0)).time_s
+        assert a == b, other
+    # no overlap to lose: nothing changes
+    flat = custom(gpu, overlap=0.0, cta_overlap=0.0)
+    a = simulate_workload(w2, custom(flat, lockstep=0.0)).time_s
+    b = simulate_workload(w2, custom(flat, lockstep=1.0)).time_s
+    assert a == b
+    with pytest.raises(ValueError, match="lockstep"):
+        custom(gpu, lockstep=1.5)
