@@ -18,10 +18,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import platform
 import statistics
-import subprocess
 import sys
 import time
 from datetime import UTC, datetime
@@ -36,6 +34,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import kernels  # noqa: E402
+from benchmarks.workers import run_workers  # noqa: E402
 from kernels import flash_attention, flash_decode  # noqa: E402
 from kernels.config import KernelConfig  # noqa: E402
 from kernels.forward import launch_forward  # noqa: E402
@@ -112,13 +111,7 @@ def warm_worker(index: int, count: int) -> None:
 
 
 def warm(workers: int) -> None:
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    procs = [
-        subprocess.Popen([sys.executable, __file__, "--warm-worker", f"{i}/{workers}"], env=env)
-        for i in range(workers)
-    ]
-    for p in procs:
-        p.wait()
+    run_workers(__file__, "--warm-worker", workers)
 
 
 def decode_rows() -> list[dict]:

@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
 import sys
 import time
 from datetime import UTC, datetime
@@ -29,6 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import kernels  # noqa: E402
+from benchmarks.workers import run_workers  # noqa: E402
 from kernels.backward import launch_backward, preprocess, run_dkdv, run_dq  # noqa: E402
 from kernels.config import KernelConfig, table_key  # noqa: E402
 from kernels.decode import flash_decode  # noqa: E402
@@ -151,16 +150,10 @@ def check_worker(index: int, count: int, path: Path) -> None:
 
 
 def precheck(workers: int, out: Path) -> dict[int, float | str]:
-    procs, paths = [], []
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    for w in range(workers):
-        p = out / f"check-{w}.json"
-        paths.append(p)
-        cmd = [sys.executable, __file__, "--check-worker", f"{w}/{workers}", "--out", str(out)]
-        procs.append(subprocess.Popen(cmd, env=env))
+    run_workers(__file__, "--check-worker", workers, "--out", str(out))
     merged: dict[int, float | str] = {}
-    for p, path in zip(procs, paths, strict=True):
-        p.wait()
+    for w in range(workers):
+        path = out / f"check-{w}.json"
         if path.exists():
             merged.update({int(k): v for k, v in json.loads(path.read_text()).items()})
             path.unlink()

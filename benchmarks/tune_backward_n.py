@@ -24,8 +24,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
 import sys
 import time
 from datetime import UTC, datetime
@@ -40,8 +38,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.attention import protocol_inputs  # noqa: E402
+from benchmarks.workers import run_workers  # noqa: E402
 from kernels.backward import launch_backward, preprocess, run_dkdv, run_dq  # noqa: E402
-from kernels.config import TUNED_FILE, KernelConfig, table_key  # noqa: E402
+from kernels.config import TUNED_FILE, KernelConfig, merge_tuned, table_key  # noqa: E402
 from kernels.forward import launch_forward  # noqa: E402
 from kernels.timing import median_ms  # noqa: E402
 
@@ -198,15 +197,7 @@ def main() -> None:
         return
     args.out.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    procs = [
-        subprocess.Popen(
-            [sys.executable, __file__, "--out", str(args.out), "--compile-worker",
-             f"{i}/{args.workers}"], env=env)
-        for i in range(args.workers)
-    ]  # fmt: skip
-    for proc in procs:
-        proc.wait()
+    run_workers(__file__, "--compile-worker", args.workers, "--out", str(args.out))
     compile_s = time.time() - t0
     print(f"compiled in {compile_s:.0f} s", flush=True)
     rows, chosen = [], {}
@@ -230,12 +221,7 @@ def main() -> None:
     name = f"tune-backward-n-{gpu.replace(' ', '-')}-{result['date']}.json"
     (args.out / name).write_text(json.dumps(result, indent=1))
     if args.write:
-        table = json.loads(TUNED_FILE.read_text())
-        entry = table["gpus"].setdefault(gpu, {})
-        for key, value in chosen.items():
-            part = "routes" if key.startswith("bwd-route") else "configs"
-            entry.setdefault(part, {})[key] = value
-        TUNED_FILE.write_text(json.dumps(table, indent=1) + "\n")
+        merge_tuned(gpu, chosen)
         (args.out / "tuned.json").write_text(TUNED_FILE.read_text())
     print(f"done in {time.time() - t0:.0f} s; chosen {json.dumps(chosen)}", flush=True)
 

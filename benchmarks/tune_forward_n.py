@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
 import sys
 import time
 from datetime import UTC, datetime
@@ -30,7 +28,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.attention import attention_fn, protocol_inputs  # noqa: E402
-from kernels.config import TUNED_FILE, KernelConfig, table_key  # noqa: E402
+from benchmarks.workers import run_workers  # noqa: E402
+from kernels.config import KernelConfig, merge_tuned, table_key  # noqa: E402
 from kernels.forward import launch_forward  # noqa: E402
 from kernels.timing import median_ms  # noqa: E402
 
@@ -116,15 +115,7 @@ def main() -> None:
         return
     args.out.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    procs = [
-        subprocess.Popen(
-            [sys.executable, __file__, "--out", str(args.out), "--compile-worker",
-             f"{i}/{args.workers}"], env=env)
-        for i in range(args.workers)
-    ]  # fmt: skip
-    for p in procs:
-        p.wait()
+    run_workers(__file__, "--compile-worker", args.workers, "--out", str(args.out))
     compile_s = time.time() - t0
     rows = sweep()
     gpu = torch.cuda.get_device_name(0)
@@ -142,9 +133,7 @@ def main() -> None:
     name = f"tune-forward-n-{gpu.replace(' ', '-')}-{result['date']}.json"
     (args.out / name).write_text(json.dumps(result, indent=1))
     if args.write:
-        table = json.loads(TUNED_FILE.read_text())
-        table["gpus"].setdefault(gpu, {"configs": {}}).setdefault("configs", {}).update(chosen)
-        TUNED_FILE.write_text(json.dumps(table, indent=1) + "\n")
+        merge_tuned(gpu, chosen)
     print(f"done in {time.time() - t0:.0f} s; chosen {chosen}", flush=True)
 
 

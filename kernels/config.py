@@ -69,6 +69,17 @@ def tuned_table() -> dict[str, dict[str, dict]]:
     return json.loads(TUNED_FILE.read_text())["gpus"]
 
 
+def merge_tuned(gpu: str, chosen: dict[str, object]) -> None:
+    """Add a sweep's choices for `gpu` to tuned.json: "bwd-route/…" keys are dQ routes, the
+    rest tile configurations ([bm, bn, warps, stages, ws]); every other entry stays."""
+    table = json.loads(TUNED_FILE.read_text()) if TUNED_FILE.exists() else {"gpus": {}}
+    entry = table["gpus"].setdefault(gpu, {})
+    for key, value in chosen.items():
+        entry.setdefault("routes" if key.startswith("bwd-route") else "configs", {})[key] = value
+    TUNED_FILE.write_text(json.dumps(table, indent=1) + "\n")
+    tuned_table.cache_clear()
+
+
 def lookup(gpu: str, key: str) -> KernelConfig | None:
     entry = tuned_table().get(gpu, {}).get("configs", {}).get(key)
     return KernelConfig.from_list(entry) if entry else None

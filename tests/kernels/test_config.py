@@ -80,3 +80,27 @@ def test_the_dq_route_follows_the_sequence_length_bucket(on_h200, monkeypatch):
     assert seen == {"separate", "atomic"}  # the table has both, so the lookup is not constant
     # fp32 inputs were never tuned: the separate route
     assert backward.default_dq_mode(torch.float32, 64, False, 2048) == "separate"
+
+
+def test_a_sweep_merges_its_choices_into_the_table(tmp_path, monkeypatch):
+    import kernels.config as config
+
+    path = tmp_path / "tuned.json"
+    path.write_text(TUNED_FILE.read_text())
+    monkeypatch.setattr(config, "TUNED_FILE", path)
+    config.tuned_table.cache_clear()
+    before = json.loads(path.read_text())["gpus"]["NVIDIA H200"]
+    bm = random.choice([32, 64, 128])
+    chosen = {"bwd/16/d64/full/n2048": [bm, 64, 4, 3, 0], "bwd-route/16/d64/full/n2048": "atomic"}
+    config.merge_tuned("NVIDIA H200", chosen)
+    config.merge_tuned("Some GPU", {"fwd/16/d64/full": [64, 64, 4, 2, 0]})
+    after = json.loads(path.read_text())["gpus"]
+    h200 = after["NVIDIA H200"]
+    assert h200["configs"] == {**before["configs"], "bwd/16/d64/full/n2048": [bm, 64, 4, 3, 0]}
+    assert h200["routes"] == {**before["routes"], "bwd-route/16/d64/full/n2048": "atomic"}
+    assert after["Some GPU"] == {"configs": {"fwd/16/d64/full": [64, 64, 4, 2, 0]}}
+    # the lookups see the new entries at once
+    assert config.lookup("NVIDIA H200", "bwd/16/d64/full/n2048") == KernelConfig(bm, 64, 4, 3)
+    assert config.route("NVIDIA H200", "bwd-route/16/d64/full/n2048") == "atomic"
+    monkeypatch.undo()
+    config.tuned_table.cache_clear()
