@@ -83,7 +83,7 @@ def row_stats(LSE, DELTA, bh, rows, N_Q):
 
 @triton.jit
 def dkdv_step(dk, dv, k, v, q_src, q_base, do_src, do_base, dq_src, dq_base, LSE, DELTA,
-              bh, q_row, m0, cols, N_Q, N_K, off, s_qn, s_dn, s_cn, qk_scale2,
+              bh, q_row, dq_row, m0, cols, N_Q, N_K, off, s_qn, s_dn, s_cn, qk_scale2,
               HEAD_DIM: tl.constexpr, D_PAD: tl.constexpr, BLOCK_M: tl.constexpr,
               MASKED: tl.constexpr, CAUSAL: tl.constexpr, DQ_MODE: tl.constexpr,
               USE_TMA: tl.constexpr, UPCAST: tl.constexpr, DOT_PREC: tl.constexpr):
@@ -117,7 +117,7 @@ def dkdv_step(dk, dv, k, v, q_src, q_base, do_src, do_base, dq_src, dq_base, LSE
     if DQ_MODE != 0:
         dq = tl.dot(tl.trans(dst), k, input_precision=DOT_PREC)  # (BM, D_PAD) fp32, unscaled
         if DQ_MODE == 2:
-            dq_src.atomic_add([m0, 0], dq)
+            dq_src.atomic_add([dq_row + m0, 0], dq)
         else:
             c = tl.arange(0, D_PAD)
             mask = (rows < N_Q)[:, None] & (c < HEAD_DIM)[None, :]
@@ -130,7 +130,7 @@ def dkdv_step(dk, dv, k, v, q_src, q_base, do_src, do_base, dq_src, dq_base, LSE
 def _attn_bwd_dkdv(Q, K, V, DO, DK, DV, DQACC, LSE, DELTA, qk_scale2, scale,
                    s_qb, s_qh, s_qn, s_kb, s_kh, s_kn, s_vb, s_vh, s_vn, s_db, s_dh, s_dn,
                    s_kgb, s_kgh, s_kgn, s_vgb, s_vgh, s_vgn, s_cb, s_ch, s_cn,
-                   H, H_KV, GROUP, N_Q, N_K, QD, KD, VD, DOD, DKD, DVD,
+                   H, H_KV, GROUP, N_Q, N_K, QD, KD, VD, DOD, DKD, DVD, DQD,
                    HEAD_DIM: tl.constexpr, D_PAD: tl.constexpr, BLOCK_M: tl.constexpr,
                    BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr, DQ_MODE: tl.constexpr,
                    USE_TMA: tl.constexpr, UPCAST: tl.constexpr, DOT_PREC: tl.constexpr):
@@ -177,17 +177,18 @@ def _attn_bwd_dkdv(Q, K, V, DO, DK, DV, DQACC, LSE, DELTA, qk_scale2, scale,
         do_src = make_source(do_base, N_Q, s_dn, HEAD_DIM, BLOCK_M, D_PAD, USE_TMA, DOD)
         q_row = first_row(QD, bh, N_Q)
         if DQ_MODE == 2:
-            dq_src = make_source(dq_base, N_Q, s_cn, HEAD_DIM, BLOCK_M, D_PAD, True, None)
+            dq_src = make_source(dq_base, N_Q, s_cn, HEAD_DIM, BLOCK_M, D_PAD, True, DQD)
         else:
             dq_src = dq_base
+        dq_row = first_row(DQD, bh, N_Q)
         for m0 in range(lo, full_lo, BLOCK_M):
             dk, dv = dkdv_step(dk, dv, k, v, q_src, q_base, do_src, do_base, dq_src, dq_base,
-                               LSE, DELTA, bh, q_row, m0, cols, N_Q, N_K, off, s_qn, s_dn,
+                               LSE, DELTA, bh, q_row, dq_row, m0, cols, N_Q, N_K, off, s_qn, s_dn,
                                s_cn, qk_scale2, HEAD_DIM, D_PAD, BLOCK_M, True, CAUSAL, DQ_MODE,
                                USE_TMA, UPCAST, DOT_PREC)
         for m0 in range(full_lo, end, BLOCK_M):
             dk, dv = dkdv_step(dk, dv, k, v, q_src, q_base, do_src, do_base, dq_src, dq_base,
-                               LSE, DELTA, bh, q_row, m0, cols, N_Q, N_K, off, s_qn, s_dn,
+                               LSE, DELTA, bh, q_row, dq_row, m0, cols, N_Q, N_K, off, s_qn, s_dn,
                                s_cn, qk_scale2, HEAD_DIM, D_PAD, BLOCK_M, False, CAUSAL, DQ_MODE,
                                USE_TMA, UPCAST, DOT_PREC)
 
@@ -335,13 +336,17 @@ def run_dkdv(  # type: ignore[no-untyped-def]
     whole = n_q % cfg.block_m == 0 and n_k % cfg.block_n == 0
     tiles = [(q, cfg.block_m), (k, cfg.block_n), (v, cfg.block_n), (do, cfg.block_m),
              (dk, cfg.block_n), (dv, cfg.block_n)]  # fmt: skip
-    descs = describe_on_host(tiles, whole, pad_dim(q.shape[-1]), tma and mode == 0, host_desc)
+    if mode == 2:  # the fp32 dQ accumulator's reduce-adds go through a descriptor too
+        tiles.append((dq_acc, cfg.block_m))
+    descs = describe_on_host(tiles, whole, pad_dim(q.shape[-1]), tma and mode != 1, host_desc)
+    if descs is not None and mode != 2:
+        descs = (*descs, None)
     prepare_tma(tma and descs is None)
     _attn_bwd_dkdv[(triton.cdiv(n_k, cfg.block_n), b * h_kv)](
         q, k, v, do, dk, dv, acc, lse, delta, scale * LOG2E, scale,
         *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *do.stride()[:3],
         *dk.stride()[:3], *dv.stride()[:3], *acc_strides,
-        h, h_kv, h // h_kv, n_q, n_k, *(descs or (None,) * 6),
+        h, h_kv, h // h_kv, n_q, n_k, *(descs or (None,) * 7),
         BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, DQ_MODE=mode, **_common(q, causal, tma),
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )  # fmt: skip
