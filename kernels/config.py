@@ -31,6 +31,7 @@ class KernelConfig:
     num_warps: int = 4
     num_stages: int = 2
     prefetch: bool = False  # forward only: issue the next tile's Q Kᵀ before this softmax
+    maxnreg: int | None = None  # forward only: cap on registers per thread (more CTAs per SM)
 
     def __post_init__(self) -> None:
         for name in ("block_m", "block_n"):
@@ -45,15 +46,26 @@ class KernelConfig:
             raise ValueError(f"num_stages must be an integer in [1, 8], got {self.num_stages!r}")
         if not isinstance(self.prefetch, bool):
             raise ValueError(f"prefetch must be a bool, got {self.prefetch!r}")
+        cap = self.maxnreg
+        if cap is not None and (type(cap) is not int or cap not in range(24, 256, 8)):
+            raise ValueError(f"maxnreg must be a multiple of 8 in [24, 248] or None, got {cap!r}")
 
     def as_list(self) -> list[int]:
-        """[block_m, block_n, num_warps, num_stages, prefetch (0/1)], as tuned.json holds them."""
-        return [self.block_m, self.block_n, self.num_warps, self.num_stages, int(self.prefetch)]
+        """[block_m, block_n, num_warps, num_stages, prefetch (0/1)] and, with a register cap,
+        maxnreg as a sixth entry: as tuned.json holds them."""
+        out = [self.block_m, self.block_n, self.num_warps, self.num_stages, int(self.prefetch)]
+        return [*out, self.maxnreg] if self.maxnreg is not None else out
 
     @classmethod
     def from_list(cls, entry: list[int]) -> KernelConfig:
         bm, bn, warps, stages, *rest = entry
-        return cls(bm, bn, warps, stages, bool(rest[0]) if rest else False)
+        prefetch = bool(rest[0]) if rest else False
+        return cls(bm, bn, warps, stages, prefetch, rest[1] if len(rest) > 1 else None)
+
+    def launch_options(self) -> dict[str, int]:
+        """Triton launch keywords: warps, stages and, where set, the register cap."""
+        out = {"num_warps": self.num_warps, "num_stages": self.num_stages}
+        return out | ({"maxnreg": self.maxnreg} if self.maxnreg is not None else {})
 
 
 def table_key(mode: str, dtype_bits: int, d_pad: int, causal: bool) -> str:

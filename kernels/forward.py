@@ -356,6 +356,6 @@ def launch_forward(
         HEAD_DIM=d, D_PAD=d_pad, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, CAUSAL=causal,
         POS_SCALE=scale >= 0, USE_TMA=tma, UPCAST=upcast(q.dtype),
         DOT_PREC=dot_precision(q.dtype), TRACE=trace is not None, PREFETCH=cfg.prefetch,
-        num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+        **cfg.launch_options(),
     )  # fmt: skip
     return o, lse

@@ -104,3 +104,20 @@ def test_a_sweep_merges_its_choices_into_the_table(tmp_path, monkeypatch):
     assert config.route("NVIDIA H200", "bwd-route/16/d64/full/n2048") == "atomic"
     monkeypatch.undo()
     config.tuned_table.cache_clear()
+
+
+def test_a_register_cap_round_trips_through_the_table_format():
+    capped = KernelConfig(128, 64, 8, 2, False, 128)
+    assert capped.as_list() == [128, 64, 8, 2, 0, 128]
+    assert KernelConfig.from_list(capped.as_list()) == capped
+    assert capped.launch_options() == {"num_warps": 8, "num_stages": 2, "maxnreg": 128}
+    plain = KernelConfig(128, 64, 8, 2)
+    assert plain.as_list() == [128, 64, 8, 2, 0]  # five entries: older tables stay valid
+    assert KernelConfig.from_list([128, 64, 8, 2, 0]) == plain
+    assert "maxnreg" not in plain.launch_options()
+
+
+@pytest.mark.parametrize("cap", [16, 100, 256, True, 128.0])
+def test_a_register_cap_outside_the_hardware_range_is_refused(cap):
+    with pytest.raises(ValueError, match="maxnreg must be a multiple of 8"):
+        KernelConfig(128, 64, 8, 2, False, cap)

@@ -64,8 +64,13 @@ def test_tensor_descriptor_path(seed: int) -> None:
 
 @pytest.mark.parametrize(
     "config",
-    [KernelConfig(16, 64, 4, 1), KernelConfig(64, 16, 4, 1), KernelConfig(32, 32, 4, 1, True)],
-    ids=["16x64", "64x16", "prefetch"],
+    [
+        KernelConfig(16, 64, 4, 1),
+        KernelConfig(64, 16, 4, 1),
+        KernelConfig(32, 32, 4, 1, True),
+        KernelConfig(32, 32, 4, 1, False, 128),
+    ],
+    ids=["16x64", "64x16", "prefetch", "maxnreg"],
 )
 def test_tile_configurations(seed: int, config: KernelConfig) -> None:
     check_forward(seed, 1, 2, 1, 150, 131, 32, True, config=config)
