@@ -1,6 +1,6 @@
 """Write benchmarks/sweeps/validation.json: the configurations `flashscope validate` measures.
 
-    python benchmarks/make_validation_sweep.py
+    python benchmarks/make_validation_sweep.py [--routes-from DATASET --out SWEEP]
 
 Protocol (the FlashAttention papers'): batch × N = 16384 tokens, heads × d = 2048, fp16,
 N ∈ {512 … 16384}, d ∈ {64, 128}, causal and not, forward and backward; five tile
@@ -9,11 +9,14 @@ configurations each: the three kernels.config.CANDIDATES ("candidate": they fit 
 candidate) and two of SPREAD below ("spread"). Calibration may be
 fitted on N ∈ {512, 2048, 8192} ("fit"); N ∈ {1024, 4096, 16384} are held out. Nsight Compute
 reads the bytes of every entry (one pass of a few metrics takes about a second per kernel).
-The backward's route is left to the kernels (recorded when measured).
+The backward's route is left to the kernels (recorded when measured); with --routes-from, each
+backward entry is pinned to the route that an earlier dataset's row of the same id ran, so a
+re-measurement after the kernels' route table changed still measures the same launches.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 from pathlib import Path
@@ -92,7 +95,23 @@ def entries() -> list[dict]:
     return out
 
 
+def pin_routes(out: list[dict], dataset: dict) -> int:
+    """Set each backward entry's route to the one its row in `dataset` ran; the count pinned."""
+    ran = {r["id"]: r["config"].get("route") for r in dataset["rows"]}
+    pinned = 0
+    for e in out:
+        route = ran.get(e["id"]) if e["config"]["algo"] == "fa2-bwd" else None
+        if route:
+            e["config"]["route"] = route
+            pinned += 1
+    return pinned
+
+
 def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--routes-from", type=Path, default=None, help="dataset whose routes to pin")
+    ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "sweeps" / "validation.json")
+    args = ap.parse_args()
     doc = {
         "format": 1,
         "description": (
@@ -103,9 +122,12 @@ def main() -> None:
         ),
         "entries": entries(),
     }
-    path = ROOT / "benchmarks" / "sweeps" / "validation.json"
-    path.write_text(json.dumps(doc, indent=1) + "\n")
-    print(f"{len(doc['entries'])} entries → {path}")
+    if args.routes_from is not None:
+        pinned = pin_routes(doc["entries"], json.loads(args.routes_from.read_text()))
+        doc["description"] += f"; backward routes pinned as in {args.routes_from.name}"
+        print(f"{pinned} backward entries pinned to the routes of {args.routes_from}")
+    args.out.write_text(json.dumps(doc, indent=1) + "\n")
+    print(f"{len(doc['entries'])} entries → {args.out}")
 
 
 if __name__ == "__main__":

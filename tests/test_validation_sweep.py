@@ -1,0 +1,37 @@
+"""The validation sweep's writer (benchmarks/make_validation_sweep.py): entries, pinned routes."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+from benchmarks.make_validation_sweep import entries, pin_routes
+from simulator.validation import check_config
+
+SWEEP = Path(__file__).resolve().parents[1] / "benchmarks" / "sweeps" / "validation.json"
+
+
+def test_the_committed_sweep_is_what_the_writer_makes():
+    committed = json.loads(SWEEP.read_text())["entries"]
+    assert committed == entries()
+    for e in committed:
+        check_config(e["config"])
+
+
+def test_routes_are_pinned_to_an_earlier_datasets_backward_rows_only():
+    out = entries()
+    backward = [e["id"] for e in out if e["config"]["algo"] == "fa2-bwd"]
+    chosen = random.sample(backward, 7)
+    routes = {i: random.choice(["separate", "atomic"]) for i in chosen}
+    forward_id = next(e["id"] for e in out if e["config"]["algo"] == "fa2")
+    dataset = {
+        "rows": [{"id": i, "config": {"route": r}} for i, r in routes.items()]
+        + [{"id": forward_id, "config": {"route": "atomic"}}]  # a forward row: never pinned
+        + [{"id": "not-in-the-sweep", "config": {"route": "atomic"}}]
+    }
+    assert pin_routes(out, dataset) == 7
+    got = {e["id"]: e["config"].get("route") for e in out if "route" in e["config"]}
+    assert got == routes
+    for e in out:
+        check_config(e["config"])
