@@ -4,8 +4,10 @@
 block_m query rows per CTA and block_n keys per inner step; for the backward pass block_n keys
 per CTA and block_m query rows per inner step; for decode block_n keys per step (block_m is
 ignored: the rows are the query tokens of one K/V head). Defaults come from `tuned.json`, written
-by `benchmarks/tune.py` on each GPU; a GPU missing from it is autotuned on first use
-(`kernels.tuning`), and the interpreter uses small fixed tiles.
+on each GPU by `benchmarks/tune.py` and, per sequence length, `tune_forward_n.py` and
+`tune_backward_n.py` (the H200 and the H100 SXM so far); a GPU missing from it is autotuned on
+first use (`kernels.tuning`), and the interpreter uses small fixed tiles. A forward
+configuration may cap the registers per thread (`maxnreg`) to fit one more CTA per SM.
 """
 
 from __future__ import annotations

@@ -86,7 +86,8 @@ def test_backward_routes_launch_what_the_kernels_launch():
 
 def test_the_default_route_is_the_kernels_choice_in_tuned_json():
     tuned = json.loads((ROOT / "kernels" / "tuned.json").read_text())["gpus"]
-    keys = {"NVIDIA H200": "h200"}
+    keys = {"NVIDIA H200": "h200", "NVIDIA H100 80GB HBM3": "h100-sxm"}
+    assert keys == kernelplan.TUNED_GPUS
     lows = dict(zip(kernelplan.SEQ_BUCKETS, (0, *kernelplan.SEQ_BUCKETS), strict=False))
     seen = set()
     for name, entry in tuned.items():
