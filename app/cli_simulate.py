@@ -18,6 +18,7 @@ import argparse
 import json
 import re
 import sys
+from dataclasses import replace
 
 from .cli_traffic import positive_int, power_of_two
 
@@ -36,10 +37,14 @@ FLAGS = {
     "block_n": "--block-n",
     "stages": "--stages",
     "warps": "--warps",
+    "maxnreg": "--maxnreg",
     "splits": "--splits",
     "route": "--route",
     "impl": "--impl",
 }
+
+
+TILE_NAMES = ("block_m", "block_n", "stages", "warps")  # the dQ kernel's own, if given
 
 
 def gpu_name(text: str) -> str:
@@ -87,6 +92,12 @@ def add_command(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--block-n", type=power_of_two, default=64)
     p.add_argument("--stages", type=positive_int, default=2)
     p.add_argument("--warps", type=power_of_two, default=8)
+    p.add_argument(
+        "--maxnreg",
+        type=positive_int,
+        default=None,
+        help="cap on registers per thread (Triton's maxnreg, a multiple of 8 from 24 to 248)",
+    )
     p.add_argument("--splits", type=positive_int, default=None, help="decode: KV splits")
     p.add_argument(
         "--impl",
@@ -148,7 +159,7 @@ def run(args: argparse.Namespace) -> int:
             causal=args.causal,
             dtype=args.dtype,
         )
-        tiles = TileConfig(args.block_m, args.block_n, args.stages, args.warps)
+        tiles = TileConfig(args.block_m, args.block_n, args.stages, args.warps, args.maxnreg)
     except ValueError as exc:
         return _fail(_flag_for(str(exc), "--seq"), str(exc))
     try:
@@ -160,7 +171,7 @@ def run(args: argparse.Namespace) -> int:
     dq_fields = (args.dq_block_m, args.dq_block_n, args.dq_stages, args.dq_warps)
     try:
         dq_tiles = (
-            TileConfig(*(v or d for v, d in zip(dq_fields, tiles.__dict__.values(), strict=True)))
+            replace(tiles, **{k: v for k, v in zip(TILE_NAMES, dq_fields, strict=True) if v})
             if any(dq_fields)
             else None
         )

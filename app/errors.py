@@ -16,7 +16,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 
-_LIMIT_KEYS = ("limit", "le", "lt", "ge", "gt", "max_length", "min_length")
+_LIMIT_KEYS = ("limit", "le", "lt", "ge", "gt", "multiple_of", "max_length", "min_length")
 
 
 def limit_error(field: str, message: str, value: Any, limit: Any, where: str = "query") -> dict:

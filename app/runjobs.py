@@ -42,6 +42,7 @@ def _config(job: dict) -> dict:
         "causal": bool(job.get("causal", False)),
         "dtype": job.get("dtype", "fp16"),
         **{k: job[k] for k in ("block_m", "block_n", "stages", "warps")},
+        **({"maxnreg": job["maxnreg"]} if job.get("maxnreg") else {}),
     }
 
 

@@ -299,6 +299,9 @@ class RunRequest(BaseModel):
     block_n: int = Field(64, ge=16, le=256)
     stages: int = Field(2, ge=1, le=8)
     warps: int = Field(4, ge=1, le=16)
+    maxnreg: int | None = Field(
+        None, ge=24, le=248, multiple_of=8, description="Cap on registers per thread (maxnreg)."
+    )
     mode: Literal["fwd", "bwd"] = "fwd"
     what: Literal["time", "trace", "both"] = "time"
     seed: int = Field(0, ge=0, le=2**32 - 1)

@@ -7,7 +7,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from simulator import hardware
-from simulator.problem import is_power_of_two
+from simulator.problem import MAX_REG_CAP, MIN_REG_CAP, is_power_of_two
 from simulator.workload import ALGOS
 
 from .config import Settings
@@ -35,6 +35,13 @@ class SimulateRequest(BaseModel):
     block_n: int = Field(64, ge=1, description="Keys per inner step (power of two).")
     stages: int = Field(2, ge=1, le=8, description="Software-pipeline depth.")
     warps: int = Field(8, ge=1, le=32, description="Warps per CTA (power of two).")
+    maxnreg: int | None = Field(
+        None,
+        ge=MIN_REG_CAP,
+        le=MAX_REG_CAP,
+        multiple_of=8,
+        description="Cap on registers per thread (Triton's maxnreg); default: none (255).",
+    )
     splits: int | None = Field(None, ge=1, description="decode: KV splits (default: the rule).")
     hardware: dict[str, int | float] | None = Field(
         None, description="Hardware or efficiency fields to change, e.g. {smem_per_sm_kib: 456}."

@@ -348,7 +348,7 @@ def run_dkdv(  # type: ignore[no-untyped-def]
         *dk.stride()[:3], *dv.stride()[:3], *acc_strides,
         h, h_kv, h // h_kv, n_q, n_k, *(descs or (None,) * 7),
         BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, DQ_MODE=mode, **_common(q, causal, tma),
-        num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+        **cfg.launch_options(),
     )  # fmt: skip
     return dk, dv
 
@@ -371,7 +371,7 @@ def run_dq(  # type: ignore[no-untyped-def]
         *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *do.stride()[:3],
         *dq.stride()[:3], h, h // h_kv, n_q, n_k, *(descs or (None,) * 5),
         BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, **_common(q, causal, tma),
-        num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+        **cfg.launch_options(),
     )  # fmt: skip
     return dq
 

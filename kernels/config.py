@@ -33,7 +33,7 @@ class KernelConfig:
     num_warps: int = 4
     num_stages: int = 2
     prefetch: bool = False  # forward only: issue the next tile's Q Kᵀ before this softmax
-    maxnreg: int | None = None  # forward only: cap on registers per thread (more CTAs per SM)
+    maxnreg: int | None = None  # cap on registers per thread (more CTAs per SM); None: 255
 
     def __post_init__(self) -> None:
         for name in ("block_m", "block_n"):

@@ -215,7 +215,7 @@ def flash_decode(
         h_kv, shapes.group, n_q, n_cache, per_split, splits,
         HEAD_DIM=d, D_PAD=d_pad, R_PAD=r_pad, BLOCK_N=cfg.block_n,
         HAS_LENS=cache_seqlens is not None, USE_TMA=tma, UPCAST=upcast(q.dtype),
-        DOT_PREC=dot_precision(q.dtype), num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+        DOT_PREC=dot_precision(q.dtype), **cfg.launch_options(),
     )  # fmt: skip
     _decode_reduce[(b * h_kv,)](
         part_o, part_l, o, *o.stride()[:3], h_kv, shapes.group, n_q, splits,

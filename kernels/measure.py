@@ -38,13 +38,18 @@ TORCH_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.flo
 
 
 def kernel_configs(config: dict) -> tuple[KernelConfig, KernelConfig]:
-    """(main kernel, dQ kernel) configurations; the dQ kernel's default to the main's."""
-    main = KernelConfig(config["block_m"], config["block_n"], config["warps"], config["stages"])
+    """(main kernel, dQ kernel) configurations; the dQ kernel's default to the main's, and a
+    register cap (`maxnreg`) holds for both."""
+    cap = config.get("maxnreg")
+    main = KernelConfig(
+        config["block_m"], config["block_n"], config["warps"], config["stages"], maxnreg=cap
+    )
     dq = KernelConfig(
         config.get("dq_block_m") or main.block_m,
         config.get("dq_block_n") or main.block_n,
         config.get("dq_warps") or main.num_warps,
         config.get("dq_stages") or main.num_stages,
+        maxnreg=cap,
     )
     return main, dq
 

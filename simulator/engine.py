@@ -268,7 +268,9 @@ def _run_launch(
     beside: tuple[KernelResult, float] | None = None,
 ):
     e = p.dtype_bytes
-    fp = footprint(w.kind, _pad_rows(w.rows), t.block_n, p.head_dim, t.stages, t.warps, e, gpu)
+    fp = footprint(
+        w.kind, _pad_rows(w.rows), t.block_n, p.head_dim, t.stages, t.warps, e, gpu, t.maxnreg
+    )
     occ: Occupancy = occupancy(fp, gpu)
     n, sms, per_sm = w.n_ctas, gpu.sms, occ.ctas_per_sm
     slots = sms * per_sm

@@ -5,9 +5,10 @@ it streams (Triton's software pipeline: one buffer per stage), plus the 1 KiB pe
 CUDA reserves on compute capability 8.0 and later. Register use is an estimate: the fp32 tiles
 a kernel keeps in registers (accumulators and score tiles), spread over the CTA's threads, plus
 a fixed overhead per thread (`Efficiency.reg_overhead`: addresses, loop state, m and ℓ),
-rounded up to the allocation unit of 8 and capped at 255 — beyond that a compiler spills, which
-the result flags (`spills`) without charging time for it. The head dimension is padded to a
-power of two ≥ 16 for these estimates, as Triton pads it.
+rounded up to the allocation unit of 8 and capped at 255, or at the tiles' `maxnreg` where one is
+set (Triton's register cap, which lets more CTAs share an SM) — beyond the cap a compiler spills,
+which the result flags (`spills`; the engine charges `spill_penalty` for it). The head dimension
+is padded to a power of two ≥ 16 for these estimates, as Triton pads it.
 
 Footprints by kernel kind (e = dtype bytes, d = padded head dim, R = rows per CTA):
     fwd            smem (R·d + stages·2·BN·d)·e          regs R·d + R·BN·(1 + e/4)
@@ -64,6 +65,7 @@ def footprint(
     warps: int,
     dtype_bytes: int,
     gpu: GPU,
+    maxnreg: int | None = None,
 ) -> Footprint:
     """Shared memory and registers of one CTA of `kind` (see the module docstring)."""
     d, r, bn, e, s = pad_head_dim(head_dim), rows, block_n, dtype_bytes, stages
@@ -80,8 +82,8 @@ def footprint(
     threads = 32 * warps
     want = gpu.efficiency.reg_overhead + -(-reg_elems // threads)
     want = int(-(-want // REG_UNIT) * REG_UNIT)
-    # The compiler never asks for more than fits one CTA on the SM, nor more than 255.
-    cap = min(MAX_REGS, gpu.regs_per_sm // threads // REG_UNIT * REG_UNIT)
+    # The compiler never asks for more than fits one CTA on the SM, nor more than 255 (or the cap).
+    cap = min(MAX_REGS, gpu.regs_per_sm // threads // REG_UNIT * REG_UNIT, maxnreg or MAX_REGS)
     return Footprint(int(smem_elems * e), min(want, cap), warps, want > cap)
 
 

@@ -20,6 +20,11 @@ def _check_int(name: str, value: object, lo: int, hi: int | None = None) -> None
         raise ValueError(f"{name} must be ≤ {hi}, got {value}")
 
 
+# A register cap per thread, as Triton's `maxnreg` takes it: registers are allocated in units of
+# 8 and a thread has at most 255.
+MIN_REG_CAP, MAX_REG_CAP = 24, 248
+
+
 def is_power_of_two(x: int) -> bool:
     return x >= 1 and (x & (x - 1)) == 0
 
@@ -101,6 +106,7 @@ class TileConfig:
     block_n: int = 64
     stages: int = 2
     warps: int = 4
+    maxnreg: int | None = None  # cap on registers per thread (Triton's maxnreg); None: 255
 
     def __post_init__(self) -> None:
         for name in ("block_m", "block_n"):
@@ -112,6 +118,10 @@ class TileConfig:
         _check_int("warps", self.warps, 1, 32)
         if not is_power_of_two(self.warps):
             raise ValueError(f"warps must be a power of two, got {self.warps}")
+        if self.maxnreg is not None:
+            _check_int("maxnreg", self.maxnreg, MIN_REG_CAP, MAX_REG_CAP)
+            if self.maxnreg % 8:
+                raise ValueError(f"maxnreg must be a multiple of 8, got {self.maxnreg}")
 
     def q_blocks(self, problem: AttentionProblem) -> int:
         return cdiv(problem.seq_q, self.block_m)

@@ -43,11 +43,11 @@ FORMAT = 1
 SUBSETS = ("fit", "holdout")
 CONFIG_FIELDS = (
     "gpu", "algo", "impl", "batch", "heads", "kv_heads", "seq", "seq_k", "head_dim", "causal",
-    "dtype", "block_m", "block_n", "stages", "warps", "splits", "route",
+    "dtype", "block_m", "block_n", "stages", "warps", "maxnreg", "splits", "route",
     "dq_block_m", "dq_block_n", "dq_stages", "dq_warps",
 )  # fmt: skip
-TILE_FIELDS = ("block_m", "block_n", "stages", "warps", "dq_block_m", "dq_block_n", "dq_stages",
-               "dq_warps")  # fmt: skip
+TILE_FIELDS = ("block_m", "block_n", "stages", "warps", "maxnreg", "dq_block_m", "dq_block_n",
+               "dq_stages", "dq_warps")  # fmt: skip
 BEST_WITHIN = 0.05
 TILE_SETS = ("candidate", "spread")
 
@@ -120,7 +120,7 @@ def problem_of(c: dict) -> AttentionProblem:
 
 
 def tiles_of(c: dict) -> TileConfig:
-    return TileConfig(c["block_m"], c["block_n"], c["stages"], c["warps"])
+    return TileConfig(c["block_m"], c["block_n"], c["stages"], c["warps"], c.get("maxnreg"))
 
 
 def dq_tiles_of(c: dict) -> TileConfig | None:
@@ -132,6 +132,7 @@ def dq_tiles_of(c: dict) -> TileConfig | None:
         c.get("dq_block_n") or t.block_n,
         c.get("dq_stages") or t.stages,
         c.get("dq_warps") or t.warps,
+        t.maxnreg,  # a register cap holds for every kernel of the configuration
     )
 
 

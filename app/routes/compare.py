@@ -43,6 +43,8 @@ def _datasets(request: Request) -> Datasets:
 
 def _tiles(c: dict) -> str:
     text = TILE_TEXT.format(**c)
+    if c.get("maxnreg"):
+        text += f" · ≤ {c['maxnreg']} registers"
     if c.get("dq_block_m"):
         text += f"; dQ {c['dq_block_m']}×{c['dq_block_n']} · {c['dq_warps']} warps"
     return text

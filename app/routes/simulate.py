@@ -4,6 +4,7 @@ the GPU presets with every figure the engine uses (datasheet fields and efficien
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from typing import Any
 
 from fastapi import APIRouter
@@ -55,7 +56,7 @@ def run_request(body: SimulateRequest, settings: Settings) -> SimResult:
         causal=body.causal,
         dtype=body.dtype,
     )
-    tiles = TileConfig(body.block_m, body.block_n, body.stages, body.warps)
+    tiles = TileConfig(body.block_m, body.block_n, body.stages, body.warps, body.maxnreg)
     try:
         gpu = hardware.from_name(body.gpu)
         if body.hardware:
@@ -63,13 +64,10 @@ def run_request(body: SimulateRequest, settings: Settings) -> SimResult:
     except ValueError as exc:
         field = _field(str(exc), "hardware")
         raise refuse([value_error(field, str(exc), body.hardware, "body")]) from None
-    dq = (body.dq_block_m, body.dq_block_n, body.dq_stages, body.dq_warps)
-    defaults = (tiles.block_m, tiles.block_n, tiles.stages, tiles.warps)
-    dq_tiles = (
-        TileConfig(*(v or d for v, d in zip(dq, defaults, strict=True)))
-        if any(v is not None for v in dq)
-        else None
-    )
+    dq = {"block_m": body.dq_block_m, "block_n": body.dq_block_n, "stages": body.dq_stages,
+          "warps": body.dq_warps}  # fmt: skip
+    given = {k: v for k, v in dq.items() if v is not None}
+    dq_tiles = replace(tiles, **given) if given else None  # the register cap carries over
     kernels = {"gpu_key": gpu.key, "route": body.route, "dq_tiles": dq_tiles}
     if body.impl == "flashscope":
         ctas = kernelplan.ctas_of(body.algo, problem, tiles, **kernels)

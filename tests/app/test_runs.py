@@ -105,6 +105,8 @@ def test_full_queue_answers_429_with_retry_after(runs_client):
         ({"what": "everything"}, "what", None),
         ({"seq": float("nan")}, "seq", None),
         ({"seqq": 5}, "seqq", None),
+        ({"maxnreg": 256}, "maxnreg", 248),
+        ({"maxnreg": 100}, "maxnreg", 8),
     ],
 )
 def test_bad_run_requests_get_422(runs_client, body, field, limit):

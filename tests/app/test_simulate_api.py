@@ -83,6 +83,8 @@ def test_custom_hardware_and_timeline(client):
             Settings().simulate_max_ctas,
         ),
         ({"stages": 9}, "stages", 8),
+        ({"maxnreg": 100}, "maxnreg", 8),
+        ({"maxnreg": 256}, "maxnreg", 248),
         ({"unknown": 1}, "unknown", None),
     ],
 )
@@ -141,3 +143,12 @@ def test_custom_hardware_within_bounds_simulates(client):
         json={"gpu": "h100", "seq": 1024, "hardware": {"smem_per_sm_kib": 456, "sms": 264}},
     )
     assert r.status_code == 200, r.text
+
+
+def test_a_register_cap_fits_more_ctas_per_sm(client):
+    body = {"gpu": "h200", "seq": 8192, "head_dim": 64, "batch": 2, "heads": 32,
+            "block_m": 128, "block_n": 128, "stages": 2, "warps": 8}  # fmt: skip
+    free = client.post("/api/simulate", json=body).json()
+    capped = client.post("/api/simulate", json={**body, "maxnreg": 128}).json()
+    assert (free["kernels"][0]["ctas_per_sm"], capped["kernels"][0]["ctas_per_sm"]) == (1, 2)
+    assert capped["kernels"][0]["regs_per_thread"] == 128

@@ -105,6 +105,8 @@ def test_table_without_json(capsys):
             "argument --block-m/--block-n/--stages: the tiles need",
         ),
         (["--stages", "9"], "argument --stages: stages must be ≤ 8"),
+        (["--maxnreg", "100"], "argument --maxnreg: maxnreg must be a multiple of 8"),
+        (["--maxnreg", "300"], "argument --maxnreg: maxnreg must be ≤ 248"),
         (["--algo", "decode", "--causal"], "argument --causal: causal must be false for decode"),
         (["--set", "sram=2"], "argument --set: unknown hardware field 'sram'"),
         (["--set", "sms"], "argument --set: expected NAME=VALUE"),

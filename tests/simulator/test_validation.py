@@ -13,7 +13,9 @@ from simulator import hardware
 from simulator.validation import (
     Entry,
     build_dataset,
+    check_config,
     error_stats,
+    problem_key,
     ranking,
     ranks,
     read_sweep,
@@ -173,3 +175,28 @@ def test_the_shipped_sweep_has_candidate_and_spread_tiles_per_problem():
         per_problem.setdefault(e.id.rsplit("-t", 1)[0], []).append(e.tiles)
     assert len(per_problem) == 48
     assert all(t.count("candidate") == 3 and t.count("spread") == 2 for t in per_problem.values())
+
+
+def test_a_register_cap_is_a_tile_field_of_a_configuration():
+    base = {
+        "algo": "fa2",
+        "impl": "flashscope",
+        "seq": 8192,
+        "head_dim": 64,
+        "batch": 2,
+        "heads": 32,
+        "block_m": 128,
+        "block_n": 128,
+        "stages": 2,
+        "warps": 8,
+        "gpu": "h200",
+    }
+    capped = {**base, "maxnreg": 128}
+    check_config(capped)
+    assert problem_key(capped) == problem_key(base)  # the same problem, other tiles
+    free, cap = simulate_config(base), simulate_config(capped)
+    assert (free.main.ctas_per_sm, cap.main.ctas_per_sm) == (1, 2)
+    with pytest.raises(ValueError, match="maxnreg"):
+        check_config({**base, "maxnreg": 12})
+    bwd = {**base, "algo": "fa2-bwd", "block_m": 64, "dq_block_m": 128, "maxnreg": 128}
+    assert all(k.occupancy.footprint.regs_per_thread <= 128 for k in simulate_config(bwd).kernels)
