@@ -1,6 +1,7 @@
 """Write benchmarks/sweeps/validation.json: the configurations `flashscope validate` measures.
 
     python benchmarks/make_validation_sweep.py [--routes-from DATASET --out SWEEP]
+    python benchmarks/make_validation_sweep.py --capped --out benchmarks/sweeps/register-cap.json
 
 Protocol (the FlashAttention papers'): batch × N = 16384 tokens, heads × d = 2048, fp16,
 N ∈ {512 … 16384}, d ∈ {64, 128}, causal and not, forward and backward; five tile
@@ -12,6 +13,9 @@ reads the bytes of every entry (one pass of a few metrics takes about a second p
 The backward's route is left to the kernels (recorded when measured); with --routes-from, each
 backward entry is pinned to the route that an earlier dataset's row of the same id ran, so a
 re-measurement after the kernels' route table changed still measures the same launches.
+With --capped it writes the forward tiles that cap the registers per thread instead (CAPPED,
+`maxnreg`: one more CTA per SM than uncapped), over the same problems, to check the engine's
+register cap against the kernels.
 """
 
 from __future__ import annotations
@@ -41,6 +45,11 @@ SPREAD = {
         128: [(C(32, 128, 8, 2), C(128, 32, 8, 3)), (C(64, 64, 8, 2), C(64, 32, 4, 3))],
     },
 }
+
+
+# Forward tiles with a register cap (KernelConfig.maxnreg) and the CTAs per SM it makes room for
+# (uncapped: one each). The first is the tuned forward at d = 64 from N = 8192 on both GPUs.
+CAPPED = {64: C(128, 128, 8, 2, False, 128), 128: C(128, 64, 8, 2, False, 128)}
 
 
 def tile_choices(mode: str, d: int) -> list[tuple[str, KernelConfig, KernelConfig | None]]:
@@ -95,6 +104,21 @@ def entries() -> list[dict]:
     return out
 
 
+def capped_entries() -> list[dict]:
+    """The forward of every problem of the sweep at its head_dim's CAPPED tiles."""
+    out = []
+    for e in entries():
+        c = e["config"]
+        if c["algo"] != "fa2" or not e["id"].endswith("-t0"):
+            continue
+        cap = CAPPED[c["head_dim"]]
+        tiles = {"block_m": cap.block_m, "block_n": cap.block_n, "stages": cap.num_stages,
+                 "warps": cap.num_warps, "maxnreg": cap.maxnreg}  # fmt: skip
+        out.append({**e, "id": e["id"][: -len("-t0")] + "-cap", "tiles": "spread",
+                    "config": {**c, **tiles}})  # fmt: skip
+    return out
+
+
 def pin_routes(out: list[dict], dataset: dict) -> int:
     """Set each backward entry's route to the one its row in `dataset` ran; the count pinned."""
     ran = {r["id"]: r["config"].get("route") for r in dataset["rows"]}
@@ -110,6 +134,7 @@ def pin_routes(out: list[dict], dataset: dict) -> int:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--routes-from", type=Path, default=None, help="dataset whose routes to pin")
+    ap.add_argument("--capped", action="store_true", help="the register-capped forward tiles")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "sweeps" / "validation.json")
     args = ap.parse_args()
     doc = {
@@ -122,6 +147,12 @@ def main() -> None:
         ),
         "entries": entries(),
     }
+    if args.capped:
+        doc["description"] = (
+            "flashscope's forward with a register cap per thread (maxnreg) that fits one more "
+            "CTA per SM: the validation sweep's forward problems at CAPPED tiles"
+        )
+        doc["entries"] = capped_entries()
     if args.routes_from is not None:
         pinned = pin_routes(doc["entries"], json.loads(args.routes_from.read_text()))
         doc["description"] += f"; backward routes pinned as in {args.routes_from.name}"

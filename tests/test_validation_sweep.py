@@ -6,8 +6,8 @@ import json
 import random
 from pathlib import Path
 
-from benchmarks.make_validation_sweep import entries, pin_routes
-from simulator.validation import check_config
+from benchmarks.make_validation_sweep import CAPPED, capped_entries, entries, pin_routes
+from simulator.validation import check_config, problem_key
 
 SWEEP = Path(__file__).resolve().parents[1] / "benchmarks" / "sweeps" / "validation.json"
 
@@ -35,3 +35,13 @@ def test_routes_are_pinned_to_an_earlier_datasets_backward_rows_only():
     assert got == routes
     for e in out:
         check_config(e["config"])
+
+
+def test_the_register_cap_sweep_is_the_forward_problems_at_capped_tiles():
+    doc = json.loads((SWEEP.parent / "register-cap.json").read_text())["entries"]
+    assert doc == capped_entries()
+    forward = {problem_key(e["config"]) for e in entries() if e["config"]["algo"] == "fa2"}
+    assert {problem_key(e["config"]) for e in doc} == forward
+    for e in doc:
+        check_config(e["config"])
+        assert e["config"]["maxnreg"] == CAPPED[e["config"]["head_dim"]].maxnreg
