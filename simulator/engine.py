@@ -12,8 +12,9 @@ launch, and its CTAs take the SMs' slots as that launch's CTAs leave them):
    SFU S = exps / exp rate, ALU A = other FLOPs / FP32 rate, loads X = loop bytes / L2→SM
    rate. The tensor cores overlap the warps' own instructions (S + A, one instruction
    stream) partly: the larger of T and S + A plus (1 − h) of the smaller, where h grows from
-   `overlap` (one CTA alone; less by `lockstep` where its warpgroups split the rows on a ring
-   of two K/V buffers) with the other CTAs on the SM (`cta_overlap`); a CTA whose registers
+   `overlap` (one CTA alone; less by `lockstep` / c where its warpgroups split the rows on a
+   ring of two K/V buffers and c CTAs share the SM) with the other CTAs on the SM
+   (`cta_overlap`); a CTA whose registers
    spill is slower by `spill_penalty`. With stages ≥ 2 loads run ahead of compute
    (max of the two), with one stage they add. Sharing the SM with c CTAs and too few warps to
    saturate it (u = min(1, c·warps / warps_to_saturate)) stretches this by c / u. Load latency
@@ -176,7 +177,9 @@ def _durations(
     # share `overlap` of the shorter side; what it leaves serial, other CTAs resident on its SM
     # can fill, as their phases differ (`cta_overlap`, growing with their number).
     vector = sfu + alu
-    own = eff.overlap * (1.0 - eff.lockstep) if lockstep(w, t) else eff.overlap
+    # Lockstep warpgroups lose a share of their own overlap; a co-resident CTA's warpgroups
+    # run in their common stalls, so with c CTAs on the SM only 1 / c of that share is lost.
+    own = eff.overlap * (1.0 - eff.lockstep / c) if lockstep(w, t) else eff.overlap
     hidden = own + (1.0 - own) * eff.cta_overlap * (1.0 - 1.0 / c)  # (n,)
     longer = np.maximum(tensor, vector)
     compute = longer + (1.0 - hidden) * np.minimum(tensor, vector)

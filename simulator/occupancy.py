@@ -5,10 +5,12 @@ it streams (Triton's software pipeline: one buffer per stage), plus the 1 KiB pe
 CUDA reserves on compute capability 8.0 and later. Register use is an estimate: the fp32 tiles
 a kernel keeps in registers (accumulators and score tiles), spread over the CTA's threads, plus
 a fixed overhead per thread (`Efficiency.reg_overhead`: addresses, loop state, m and ℓ),
-rounded up to the allocation unit of 8 and capped at 255, or at the tiles' `maxnreg` where one is
-set (Triton's register cap, which lets more CTAs share an SM) — beyond the cap a compiler spills,
-which the result flags (`spills`; the engine charges `spill_penalty` for it). The head dimension
-is padded to a power of two ≥ 16 for these estimates, as Triton pads it.
+rounded up to the allocation unit of 8 and capped at 255 — beyond that a compiler spills, which
+the result flags (`spills`; the engine charges `spill_penalty` for it). The tiles' `maxnreg`
+(Triton's register cap, which lets more CTAs share an SM) caps it lower; under such a cap the
+fixed overhead counts as slack the compiler gives up first, so the flag is raised only when
+the tiles alone exceed the cap. The head dimension is padded to a power of two ≥ 16 for these
+estimates, as Triton pads it.
 
 Footprints by kernel kind (e = dtype bytes, d = padded head dim, R = rows per CTA):
     fwd            smem (R·d + stages·2·BN·d)·e          regs R·d + R·BN·(1 + e/4)
@@ -80,11 +82,17 @@ def footprint(
         "rowwise": (0, r * d),
     }[kind]
     threads = 32 * warps
-    want = gpu.efficiency.reg_overhead + -(-reg_elems // threads)
-    want = int(-(-want // REG_UNIT) * REG_UNIT)
-    # The compiler never asks for more than fits one CTA on the SM, nor more than 255 (or the cap).
-    cap = min(MAX_REGS, gpu.regs_per_sm // threads // REG_UNIT * REG_UNIT, maxnreg or MAX_REGS)
-    return Footprint(int(smem_elems * e), min(want, cap), warps, want > cap)
+    overhead = gpu.efficiency.reg_overhead
+    want = int(-(-(overhead + -(-reg_elems // threads)) // REG_UNIT) * REG_UNIT)
+    # The compiler never asks for more than fits one CTA on the SM, nor more than 255.
+    limit = min(MAX_REGS, gpu.regs_per_sm // threads // REG_UNIT * REG_UNIT)
+    if maxnreg is not None and maxnreg < limit:
+        # Under an explicit cap it first gives up the slack the estimate keeps (the fixed
+        # overhead: addresses and loop state are recomputed), and spills only beyond that: the
+        # forward estimated at 144–160 registers compiled to 122–128 under a cap of 128 with
+        # little or no local traffic (benchmarks/results/register-cap-h200-*.json).
+        return Footprint(int(smem_elems * e), min(want, maxnreg), warps, want - overhead > maxnreg)
+    return Footprint(int(smem_elems * e), min(want, limit), warps, want > limit)
 
 
 def occupancy(fp: Footprint, gpu: GPU) -> Occupancy:

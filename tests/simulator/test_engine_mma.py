@@ -117,3 +117,17 @@ def test_lockstep_warpgroups_lose_overlap_only_on_a_two_buffer_ring(algo, tiles)
     assert a == b
     with pytest.raises(ValueError, match="lockstep"):
         custom(gpu, lockstep=1.5)
+
+
+def test_a_co_resident_cta_recovers_part_of_the_lockstep_loss():
+    """The loss is lockstep / c with c CTAs on the SM: with a register cap that fits a second
+    CTA, the full loss (lockstep = 1) costs less than with one CTA per SM."""
+    gpu = custom(from_name("h200", calibrated=False), overlap=0.8, cta_overlap=0.0)
+    p = AttentionProblem(seq_q=8192, head_dim=64, batch=2, heads=32)
+    slowdown = {}
+    for cap in (None, 128):
+        w = kernelplan.build("fa2", p, TileConfig(128, 128, 2, 8, maxnreg=cap))
+        times = [simulate_workload(w, custom(gpu, lockstep=x)).main for x in (0.0, 1.0)]
+        assert times[0].ctas_per_sm == (1 if cap is None else 2)
+        slowdown[cap] = times[1].time_s / times[0].time_s
+    assert slowdown[None] > slowdown[128] > 1.0
