@@ -121,7 +121,8 @@ def notes(row: dict, result: SimResult) -> list[dict]:
                     "text": f"{k['name']} spills registers: {local / 1e6:,.0f} MB of local-memory "
                     f"loads at {k['measured_regs_per_thread']:.0f} registers per thread. The "
                     f"engine estimates {k['regs_per_thread']} and charges a fitted slowdown only "
-                    "where its estimate exceeds 255; it moves no spill bytes.",
+                    "where its estimate exceeds 255 (or, under a register cap, where the tiles "
+                    "alone exceed it); it moves no spill bytes.",
                 }
             )
         elif (
@@ -140,6 +141,8 @@ def notes(row: dict, result: SimResult) -> list[dict]:
         t = launch.tiles or result.workload.tiles
         if lockstep(launch, t):
             lost = result.gpu.efficiency.lockstep
+            per_sm = next((k.ctas_per_sm for k in result.kernels if k.name == launch.name), 1)
+            shared = f", divided by the {per_sm} CTAs per SM" if per_sm > 1 else ""
             out.append(
                 {
                     "kind": "structure",
@@ -147,7 +150,8 @@ def notes(row: dict, result: SimResult) -> list[dict]:
                     "text": f"{launch.name}: {t.warps // 4} warpgroups on their own 64-row "
                     "slices share a ring of two K/V buffers, so they run in lockstep and their "
                     "softmax and matrix phases overlap less. The engine charges this as a "
-                    f"fitted loss of overlap within the CTA (lockstep = {lost:.2f} of it); "
+                    f"fitted loss of overlap within the CTA (lockstep = {lost:.2f} of it"
+                    f"{shared}: another CTA runs in their common stalls); "
                     "before it did, such kernels were up to 35% faster in the engine than "
                     "measured.",
                 }

@@ -1,0 +1,27 @@
+"""simulator.explain: the notes on why a configuration's prediction differs from its measurement."""
+
+from __future__ import annotations
+
+import random
+
+from simulator.explain import notes
+from simulator.validation import simulate_config
+
+LOCKSTEP = {"algo": "fa2", "impl": "flashscope", "seq": 4096, "head_dim": 64, "batch": 4,
+            "heads": 32, "block_m": 128, "block_n": 128, "stages": 2, "warps": 8,
+            "gpu": "h200"}  # fmt: skip
+
+
+def _structure(config: dict) -> list[str]:
+    measured = random.uniform(500.0, 5000.0)
+    found = notes({"measured_us": measured, "measured": {}}, simulate_config(config))
+    assert found[0]["kind"] == "error" and f"{measured:,.1f} µs measured" in found[0]["text"]
+    return [n["text"] for n in found if n["kind"] == "structure"]
+
+
+def test_lockstep_is_named_with_the_share_of_ctas_that_recover_it():
+    one = _structure(LOCKSTEP)
+    assert len(one) == 1 and "lockstep" in one[0] and "CTAs per SM" not in one[0]
+    two = _structure({**LOCKSTEP, "maxnreg": 128})
+    assert len(two) == 1 and "divided by the 2 CTAs per SM" in two[0]
+    assert _structure({**LOCKSTEP, "stages": 3}) == []  # a third buffer: no lockstep
