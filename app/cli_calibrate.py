@@ -198,7 +198,12 @@ def _fit(gpu, rows: list[dict], max_evals: int) -> tuple[dict, dict, dict]:
 
     def samples(subset: str) -> list[Sample]:
         return [
-            Sample(r["id"], workload_of(r["config"], gpu), r["measured_us"] * 1e-6)
+            Sample(
+                r["id"],
+                workload_of(r["config"], gpu),
+                r["measured_us"] * 1e-6,
+                r.get("measured_dram_bytes"),
+            )
             for r in rows
             if r.get("subset") == subset
         ]

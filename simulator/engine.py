@@ -158,6 +158,13 @@ def lockstep(w: Launch, t: TileConfig) -> bool:
     return bool(w.mma_shapes) and t.stages == 2 and along_m >= 2
 
 
+def two_stage(w: Launch, t: TileConfig) -> bool:
+    """A CTA of matrix products on a ring of two K/V buffers, not in lockstep: the next tile's
+    copy into a buffer waits until this tile's products reading it are done, so the products of
+    consecutive tiles overlap the softmax less (`two_stage`)."""
+    return bool(w.mma_shapes) and t.stages == 2 and not lockstep(w, t)
+
+
 def _durations(
     w: Launch, t: TileConfig, r: _Rates, c: np.ndarray, loop_hit: np.ndarray, spills: bool
 ):
@@ -179,7 +186,12 @@ def _durations(
     vector = sfu + alu
     # Lockstep warpgroups lose a share of their own overlap; a co-resident CTA's warpgroups
     # run in their common stalls, so with c CTAs on the SM only 1 / c of that share is lost.
-    own = eff.overlap * (1.0 - eff.lockstep / c) if lockstep(w, t) else eff.overlap
+    if lockstep(w, t):
+        own = eff.overlap * (1.0 - eff.lockstep / c)
+    elif two_stage(w, t):
+        own = eff.overlap * (1.0 - eff.two_stage / c)
+    else:
+        own = eff.overlap
     hidden = own + (1.0 - own) * eff.cta_overlap * (1.0 - 1.0 / c)  # (n,)
     longer = np.maximum(tensor, vector)
     compute = longer + (1.0 - hidden) * np.minimum(tensor, vector)

@@ -11,14 +11,15 @@ Given a validation row (simulator/validation.py) and the engine's result for its
     overlap    concurrent kernels (the separate backward route): ncu serializes them
     structure  tile structures the engine models only in part: two or more warpgroups on their
                own 64-row slices sharing a ring of two K/V buffers (they run in lockstep; a
-               fitted loss of overlap), and the atomic backward route's bulk reductions
+               fitted loss of overlap), any other CTA on such a ring (a smaller fitted loss),
+               and the atomic backward route's bulk reductions
     fixed      small problems, where per-CTA set-up and launch gaps dominate
     bytes      DRAM and L2 bytes against ncu's
 """
 
 from __future__ import annotations
 
-from .engine import lockstep
+from .engine import lockstep, two_stage
 from .results import SimResult
 
 _NCU_NAMES = {
@@ -154,6 +155,18 @@ def notes(row: dict, result: SimResult) -> list[dict]:
                     f"{shared}: another CTA runs in their common stalls); "
                     "before it did, such kernels were up to 35% faster in the engine than "
                     "measured.",
+                }
+            )
+        elif two_stage(launch, t) and result.gpu.efficiency.two_stage > 0:
+            out.append(
+                {
+                    "kind": "structure",
+                    "level": "info",
+                    "text": f"{launch.name}: a ring of two K/V buffers refills a buffer only "
+                    "once the products reading it are done, so consecutive tiles overlap the "
+                    "softmax less; the engine charges a fitted share of the CTA's overlap "
+                    f"(two_stage = {result.gpu.efficiency.two_stage:.2f}, divided by the CTAs "
+                    "per SM).",
                 }
             )
     if result.workload.route == "atomic":

@@ -67,6 +67,7 @@ PARAMS: tuple[Param, ...] = (
     Param("spill_penalty", 0.0, 3.0),
     Param("wg_split", 0.0, 3.0),
     Param("lockstep", 0.0, 1.0),
+    Param("two_stage", 0.0, 1.0),
 )
 # Fitted only where the training rows use the atomic backward route (its reduce-adds).
 REDUCE = Param("l2_reduce", 0.05, 1.0, log=True)
@@ -79,6 +80,7 @@ class Sample:
     id: str
     workload: object
     measured_s: float
+    measured_dram: float | None = None  # DRAM bytes (read + write) where Nsight Compute ran
 
 
 @dataclass(frozen=True)
@@ -91,16 +93,25 @@ class FitResult:
 
 
 def loss_of(gpu: GPU, samples: Sequence[Sample]) -> tuple[float, float]:
-    """(mean |log(sim / measured)|, MAPE %) of `gpu` on the samples; inf where one fails."""
-    logs, pct = [], []
+    """(loss, time MAPE %) of `gpu` on the samples; inf where one fails.
+
+    The loss is the mean |log(simulated / measured)| of the times plus, over the samples whose
+    DRAM bytes were measured, the same of the bytes: the L2 reuse parameters move both, and a
+    fit on time alone may buy a little time error with bytes that no longer match.
+    """
+    logs, pct, dram = [], [], []
     for s in samples:
         try:
-            t = simulate_workload(s.workload, gpu).time_s  # type: ignore[arg-type]
+            r = simulate_workload(s.workload, gpu)  # type: ignore[arg-type]
         except ValueError:
             return math.inf, math.inf
-        logs.append(abs(math.log(t / s.measured_s)))
-        pct.append(abs(t / s.measured_s - 1))
-    return float(np.mean(logs)), float(np.mean(pct) * 100)
+        logs.append(abs(math.log(r.time_s / s.measured_s)))
+        pct.append(abs(r.time_s / s.measured_s - 1))
+        if s.measured_dram:
+            simulated = sum(k.dram_read_bytes + k.dram_write_bytes for k in r.kernels)
+            dram.append(abs(math.log(max(simulated, 1.0) / s.measured_dram)))
+    loss = float(np.mean(logs)) + (float(np.mean(dram)) if dram else 0.0)
+    return loss, float(np.mean(pct) * 100)
 
 
 def _values(params: Sequence[Param], u: np.ndarray) -> dict[str, float | int]:

@@ -53,6 +53,8 @@ class Efficiency:
     l2_reduce: float = 1.0  # reduce-adds into L2 (atomics) move at this fraction of the L2 rate
     lockstep: float = 0.0  # share of `overlap` lost by a CTA whose warpgroups split its rows
     # and share a two-buffer K/V ring (they cannot drift apart; engine.lockstep)
+    two_stage: float = 0.0  # share of `overlap` lost by any other CTA on a two-buffer ring: a
+    # buffer is refilled only once the products reading it are done (engine.two_stage)
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
@@ -65,7 +67,7 @@ class Efficiency:
             value = getattr(self, name)
             if not 0 < value <= 1:
                 raise ValueError(f"{name} must be a fraction in (0, 1], got {value!r}")
-        for name in ("overlap", "cta_overlap", "lockstep"):
+        for name in ("overlap", "cta_overlap", "lockstep", "two_stage"):
             if getattr(self, name) > 1:
                 raise ValueError(f"{name} must be in [0, 1], got {getattr(self, name)!r}")
         if not isinstance(self.warps_to_saturate, int) or self.warps_to_saturate < 1:
@@ -75,6 +77,11 @@ class Efficiency:
         if not isinstance(self.reg_overhead, int) or self.reg_overhead > 255:
             raise ValueError(
                 f"reg_overhead must be an integer in [0, 255], got {self.reg_overhead}"
+            )
+        if self.dram_latency_ns < self.l2_latency_ns:
+            raise ValueError(
+                f"dram_latency_ns ({self.dram_latency_ns:g}) must be ≥ l2_latency_ns "
+                f"({self.l2_latency_ns:g}): a miss goes through L2 first"
             )
         if self.l2_reuse_exponent <= 0:
             raise ValueError(f"l2_reuse_exponent must be > 0, got {self.l2_reuse_exponent}")

@@ -131,3 +131,21 @@ def test_a_co_resident_cta_recovers_part_of_the_lockstep_loss():
         assert times[0].ctas_per_sm == (1 if cap is None else 2)
         slowdown[cap] = times[1].time_s / times[0].time_s
     assert slowdown[None] > slowdown[128] > 1.0
+
+
+def test_a_two_buffer_ring_costs_overlap_outside_lockstep_too():
+    """`two_stage`: one warpgroup on a two-buffer ring loses that share of its overlap (divided
+    by the CTAs per SM); three buffers, or a CTA already in lockstep, are not affected."""
+    gpu = custom(from_name("h200", calibrated=False), overlap=0.8, cta_overlap=0.0)
+    p = AttentionProblem(seq_q=4096, head_dim=64, batch=2, heads=16)
+
+    def time_s(tiles: TileConfig, share: float) -> float:
+        w = kernelplan.build("fa2", p, tiles)
+        return simulate_workload(w, custom(gpu, two_stage=share, lockstep=0.3)).time_s
+
+    one_wg = TileConfig(128, 64, 2, 4)
+    assert time_s(one_wg, 1.0) > 1.02 * time_s(one_wg, 0.0)
+    for other in (TileConfig(128, 64, 3, 4), TileConfig(128, 128, 2, 8)):  # 3 stages; lockstep
+        assert time_s(other, 1.0) == time_s(other, 0.0), other
+    with pytest.raises(ValueError, match="two_stage"):
+        custom(gpu, two_stage=1.2)

@@ -25,3 +25,15 @@ def test_lockstep_is_named_with_the_share_of_ctas_that_recover_it():
     two = _structure({**LOCKSTEP, "maxnreg": 128})
     assert len(two) == 1 and "divided by the 2 CTAs per SM" in two[0]
     assert _structure({**LOCKSTEP, "stages": 3}) == []  # a third buffer: no lockstep
+
+
+def test_a_two_buffer_ring_outside_lockstep_is_named_with_its_share():
+    from simulator.hardware import custom, from_name
+
+    config = {**LOCKSTEP, "block_n": 64, "warps": 4}  # one warpgroup, two stages
+    gpu = custom(from_name("h200"), two_stage=0.25)
+    found = notes({"measured_us": 1000.0, "measured": {}}, simulate_config(config, gpu))
+    texts = [n["text"] for n in found if n["kind"] == "structure"]
+    assert len(texts) == 1 and "two_stage = 0.25" in texts[0] and "lockstep" not in texts[0]
+    off = custom(gpu, two_stage=0.0)
+    assert not [n for n in notes({}, simulate_config(config, off)) if n["kind"] == "structure"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import random
 
 import pytest
@@ -54,3 +55,20 @@ def test_params_map_their_range_and_round_integers():
     assert isinstance(p.from_unit(0.5), int)
     q = Param("overlap", 0.0, 1.0)
     assert q.from_unit(q.to_unit(0.3)) == pytest.approx(0.3)
+
+
+def test_measured_dram_bytes_join_the_loss_where_they_exist():
+    gpu = from_name("h200")
+    p = AttentionProblem(seq_q=2048, head_dim=64, batch=2, heads=8, causal=random.random() < 0.5)
+    w = kernelplan.build("fa2", p, TileConfig(128, 64, 3, 4), gpu_key="h200")
+    from simulator.engine import simulate_workload
+
+    r = simulate_workload(w, gpu)
+    dram = sum(k.dram_read_bytes + k.dram_write_bytes for k in r.kernels)
+    factor = random.uniform(1.1, 3.0)
+    plain = loss_of(gpu, [Sample("a", w, r.time_s * factor)])
+    exact = loss_of(gpu, [Sample("a", w, r.time_s * factor, dram)])
+    off = loss_of(gpu, [Sample("a", w, r.time_s * factor, dram * factor)])
+    assert plain == exact  # matching bytes add nothing
+    assert off[0] == pytest.approx(plain[0] + math.log(factor))
+    assert off[1] == plain[1]  # the MAPE stays the time's

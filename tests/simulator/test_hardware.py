@@ -133,3 +133,11 @@ def test_specs_are_plain_values():
     assert specs["sms"] == 108 and isinstance(specs["efficiency"], dict)
     json.dumps(specs)
     assert set(hardware.GPU_FIELDS) <= set(specs)
+
+
+@pytest.mark.parametrize("key", sorted(PRESETS))
+def test_a_dram_miss_never_returns_before_an_l2_hit(key):
+    gpu = from_name(key)  # shipped calibrations included
+    assert gpu.efficiency.dram_latency_ns >= gpu.efficiency.l2_latency_ns
+    with pytest.raises(ValueError, match=r"dram_latency_ns \(.*\) must be ≥ l2_latency_ns"):
+        custom(gpu, dram_latency_ns=gpu.efficiency.l2_latency_ns * 0.5)
