@@ -192,7 +192,11 @@ def _durations(
         own = eff.overlap * (1.0 - eff.two_stage / c)
     else:
         own = eff.overlap
-    hidden = own + (1.0 - own) * eff.cta_overlap * (1.0 - 1.0 / c)  # (n,)
+    # Warpgroups on their own row slices of a ring of three or more buffers drift apart like
+    # separate CTAs: each fills the others' serial phases as a co-resident CTA would.
+    along_m, _, _ = warpgroup_layout(product_rows(w, t), t.warps)
+    drift = along_m if (t.stages >= 3 and w.mma_shapes) else 1
+    hidden = own + (1.0 - own) * eff.cta_overlap * (1.0 - 1.0 / (c * drift))  # (n,)
     longer = np.maximum(tensor, vector)
     compute = longer + (1.0 - hidden) * np.minimum(tensor, vector)
     t_w = np.where(tensor >= vector, tensor, (1.0 - hidden) * tensor)

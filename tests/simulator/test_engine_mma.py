@@ -149,3 +149,23 @@ def test_a_two_buffer_ring_costs_overlap_outside_lockstep_too():
         assert time_s(other, 1.0) == time_s(other, 0.0), other
     with pytest.raises(ValueError, match="two_stage"):
         custom(gpu, two_stage=1.2)
+
+
+def test_warpgroups_that_can_drift_apart_fill_each_others_serial_phases():
+    """With three buffers, warpgroups on their own row slices count as co-resident CTAs for
+    `cta_overlap`; with two (lockstep) or one warpgroup they do not."""
+    gpu = custom(from_name("h200", calibrated=False), overlap=0.3, lockstep=0.0, two_stage=0.0)
+    p = AttentionProblem(seq_q=4096, head_dim=128, batch=2, heads=16)
+
+    def kernel(tiles: TileConfig, share: float):
+        w = kernelplan.build("fa2", p, tiles)
+        return simulate_workload(w, custom(gpu, cta_overlap=share)).main
+
+    drifting = TileConfig(128, 128, 3, 8)  # 224 KiB of shared memory: one CTA per SM
+    alone, filled = kernel(drifting, 0.0), kernel(drifting, 0.6)
+    assert alone.ctas_per_sm == filled.ctas_per_sm == 1
+    assert filled.time_s < 0.99 * alone.time_s
+    for other in (TileConfig(128, 128, 2, 8), TileConfig(64, 128, 3, 4)):  # lockstep; one group
+        a, b = kernel(other, 0.0), kernel(other, 0.6)
+        if a.ctas_per_sm == 1:
+            assert a.time_s == b.time_s, other
