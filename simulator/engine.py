@@ -13,9 +13,10 @@ launch, and its CTAs take the SMs' slots as that launch's CTAs leave them):
    rate. The tensor cores overlap the warps' own instructions (S + A, one instruction
    stream) partly: the larger of T and S + A plus (1 − h) of the smaller, where h grows from
    `overlap` (one CTA alone; less by `lockstep` / c where its warpgroups split the rows on a
-   ring of two K/V buffers and c CTAs share the SM) with the other CTAs on the SM
-   (`cta_overlap`); a CTA whose registers
-   spill is slower by `spill_penalty`. With stages ≥ 2 loads run ahead of compute
+   ring of two K/V buffers and c CTAs share the SM; by `two_stage` / c for any other CTA on
+   such a ring) with the other CTAs on the SM (`cta_overlap`; on a ring of three or more
+   buffers a CTA's warpgroups along the rows drift apart and count as CTAs too); a CTA whose
+   registers spill is slower by `spill_penalty`. With stages ≥ 2 loads run ahead of compute
    (max of the two), with one stage they add. Sharing the SM with c CTAs and too few warps to
    saturate it (u = min(1, c·warps / warps_to_saturate)) stretches this by c / u. Load latency
    (L2 hit or DRAM, by this CTA's hit rate) and the tile's transfer bound each iteration from
