@@ -11,6 +11,8 @@ from functools import lru_cache
 import torch
 import triton
 
+from simulator.kernelplan import tuned_keys
+
 from .config import INTERPRETER, KernelConfig, lookup, table_key
 from .device import interpreting
 from .inputs import tma_ready
@@ -37,9 +39,6 @@ def dot_precision(dtype: torch.dtype) -> str:
 def upcast(dtype: torch.dtype) -> bool:
     """The interpreter's bf16 dot is wrong: there, bf16 tiles go to fp32 before each dot."""
     return interpreting() and dtype == torch.bfloat16
-
-
-SEQ_BUCKETS = (1024, 2048, 4096, 8192, 16384)
 
 
 @lru_cache
@@ -104,12 +103,3 @@ def choose_config(
         if found is not None:
             return found
     return autotuned(gpu_name(), mode, key, d_pad, run)
-
-
-def tuned_keys(key: str, seq_len: int | None) -> list[str]:
-    """The table keys to try, most specific first: the length bucket's ("…/n2048" holds
-    1025–2048; beyond the last bucket, the last), then the key tuned at one length."""
-    if seq_len is None:
-        return [key]
-    bucket = next((b for b in SEQ_BUCKETS if seq_len <= b), SEQ_BUCKETS[-1])
-    return [f"{key}/n{bucket}", key]

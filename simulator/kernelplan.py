@@ -48,8 +48,8 @@ BWD_ROUTES = ("separate", "atomic")
 TUNED_FILE = Path(__file__).resolve().parents[1] / "kernels" / "tuned.json"
 # The GPU presets whose kernels were tuned, by the name the GPU reports (kernels/tuned.json).
 TUNED_GPUS = {"NVIDIA H200": "h200", "NVIDIA H100 80GB HBM3": "h100-sxm"}
-# Sequence-length buckets of the tuned table: an entry ".../n2048" holds 1025–2048
-# (kernels.launch.SEQ_BUCKETS; a test holds the two equal).
+# Sequence-length buckets of the tuned table: an entry ".../n2048" holds 1025–2048 (the kernels
+# look their tiles and routes up with the same rule: kernels.launch imports `tuned_keys`).
 SEQ_BUCKETS = (1024, 2048, 4096, 8192, 16384)
 HELPER_WARPS = 4
 
@@ -67,6 +67,15 @@ def pad_head_dim(d: int) -> int:
     return max(16, 1 << (d - 1).bit_length())
 
 
+def tuned_keys(key: str, seq_len: int | None) -> list[str]:
+    """The tuned table's keys to try, most specific first: the length bucket's ("…/n2048" holds
+    1025–2048; beyond the last bucket, the last), then the key tuned at one length."""
+    if seq_len is None:
+        return [key]
+    bucket = next((b for b in SEQ_BUCKETS if seq_len <= b), SEQ_BUCKETS[-1])
+    return [f"{key}/n{bucket}", key]
+
+
 def kernel_route(gpu_key: str, p: AttentionProblem) -> str:
     """The backward route flashscope's kernels take for `p` on GPU preset `gpu_key`: the one
     measured for its sequence-length bucket, else for its (head_dim, causal), else separate."""
@@ -74,9 +83,8 @@ def kernel_route(gpu_key: str, p: AttentionProblem) -> str:
         return "separate"
     routes = tuned_routes().get(gpu_key.removesuffix("+custom"), {})
     key = f"bwd-route/16/d{pad_head_dim(p.head_dim)}/{'causal' if p.causal else 'full'}"
-    n = max(p.seq_q, p.seq_k or p.seq_q)
-    bucket = next((b for b in SEQ_BUCKETS if n <= b), SEQ_BUCKETS[-1])
-    return routes.get(f"{key}/n{bucket}") or routes.get(key) or "separate"
+    found = (routes[k] for k in tuned_keys(key, max(p.seq_q, p.seq_k or p.seq_q)) if k in routes)
+    return next(found, "separate")
 
 
 def preprocess_rows(p: AttentionProblem) -> int:

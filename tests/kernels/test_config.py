@@ -10,6 +10,7 @@ import torch
 
 import kernels.launch as launch
 from kernels.config import TUNED_FILE, KernelConfig, table_key
+from simulator.kernelplan import SEQ_BUCKETS
 
 
 @pytest.fixture
@@ -28,7 +29,7 @@ def never(_cfg):
 @pytest.mark.parametrize("d", [64, 128])
 def test_a_sequence_length_takes_the_smallest_bucket_that_holds_it(on_h200, d, causal):
     key = table_key("fwd", 16, d, causal)
-    for lo, hi in zip((0, *launch.SEQ_BUCKETS), launch.SEQ_BUCKETS, strict=False):
+    for lo, hi in zip((0, *SEQ_BUCKETS), SEQ_BUCKETS, strict=False):
         n = random.randint(lo + 1, hi)
         got = launch.choose_config("fwd", torch.float16, d, causal, never, seq_len=n)
         assert got == KernelConfig.from_list(on_h200[f"{key}/n{hi}"]), (n, hi)
@@ -52,7 +53,7 @@ def test_backward_tiles_follow_the_sequence_length_bucket(on_h200, mode):
     for d in (64, 128):
         for causal in (False, True):
             key = table_key(mode, 16, d, causal)
-            for lo, hi in zip((0, *launch.SEQ_BUCKETS), launch.SEQ_BUCKETS, strict=False):
+            for lo, hi in zip((0, *SEQ_BUCKETS), SEQ_BUCKETS, strict=False):
                 if f"{key}/n{hi}" not in on_h200:  # that bucket chose the atomic route
                     continue
                 n = random.randint(lo + 1, hi)
@@ -70,7 +71,7 @@ def test_the_dq_route_follows_the_sequence_length_bucket(on_h200, monkeypatch):
     for d in (64, 128):
         for causal in (False, True):
             key = table_key("bwd-route", 16, d, causal)
-            for lo, hi in zip((0, *launch.SEQ_BUCKETS), launch.SEQ_BUCKETS, strict=False):
+            for lo, hi in zip((0, *SEQ_BUCKETS), SEQ_BUCKETS, strict=False):
                 n = random.randint(lo + 1, hi)
                 got = backward.default_dq_mode(torch.bfloat16, d, causal, n)
                 assert got == routes[f"{key}/n{hi}"], (key, n)
