@@ -7,7 +7,13 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from simulator.algorithms import ALGORITHMS
-from simulator.problem import AttentionProblem, TileConfig, is_power_of_two
+from simulator.problem import (
+    MAX_REG_CAP,
+    MIN_REG_CAP,
+    AttentionProblem,
+    TileConfig,
+    is_power_of_two,
+)
 from simulator.trace import PHASES, TRACE_VERSION
 
 from .config import Settings
@@ -300,7 +306,11 @@ class RunRequest(BaseModel):
     stages: int = Field(2, ge=1, le=8)
     warps: int = Field(4, ge=1, le=16)
     maxnreg: int | None = Field(
-        None, ge=24, le=248, multiple_of=8, description="Cap on registers per thread (maxnreg)."
+        None,
+        ge=MIN_REG_CAP,
+        le=MAX_REG_CAP,
+        multiple_of=8,
+        description="Cap on registers per thread (maxnreg).",
     )
     mode: Literal["fwd", "bwd"] = "fwd"
     what: Literal["time", "trace", "both"] = "time"

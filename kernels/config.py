@@ -6,8 +6,8 @@ per CTA and block_m query rows per inner step; for decode block_n keys per step 
 ignored: the rows are the query tokens of one K/V head). Defaults come from `tuned.json`, written
 on each GPU by `benchmarks/tune.py` and, per sequence length, `tune_forward_n.py` and
 `tune_backward_n.py` (the H200 and the H100 SXM so far); a GPU missing from it is autotuned on
-first use (`kernels.tuning`), and the interpreter uses small fixed tiles. A forward
-configuration may cap the registers per thread (`maxnreg`) to fit one more CTA per SM.
+first use (`kernels.tuning`), and the interpreter uses small fixed tiles. A configuration
+may cap the registers per thread (`maxnreg`) to fit one more CTA per SM.
 """
 
 from __future__ import annotations
@@ -16,6 +16,8 @@ import json
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
+
+from simulator.problem import MAX_REG_CAP, MIN_REG_CAP
 
 TUNED_FILE = Path(__file__).with_name("tuned.json")
 
@@ -48,9 +50,10 @@ class KernelConfig:
             raise ValueError(f"num_stages must be an integer in [1, 8], got {self.num_stages!r}")
         if not isinstance(self.prefetch, bool):
             raise ValueError(f"prefetch must be a bool, got {self.prefetch!r}")
-        cap = self.maxnreg
-        if cap is not None and (type(cap) is not int or cap not in range(24, 256, 8)):
-            raise ValueError(f"maxnreg must be a multiple of 8 in [24, 248] or None, got {cap!r}")
+        cap, lo, hi = self.maxnreg, MIN_REG_CAP, MAX_REG_CAP
+        if cap is not None and (type(cap) is not int or cap not in range(lo, hi + 1, 8)):
+            msg = f"maxnreg must be a multiple of 8 in [{lo}, {hi}] or None, got {cap!r}"
+            raise ValueError(msg)
 
     def as_list(self) -> list[int]:
         """[block_m, block_n, num_warps, num_stages, prefetch (0/1)] and, with a register cap,
