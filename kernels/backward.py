@@ -204,10 +204,9 @@ def _attn_bwd_dkdv(Q, K, V, DO, DK, DV, DQACC, LSE, DELTA, qk_scale2, scale,
 
 @triton.jit
 def dq_step(dq, q, do, lse2, delta, k_src, k_base, v_src, v_base, kv_row, n0, rows, N_K, off,
-            s_kn,
-            s_vn, qk_scale2, HEAD_DIM: tl.constexpr, D_PAD: tl.constexpr, BLOCK_N: tl.constexpr,
-            MASKED: tl.constexpr, CAUSAL: tl.constexpr, USE_TMA: tl.constexpr,
-            UPCAST: tl.constexpr, DOT_PREC: tl.constexpr):
+            s_kn, s_vn, qk_scale2, HEAD_DIM: tl.constexpr, D_PAD: tl.constexpr,
+            BLOCK_N: tl.constexpr, MASKED: tl.constexpr, CAUSAL: tl.constexpr,
+            USE_TMA: tl.constexpr, UPCAST: tl.constexpr, DOT_PREC: tl.constexpr):
     """Tile (i, j) seen from query block i: S, P, dP, dS, then dQ += dS K_j."""
     k = load_rows(k_src, k_base, kv_row + n0, N_K, s_kn, HEAD_DIM, BLOCK_N, D_PAD, USE_TMA)
     v = load_rows(v_src, v_base, kv_row + n0, N_K, s_vn, HEAD_DIM, BLOCK_N, D_PAD, USE_TMA)
@@ -330,7 +329,6 @@ def run_dkdv(  # type: ignore[no-untyped-def]
     dv = output(v.shape, v.dtype, v.device)
     acc = dq_acc if dq_acc is not None else delta
     tma = use_tma_for([q, k, v, do, dk, dv] + ([dq_acc] if dq_acc is not None else []), use_tma)
-    prepare_tma(tma)
     mode = 0 if dq_acc is None else (2 if tma and not interpreting() else 1)
     acc_strides = dq_acc.stride()[:3] if dq_acc is not None else (0, 0, 0)
     whole = n_q % cfg.block_m == 0 and n_k % cfg.block_n == 0
