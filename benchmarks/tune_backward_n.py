@@ -22,25 +22,21 @@ kernels.launch.choose_config and backward.default_dq_mode for lengths up to that
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
-import time
-from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-import triton
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.attention import protocol_inputs  # noqa: E402
-from benchmarks.workers import run_workers  # noqa: E402
+from benchmarks.workers import tuning_main  # noqa: E402
 from kernels.backward import launch_backward, preprocess, run_dkdv, run_dq  # noqa: E402
-from kernels.config import TUNED_FILE, KernelConfig, merge_tuned, table_key  # noqa: E402
+from kernels.config import KernelConfig, table_key  # noqa: E402
 from kernels.forward import launch_forward  # noqa: E402
 from kernels.timing import median_ms  # noqa: E402
 
@@ -185,21 +181,8 @@ def tune_problem(d: int, n: int, causal: bool) -> tuple[list[dict], dict]:
     return rows, chosen
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--out", type=Path, required=True)
-    ap.add_argument("--workers", type=int, default=12)
-    ap.add_argument("--compile-worker")
-    ap.add_argument("--write", action="store_true")
-    args = ap.parse_args()
-    if args.compile_worker:
-        compile_worker(*map(int, args.compile_worker.split("/")))
-        return
-    args.out.mkdir(parents=True, exist_ok=True)
-    t0 = time.time()
-    run_workers(__file__, "--compile-worker", args.workers, "--out", str(args.out))
-    compile_s = time.time() - t0
-    print(f"compiled in {compile_s:.0f} s", flush=True)
+def sweep() -> tuple[list[dict], dict[str, object]]:
+    """Every (head_dim, causal, N) of the protocol: the rows timed and the choices made."""
     rows, chosen = [], {}
     for d in DKDV:
         for causal in (False, True):
@@ -207,23 +190,12 @@ def main() -> None:
                 r, c = tune_problem(d, n, causal)
                 rows += r
                 chosen.update(c)
-    gpu = torch.cuda.get_device_name(0)
-    result = {
-        "device": gpu,
-        "date": datetime.now(UTC).strftime("%Y-%m-%d"),
-        "torch": torch.__version__,
-        "triton": triton.__version__,
-        "protocol": "fp16, batch × N = 16384, heads = 2048 / d; median of do_bench (10/60 ms)",
-        "compile_s": compile_s,
-        "chosen": chosen,
-        "rows": rows,
-    }
-    name = f"tune-backward-n-{gpu.replace(' ', '-')}-{result['date']}.json"
-    (args.out / name).write_text(json.dumps(result, indent=1))
-    if args.write:
-        merge_tuned(gpu, chosen)
-        (args.out / "tuned.json").write_text(TUNED_FILE.read_text())
-    print(f"done in {time.time() - t0:.0f} s; chosen {json.dumps(chosen)}", flush=True)
+    return rows, chosen
+
+
+def main() -> None:
+    protocol = "fp16, batch × N = 16384, heads = 2048 / d; median of do_bench (10/60 ms)"
+    tuning_main(__file__, "backward-n", protocol, compile_worker, sweep)
 
 
 if __name__ == "__main__":

@@ -13,23 +13,19 @@ kernels.launch.choose_config for sequence lengths up to that N, bf16 sharing fp1
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
-import time
-from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
 
 import torch
-import triton
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.attention import attention_fn, protocol_inputs  # noqa: E402
-from benchmarks.workers import run_workers  # noqa: E402
-from kernels.config import KernelConfig, merge_tuned, table_key  # noqa: E402
+from benchmarks.workers import tuning_main  # noqa: E402
+from kernels.config import KernelConfig, table_key  # noqa: E402
 from kernels.forward import launch_forward  # noqa: E402
 from kernels.timing import median_ms  # noqa: E402
 
@@ -108,38 +104,14 @@ def winners(rows: list[dict]) -> dict[str, list[int]]:
     return {k: cfg for k, (_, cfg) in best.items()}
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--out", type=Path, required=True)
-    ap.add_argument("--workers", type=int, default=12)
-    ap.add_argument("--compile-worker")
-    ap.add_argument("--write", action="store_true")
-    args = ap.parse_args()
-    if args.compile_worker:
-        compile_worker(*map(int, args.compile_worker.split("/")))
-        return
-    args.out.mkdir(parents=True, exist_ok=True)
-    t0 = time.time()
-    run_workers(__file__, "--compile-worker", args.workers, "--out", str(args.out))
-    compile_s = time.time() - t0
+def sweep_and_choose() -> tuple[list[dict], dict[str, list[int]]]:
     rows = sweep()
-    gpu = torch.cuda.get_device_name(0)
-    chosen = winners(rows)
-    result = {
-        "device": gpu,
-        "date": datetime.now(UTC).strftime("%Y-%m-%d"),
-        "torch": torch.__version__,
-        "triton": triton.__version__,
-        "protocol": "fp16, batch × N = 16384, heads = 2048 / d; median of do_bench",
-        "compile_s": compile_s,
-        "chosen": chosen,
-        "rows": rows,
-    }
-    name = f"tune-forward-n-{gpu.replace(' ', '-')}-{result['date']}.json"
-    (args.out / name).write_text(json.dumps(result, indent=1))
-    if args.write:
-        merge_tuned(gpu, chosen)
-    print(f"done in {time.time() - t0:.0f} s; chosen {chosen}", flush=True)
+    return rows, winners(rows)
+
+
+def main() -> None:
+    protocol = "fp16, batch × N = 16384, heads = 2048 / d; median of do_bench"
+    tuning_main(__file__, "forward-n", protocol, compile_worker, sweep_and_choose)
 
 
 if __name__ == "__main__":
