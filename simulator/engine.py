@@ -21,7 +21,11 @@ launch, and its CTAs take the SMs' slots as that launch's CTAs leave them):
    saturate it (u = min(1, c·warps / warps_to_saturate)) stretches this by c / u. Load latency
    (L2 hit or DRAM, by this CTA's hit rate) and the tile's transfer bound each iteration from
    below: stages − 1 loads in flight give at least (latency + transfer) / (stages − 1) per
-   iteration; one stage pays it every time.
+   iteration; one stage pays it every time. And a CTA's products wait on each other: each of
+   an iteration's `chain` products adds a latency `mma_chain_ns` that its warpgroup cannot
+   fill itself, at least (work / warpgroups along the rows) + iterations · chain · latency
+   (plus, for bulk reduce-adds, an L2 round trip and the tile's transfer per iteration before
+   its shared-memory buffer is free again).
    Before the loop: CTA set-up, the latency of the first load and the edge bytes.
    c is the residency a full GPU has (CTAs per SM), or ⌈CTAs / SMs⌉ when the grid cannot
    fill every slot; the load latency here counts only compulsory misses (see below), shared
@@ -220,6 +224,16 @@ def _durations(
     fetch = w.iters * latency + c * loads
     floor = fetch / (t.stages - 1) if t.stages >= 2 else fetch + thr
     loop = np.maximum(k * thr, floor)
+    if w.chain:
+        # Each of the iteration's `chain` products waits for the one before (and the softmax
+        # between them): a warpgroup pays their latency on top of its work, which only other
+        # warpgroups (on their own row slices, or in other CTAs) can fill. A bulk reduce-add
+        # (the atomic route's dQ tile) must have left shared memory before the next tile's
+        # goes there: one L2 round trip and the tile's transfer per iteration, as well.
+        wait = w.iters * (w.chain * eff.mma_chain_ns * 1e-9)
+        if w.reduce_write.any():
+            wait = wait + w.iters * (eff.l2_latency_ns * 1e-9) + w.reduce_write / r.l2
+        loop = np.maximum(loop, thr / along_m + wait)
     edge_wait = eff.cta_setup_ns * 1e-9 + np.where(w.edge_read > 0, eff.dram_latency_ns * 1e-9, 0.0)
     edge = edge_wait + k * edge_bytes / r.l2
     share = np.divide(weights, weights.sum(axis=0), out=np.zeros_like(weights), where=weights > 0)

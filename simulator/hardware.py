@@ -53,6 +53,8 @@ class Efficiency:
     l2_reduce: float = 1.0  # reduce-adds into L2 (atomics) move at this fraction of the L2 rate
     lockstep: float = 0.0  # share of `overlap` lost by a CTA whose warpgroups split its rows
     # and share a two-buffer K/V ring (they cannot drift apart; engine.lockstep)
+    mma_chain_ns: float = 0.0  # latency a matrix product adds to its warpgroup's iteration
+    # beyond its work (it waits on the product before it; engine._durations)
     two_stage: float = 0.0  # share of `overlap` lost by any other CTA on a two-buffer ring: a
     # buffer is refilled only once the products reading it are done (engine.two_stage)
 

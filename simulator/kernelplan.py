@@ -148,6 +148,7 @@ def _dq_kernel(p: AttentionProblem, t: TileConfig) -> Launch:
         tiles=t,
         concurrent=False,
         mma_shapes=((2 / 3, t.block_n), (1 / 3, pad_head_dim(d))),  # S, dP; dQ += dS K
+        chain=3,
         **_kv_stream(p, t),
     )  # fmt: skip
     return _heavy_first(launch, n_q, bh_n) if p.causal else launch
@@ -207,6 +208,7 @@ def _dkdv_kernel(p: AttentionProblem, t: TileConfig, atomic: bool) -> Launch:
         # dQ = dSᵀ K is d wide with BM rows
         mma_shapes=((2 / products, t.block_m), (2 / products, pad_head_dim(d)))
         + (((1 / products, pad_head_dim(d), t.block_m),) if atomic else ()),
+        chain=products,
         **cols_extra,
     )  # fmt: skip
 
@@ -254,7 +256,7 @@ def build(
     if algo == "fa2":
         (launch,) = _fa2(p, t)
         d = pad_head_dim(p.head_dim)
-        launch = dataclasses.replace(launch, mma_shapes=((0.5, t.block_n), (0.5, d)))
+        launch = dataclasses.replace(launch, mma_shapes=((0.5, t.block_n), (0.5, d)), chain=2)
         if p.causal:
             launch = _heavy_first(launch, cdiv(p.seq_q, t.block_m), p.batch * p.heads)
         launches: tuple[Launch, ...] = (launch,)

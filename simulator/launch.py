@@ -27,7 +27,8 @@ Everything else read is cold (first touch in this launch).
 A launch may carry its own tile configuration (`tiles`: the kernels' helper passes, whose
 blocks are fixed), may run `concurrent` with the launch before it (a second CUDA stream: it
 starts when the previous one starts, and its CTAs take SMs as that launch's CTAs leave them),
-and may say how wide its matrix products are (`mma_shapes`: narrow products issue slower).
+and may say how wide its matrix products are (`mma_shapes`: narrow products issue slower) and
+how many of them follow one another in an iteration (`chain`: each waits on the one before).
 """
 
 from __future__ import annotations
@@ -50,7 +51,7 @@ COUNTS = (
     "exps",
 )
 ACC_BYTES = 4
-_SCALARS = ("stream_blocks", "stream_tail", "tiles", "concurrent", "mma_shapes")
+_SCALARS = ("stream_blocks", "stream_tail", "tiles", "concurrent", "mma_shapes", "chain")
 _FLOAT = (
     "alu",
     "edge_read",
@@ -102,6 +103,7 @@ class Launch:
     concurrent: bool = False  # runs beside the previous launch, on another stream
     # (share of the FLOPs, output width N[, rows M where not the CTA's]): engine.mma_factor
     mma_shapes: tuple[tuple, ...] = ()
+    chain: int = 0  # matrix products per iteration, each waiting on the one before it
 
     @classmethod
     def make(cls, name: str, kind: str, rows: int, grid: tuple[int, ...], e: int, **cols):
@@ -113,6 +115,7 @@ class Launch:
             "tiles": cols.pop("tiles", None),
             "concurrent": bool(cols.pop("concurrent", False)),
             "mma_shapes": tuple(cols.pop("mma_shapes", ())),
+            "chain": int(cols.pop("chain", 0)),
         }
         for f in cls.__dataclass_fields__:
             if f in ("name", "kind", "rows", "grid", "dtype_bytes", *_SCALARS):

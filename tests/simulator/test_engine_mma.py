@@ -169,3 +169,61 @@ def test_warpgroups_that_can_drift_apart_fill_each_others_serial_phases():
         a, b = kernel(other, 0.0), kernel(other, 0.6)
         if a.ctas_per_sm == 1:
             assert a.time_s == b.time_s, other
+
+
+def test_each_kernel_counts_the_products_its_iteration_chains():
+    p = AttentionProblem(seq_q=1024, head_dim=64, batch=1, heads=4)
+    t = TileConfig(64, 64, 3, 4)
+    assert [w.chain for w in kernelplan.build("fa2", p, t).launches] == [2]
+    chains = {}
+    for route in ("separate", "atomic"):
+        w = kernelplan.build("fa2-bwd", p, t, route=route)
+        chains[route] = {launch.name: launch.chain for launch in w.launches}
+    assert chains["separate"] == {"bwd_preprocess": 0, "bwd_dq": 3, "bwd_dkdv": 4}
+    assert chains["atomic"]["bwd_dkdv"] == 5  # dQ += dS K as well
+    assert {k: v for k, v in chains["atomic"].items() if k != "bwd_dkdv"} == dict.fromkeys(
+        ("bwd_preprocess", "dq_zero_fill", "dq_scale", "dq_cast"), 0
+    )
+
+
+def test_a_cta_alone_on_its_sm_pays_its_product_chain():
+    """`mma_chain_ns`: with one CTA per SM and nothing to fill the wait, every iteration's
+    products add their latency; with many CTAs per SM a short chain hides under the others."""
+    gpu = from_name("h200", calibrated=False)
+    chain = random.uniform(2000.0, 3000.0)
+    # 32 CTAs on 132 SMs: each alone; 16 iterations of two products
+    alone = AttentionProblem(seq_q=1024, head_dim=64, batch=1, heads=4)
+    w = kernelplan.build("fa2", alone, TileConfig(128, 64, 3, 4))
+    base = simulate_workload(w, custom(gpu, mma_chain_ns=0.0)).main.time_s
+    slow = simulate_workload(w, custom(gpu, mma_chain_ns=chain)).main.time_s
+    added = 16 * 2 * chain * 1e-9
+    assert added - base <= slow - base <= added
+    assert slow - base > 0.5 * added  # the kernel is short beside its chain
+
+    many = AttentionProblem(seq_q=8192, head_dim=64, batch=4, heads=32)
+    w = kernelplan.build("fa2", many, TileConfig(64, 32, 2, 4))
+    runs = [simulate_workload(w, custom(gpu, mma_chain_ns=x)).main for x in (0.0, 5.0)]
+    assert runs[0].ctas_per_sm >= 4
+    assert runs[0].time_s == runs[1].time_s
+    with pytest.raises(ValueError, match="mma_chain_ns"):
+        custom(gpu, mma_chain_ns=-1.0)
+
+
+def test_the_atomic_route_waits_for_each_reduction_to_leave_shared_memory():
+    """Each tile's bulk reduce-add costs its CTA an L2 round trip before the next tile's dQ
+    can take its buffer; the separate route's dK/dV kernel has no such wait (with three
+    buffers its loads wait half a latency per tile)."""
+    lat = random.uniform(4000.0, 6000.0)
+    gpu = custom(from_name("h200", calibrated=False), l2_latency_ns=lat, dram_latency_ns=lat,
+                 mma_chain_ns=0.0)  # fmt: skip
+    p = AttentionProblem(seq_q=1024, head_dim=64, batch=1, heads=2)  # 16 CTAs: one per SM
+    t = TileConfig(32, 64, 3, 4)
+    times = {}
+    for route in ("separate", "atomic"):
+        w = kernelplan.build("fa2-bwd", p, t, route=route, dq_tiles=t)
+        dkdv = next(x for x in w.launches if x.name == "bwd_dkdv")
+        times[route] = next(k for k in simulate_workload(w, gpu).kernels if k.name == "bwd_dkdv")
+        iters = int(dkdv.iters.max())
+    assert iters == 32
+    assert times["atomic"].time_s >= iters * lat * 1e-9
+    assert times["separate"].time_s < 0.75 * iters * lat * 1e-9
