@@ -41,6 +41,12 @@ def add_command(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--ceilings", type=Path, default=None, help="take ceilings from a calibration")
     p.add_argument("--no-fit", action="store_true", help="write the ceilings only")
     p.add_argument("--max-evals", type=positive_int, default=400, help="fit budget (simulations)")
+    p.add_argument(
+        "--start",
+        type=Path,
+        default=None,
+        help="start the fit from this calibration's fitted values (default: the preset's)",
+    )
     p.set_defaults(func=run)
 
 
@@ -72,8 +78,9 @@ def run(args: argparse.Namespace) -> int:
     try:
         ceil_doc = _read(args.ceilings) if args.ceilings else None
         data_doc = _read(args.measured) if args.measured else None
+        start_doc = _read(args.start) if args.start else None
     except (OSError, ValueError) as exc:
-        return _fail("--ceilings/--measured", str(exc))
+        return _fail("--ceilings/--measured/--start", str(exc))
     need_gpu = ceil_doc is None or (data_doc is None and not args.no_fit)
     env: dict = {}
     if need_gpu:
@@ -122,7 +129,13 @@ def run(args: argparse.Namespace) -> int:
             rows = _attention_rows(args, data_doc, gpu)
         except ValueError as exc:
             return _fail("--measured/--sweep", str(exc))
+        if start_doc is not None:
+            try:
+                gpu = _start_from(gpu, start_doc)
+            except ValueError as exc:
+                return _fail("--start", str(exc))
         fit_doc, values, fitted_hw = _fit(gpu, rows, args.max_evals)
+        fit_doc["start"] = str(args.start) if args.start else "preset defaults and ceilings"
         eff.update(values)
         hw.update(fitted_hw)
     versions = env.get("versions") or {k: env.get(k) for k in ("torch", "triton", "cuda")}
@@ -178,10 +191,27 @@ def observed_l2_gbs(rows: list[dict]) -> float | None:
     return max(rates) if rates else None
 
 
+def _start_from(gpu, doc: dict):
+    """`gpu` with the fitted values of another calibration (a warm start: the search is local,
+    so where it starts decides which of several near-optimal fits it finds; another preset's
+    calibration may serve, e.g. an H100's for an H200, whose SMs are alike; parameters the file
+    lacks keep their values)."""
+    from simulator.fitting import HARDWARE_FIELDS, apply
+    from simulator.hardware import EFFICIENCY_FIELDS
+
+    values = (doc.get("fit") or {}).get("values")
+    if not isinstance(values, dict):
+        raise ValueError('no fitted values ("fit": {"values": …}) in that calibration')
+    unknown = sorted(set(values) - set(EFFICIENCY_FIELDS) - set(HARDWARE_FIELDS))
+    if unknown:
+        raise ValueError(f"unknown fitted fields {unknown}")
+    return apply(gpu, values)
+
+
 def _fit(gpu, rows: list[dict], max_evals: int) -> tuple[dict, dict, dict]:
     """(fit record, fitted efficiencies, fitted hardware fields) of `gpu` on `rows`."""
     from simulator.fitting import PARAMS, REDUCE, Sample, apply, fit, l2_param, loss_of
-    from simulator.validation import workload_of
+    from simulator.validation import problem_key, workload_of
 
     params = list(PARAMS)
     observed = observed_l2_gbs(rows)
@@ -203,6 +233,7 @@ def _fit(gpu, rows: list[dict], max_evals: int) -> tuple[dict, dict, dict]:
                 workload_of(r["config"], gpu),
                 r["measured_us"] * 1e-6,
                 r.get("measured_dram_bytes"),
+                problem_key(r["config"]),
             )
             for r in rows
             if r.get("subset") == subset
@@ -231,7 +262,7 @@ def _fit(gpu, rows: list[dict], max_evals: int) -> tuple[dict, dict, dict]:
         "observed_l2_gbs": observed,
         "evaluations": result.evaluations,
         "fit": {"n": len(train), "loss": result.loss, "mape_pct": result.mape_pct,
-                "start_mape_pct": start_mape},
+                "start_loss": result.start_loss, "start_mape_pct": start_mape},
         "holdout": {"n": len(held), "loss": held_loss, "mape_pct": held_mape},
     }  # fmt: skip
     return doc, values, hw

@@ -68,6 +68,7 @@ PARAMS: tuple[Param, ...] = (
     Param("wg_split", 0.0, 3.0),
     Param("lockstep", 0.0, 1.0),
     Param("two_stage", 0.0, 1.0),
+    Param("mma_chain_ns", 0.0, 1000.0),
 )
 # Fitted only where the training rows use the atomic backward route (its reduce-adds).
 REDUCE = Param("l2_reduce", 0.05, 1.0, log=True)
@@ -81,6 +82,7 @@ class Sample:
     workload: object
     measured_s: float
     measured_dram: float | None = None  # DRAM bytes (read + write) where Nsight Compute ran
+    problem: str | None = None  # samples of one problem at different tiles share this key
 
 
 @dataclass(frozen=True)
@@ -95,22 +97,33 @@ class FitResult:
 def loss_of(gpu: GPU, samples: Sequence[Sample]) -> tuple[float, float]:
     """(loss, time MAPE %) of `gpu` on the samples; inf where one fails.
 
-    The loss is the mean |log(simulated / measured)| of the times plus, over the samples whose
-    DRAM bytes were measured, the same of the bytes: the L2 reuse parameters move both, and a
-    fit on time alone may buy a little time error with bytes that no longer match.
+    The loss is the mean |log(simulated / measured)| of the times, plus, over the samples whose
+    DRAM bytes were measured, the same of the bytes (the L2 reuse parameters move both, and a
+    fit on time alone may buy a little time error with bytes that no longer match), plus, over
+    the samples that share a `problem` with others, the mean distance of each one's log error
+    from its problem's mean (how far the tile configurations' relative times are off: a fit
+    can meet the time error with every problem's tiles wrong in the same direction and yet
+    rank them wrongly).
     """
     logs, pct, dram = [], [], []
+    groups: dict[str, list[float]] = {}
     for s in samples:
         try:
             r = simulate_workload(s.workload, gpu)  # type: ignore[arg-type]
         except ValueError:
             return math.inf, math.inf
-        logs.append(abs(math.log(r.time_s / s.measured_s)))
+        log_err = math.log(r.time_s / s.measured_s)
+        logs.append(abs(log_err))
         pct.append(abs(r.time_s / s.measured_s - 1))
+        if s.problem is not None:
+            groups.setdefault(s.problem, []).append(log_err)
         if s.measured_dram:
             simulated = sum(k.dram_read_bytes + k.dram_write_bytes for k in r.kernels)
             dram.append(abs(math.log(max(simulated, 1.0) / s.measured_dram)))
-    loss = float(np.mean(logs)) + (float(np.mean(dram)) if dram else 0.0)
+    spread = [abs(x - np.mean(g)) for g in groups.values() if len(g) > 1 for x in g]
+    loss = float(np.mean(logs))
+    loss += float(np.mean(dram)) if dram else 0.0
+    loss += float(np.mean(spread)) if spread else 0.0
     return loss, float(np.mean(pct) * 100)
 
 

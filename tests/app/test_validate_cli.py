@@ -16,6 +16,7 @@ from simulator.validation import build_dataset, read_sweep, simulate_config
 
 ROOT = Path(__file__).resolve().parents[2]
 SWEEP = ROOT / "benchmarks" / "sweeps" / "validation.json"
+CALIBRATION = ROOT / "simulator" / "data" / "calibration-h200.json"
 
 
 @pytest.mark.parametrize(
@@ -85,9 +86,29 @@ def test_calibrate_refits_from_ceilings_and_a_dataset(tmp_path):
     assert doc["efficiency"]["tensor"] == pytest.approx(700 / 989.4)
     fit = doc["fit"]
     assert fit["fit"]["n"] + fit["holdout"]["n"] == 16
-    assert fit["fit"]["mape_pct"] <= fit["fit"]["start_mape_pct"] + 1e-9, seed
+    assert fit["fit"]["loss"] <= fit["fit"]["start_loss"] + 1e-12, seed
+    assert fit["start"] == "preset defaults and ceilings"
     # the file is one the simulator accepts
     from simulator.calibration import apply_calibration
 
     gpu = apply_calibration(hardware.PRESETS["h200"], tmp_path)
     assert gpu.l2_gbs == 9000.0 and gpu.efficiency.overlap == fit["values"]["overlap"]
+
+
+def test_calibrate_may_start_its_search_from_another_calibration(tmp_path):
+    seed = random.SystemRandom().randrange(2**31)
+    data = _fake_dataset(tmp_path, seed)
+    first = tmp_path / "first.json"
+    args = ["calibrate", "--ceilings", str(CALIBRATION), "--measured", str(data),
+            "--max-evals", "25"]  # fmt: skip
+    assert main([*args, "--out", str(first)]) == 0, seed
+    again = tmp_path / "again.json"
+    assert main([*args, "--out", str(again), "--start", str(first)]) == 0, seed
+    done, warm = json.loads(first.read_text())["fit"], json.loads(again.read_text())["fit"]
+    # the second search starts where the first ended: its starting error is the first's result
+    assert warm["fit"]["start_mape_pct"] == pytest.approx(done["fit"]["mape_pct"]), seed
+    assert warm["fit"]["loss"] <= done["fit"]["loss"] + 1e-12, seed
+    assert warm["start"] == str(first)
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"format": 1, "gpu": "h200", "efficiency": {}}))
+    assert main([*args, "--out", str(again), "--start", str(bad)]) == 2

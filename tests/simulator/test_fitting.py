@@ -72,3 +72,31 @@ def test_measured_dram_bytes_join_the_loss_where_they_exist():
     assert plain == exact  # matching bytes add nothing
     assert off[0] == pytest.approx(plain[0] + math.log(factor))
     assert off[1] == plain[1]  # the MAPE stays the time's
+
+
+def test_the_loss_charges_tiles_of_one_problem_that_are_off_unequally():
+    """Samples sharing a problem add the spread of their log errors about the problem's mean:
+    zero when every tile is off by the same factor, more when they are off differently."""
+    from simulator.engine import simulate_workload
+
+    gpu = from_name("h200")
+    p = AttentionProblem(seq_q=2048, head_dim=64, batch=2, heads=8)
+    ws = [kernelplan.build("fa2", p, t, gpu_key="h200")
+          for t in (TileConfig(128, 64, 3, 4), TileConfig(64, 64, 3, 4))]  # fmt: skip
+    times = [simulate_workload(w, gpu).time_s for w in ws]
+    a, b = random.uniform(1.1, 2.0), random.uniform(1.1, 2.0)
+
+    def loss(fa, fb, problem="p"):
+        return loss_of(gpu, [Sample("a", ws[0], times[0] * fa, problem=problem),
+                             Sample("b", ws[1], times[1] * fb, problem=problem)])[0]  # fmt: skip
+
+    alike = loss(a, a)
+    assert alike == pytest.approx(math.log(a))  # the same factor: no spread
+    apart = loss(a, b)
+    mean_abs = (math.log(a) + math.log(b)) / 2
+    assert apart == pytest.approx(mean_abs + abs(math.log(a) - math.log(b)) / 2)
+    # samples of different problems (or of none) are not compared with each other
+    assert loss_of(gpu, [Sample("a", ws[0], times[0] * a, problem="x"),
+                         Sample("b", ws[1], times[1] * b, problem="y")])[0] == pytest.approx(
+        mean_abs)  # fmt: skip
+    assert loss(a, b, problem=None) == pytest.approx(mean_abs)
