@@ -49,8 +49,11 @@ demand is not resolved within a launch (a per-instant fluid warp was tried: perf
 sharing finishes a memory-bound wave in lockstep and then charges latency-bound stragglers,
 which real GPUs, whose CTAs finish staggered, largely overlap); capacity misses do not add
 latency (their bandwidth is charged); register spills, bank conflicts, instruction issue,
-TLB and DRAM page effects and clock throttling are not modelled; concurrent launches share SMs
-but not L2 capacity nor DRAM bandwidth (each is split as if it ran alone).
+TLB and DRAM page effects and clock throttling are not modelled (sustained runs are 0–22%
+slower than one Nsight-timed launch, more so the busier the tensor cores: the rates here come
+from sustained micro-benchmarks, at the lowered clock; benchmarks/NOTES-validation.md);
+concurrent launches share SMs but not L2 capacity nor DRAM bandwidth (each is split as if it
+ran alone).
 
 The engine returns dataclasses and arrays (`results.py`); it never formats output.
 """
