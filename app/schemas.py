@@ -7,17 +7,12 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from simulator.algorithms import ALGORITHMS
-from simulator.problem import (
-    MAX_REG_CAP,
-    MIN_REG_CAP,
-    AttentionProblem,
-    TileConfig,
-    is_power_of_two,
-)
+from simulator.problem import AttentionProblem, TileConfig, is_power_of_two
 from simulator.trace import PHASES, TRACE_VERSION
 
 from .config import Settings
 from .errors import limit_error, value_error
+from .simulate_schemas import RegisterCap
 
 Algo = Literal["naive", "fa1", "fa2", "fa2-bwd", "decode"]
 Dtype = Literal["fp32", "fp16", "bf16"]
@@ -305,13 +300,7 @@ class RunRequest(BaseModel):
     block_n: int = Field(64, ge=16, le=256)
     stages: int = Field(2, ge=1, le=8)
     warps: int = Field(4, ge=1, le=16)
-    maxnreg: int | None = Field(
-        None,
-        ge=MIN_REG_CAP,
-        le=MAX_REG_CAP,
-        multiple_of=8,
-        description="Cap on registers per thread (maxnreg).",
-    )
+    maxnreg: RegisterCap = None
     mode: Literal["fwd", "bwd"] = "fwd"
     what: Literal["time", "trace", "both"] = "time"
     seed: int = Field(0, ge=0, le=2**32 - 1)

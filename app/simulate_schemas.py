@@ -2,18 +2,30 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from simulator import hardware
-from simulator.problem import MAX_REG_CAP, MIN_REG_CAP, is_power_of_two
+from simulator.problem import MAX_REG_CAP, MIN_REG_CAP, REG_CAP_STEP, is_power_of_two
 from simulator.workload import ALGOS
 
 from .config import Settings
 from .errors import limit_error, value_error
 
 Algo = Literal[ALGOS]  # type: ignore[valid-type]
+
+
+# A register cap per thread (Triton's maxnreg), as every request that takes tiles accepts it.
+RegisterCap = Annotated[
+    int | None,
+    Field(
+        ge=MIN_REG_CAP,
+        le=MAX_REG_CAP,
+        multiple_of=REG_CAP_STEP,
+        description="Cap on registers per thread (Triton's maxnreg); default: none (255).",
+    ),
+]
 
 
 class SimulateRequest(BaseModel):
@@ -35,13 +47,7 @@ class SimulateRequest(BaseModel):
     block_n: int = Field(64, ge=1, description="Keys per inner step (power of two).")
     stages: int = Field(2, ge=1, le=8, description="Software-pipeline depth.")
     warps: int = Field(8, ge=1, le=32, description="Warps per CTA (power of two).")
-    maxnreg: int | None = Field(
-        None,
-        ge=MIN_REG_CAP,
-        le=MAX_REG_CAP,
-        multiple_of=8,
-        description="Cap on registers per thread (Triton's maxnreg); default: none (255).",
-    )
+    maxnreg: RegisterCap = None
     splits: int | None = Field(None, ge=1, description="decode: KV splits (default: the rule).")
     hardware: dict[str, int | float] | None = Field(
         None, description="Hardware or efficiency fields to change, e.g. {smem_per_sm_kib: 456}."

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from simulator.problem import MAX_REG_CAP, MIN_REG_CAP
+from simulator.problem import MAX_REG_CAP, MIN_REG_CAP, REG_CAP_STEP
 
 TUNED_FILE = Path(__file__).with_name("tuned.json")
 
@@ -50,9 +50,9 @@ class KernelConfig:
             raise ValueError(f"num_stages must be an integer in [1, 8], got {self.num_stages!r}")
         if not isinstance(self.prefetch, bool):
             raise ValueError(f"prefetch must be a bool, got {self.prefetch!r}")
-        cap, lo, hi = self.maxnreg, MIN_REG_CAP, MAX_REG_CAP
-        if cap is not None and (type(cap) is not int or cap not in range(lo, hi + 1, 8)):
-            msg = f"maxnreg must be a multiple of 8 in [{lo}, {hi}] or None, got {cap!r}"
+        cap, lo, hi, step = self.maxnreg, MIN_REG_CAP, MAX_REG_CAP, REG_CAP_STEP
+        if cap is not None and (type(cap) is not int or cap not in range(lo, hi + 1, step)):
+            msg = f"maxnreg must be a multiple of {step} in [{lo}, {hi}] or None, got {cap!r}"
             raise ValueError(msg)
 
     def as_list(self) -> list[int]:

@@ -22,7 +22,7 @@ def _check_int(name: str, value: object, lo: int, hi: int | None = None) -> None
 
 # A register cap per thread, as Triton's `maxnreg` takes it: registers are allocated in units of
 # 8 and a thread has at most 255.
-MIN_REG_CAP, MAX_REG_CAP = 24, 248
+MIN_REG_CAP, MAX_REG_CAP, REG_CAP_STEP = 24, 248, 8
 
 
 def is_power_of_two(x: int) -> bool:
@@ -120,8 +120,10 @@ class TileConfig:
             raise ValueError(f"warps must be a power of two, got {self.warps}")
         if self.maxnreg is not None:
             _check_int("maxnreg", self.maxnreg, MIN_REG_CAP, MAX_REG_CAP)
-            if self.maxnreg % 8:
-                raise ValueError(f"maxnreg must be a multiple of 8, got {self.maxnreg}")
+            if self.maxnreg % REG_CAP_STEP:
+                raise ValueError(
+                    f"maxnreg must be a multiple of {REG_CAP_STEP}, got {self.maxnreg}"
+                )
 
     def q_blocks(self, problem: AttentionProblem) -> int:
         return cdiv(problem.seq_q, self.block_m)
