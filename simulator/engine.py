@@ -7,35 +7,36 @@ launch, and its CTAs take the SMs' slots as that launch's CTAs leave them):
 1. Occupancy: CTAs per SM from shared memory, registers and warps (`occupancy.py`); an SM
    is that many slots.
 2. Duration of every CTA given c, the CTAs sharing its SM. Per CTA, at the whole SM's rates:
-   tensor T = FLOPs / tensor rate (slower for narrow products: `mma_n_half`, for tiles of
-   fewer than 64 rows per warpgroup and for warpgroups that split columns: `mma_factor`),
-   SFU S = exps / exp rate, ALU A = other FLOPs / FP32 rate, loads X = loop bytes / L2→SM
-   rate. The tensor cores overlap the warps' own instructions (S + A, one instruction
-   stream) partly: the larger of T and S + A plus (1 − h) of the smaller, where h grows from
-   `overlap` (one CTA alone; less by `lockstep` / c where its warpgroups split the rows on a
-   ring of two K/V buffers and c CTAs share the SM; by `two_stage` / c for any other CTA on
-   such a ring) with the other CTAs on the SM (`cta_overlap`; on a ring of three or more
-   buffers a CTA's warpgroups along the rows drift apart and count as CTAs too); a CTA whose
-   registers spill is slower by `spill_penalty`. With stages ≥ 2 loads run ahead of compute
-   (max of the two), with one stage they add. Sharing the SM with c CTAs and too few warps to
-   saturate it (u = min(1, c·warps / warps_to_saturate)) stretches this by c / u. Load latency
-   (L2 hit or DRAM, by this CTA's hit rate) and the tile's transfer bound each iteration from
-   below: stages − 1 loads in flight give at least (latency + transfer) / (stages − 1) per
-   iteration; one stage pays it every time. And a CTA's products wait on each other: each of
-   an iteration's `chain` products adds a latency `mma_chain_ns` that its warpgroup cannot
-   fill itself, at least (work / warpgroups along the rows) + iterations · chain · latency
-   (plus, for bulk reduce-adds, an L2 round trip and the tile's transfer per iteration before
-   its shared-memory buffer is free again).
-   Before the loop: CTA set-up, the latency of the first load and the edge bytes.
-   c is the residency a full GPU has (CTAs per SM), or ⌈CTAs / SMs⌉ when the grid cannot
-   fill every slot; the load latency here counts only compulsory misses (see below), shared
-   alike by the CTAs of one stream (they wait on the same first fetches).
+   tensor T = FLOPs / tensor rate (slower for narrow products: `mma_n_half`, for tiles of fewer
+   than 64 rows per warpgroup and for warpgroups that split columns: `mma_factor`), SFU S =
+   exps / exp rate, ALU A = other FLOPs / FP32 rate, loads X = loop bytes / L2→SM rate. The
+   tensor cores overlap the warps' own instructions (S + A, one instruction stream) partly: the
+   larger of T and S + A plus (1 − h) of the smaller, where h grows from `overlap` (one CTA
+   alone; less by `lockstep` / c^`lockstep_fill` where its warpgroups split the rows on a ring
+   of two K/V buffers and c CTAs share the SM; by `two_stage` / c for any other CTA on such a
+   ring) with the other CTAs on the SM (`cta_overlap`; on a ring of three or more buffers a
+   CTA's warpgroups along the rows drift apart and count as CTAs too); a CTA whose registers
+   spill is slower by `spill_penalty`. With stages ≥ 2 loads run ahead of compute (max of the
+   two), with one stage they add. Sharing the SM with c CTAs and too few warps to saturate it
+   (u = min(1, c·warps / warps_to_saturate)) stretches this by c / u. Load latency (L2 hit or
+   DRAM, by this CTA's hit rate) and the tile's transfer bound each iteration from below:
+   stages − 1 loads in flight give at least (latency + transfer) / (stages − 1) per iteration;
+   one stage pays it every time. And a CTA's products wait on each other: each of an
+   iteration's `chain` products adds a latency `mma_chain_ns` that its warpgroup cannot fill
+   itself, at least (work / warpgroups along the rows) + iterations · chain · latency (plus,
+   for bulk reduce-adds, an L2 round trip and the tile's transfer per iteration before its
+   shared-memory buffer is free again). Before the loop: CTA set-up, the latency of the first
+   load and the edge bytes. c is the residency a full GPU has (CTAs per SM), or ⌈CTAs / SMs⌉
+   when the grid cannot fill every slot; the load latency here counts only compulsory misses
+   (see below), shared alike by the CTAs of one stream (they wait on the same first fetches).
 3. Schedule in launch order as slots free up (`scheduler.py`): waves, the tail of the last
    wave and causal imbalance (light query blocks finish first) come out of it.
 4. L2 (`l2model.py`): which requests hit, which reach DRAM, from the schedule.
 5. DRAM bandwidth shared by all the CTAs of the launch (a fluid model at launch granularity):
    when the launch asks for more bytes than bandwidth × its span, its whole timeline stretches
-   until the bytes fit; every CTA running then waits alike.
+   until the bytes fit; every CTA running then waits alike. The L2's reduce units are shared
+   the same way: a launch's reduce-adds need their bytes at `l2_reduce` of the L2 rate plus
+   `reduce_op_ns` of SM time per operation (spread over the SMs), and stretch it likewise.
 6. Breakdown: each CTA's time split among limiters, weighted by its share of the SM (1/c),
    summed over SMs; idle SM time until the launch ends is `tail`; the DRAM stretch is `memory`.
 
@@ -183,8 +184,6 @@ def _durations(
     sfu, alu = w.exps / r.sfu, w.alu / r.alu
     edge_bytes = _edge_bytes(w)
     loads = (w.read_bytes + w.write_bytes - w.edge_read - w.edge_write) / r.l2
-    if w.reduce_write.any():  # reduce-adds cost 1 / l2_reduce times a plain write
-        loads = loads + w.reduce_write * (1.0 / eff.l2_reduce - 1.0) / r.l2
     if spills:  # spilled registers: every iteration waits on local-memory reloads
         tensor, sfu, alu = (x * (1.0 + eff.spill_penalty) for x in (tensor, sfu, alu))
     # The tensor cores run beside the warps' own instructions (exponentials on the SFUs, the
@@ -193,9 +192,10 @@ def _durations(
     # can fill, as their phases differ (`cta_overlap`, growing with their number).
     vector = sfu + alu
     # Lockstep warpgroups lose a share of their own overlap; a co-resident CTA's warpgroups
-    # run in their common stalls, so with c CTAs on the SM only 1 / c of that share is lost.
+    # run in their common stalls, so with c CTAs on the SM only 1 / c**lockstep_fill of that
+    # share is lost (1: each CTA fills its share; more: the stalls seldom coincide).
     if lockstep(w, t):
-        own = eff.overlap * (1.0 - eff.lockstep / c)
+        own = eff.overlap * (1.0 - eff.lockstep / c**eff.lockstep_fill)
     elif two_stage(w, t):
         own = eff.overlap * (1.0 - eff.two_stage / c)
     else:
@@ -325,7 +325,11 @@ def _run_launch(
     first = float(start.min())  # > 0 only beside a kernel that still holds every slot
     span = float(end.max()) - first
     dram = float(l2.dram_read.sum() + l2.dram_write.sum())
-    stretch = max(1.0, dram / r.dram / span) if span > 0 else 1.0
+    # The L2's reduce units serve every SM: a launch's reduce-adds take at least their bytes
+    # at `l2_reduce` of the L2 rate plus `reduce_op_ns` per operation, spread over the SMs.
+    reduce = float(w.reduce_write.sum()) / (r.l2 * sms * r.eff.l2_reduce)
+    reduce += float(w.reduce_ops.sum()) * r.eff.reduce_op_ns * 1e-9 / sms
+    stretch = max(1.0, dram / r.dram / span, reduce / span) if span > 0 else 1.0
     warped = span * stretch
 
     # Breakdown: SM-time by limiter, idle SM time as tail, the DRAM stretch as memory.

@@ -175,10 +175,12 @@ def notes(row: dict, result: SimResult) -> list[dict]:
                 "kind": "structure",
                 "level": "info",
                 "text": "The atomic route reduce-adds each dQ tile into L2; the engine charges "
-                "those bytes at a fitted rate (l2_reduce), and each tile's wait until its "
-                "reduction has left shared memory (an L2 round trip and the transfer) as a "
-                "latency only other warpgroups or CTAs can fill. Not modelled: the transpose "
-                "of dSᵀ through shared memory for the fifth product.",
+                "the launch's reduce-adds to the L2's shared reduce units (their bytes at a "
+                "fitted rate, l2_reduce, plus a fitted time per operation, reduce_op_ns: "
+                "shorter query steps mean more, smaller reductions), and each tile's wait "
+                "until its reduction has left shared memory (an L2 round trip and the "
+                "transfer) as a latency only other warpgroups or CTAs can fill. Not "
+                "modelled: the transpose of dSᵀ through shared memory for the fifth product.",
             }
         )
     if any(launch.concurrent for launch in result.workload.launches):

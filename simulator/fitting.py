@@ -67,11 +67,15 @@ PARAMS: tuple[Param, ...] = (
     Param("spill_penalty", 0.0, 3.0),
     Param("wg_split", 0.0, 3.0),
     Param("lockstep", 0.0, 1.0),
+    Param("lockstep_fill", 1.0, 4.0),
     Param("two_stage", 0.0, 1.0),
     Param("mma_chain_ns", 0.0, 1000.0),
 )
 # Fitted only where the training rows use the atomic backward route (its reduce-adds).
-REDUCE = Param("l2_reduce", 0.05, 1.0, log=True)
+REDUCE: tuple[Param, ...] = (
+    Param("l2_reduce", 0.05, 1.0, log=True),
+    Param("reduce_op_ns", 0.0, 2000.0),
+)
 
 
 @dataclass(frozen=True)

@@ -51,8 +51,11 @@ class Efficiency:
     wg_split: float = 0.0  # tensor-time surcharge per extra warpgroup splitting a product's
     # columns (more warps than the tile has 64-row slices: operands cross warpgroups via smem)
     l2_reduce: float = 1.0  # reduce-adds into L2 (atomics) move at this fraction of the L2 rate
+    reduce_op_ns: float = 0.0  # SM time one bulk reduce-add costs beyond its bytes (its
+    # issue and completion tracking: a tile half as tall costs as much; engine._durations)
     lockstep: float = 0.0  # share of `overlap` lost by a CTA whose warpgroups split its rows
     # and share a two-buffer K/V ring (they cannot drift apart; engine.lockstep)
+    lockstep_fill: float = 1.0  # with c CTAs on the SM, lockstep / c**this of it stays lost
     mma_chain_ns: float = 0.0  # latency a matrix product adds to its warpgroup's iteration
     # beyond its work (it waits on the product before it; engine._durations)
     two_stage: float = 0.0  # share of `overlap` lost by any other CTA on a two-buffer ring: a

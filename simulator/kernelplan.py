@@ -182,6 +182,7 @@ def _dkdv_kernel(p: AttentionProblem, t: TileConfig, atomic: bool) -> Launch:
             "carry_read": tk(first * float(ACC_BYTES)),
             "merge_write": tk((acc - first) * float(ACC_BYTES)),
             "reduce_write": tk(acc * float(ACC_BYTES)),
+            "reduce_ops": tk(g * (n_q - lo)),  # one block_m × d tile per query step
         }
     kv = np.repeat(np.arange(hk_n, dtype=np.int64), n_kv)
     return Launch.make(

@@ -18,6 +18,7 @@ Byte classes of a CTA (bytes; dtype size for Q/K/V/O/S/P, 4 for stats and acc):
                              accumulator), which a write-back L2 may absorb
     reduce_write             part of the loop's writes that are reduce-adds performed in L2
                              (the atomic backward route's dQ), slower than plain writes
+    reduce_ops               how many bulk reduce-adds carry those bytes (one per tile)
     spread_read              part of edge_read the convention charges to this CTA although
                              every CTA of its stream group loads it (naive attention's K and V,
                              charged to the first CTA of each head): for timing, each CTA of
@@ -92,6 +93,7 @@ class Launch:
     merge_write: np.ndarray
     spread_read: np.ndarray
     reduce_write: np.ndarray
+    reduce_ops: np.ndarray
     kv_head: np.ndarray  # the K/V head (batch · kv_heads + kv head) it reads, −1 for none
     stream: np.ndarray  # stream id, −1 for none
     stream_lo: np.ndarray

@@ -10,12 +10,14 @@ the result flags (`spills`; the engine charges `spill_penalty` for it). The tile
 (Triton's register cap, which lets more CTAs share an SM) caps it lower; under such a cap the
 fixed overhead counts as slack the compiler gives up first, so the flag is raised only when
 the tiles alone exceed the cap. The head dimension is padded to a power of two ≥ 16 for these
-estimates, as Triton pads it.
+estimates, as Triton pads it. The dK/dV kernel's accumulators and score tiles are BN rows tall,
+and a warpgroup's products are at least 64 rows: with 32-key tiles they hold 64 rows' worth
+(such tiles compiled to 168–204 registers where BN rows would give 88).
 
 Footprints by kernel kind (e = dtype bytes, d = padded head dim, R = rows per CTA):
     fwd            smem (R·d + stages·2·BN·d)·e          regs R·d + R·BN·(1 + e/4)
     fa1            smem (2·BN·d + stages·2·R·d)·e        regs R·d + R·BN·(1 + e/4)
-    bwd            smem (2·BN·d + stages·2·R·d + R·BN)·e regs 2·BN·d + 3·R·BN
+    bwd            smem (2·BN·d + stages·2·R·d + R·BN)·e regs 2·M·d + 3·R·M, M = max(BN, 64)
     bwd_dq         smem (2·R·d + stages·2·BN·d)·e        regs R·d + 2·R·BN
     naive_qk       smem (R·d + stages·BN·d)·e            regs R·BN
     naive_softmax  smem 0                                regs R·BN
@@ -32,6 +34,7 @@ from .hardware import GPU
 RESERVED_SMEM = 1024  # bytes per CTA that CUDA keeps for itself (CC ≥ 8.0)
 REG_UNIT = 8  # registers per thread are allocated in multiples of this
 MAX_REGS = 255
+PRODUCT_ROWS = 64  # a warpgroup's matrix instruction is 64 rows tall (Hopper's wgmma)
 
 
 def pad_head_dim(d: int) -> int:
@@ -71,10 +74,11 @@ def footprint(
 ) -> Footprint:
     """Shared memory and registers of one CTA of `kind` (see the module docstring)."""
     d, r, bn, e, s = pad_head_dim(head_dim), rows, block_n, dtype_bytes, stages
+    bm = max(bn, PRODUCT_ROWS)  # the dK/dV kernel's products are BN rows tall, padded
     smem_elems, reg_elems = {
         "fwd": (r * d + s * 2 * bn * d, r * d + r * bn * (1 + e / 4)),
         "fa1": (2 * bn * d + s * 2 * r * d, r * d + r * bn * (1 + e / 4)),
-        "bwd": (2 * bn * d + s * 2 * r * d + r * bn, 2 * bn * d + 3 * r * bn),
+        "bwd": (2 * bn * d + s * 2 * r * d + r * bn, 2 * bm * d + 3 * r * bm),
         "bwd_dq": (2 * r * d + s * 2 * bn * d, r * d + 2 * r * bn),
         "naive_qk": (r * d + s * bn * d, r * bn),
         "naive_softmax": (0, r * bn),

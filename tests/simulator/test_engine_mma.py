@@ -133,6 +133,23 @@ def test_a_co_resident_cta_recovers_part_of_the_lockstep_loss():
     assert slowdown[None] > slowdown[128] > 1.0
 
 
+def test_lockstep_fill_sets_how_fast_co_resident_ctas_recover_the_loss():
+    """lockstep / c**lockstep_fill stays lost: alone on its SM (c = 1) the exponent changes
+    nothing; with a second CTA a larger one recovers more, and lockstep 0 loses nothing."""
+    gpu = custom(from_name("h200", calibrated=False), overlap=0.8, cta_overlap=0.0, lockstep=1.0)
+    p = AttentionProblem(seq_q=random.choice([4096, 4000]), head_dim=64, batch=2, heads=32)
+    fills = sorted(random.sample([1.0, 1.5, 2.0, 3.0, 4.0], 3))
+    for cap in (None, 128):
+        w = kernelplan.build("fa2", p, TileConfig(128, 128, 2, 8, maxnreg=cap))
+        times = [simulate_workload(w, custom(gpu, lockstep_fill=f)).time_s for f in fills]
+        if cap is None:
+            assert times[0] == times[1] == times[2]
+        else:
+            assert times[0] > times[1] > times[2]
+            free = simulate_workload(w, custom(gpu, lockstep=0.0)).time_s
+            assert times[2] > free
+
+
 def test_a_two_buffer_ring_costs_overlap_outside_lockstep_too():
     """`two_stage`: one warpgroup on a two-buffer ring loses that share of its overlap (divided
     by the CTAs per SM); three buffers, or a CTA already in lockstep, are not affected."""
@@ -227,3 +244,43 @@ def test_the_atomic_route_waits_for_each_reduction_to_leave_shared_memory():
     assert iters == 32
     assert times["atomic"].time_s >= iters * lat * 1e-9
     assert times["separate"].time_s < 0.75 * iters * lat * 1e-9
+
+
+def test_reduce_adds_take_the_l2s_reduce_units_at_least_their_bytes_and_operations():
+    """All SMs share the L2's reduce units: a launch of reduce-adds lasts at least their bytes
+    at l2_reduce of the L2 rate plus reduce_op_ns per operation over the SMs, and where that
+    bound binds, not much longer (the stretch, not a sum with the loop)."""
+    op_ns = random.uniform(500.0, 1500.0)
+    gpu = custom(from_name("h200", calibrated=False), l2_reduce=0.05, reduce_op_ns=op_ns)
+    p = AttentionProblem(seq_q=random.choice([2000, 2048, 2100]), head_dim=64, batch=2, heads=16)
+    spans = {}
+    for block_m in (32, 64):
+        w = kernelplan.build("fa2-bwd", p, TileConfig(block_m, 64, 3, 4), route="atomic")
+        dkdv = next(x for x in w.launches if x.name == "bwd_dkdv")
+        k = next(k for k in simulate_workload(w, gpu).kernels if k.name == "bwd_dkdv")
+        rate = gpu.l2_gbs * 1e9 * gpu.efficiency.l2 * gpu.efficiency.l2_reduce
+        need = dkdv.reduce_write.sum() / rate + dkdv.reduce_ops.sum() * op_ns * 1e-9 / gpu.sms
+        span = k.time_s - gpu.efficiency.launch_us * 1e-6
+        assert need <= span <= need * (1 + 1e-9)
+        assert k.breakdown["memory"] > 0.5 * span
+        spans[block_m] = span
+    # the same bytes in tiles half as tall: twice the operations
+    assert spans[32] > spans[64]
+    free = custom(gpu, reduce_op_ns=0.0)
+    w = kernelplan.build("fa2-bwd", p, TileConfig(64, 64, 3, 4), route="atomic")
+    assert simulate_workload(w, free).time_s < simulate_workload(w, gpu).time_s
+
+
+def test_dkdv_registers_count_products_at_least_64_rows_tall():
+    """The dK/dV kernel's accumulators and scores are BN rows tall, padded to a warpgroup's
+    64-row instruction: 32-key tiles hold as many registers as 64-key ones (they compiled to
+    168–204 registers, where 32 rows would give 88)."""
+    from simulator.occupancy import footprint
+
+    gpu = from_name("h200", calibrated=False)
+    d, r = random.choice([64, 128]), random.choice([16, 32, 64])
+    regs = {bn: footprint("bwd", r, bn, d, 2, 4, 2, gpu).regs_per_thread for bn in (16, 32, 64)}
+    assert regs[16] == regs[32] == regs[64]
+    want = 2 * 128 * d + 3 * r * 128  # 128 keys: no padding
+    over = gpu.efficiency.reg_overhead + -(-want // 256)
+    assert footprint("bwd", r, 128, d, 2, 8, 2, gpu).regs_per_thread == min(255, -(-over // 8) * 8)

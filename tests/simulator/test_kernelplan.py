@@ -78,6 +78,11 @@ def test_backward_routes_launch_what_the_kernels_launch():
     # five products per tile instead of four (and the dQ kernel's three are gone)
     assert atomic.launches[2].flops.sum() * 4 == sep.launches[2].flops.sum() * 5
     assert not any(x.concurrent for x in atomic.launches)
+    # one bulk reduce-add of a block_m × d fp32 tile per query step (the last one ragged)
+    dkdv = atomic.launches[2]
+    assert dkdv.reduce_ops.tolist() == dkdv.iters.tolist()
+    assert dkdv.reduce_write.sum() == dkdv.acc_write.sum() * 4
+    assert not any(x.reduce_ops.any() for x in sep.launches)
     with pytest.raises(ValueError, match="route"):
         kernelplan.build("fa2-bwd", p, t, route="fast")
     with pytest.raises(ValueError, match="fa2-bwd only"):
