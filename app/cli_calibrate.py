@@ -9,7 +9,8 @@ over the validation sweep and fits the engine's structural parameters (simulator
 the sweep's "fit" entries only; the error on the held-out entries is reported apart. Writes
 simulator/data/calibration-<key>.json (or --out). `--ceilings FILE` takes the micro-benchmark
 figures of an earlier calibration file and `--measured DATASET` the kernel times of a
-validation dataset: with both, no GPU is needed (a refit). Without a GPU otherwise, it prints
+validation dataset (repeat it to fit on the rows of several datasets of one GPU): with both, no
+GPU is needed (a refit). Without a GPU otherwise, it prints
 one line and exits with code 2.
 """
 
@@ -37,7 +38,13 @@ def add_command(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--gpu", type=gpu_name, default=None, help="preset key (default: this GPU)")
     p.add_argument("--out", type=Path, default=None, help="file to write")
     p.add_argument("--sweep", type=Path, default=DEFAULT_SWEEP, help="configurations to time")
-    p.add_argument("--measured", type=Path, default=None, help="take kernel times from a dataset")
+    p.add_argument(
+        "--measured",
+        type=Path,
+        action="append",
+        default=None,
+        help="take kernel times from a dataset (repeatable: the rows of every file, one GPU)",
+    )
     p.add_argument("--ceilings", type=Path, default=None, help="take ceilings from a calibration")
     p.add_argument("--no-fit", action="store_true", help="write the ceilings only")
     p.add_argument("--max-evals", type=positive_int, default=400, help="fit budget (simulations)")
@@ -77,7 +84,7 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         ceil_doc = _read(args.ceilings) if args.ceilings else None
-        data_doc = _read(args.measured) if args.measured else None
+        data_doc = _merge_datasets(args.measured) if args.measured else None
         start_doc = _read(args.start) if args.start else None
     except (OSError, ValueError) as exc:
         return _fail("--ceilings/--measured/--start", str(exc))
@@ -136,6 +143,8 @@ def run(args: argparse.Namespace) -> int:
                 return _fail("--start", str(exc))
         fit_doc, values, fitted_hw = _fit(gpu, rows, args.max_evals)
         fit_doc["start"] = str(args.start) if args.start else "preset defaults and ceilings"
+        if args.measured:
+            fit_doc["measured"] = [str(m) for m in args.measured]
         eff.update(values)
         hw.update(fitted_hw)
     versions = env.get("versions") or {k: env.get(k) for k in ("torch", "triton", "cuda")}
@@ -156,12 +165,31 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _merge_datasets(paths: list[Path]) -> dict:
+    """One dataset of the rows of `paths` (the first file's header); ValueError where they are
+    of different GPUs or repeat a row id."""
+    docs = [_read(p) for p in paths]
+    gpus = {d.get("gpu") for d in docs}
+    if len(gpus) > 1:
+        raise ValueError(f"datasets of different GPUs: {sorted(map(str, gpus))}")
+    rows: list = []
+    seen: set = set()
+    for path, d in zip(paths, docs, strict=True):
+        for r in d.get("rows", []):
+            if r.get("id") in seen:
+                raise ValueError(f"{path}: row id {r.get('id')!r} appears in two datasets")
+            seen.add(r.get("id"))
+            rows.append(r)
+    return {**docs[0], "rows": rows}
+
+
 def _attention_rows(args: argparse.Namespace, data_doc: dict | None, gpu) -> list[dict]:
     """Dataset-style rows (id, subset, config, measured_us) to fit on and to hold out."""
     if data_doc is not None:
         rows = [r for r in data_doc.get("rows", []) if r.get("measured_us")]
         if not rows:
-            raise ValueError(f"{args.measured}: no measured rows")
+            names = ", ".join(str(m) for m in args.measured)
+            raise ValueError(f"{names}: no measured rows")
         return rows
     from kernels.sweep import measure_sweep
     from simulator.validation import measured_fields, read_sweep
@@ -224,7 +252,7 @@ def _fit(gpu, rows: list[dict], max_evals: int) -> tuple[dict, dict, dict]:
         )
     train_rows = [r for r in rows if r.get("subset") == "fit"]
     if any(r["config"].get("route") == "atomic" for r in train_rows):
-        params.append(REDUCE)
+        params.extend(REDUCE)
 
     def samples(subset: str) -> list[Sample]:
         return [

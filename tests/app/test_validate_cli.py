@@ -112,3 +112,28 @@ def test_calibrate_may_start_its_search_from_another_calibration(tmp_path):
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps({"format": 1, "gpu": "h200", "efficiency": {}}))
     assert main([*args, "--out", str(again), "--start", str(bad)]) == 2
+
+
+def test_calibrate_fits_on_the_rows_of_several_datasets(tmp_path, capsys):
+    seed = random.SystemRandom().randrange(2**31)
+    doc = json.loads(_fake_dataset(tmp_path, seed).read_text())
+    cut = random.Random(seed).randrange(1, len(doc["rows"]))
+    parts = []
+    for name, rows in (("a", doc["rows"][:cut]), ("b", doc["rows"][cut:])):
+        path = tmp_path / f"{name}.json"
+        path.write_text(json.dumps({**doc, "rows": rows}))
+        parts.append(path)
+    out = tmp_path / "both.json"
+    args = ["calibrate", "--ceilings", str(CALIBRATION), "--max-evals", "20", "--out", str(out)]
+    assert main([*args, "--measured", str(parts[0]), "--measured", str(parts[1])]) == 0, seed
+    fit = json.loads(out.read_text())["fit"]
+    assert fit["fit"]["n"] + fit["holdout"]["n"] == 16, seed
+    assert fit["measured"] == [str(p) for p in parts]
+    capsys.readouterr()
+    # the same rows twice, or rows of another GPU, are refused in one line
+    assert main([*args, "--measured", str(parts[0]), "--measured", str(parts[0])]) == 2
+    assert "appears in two datasets" in capsys.readouterr().err
+    other = tmp_path / "h100.json"
+    other.write_text(json.dumps({**doc, "gpu": "h100-sxm", "rows": []}))
+    assert main([*args, "--measured", str(parts[0]), "--measured", str(other)]) == 2
+    assert "different GPUs" in capsys.readouterr().err
