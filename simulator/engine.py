@@ -69,7 +69,7 @@ import numpy as np
 from .hardware import GPU
 from .l2model import L2Split, split_traffic
 from .launch import Launch, stream_groups
-from .occupancy import Occupancy, footprint, occupancy
+from .occupancy import WGMMA_ROWS, Occupancy, footprint, occupancy
 from .problem import AttentionProblem, TileConfig
 from .results import LIMITERS, KernelResult, SimResult
 from .roofline import floors
@@ -105,9 +105,6 @@ def _edge_bytes(w: Launch) -> np.ndarray:
         share = np.bincount(inv, weights=spread) / np.bincount(inv)
         edge = edge - spread + share[inv]
     return edge
-
-
-WGMMA_ROWS = 64  # rows of one warpgroup's matrix-multiply instruction on Hopper
 
 
 def product_rows(w: Launch, t: TileConfig) -> int:

@@ -141,9 +141,15 @@ def notes(row: dict, result: SimResult) -> list[dict]:
     for launch in result.workload.launches:
         t = launch.tiles or result.workload.tiles
         if lockstep(launch, t):
-            lost = result.gpu.efficiency.lockstep
+            eff = result.gpu.efficiency
+            lost = eff.lockstep
             per_sm = next((k.ctas_per_sm for k in result.kernels if k.name == launch.name), 1)
-            shared = f", divided by the {per_sm} CTAs per SM" if per_sm > 1 else ""
+            shared = (
+                f", divided by the {per_sm} CTAs per SM raised to lockstep_fill = "
+                f"{eff.lockstep_fill:.2f}, i.e. by {per_sm**eff.lockstep_fill:.1f}"
+                if per_sm > 1
+                else ""
+            )
             out.append(
                 {
                     "kind": "structure",

@@ -52,7 +52,7 @@ class Efficiency:
     # columns (more warps than the tile has 64-row slices: operands cross warpgroups via smem)
     l2_reduce: float = 1.0  # reduce-adds into L2 (atomics) move at this fraction of the L2 rate
     reduce_op_ns: float = 0.0  # SM time one bulk reduce-add costs beyond its bytes (its
-    # issue and completion tracking: a tile half as tall costs as much; engine._durations)
+    # issue and completion tracking: a tile half as tall costs as much; engine._run_launch)
     lockstep: float = 0.0  # share of `overlap` lost by a CTA whose warpgroups split its rows
     # and share a two-buffer K/V ring (they cannot drift apart; engine.lockstep)
     lockstep_fill: float = 1.0  # with c CTAs on the SM, lockstep / c**this of it stays lost

@@ -171,6 +171,7 @@ def _dkdv_kernel(p: AttentionProblem, t: TileConfig, atomic: bool) -> Launch:
     def tk(x):
         return np.tile(x, hk_n)
 
+    steps = tk(g * (n_q - lo))  # query steps of each CTA, over the group's heads
     cols_extra: dict = {}
     if atomic:
         acc = d * sr  # reduce-added elements
@@ -182,12 +183,12 @@ def _dkdv_kernel(p: AttentionProblem, t: TileConfig, atomic: bool) -> Launch:
             "carry_read": tk(first * float(ACC_BYTES)),
             "merge_write": tk((acc - first) * float(ACC_BYTES)),
             "reduce_write": tk(acc * float(ACC_BYTES)),
-            "reduce_ops": tk(g * (n_q - lo)),  # one block_m × d tile per query step
+            "reduce_ops": steps,  # one block_m × d tile per query step
         }
     kv = np.repeat(np.arange(hk_n, dtype=np.int64), n_kv)
     return Launch.make(
         "bwd_dkdv", "bwd", t.block_m, (n_kv, hk_n), e,
-        iters=tk(g * (n_q - lo)),
+        iters=steps,
         hbm_read=tk(2 * cols * d + 2 * d * sr),
         hbm_write=tk(2 * cols * d),
         stats_read=tk(2 * sr),

@@ -34,7 +34,7 @@ from .hardware import GPU
 RESERVED_SMEM = 1024  # bytes per CTA that CUDA keeps for itself (CC ≥ 8.0)
 REG_UNIT = 8  # registers per thread are allocated in multiples of this
 MAX_REGS = 255
-PRODUCT_ROWS = 64  # a warpgroup's matrix instruction is 64 rows tall (Hopper's wgmma)
+WGMMA_ROWS = 64  # rows of one warpgroup's matrix-multiply instruction on Hopper
 
 
 def pad_head_dim(d: int) -> int:
@@ -74,7 +74,7 @@ def footprint(
 ) -> Footprint:
     """Shared memory and registers of one CTA of `kind` (see the module docstring)."""
     d, r, bn, e, s = pad_head_dim(head_dim), rows, block_n, dtype_bytes, stages
-    bm = max(bn, PRODUCT_ROWS)  # the dK/dV kernel's products are BN rows tall, padded
+    bm = max(bn, WGMMA_ROWS)  # the dK/dV kernel's products are BN rows tall, padded
     smem_elems, reg_elems = {
         "fwd": (r * d + s * 2 * bn * d, r * d + r * bn * (1 + e / 4)),
         "fa1": (2 * bn * d + s * 2 * r * d, r * d + r * bn * (1 + e / 4)),

@@ -24,6 +24,8 @@ def test_lockstep_is_named_with_the_share_of_ctas_that_recover_it():
     assert len(one) == 1 and "lockstep" in one[0] and "CTAs per SM" not in one[0]
     two = _structure({**LOCKSTEP, "maxnreg": 128})
     assert len(two) == 1 and "divided by the 2 CTAs per SM" in two[0]
+    fill = simulate_config(LOCKSTEP).gpu.efficiency.lockstep_fill
+    assert f"lockstep_fill = {fill:.2f}, i.e. by {2**fill:.1f}" in two[0]
     assert _structure({**LOCKSTEP, "stages": 3}) == []  # a third buffer: no lockstep
 
 
