@@ -37,7 +37,11 @@ launch, and its CTAs take the SMs' slots as that launch's CTAs leave them):
    until the bytes fit; every CTA running then waits alike. The L2's reduce units are shared
    the same way: a launch's reduce-adds need their bytes at `l2_reduce` of the L2 rate plus
    `reduce_op_ns` of SM time per operation (spread over the SMs), and stretch it likewise.
-6. Breakdown: each CTA's time split among limiters, weighted by its share of the SM (1/c),
+6. The power cap (before the DRAM stretch): the rates above are at the boost clock (the
+   tensor ceiling, measured on a long matrix product held at the cap, is raised by `boost`);
+   a launch whose tensor rate and L2 traffic over its span would draw more than the cap runs
+   at a lower clock (`clock_share`), and its SM-side time stretches by 1 / clock.
+7. Breakdown: each CTA's time split among limiters, weighted by its share of the SM (1/c),
    summed over SMs; idle SM time until the launch ends is `tail`; the DRAM stretch is `memory`.
 
 Monotone by construction: durations depend on the GPU only through its rates and residency,
@@ -50,9 +54,8 @@ demand is not resolved within a launch (a per-instant fluid warp was tried: perf
 sharing finishes a memory-bound wave in lockstep and then charges latency-bound stragglers,
 which real GPUs, whose CTAs finish staggered, largely overlap); capacity misses do not add
 latency (their bandwidth is charged); register spills, bank conflicts, instruction issue,
-TLB and DRAM page effects and clock throttling are not modelled (sustained runs are 0–22%
-slower than one Nsight-timed launch, more so the busier the tensor cores: the rates here come
-from sustained micro-benchmarks, at the lowered clock; benchmarks/NOTES-validation.md);
+TLB and DRAM page effects are not modelled; the power cap is one figure per launch (phases of
+different demand within it, and the budget concurrent launches share, are not resolved);
 concurrent launches share SMs but not L2 capacity nor DRAM bandwidth (each is split as if it
 ran alone).
 
@@ -88,12 +91,40 @@ class _Rates:
 
     def __init__(self, gpu: GPU, dtype: str) -> None:
         eff = gpu.efficiency
-        self.tensor = gpu.tensor_flops(dtype) * eff.tensor / gpu.sms
+        self.boost = boost(gpu)
+        self.tensor = gpu.tensor_flops(dtype) * eff.tensor * self.boost / gpu.sms
         self.sfu = gpu.sfu_exps * eff.sfu / gpu.sms
         self.alu = gpu.fp32_tflops * 1e12 * eff.fp32 / gpu.sms
         self.l2 = gpu.l2_gbs * 1e9 * eff.l2 / gpu.sms
         self.dram = gpu.hbm_bytes_per_s * eff.hbm
         self.eff = eff
+
+
+def boost(gpu: GPU) -> float:
+    """How much faster the tensor cores run at the boost clock than the measured ceiling.
+
+    The ceiling is a long matrix product's sustained rate R, itself held at the power cap: at
+    the boost clock it would run b·R, a demand of b·R / power_tflops, so the cap holds it at
+    b^-1 = (b·R / power_tflops)^-power_exp of the boost clock: b = (R / power_tflops)^(γ/(1−γ)).
+    1 where no cap is modelled or the product stays under it.
+    """
+    eff = gpu.efficiency
+    ratio = gpu.tensor_flops("fp16") * eff.tensor / (eff.power_tflops * 1e12)
+    if eff.power_exp == 0 or ratio <= 1:
+        return 1.0
+    return float(ratio ** (eff.power_exp / (1.0 - eff.power_exp)))
+
+
+def clock_share(eff, flops: float, l2_bytes: float, span: float) -> float:
+    """The share of the boost clock a launch sustains under the power cap (1: under it).
+
+    Its demand relative to the cap: tensor rate / `power_tflops` + L2 traffic / `power_l2_tbs`,
+    both over its span at the boost clock; above 1 the clock falls to demand^-`power_exp`.
+    """
+    if eff.power_exp == 0 or span <= 0:
+        return 1.0
+    demand = flops / span / (eff.power_tflops * 1e12) + l2_bytes / span / (eff.power_l2_tbs * 1e12)
+    return float(max(1.0, demand) ** -eff.power_exp)
 
 
 def _edge_bytes(w: Launch) -> np.ndarray:
@@ -321,6 +352,12 @@ def _run_launch(
     l2 = split_traffic(w, start, end, edge, cap, gamma, carry)
     first = float(start.min())  # > 0 only beside a kernel that still holds every slot
     span = float(end.max()) - first
+    # The power cap: the durations above are at the boost clock; a launch that demands more
+    # than the cap runs at a lower clock, and all of its SM-side time stretches alike (beside
+    # another kernel, so do the offsets at which that kernel's slots freed: a small error).
+    l2_traffic = float(w.read_bytes.sum() + w.write_bytes.sum())
+    clock = clock_share(r.eff, float(w.flops.sum()), l2_traffic, span)
+    span /= clock
     dram = float(l2.dram_read.sum() + l2.dram_write.sum())
     # The L2's reduce units serve every SM: a launch's reduce-adds take at least their bytes
     # at `l2_reduce` of the L2 rate plus `reduce_op_ns` per operation, spread over the SMs.
@@ -330,7 +367,7 @@ def _run_launch(
     warped = span * stretch
 
     # Breakdown: SM-time by limiter, idle SM time as tail, the DRAM stretch as memory.
-    busy = (parts / c).sum(axis=1) / sms  # (5,)
+    busy = (parts / c).sum(axis=1) / sms / clock  # (5,)
     total_busy = float(busy.sum())
     if total_busy > span:  # rounding only: co-residency never exceeds c here
         busy *= span / total_busy
@@ -343,8 +380,9 @@ def _run_launch(
         "occupancy": occ,
         "waves": n / slots,
         "sm": sm,
-        "start": (start - first) * stretch,  # from the launch's first CTA start
-        "end": (end - first) * stretch,
+        "start": (start - first) * stretch / clock,  # from the launch's first CTA start
+        "end": (end - first) * stretch / clock,
+        "clock": clock,
         "coresidency": coresidency(start, end, sm),
         "dram_read_bytes": float(l2.dram_read.sum()),
         "dram_write_bytes": float(l2.dram_write.sum()),

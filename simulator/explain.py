@@ -13,6 +13,8 @@ Given a validation row (simulator/validation.py) and the engine's result for its
                own 64-row slices sharing a ring of two K/V buffers (they run in lockstep; a
                fitted loss of overlap), any other CTA on such a ring (a smaller fitted loss),
                and the atomic backward route's bulk reductions
+    clock      the share of the boost clock the power cap leaves a kernel, against how much
+               slower the measured kernel ran back to back than alone under Nsight Compute
     fixed      small problems, where per-CTA set-up and launch gaps dominate
     bytes      DRAM and L2 bytes against ncu's
 """
@@ -55,6 +57,7 @@ def kernel_rows(result: SimResult, measured: list[dict]) -> list[dict]:
             "regs_per_thread": fp.regs_per_thread,
             "smem_bytes": fp.smem_bytes,
             "spills": fp.spills,
+            "clock": k.clock,
             "measured_us": None,
             "measured_ctas_per_sm": None,
             "measured_regs_per_thread": None,
@@ -199,6 +202,7 @@ def notes(row: dict, result: SimResult) -> list[dict]:
                 "the measured total.",
             }
         )
+    out.extend(_clock_notes(row, result, kernels))
     latency = result.limiter.get("latency", 0.0) + result.limiter.get("launch", 0.0)
     if latency > 0.3:
         out.append(
@@ -221,4 +225,29 @@ def notes(row: dict, result: SimResult) -> list[dict]:
                     f"MB measured ({_pct(s, m):+.0f}%).",
                 }
             )
+    return out
+
+
+def _clock_notes(row: dict, result: SimResult, kernels: list[dict]) -> list[dict]:
+    """Kernels the power cap slows, with the measured slowdown where one kernel was timed both
+    back to back and alone (Nsight Compute's single launch runs at the boost clock)."""
+    eff = result.gpu.efficiency
+    out = []
+    for k in kernels:
+        if k["clock"] >= 0.995 or eff.power_exp == 0:
+            continue
+        demand = k["clock"] ** (-1.0 / eff.power_exp)
+        text = (
+            f"{k['name']} runs at {k['clock']:.0%} of the boost clock in the engine: at the "
+            f"boost clock its tensor rate and L2 traffic would draw {demand:.2f}× what the power "
+            f"cap allows (fitted: {eff.power_tflops:.0f} TFLOP/s or {eff.power_l2_tbs:.1f} TB/s "
+            f"alone reach it; clock = demand^-{eff.power_exp:.2f})."
+        )
+        alone, sustained = k["measured_us"], row.get("measured_us")
+        if alone and sustained and len(kernels) == 1:
+            text += (
+                f" Measured: {alone:,.1f} µs alone (Nsight Compute), {sustained:,.1f} µs back "
+                f"to back, i.e. {alone / sustained:.0%} of the single launch's pace."
+            )
+        out.append({"kind": "clock", "level": "info", "text": text})
     return out

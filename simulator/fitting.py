@@ -21,8 +21,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .engine import simulate_workload
-from .hardware import GPU
+from .engine import clock_share, simulate_workload
+from .hardware import GPU, Efficiency
 
 
 @dataclass(frozen=True)
@@ -107,10 +107,13 @@ def loss_of(gpu: GPU, samples: Sequence[Sample]) -> tuple[float, float]:
     the samples that share a `problem` with others, the mean distance of each one's log error
     from its problem's mean (how far the tile configurations' relative times are off: a fit
     can meet the time error with every problem's tiles wrong in the same direction and yet
-    rank them wrongly).
+    rank them wrongly), plus `ORDER_WEIGHT` × the mean over pairs of one problem's samples
+    measured more than `ORDER_TIE` apart of how far (in log time) the engine orders the pair
+    the wrong way round (0 for a pair in the measured order: the rank target's own term).
     """
     logs, pct, dram = [], [], []
     groups: dict[str, list[float]] = {}
+    pairs: dict[str, list[tuple[float, float]]] = {}
     for s in samples:
         try:
             r = simulate_workload(s.workload, gpu)  # type: ignore[arg-type]
@@ -121,6 +124,7 @@ def loss_of(gpu: GPU, samples: Sequence[Sample]) -> tuple[float, float]:
         pct.append(abs(r.time_s / s.measured_s - 1))
         if s.problem is not None:
             groups.setdefault(s.problem, []).append(log_err)
+            pairs.setdefault(s.problem, []).append((math.log(s.measured_s), math.log(r.time_s)))
         if s.measured_dram:
             simulated = sum(k.dram_read_bytes + k.dram_write_bytes for k in r.kernels)
             dram.append(abs(math.log(max(simulated, 1.0) / s.measured_dram)))
@@ -128,7 +132,21 @@ def loss_of(gpu: GPU, samples: Sequence[Sample]) -> tuple[float, float]:
     loss = float(np.mean(logs))
     loss += float(np.mean(dram)) if dram else 0.0
     loss += float(np.mean(spread)) if spread else 0.0
+    wrong = [
+        max(0.0, -math.copysign(1.0, m2 - m1) * (s2 - s1))
+        for g in pairs.values()
+        for i, (m1, s1) in enumerate(g)
+        for m2, s2 in g[i + 1 :]
+        if abs(m2 - m1) > ORDER_TIE
+    ]
+    loss += ORDER_WEIGHT * float(np.mean(wrong)) if wrong else 0.0
     return loss, float(np.mean(pct) * 100)
+
+
+# Pairs of tile configurations measured closer than this (log time) are ties: repeated passes
+# differ by about 1–2%. The weight makes a wrongly ordered pair count as much as its error.
+ORDER_TIE = 0.02
+ORDER_WEIGHT = 10.0
 
 
 def _values(params: Sequence[Param], u: np.ndarray) -> dict[str, float | int]:
@@ -226,6 +244,65 @@ def _coordinate(f, u: np.ndarray, best: float, go: Callable[[], bool], step: flo
         if not improved:
             step /= 2
     return u, best
+
+
+# The power cap (engine.clock_share): fitted first, on its own evidence (`fit_power`).
+POWER: tuple[Param, ...] = (
+    Param("power_tflops", 100.0, 5000.0, log=True),
+    Param("power_l2_tbs", 0.5, 200.0, log=True),
+    Param("power_exp", 0.0, 0.9),
+)
+
+
+@dataclass(frozen=True)
+class ClockSample:
+    """One kernel timed twice: alone (one launch, Nsight Compute: the boost clock) and
+    sustained (the median of back-to-back launches), with the tensor FLOPs and L2 bytes the
+    engine counts for it."""
+
+    id: str
+    flops: float
+    l2_bytes: float
+    single_s: float
+    sustained_s: float
+
+
+def power_loss(eff: Efficiency, samples: Sequence[ClockSample]) -> float:
+    """Mean |log| of (predicted slowdown / measured slowdown), the slowdown being sustained
+    over single-launch time and the prediction 1 / `engine.clock_share` at the single time."""
+    errs = [
+        math.log(1.0 / clock_share(eff, s.flops, s.l2_bytes, s.single_s))
+        - math.log(s.sustained_s / s.single_s)
+        for s in samples
+    ]
+    return float(np.mean(np.abs(errs)))
+
+
+def fit_power(eff: Efficiency, samples: Sequence[ClockSample], max_evals: int = 600) -> FitResult:
+    """The power-cap fields that best explain how much slower each kernel runs sustained than
+    alone. Independent of the timing model: only measured times and the kernels' counts."""
+    cache: dict[tuple, float] = {}
+
+    def f(u: np.ndarray) -> float:
+        values = _values(POWER, np.clip(u, 0.0, 1.0))
+        key = tuple(sorted(values.items()))
+        if key not in cache:
+            cache[key] = power_loss(dataclasses.replace(eff, **values), samples)
+        return cache[key]
+
+    u0 = np.array([min(1.0, max(0.0, p.to_unit(getattr(eff, p.name)))) for p in POWER])
+    start = f(u0)
+    # Two starts: the current values (where no cap is modelled yet, power_exp = 0 leaves the
+    # other two flat) and the same with the exponent a cubic power law gives (1/3).
+    starts = [u0, np.array([u0[0], u0[1], POWER[2].to_unit(1 / 3)])]
+    found = []
+    for i, u in enumerate(starts):
+        budget = max_evals * (i + 1) // len(starts)
+        best_u, best = _nelder_mead(f, u, lambda b=budget: len(cache) < b * 3 // 4)
+        found.append(_coordinate(f, best_u, best, lambda b=budget: len(cache) < b))
+    best_u, best = min(found, key=lambda x: x[1])
+    values = _values(POWER, best_u)
+    return FitResult(values, best, start, len(cache), 100 * (math.exp(best) - 1))
 
 
 def l2_param(observed_gbs: float) -> Param:

@@ -60,6 +60,13 @@ class Efficiency:
     # beyond its work (it waits on the product before it; engine._durations)
     two_stage: float = 0.0  # share of `overlap` lost by any other CTA on a two-buffer ring: a
     # buffer is refilled only once the products reading it are done (engine.two_stage)
+    # The power cap (engine._Rates.boost, engine._run_launch): a launch's power demand, relative
+    # to the cap, is its tensor rate over `power_tflops` plus its L2 traffic over `power_l2_tbs`
+    # (both at the boost clock); above 1 the clock falls to demand^-`power_exp` of the boost
+    # clock (0: no cap modelled). Fitted from sustained against single-launch (Nsight) times.
+    power_tflops: float = 1000.0  # tensor TFLOP/s that alone would reach the cap
+    power_l2_tbs: float = 10.0  # L2 ↔ SM TB/s that alone would reach the cap
+    power_exp: float = 0.0  # in [0, 1); about 1/3 where the voltage follows the clock
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
@@ -88,6 +95,11 @@ class Efficiency:
                 f"dram_latency_ns ({self.dram_latency_ns:g}) must be ≥ l2_latency_ns "
                 f"({self.l2_latency_ns:g}): a miss goes through L2 first"
             )
+        if self.power_exp >= 1:
+            raise ValueError(f"power_exp must be in [0, 1), got {self.power_exp}")
+        for name in ("power_tflops", "power_l2_tbs"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
         if self.l2_reuse_exponent <= 0:
             raise ValueError(f"l2_reuse_exponent must be > 0, got {self.l2_reuse_exponent}")
 

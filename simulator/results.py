@@ -49,6 +49,7 @@ class KernelResult:
     breakdown: dict[str, float]  # seconds by limiter; sums to time_s
     end_s: float = 0.0  # when its last CTA ends (seconds from the run's start)
     share: float = 1.0  # of time_s that adds to the run's (< 1 beside a concurrent kernel)
+    clock: float = 1.0  # share of the boost clock it sustains (< 1: held at the power cap)
 
     @property
     def n_ctas(self) -> int:

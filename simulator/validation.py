@@ -34,6 +34,7 @@ import numpy as np
 
 from . import hardware, kernelplan
 from .engine import simulate_workload
+from .fitting import ClockSample
 from .hardware import GPU
 from .problem import AttentionProblem, TileConfig
 from .results import SimResult
@@ -149,6 +150,25 @@ def workload_of(c: dict, gpu: GPU):
 def simulate_config(c: dict, gpu: GPU | None = None) -> SimResult:
     gpu = gpu or hardware.from_name(c.get("gpu", "h100-sxm"))
     return simulate_workload(workload_of(c, gpu), gpu)
+
+
+def clock_samples(rows: list[dict], gpu: GPU) -> list[ClockSample]:
+    """The rows of one kernel timed alone by Nsight Compute as well as back to back: how much
+    slower it ran sustained (the power cap's evidence, `fitting.fit_power`)."""
+    out = []
+    for r in rows:
+        kernels = ((r.get("measured") or {}).get("ncu") or {}).get("kernels") or []
+        single = kernels[0].get("gpu__time_duration.sum") if len(kernels) == 1 else None
+        if not single or not r.get("measured_us"):
+            continue
+        launches = workload_of(r["config"], gpu).launches
+        if len(launches) != 1:
+            continue
+        (w,) = launches
+        l2_bytes = float(w.read_bytes.sum() + w.write_bytes.sum())
+        sustained = r["measured_us"] * 1e-6
+        out.append(ClockSample(r["id"], float(w.flops.sum()), l2_bytes, single * 1e-9, sustained))
+    return out
 
 
 def problem_key(c: dict) -> str:

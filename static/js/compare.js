@@ -235,11 +235,12 @@ function renderBreakdown() {
     },
     plotConfig,
   );
-  const head = ["kernel", "simulated", "ncu, alone", "CTAs/SM", "registers", "spilled"];
+  const head = ["kernel", "simulated", "ncu, alone", "clock", "CTAs/SM", "registers", "spilled"];
   const rows = c.kernels.map((k) => [
     k.name,
     us(k.simulated_us),
     us(k.measured_us),
+    k.clock == null ? "–" : `${Math.round(k.clock * 100)}%`,
     `${k.ctas_per_sm} · ${k.measured_ctas_per_sm ?? "–"}`,
     `${k.regs_per_thread} · ${k.measured_regs_per_thread ?? "–"}`,
     k.local_load_bytes ? formatBytes(k.local_load_bytes) : "–",

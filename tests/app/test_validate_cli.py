@@ -137,3 +137,42 @@ def test_calibrate_fits_on_the_rows_of_several_datasets(tmp_path, capsys):
     other.write_text(json.dumps({**doc, "gpu": "h100-sxm", "rows": []}))
     assert main([*args, "--measured", str(parts[0]), "--measured", str(other)]) == 2
     assert "different GPUs" in capsys.readouterr().err
+
+
+def test_calibrate_fits_the_power_cap_first_where_kernels_were_timed_alone(tmp_path, capsys):
+    """Forward rows whose kernel Nsight Compute also timed alone: their slowdowns, made here by
+    a known cap, are fitted before the rest, and the calibration carries the fitted cap."""
+    from simulator.engine import clock_share
+    from simulator.validation import workload_of
+
+    seed = random.SystemRandom().randrange(2**31)
+    doc = json.loads(_fake_dataset(tmp_path, seed).read_text())
+    gpu = hardware.from_name("h200")
+    truth = hardware.custom(gpu, power_tflops=450.0, power_l2_tbs=12.0, power_exp=0.3).efficiency
+    timed = 0
+    for r in doc["rows"]:
+        if r["config"]["algo"] != "fa2":
+            continue
+        (w,) = workload_of(r["config"], gpu).launches
+        alone = r["measured_us"] * random.Random(seed + timed).uniform(0.8, 0.95)
+        l2 = float(w.read_bytes.sum() + w.write_bytes.sum())
+        r["measured_us"] = alone / clock_share(truth, float(w.flops.sum()), l2, alone * 1e-6)
+        r["measured"]["ncu"] = {"kernels": [{"name": "_attn_fwd",
+                                             "gpu__time_duration.sum": alone * 1e3}]}  # fmt: skip
+        timed += 1
+    data = tmp_path / "timed.json"
+    data.write_text(json.dumps(doc))
+    out = tmp_path / "calibration-h200.json"
+    args = ["calibrate", "--ceilings", str(CALIBRATION), "--max-evals", "20", "--out", str(out)]
+    assert main([*args, "--measured", str(data)]) == 0, seed
+    fitted = json.loads(out.read_text())
+    power = fitted["fit"]["power"]
+    assert power["fit"]["n"] + power["holdout"]["n"] == timed >= 8, seed
+    assert power["fit"]["loss"] < 0.2 * power["fit"]["start_loss"], seed
+    for name, value in power["values"].items():
+        assert fitted["efficiency"][name] == value
+    assert "power cap: sustained / alone off by" in capsys.readouterr().err
+    # without single-launch times there is nothing to fit it on: said, and left out
+    assert main([*args, "--measured", str(_fake_dataset(tmp_path, seed))]) == 0
+    assert json.loads(out.read_text())["fit"]["power"] is None
+    assert "power cap not fitted" in capsys.readouterr().err

@@ -39,3 +39,23 @@ def test_a_two_buffer_ring_outside_lockstep_is_named_with_its_share():
     assert len(texts) == 1 and "two_stage = 0.25" in texts[0] and "lockstep" not in texts[0]
     off = custom(gpu, two_stage=0.0)
     assert not [n for n in notes({}, simulate_config(config, off)) if n["kind"] == "structure"]
+
+
+def test_a_kernel_held_at_the_power_cap_is_named_with_the_measured_slowdown():
+    from simulator.hardware import custom, from_name
+
+    config = {**LOCKSTEP, "block_n": 64, "warps": 4, "stages": 3, "head_dim": 128}
+    capped = custom(from_name("h200", calibrated=False), power_tflops=300.0, power_l2_tbs=5.0,
+                    power_exp=random.uniform(0.1, 0.4))  # fmt: skip
+    result = simulate_config(config, capped)
+    clock = result.kernels[0].clock
+    assert clock < 0.99
+    alone = random.uniform(500.0, 900.0)
+    row = {"measured_us": 1000.0,
+           "measured": {"ncu": {"kernels": [{"name": "_attn_fwd",
+                                             "gpu__time_duration.sum": alone * 1e3}]}}}  # fmt: skip
+    (text,) = [n["text"] for n in notes(row, result) if n["kind"] == "clock"]
+    assert f"runs at {clock:.0%} of the boost clock" in text
+    assert f"{alone:,.1f} µs alone" in text and f"{alone / 1000:.0%} of the single" in text
+    free = custom(capped, power_exp=0.0)  # no cap modelled: no note
+    assert not [n for n in notes(row, simulate_config(config, free)) if n["kind"] == "clock"]

@@ -8,7 +8,7 @@ import random
 import pytest
 
 from simulator import kernelplan
-from simulator.fitting import Param, Sample, apply, fit, loss_of
+from simulator.fitting import ORDER_TIE, ORDER_WEIGHT, Param, Sample, apply, fit, loss_of
 from simulator.hardware import from_name
 from simulator.problem import AttentionProblem, TileConfig
 
@@ -94,9 +94,44 @@ def test_the_loss_charges_tiles_of_one_problem_that_are_off_unequally():
     assert alike == pytest.approx(math.log(a))  # the same factor: no spread
     apart = loss(a, b)
     mean_abs = (math.log(a) + math.log(b)) / 2
-    assert apart == pytest.approx(mean_abs + abs(math.log(a) - math.log(b)) / 2)
+    dm = math.log(times[1] * b / (times[0] * a))  # measured order of the pair
+    ds = math.log(times[1] / times[0])  # simulated
+    wrong = max(0.0, -math.copysign(1.0, dm) * ds) if abs(dm) > ORDER_TIE else 0.0
+    spread = abs(math.log(a) - math.log(b)) / 2
+    assert apart == pytest.approx(mean_abs + spread + ORDER_WEIGHT * wrong)
     # samples of different problems (or of none) are not compared with each other
     assert loss_of(gpu, [Sample("a", ws[0], times[0] * a, problem="x"),
                          Sample("b", ws[1], times[1] * b, problem="y")])[0] == pytest.approx(
         mean_abs)  # fmt: skip
     assert loss(a, b, problem=None) == pytest.approx(mean_abs)
+
+
+def test_the_loss_charges_pairs_the_engine_orders_wrongly():
+    """A pair measured in one order and simulated in the other adds ORDER_WEIGHT × the log gap
+    of the simulated pair; the measured order adds nothing, nor do measured ties."""
+    from simulator.engine import simulate_workload
+
+    gpu = from_name("h100-sxm")
+    p = AttentionProblem(seq_q=1024, head_dim=128, batch=4, heads=8, causal=random.random() < 0.5)
+    ws = [kernelplan.build("fa2", p, t, gpu_key="h100-sxm")
+          for t in (TileConfig(128, 128, 3, 8), TileConfig(64, 32, 3, 4))]  # fmt: skip
+    t0, t1 = (simulate_workload(w, gpu).time_s for w in ws)
+    assert abs(math.log(t1 / t0)) > 0.05  # the engine tells these two apart
+
+    def loss(m0, m1):
+        return loss_of(gpu, [Sample("a", ws[0], m0, problem="p"),
+                             Sample("b", ws[1], m1, problem="p")])[0]  # fmt: skip
+
+    def without_order(m0, m1):  # the other terms, by their definitions
+        e = [math.log(t0 / m0), math.log(t1 / m1)]
+        return (abs(e[0]) + abs(e[1])) / 2 + abs(e[0] - e[1]) / 2
+
+    f = random.uniform(0.8, 1.2)
+    same = (t0 * f, t1 * f * random.uniform(0.99, 1.01))  # the simulated order, > 4% apart
+    assert loss(*same) == pytest.approx(without_order(*same))
+    swapped = (t1 * f, t0 * f)  # the pair measured the other way round
+    assert loss(*swapped) == pytest.approx(
+        without_order(*swapped) + ORDER_WEIGHT * abs(math.log(t1 / t0))
+    )
+    tie = (t0 * f, t0 * f * math.exp(random.uniform(-0.5, 0.5) * ORDER_TIE))
+    assert loss(*tie) == pytest.approx(without_order(*tie))
