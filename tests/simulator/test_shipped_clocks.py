@@ -1,0 +1,29 @@
+"""The shipped power cap against the SM clocks read on a GPU (benchmarks/clocks.py)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from simulator.hardware import from_name
+
+
+def test_the_shipped_h200_calibration_predicts_the_clocks_read_on_the_gpu():
+    """benchmarks/clocks.py read the SM clock of each forward tile run back to back on an H200;
+    the power cap, fitted only from sustained against single-launch times, predicts them."""
+    import json
+    from pathlib import Path
+
+    from simulator.validation import simulate_config
+
+    results = Path(__file__).resolve().parents[2] / "benchmarks" / "results"
+    path = results / "clocks-NVIDIA-H200-2026-11-21.json"
+    doc = json.loads(path.read_text())
+    top = float(doc["max_sm_mhz"])
+    gpu = from_name("h200")
+    errs = []
+    for r in doc["rows"]:
+        clock = simulate_config(r["config"], gpu).kernels[0].clock
+        errs.append(clock / (r["sm_mhz"] / top) - 1)
+    errs = np.abs(errs)
+    assert len(errs) == 40
+    assert errs.mean() < 0.03 and errs.max() < 0.08, (errs.mean(), errs.max())
