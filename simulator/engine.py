@@ -69,7 +69,7 @@ import math
 
 import numpy as np
 
-from .hardware import GPU
+from .hardware import GPU, Efficiency
 from .l2model import L2Split, split_traffic
 from .launch import Launch, stream_groups
 from .occupancy import WGMMA_ROWS, Occupancy, footprint, occupancy
@@ -115,7 +115,7 @@ def boost(gpu: GPU) -> float:
     return float(ratio ** (eff.power_exp / (1.0 - eff.power_exp)))
 
 
-def clock_share(eff, flops: float, l2_bytes: float, span: float) -> float:
+def clock_share(eff: Efficiency, flops: float, l2_bytes: float, span: float) -> float:
     """The share of the boost clock a launch sustains under the power cap (1: under it).
 
     Its demand relative to the cap: tensor rate / `power_tflops` + L2 traffic / `power_l2_tbs`,

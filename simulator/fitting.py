@@ -302,7 +302,12 @@ def fit_power(eff: Efficiency, samples: Sequence[ClockSample], max_evals: int = 
         found.append(_coordinate(f, best_u, best, lambda b=budget: len(cache) < b))
     best_u, best = min(found, key=lambda x: x[1])
     values = _values(POWER, best_u)
-    return FitResult(values, best, start, len(cache), 100 * (math.exp(best) - 1))
+    fitted = dataclasses.replace(eff, **values)
+    off = [  # |predicted / measured slowdown − 1|, for the record's MAPE
+        abs(s.single_s / clock_share(fitted, s.flops, s.l2_bytes, s.single_s) / s.sustained_s - 1)
+        for s in samples
+    ]
+    return FitResult(values, best, start, len(cache), float(np.mean(off)) * 100)
 
 
 def l2_param(observed_gbs: float) -> Param:

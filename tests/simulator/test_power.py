@@ -98,6 +98,7 @@ def test_fit_power_recovers_the_cap_that_made_the_samples():
     got = fit_power(eff, samples)
     assert got.loss < 0.1 * got.start_loss
     assert got.loss < 2e-3
+    assert got.mape_pct < 0.5  # each slowdown predicted within about half a per cent
     fitted = dataclasses.replace(eff, **got.values)
     for s in samples:  # the fitted cap predicts each slowdown as the true one does
         want = 1 / clock_share(true_eff, s.flops, s.l2_bytes, s.single_s)
