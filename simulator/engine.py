@@ -115,6 +115,11 @@ def boost(gpu: GPU) -> float:
     return float(ratio ** (eff.power_exp / (1.0 - eff.power_exp)))
 
 
+def power_counts(w: Launch) -> tuple[float, float]:
+    """(tensor FLOPs, L2 ↔ SM bytes) of a launch: what `clock_share` weighs."""
+    return float(w.flops.sum()), float(w.read_bytes.sum() + w.write_bytes.sum())
+
+
 def clock_share(eff: Efficiency, flops: float, l2_bytes: float, span: float) -> float:
     """The share of the boost clock a launch sustains under the power cap (1: under it).
 
@@ -355,8 +360,7 @@ def _run_launch(
     # The power cap: the durations above are at the boost clock; a launch that demands more
     # than the cap runs at a lower clock, and all of its SM-side time stretches alike (beside
     # another kernel, so do the offsets at which that kernel's slots freed: a small error).
-    l2_traffic = float(w.read_bytes.sum() + w.write_bytes.sum())
-    clock = clock_share(r.eff, float(w.flops.sum()), l2_traffic, span)
+    clock = clock_share(r.eff, *power_counts(w), span)
     span /= clock
     dram = float(l2.dram_read.sum() + l2.dram_write.sum())
     # The L2's reduce units serve every SM: a launch's reduce-adds take at least their bytes

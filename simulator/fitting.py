@@ -161,33 +161,56 @@ def fit(
     progress: Callable[[int, float], None] | None = None,
 ) -> FitResult:
     """The values of `params` that minimize the loss on `samples`, starting from `gpu`'s."""
-    cache: dict[tuple, float] = {}
-    evals = 0
 
-    def f(u: np.ndarray) -> float:
-        nonlocal evals
-        values = _values(params, np.clip(u, 0.0, 1.0))
-        key = tuple(sorted(values.items()))
-        if key not in cache:
-            evals += 1
-            try:
-                cache[key] = loss_of(apply(gpu, values), samples)[0]
-            except ValueError:
-                cache[key] = math.inf
-            if progress:
-                progress(evals, min(cache.values()))
-        return cache[key]
+    def loss(values: dict[str, float | int]) -> float:
+        try:
+            return loss_of(apply(gpu, values), samples)[0]
+        except ValueError:
+            return math.inf
 
     def current(p: Param) -> float:
         return getattr(gpu if p.hardware else gpu.efficiency, p.name)
 
-    u0 = np.array([min(1.0, max(0.0, p.to_unit(max(current(p), p.low)))) for p in params])
-    start = f(u0)
-    best_u, best = _nelder_mead(f, u0, lambda: evals < max_evals * 3 // 4)
-    best_u, best = _coordinate(f, best_u, best, lambda: evals < max_evals)
-    values = _values(params, best_u)
+    u0 = _start_point(params, current)
+    values, best, start, evals = _minimize(params, loss, [u0], max_evals, progress)
     _, mape = loss_of(apply(gpu, values), samples)
     return FitResult(values, best, start, evals, mape)
+
+
+def _start_point(params: Sequence[Param], current: Callable[[Param], float]) -> np.ndarray:
+    return np.array([min(1.0, max(0.0, p.to_unit(max(current(p), p.low)))) for p in params])
+
+
+def _minimize(
+    params: Sequence[Param],
+    loss: Callable[[dict[str, float | int]], float],
+    starts: Sequence[np.ndarray],
+    max_evals: int,
+    progress: Callable[[int, float], None] | None = None,
+) -> tuple[dict[str, float | int], float, float, int]:
+    """Nelder–Mead then coordinate steps over `params` mapped to [0, 1], from each start in turn
+    with an even share of `max_evals` (three quarters of it to the simplex); losses are cached
+    by the values a point maps to. (best values, best loss, loss at the first start, loss
+    evaluations)."""
+    cache: dict[tuple, float] = {}
+
+    def f(u: np.ndarray) -> float:
+        values = _values(params, np.clip(u, 0.0, 1.0))
+        key = tuple(sorted(values.items()))
+        if key not in cache:
+            cache[key] = loss(values)
+            if progress:
+                progress(len(cache), min(cache.values()))
+        return cache[key]
+
+    start = f(starts[0])
+    found = []
+    for i, u in enumerate(starts):
+        budget = max_evals * (i + 1) // len(starts)
+        best_u, best = _nelder_mead(f, u, lambda b=budget: len(cache) < b * 3 // 4)
+        found.append(_coordinate(f, best_u, best, lambda b=budget: len(cache) < b))
+    best_u, best = min(found, key=lambda x: x[1])
+    return _values(params, best_u), best, start, len(cache)
 
 
 def _nelder_mead(f, u0: np.ndarray, go: Callable[[], bool], step: float = 0.15):
@@ -267,47 +290,35 @@ class ClockSample:
     sustained_s: float
 
 
+def _slowdowns(eff: Efficiency, samples: Sequence[ClockSample]) -> tuple[np.ndarray, np.ndarray]:
+    """(predicted, measured) slowdowns: sustained over single-launch time, and the prediction
+    1 / `engine.clock_share` at the single time."""
+    predicted = np.array([1.0 / clock_share(eff, s.flops, s.l2_bytes, s.single_s) for s in samples])
+    measured = np.array([s.sustained_s / s.single_s for s in samples])
+    return predicted, measured
+
+
 def power_loss(eff: Efficiency, samples: Sequence[ClockSample]) -> float:
-    """Mean |log| of (predicted slowdown / measured slowdown), the slowdown being sustained
-    over single-launch time and the prediction 1 / `engine.clock_share` at the single time."""
-    errs = [
-        math.log(1.0 / clock_share(eff, s.flops, s.l2_bytes, s.single_s))
-        - math.log(s.sustained_s / s.single_s)
-        for s in samples
-    ]
-    return float(np.mean(np.abs(errs)))
+    """Mean |log(predicted slowdown / measured slowdown)| (`_slowdowns`)."""
+    predicted, measured = _slowdowns(eff, samples)
+    return float(np.mean(np.abs(np.log(predicted) - np.log(measured))))
 
 
 def fit_power(eff: Efficiency, samples: Sequence[ClockSample], max_evals: int = 600) -> FitResult:
     """The power-cap fields that best explain how much slower each kernel runs sustained than
     alone. Independent of the timing model: only measured times and the kernels' counts."""
-    cache: dict[tuple, float] = {}
 
-    def f(u: np.ndarray) -> float:
-        values = _values(POWER, np.clip(u, 0.0, 1.0))
-        key = tuple(sorted(values.items()))
-        if key not in cache:
-            cache[key] = power_loss(dataclasses.replace(eff, **values), samples)
-        return cache[key]
+    def loss(values: dict[str, float | int]) -> float:
+        return power_loss(dataclasses.replace(eff, **values), samples)
 
-    u0 = np.array([min(1.0, max(0.0, p.to_unit(getattr(eff, p.name)))) for p in POWER])
-    start = f(u0)
+    u0 = _start_point(POWER, lambda p: getattr(eff, p.name))
     # Two starts: the current values (where no cap is modelled yet, power_exp = 0 leaves the
     # other two flat) and the same with the exponent a cubic power law gives (1/3).
     starts = [u0, np.array([u0[0], u0[1], POWER[2].to_unit(1 / 3)])]
-    found = []
-    for i, u in enumerate(starts):
-        budget = max_evals * (i + 1) // len(starts)
-        best_u, best = _nelder_mead(f, u, lambda b=budget: len(cache) < b * 3 // 4)
-        found.append(_coordinate(f, best_u, best, lambda b=budget: len(cache) < b))
-    best_u, best = min(found, key=lambda x: x[1])
-    values = _values(POWER, best_u)
-    fitted = dataclasses.replace(eff, **values)
-    off = [  # |predicted / measured slowdown − 1|, for the record's MAPE
-        abs(s.single_s / clock_share(fitted, s.flops, s.l2_bytes, s.single_s) / s.sustained_s - 1)
-        for s in samples
-    ]
-    return FitResult(values, best, start, len(cache), float(np.mean(off)) * 100)
+    values, best, start, evals = _minimize(POWER, loss, starts, max_evals)
+    predicted, measured = _slowdowns(dataclasses.replace(eff, **values), samples)
+    mape = float(np.mean(np.abs(predicted / measured - 1))) * 100
+    return FitResult(values, best, start, evals, mape)
 
 
 def l2_param(observed_gbs: float) -> Param:

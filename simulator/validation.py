@@ -33,7 +33,7 @@ from pathlib import Path
 import numpy as np
 
 from . import hardware, kernelplan
-from .engine import simulate_workload
+from .engine import power_counts, simulate_workload
 from .fitting import ClockSample
 from .hardware import GPU
 from .problem import AttentionProblem, TileConfig
@@ -164,10 +164,9 @@ def clock_samples(rows: list[dict], gpu: GPU) -> list[ClockSample]:
         launches = workload_of(r["config"], gpu).launches
         if len(launches) != 1:
             continue
-        (w,) = launches
-        l2_bytes = float(w.read_bytes.sum() + w.write_bytes.sum())
+        flops, l2_bytes = power_counts(launches[0])
         sustained = r["measured_us"] * 1e-6
-        out.append(ClockSample(r["id"], float(w.flops.sum()), l2_bytes, single * 1e-9, sustained))
+        out.append(ClockSample(r["id"], flops, l2_bytes, single * 1e-9, sustained))
     return out
 
 
