@@ -37,7 +37,15 @@ import triton.language as tl
 
 from .config import KernelConfig, route, table_key
 from .device import interpreting
-from .forward import describe_on_host, first_row, load_rows, make_source, store_rows
+from .forward import (
+    causal_order,
+    check_band,
+    describe_on_host,
+    first_row,
+    load_rows,
+    make_source,
+    store_rows,
+)
 from .launch import (
     choose_config,
     dot_precision,
@@ -130,12 +138,15 @@ def dkdv_step(dk, dv, k, v, q_src, q_base, do_src, do_base, dq_src, dq_base, LSE
 def _attn_bwd_dkdv(Q, K, V, DO, DK, DV, DQACC, LSE, DELTA, qk_scale2, scale,
                    s_qb, s_qh, s_qn, s_kb, s_kh, s_kn, s_vb, s_vh, s_vn, s_db, s_dh, s_dn,
                    s_kgb, s_kgh, s_kgn, s_vgb, s_vgh, s_vgn, s_cb, s_ch, s_cn,
-                   H, H_KV, GROUP, N_Q, N_K, QD, KD, VD, DOD, DKD, DVD, DQD,
+                   H, H_KV, GROUP, N_Q, N_K, BAND, QD, KD, VD, DOD, DKD, DVD, DQD,
                    HEAD_DIM: tl.constexpr, D_PAD: tl.constexpr, BLOCK_M: tl.constexpr,
                    BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr, DQ_MODE: tl.constexpr,
                    USE_TMA: tl.constexpr, UPCAST: tl.constexpr, DOT_PREC: tl.constexpr):
-    pid_n = tl.program_id(0)
-    bhk = tl.program_id(1)
+    if CAUSAL:  # key block 0, which every query row sees, first
+        pid_n, bhk = causal_order(tl.cdiv(N_K, BLOCK_N), BAND, False)
+    else:
+        pid_n = tl.program_id(0)
+        bhk = tl.program_id(1)
     b = bhk // H_KV
     hk = bhk % H_KV
     n0 = pid_n * BLOCK_N
@@ -232,15 +243,16 @@ def dq_step(dq, q, do, lse2, delta, k_src, k_base, v_src, v_base, kv_row, n0, ro
 @triton.jit
 def _attn_bwd_dq(Q, K, V, DO, DQ, LSE, DELTA, qk_scale2, scale,
                  s_qb, s_qh, s_qn, s_kb, s_kh, s_kn, s_vb, s_vh, s_vn, s_db, s_dh, s_dn,
-                 s_gb, s_gh, s_gn, H, GROUP, N_Q, N_K, QD, KD, VD, DOD, DQD,
+                 s_gb, s_gh, s_gn, H, GROUP, N_Q, N_K, BAND, QD, KD, VD, DOD, DQD,
                  HEAD_DIM: tl.constexpr, D_PAD: tl.constexpr, BLOCK_M: tl.constexpr,
                  BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr, USE_TMA: tl.constexpr,
                  UPCAST: tl.constexpr, DOT_PREC: tl.constexpr):
     n_mb = tl.cdiv(N_Q, BLOCK_M)
-    pid_m = tl.program_id(0)
     if CAUSAL:
-        pid_m = n_mb - 1 - pid_m
-    bh = tl.program_id(1)
+        pid_m, bh = causal_order(n_mb, BAND, True)
+    else:
+        pid_m = tl.program_id(0)
+        bh = tl.program_id(1)
     b = bh // H
     h = bh % H
     hk = h // GROUP
@@ -320,7 +332,20 @@ def _common(q: torch.Tensor, causal: bool, tma: bool) -> dict[str, object]:
 
 
 def run_dkdv(  # type: ignore[no-untyped-def]
-    q, k, v, do, lse, delta, causal, scale, cfg, *, dq_acc=None, use_tma=None, host_desc=None
+    q,
+    k,
+    v,
+    do,
+    lse,
+    delta,
+    causal,
+    scale,
+    cfg,
+    *,
+    dq_acc=None,
+    use_tma=None,
+    host_desc=None,
+    band=1,
 ):
     """The dK/dV kernel; with `dq_acc` (fp32, like q) it also adds its dQ share there."""
     b, h, n_q, _ = q.shape
@@ -344,7 +369,8 @@ def run_dkdv(  # type: ignore[no-untyped-def]
         q, k, v, do, dk, dv, acc, lse, delta, scale * LOG2E, scale,
         *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *do.stride()[:3],
         *dk.stride()[:3], *dv.stride()[:3], *acc_strides,
-        h, h_kv, h // h_kv, n_q, n_k, *(descs or (None,) * 7),
+        h, h_kv, h // h_kv, n_q, n_k, band,
+        *(descs or (None,) * 7),
         BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, DQ_MODE=mode, **_common(q, causal, tma),
         **cfg.launch_options(),
     )  # fmt: skip
@@ -352,7 +378,7 @@ def run_dkdv(  # type: ignore[no-untyped-def]
 
 
 def run_dq(  # type: ignore[no-untyped-def]
-    q, k, v, do, lse, delta, causal, scale, cfg, *, use_tma=None, host_desc=None
+    q, k, v, do, lse, delta, causal, scale, cfg, *, use_tma=None, host_desc=None, band=1
 ):
     """The separate dQ kernel: one program per (query block, batch · head)."""
     b, h, n_q, _ = q.shape
@@ -367,7 +393,8 @@ def run_dq(  # type: ignore[no-untyped-def]
     _attn_bwd_dq[(triton.cdiv(n_q, cfg.block_m), b * h)](
         q, k, v, do, dq, lse, delta, scale * LOG2E, scale,
         *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *do.stride()[:3],
-        *dq.stride()[:3], h, h // h_kv, n_q, n_k, *(descs or (None,) * 5),
+        *dq.stride()[:3], h, h // h_kv, n_q, n_k, band,
+        *(descs or (None,) * 5),
         BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, **_common(q, causal, tma),
         **cfg.launch_options(),
     )  # fmt: skip
@@ -390,13 +417,16 @@ def launch_backward(
     dlse: torch.Tensor | None = None,
     use_tma: bool | None = None,
     host_desc: bool | None = None,
+    band: int = 1,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """dQ (like q), dK and dV (like k) for checked inputs; `dlse` is LSE's own gradient, if any.
 
     config: the dK/dV kernel (block_n keys per program, block_m query rows per step).
     dq_config: the separate dQ kernel (block_m rows per program, block_n keys per step).
     host_desc: descriptors made on the host (default: where the route and the shapes allow).
+    band: rows of a causal grid ordered together (`forward.causal_order`; 1: row by row).
     """
+    check_band(band)
     d_pad = pad_dim(q.shape[-1])
     n = max(q.shape[2], k.shape[2])
     mode = dq_mode or default_dq_mode(q.dtype, d_pad, causal, n)
@@ -404,7 +434,7 @@ def launch_backward(
         raise ValueError(f"dq_mode must be one of {DQ_MODES}, got {mode!r}")
     delta = preprocess(o, do, dlse)
     args = (q, k, v, do, lse, delta, causal, scale)
-    how = {"use_tma": use_tma, "host_desc": host_desc}
+    how = {"use_tma": use_tma, "host_desc": host_desc, "band": band}
 
     def dkdv_only(c: KernelConfig) -> object:
         atomic = mode == "atomic"

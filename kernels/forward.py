@@ -100,6 +100,27 @@ def first_row(host, head, n_rows):
 
 
 @triton.jit
+def causal_order(n_blocks, band, HEAVY_LAST: tl.constexpr):
+    """(block, batch·head row) of this program in a causal grid (n_blocks, batch·heads).
+
+    Rows go in bands of `band` consecutive ones; within a band the programs take the heaviest
+    block of every row first, then the next heaviest, so each band, and the grid, ends on short
+    work (band 1, the default: heaviest first within each row, row after row). HEAVY_LAST: the
+    last block is the heaviest (query blocks); else the first (key blocks). Bands of several
+    rows were measured no faster on an H200 (benchmarks/launch_order.py): kept as an option.
+    """
+    n_rows = tl.num_programs(1)
+    pid = tl.program_id(0) + tl.program_id(1) * n_blocks
+    first = pid // (band * n_blocks) * band
+    size = tl.minimum(band, n_rows - first)
+    within = pid - first * n_blocks
+    step = within // size
+    row = first + within - step * size
+    block = n_blocks - 1 - step if HEAVY_LAST else step
+    return block, row
+
+
+@triton.jit
 def online_softmax_step(acc, l, m, s, v, qk_scale2, rows, cols, n_k, off,
                         MASKED: tl.constexpr, CAUSAL: tl.constexpr, POS_SCALE: tl.constexpr,
                         P_DTYPE: tl.constexpr, UPCAST: tl.constexpr, DOT_PREC: tl.constexpr):
@@ -160,16 +181,17 @@ def record_state(TR, pid_m, j, n_kv, m, l, alpha, acc, BLOCK_M: tl.constexpr,
 @triton.jit
 def _attn_fwd(Q, K, V, O, LSE, TR, qk_scale2,
               s_qb, s_qh, s_qn, s_kb, s_kh, s_kn, s_vb, s_vh, s_vn, s_ob, s_oh, s_on,
-              H, GROUP, N_Q, N_K, trace_bh, QD, KD, VD, OD,
+              H, GROUP, N_Q, N_K, trace_bh, BAND, QD, KD, VD, OD,
               HEAD_DIM: tl.constexpr, D_PAD: tl.constexpr, BLOCK_M: tl.constexpr,
               BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr, POS_SCALE: tl.constexpr,
               USE_TMA: tl.constexpr, UPCAST: tl.constexpr, DOT_PREC: tl.constexpr,
               TRACE: tl.constexpr, PREFETCH: tl.constexpr):
     n_mb = tl.cdiv(N_Q, BLOCK_M)
-    pid_m = tl.program_id(0)
-    if CAUSAL:
-        pid_m = n_mb - 1 - pid_m  # longest rows first: the tail of the grid is short work
-    bh = tl.program_id(1)
+    if CAUSAL:  # longest rows first: the tail of the grid is short work
+        pid_m, bh = causal_order(n_mb, BAND, True)
+    else:
+        pid_m = tl.program_id(0)
+        bh = tl.program_id(1)
     b = bh // H
     h = bh % H
     hk = h // GROUP
@@ -281,6 +303,11 @@ def _flat_rows(x: torch.Tensor) -> bool:
     return (h == 1 or s_h == n * s_n) and (b == 1 or s_b == h * s_h)
 
 
+def check_band(band: int) -> None:
+    if isinstance(band, bool) or not isinstance(band, int) or band < 1:
+        raise ValueError(f"band must be a whole number of rows ≥ 1, got {band!r}")
+
+
 def host_descriptors(q, k, v, o, cfg: KernelConfig, d_pad: int, tma: bool, want: bool | None):
     """(Q, K, V, O) descriptors made once on the host, or None where the kernel builds its own."""
     return describe_on_host(
@@ -326,10 +353,12 @@ def launch_forward(
     use_tma: bool | None = None,
     host_desc: bool | None = None,
     trace: tuple[int, torch.Tensor] | None = None,
+    band: int = 1,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Run the forward kernel on checked inputs: (O (B, H, N_q, d), LSE (B, H, N_q) fp32).
 
     `trace=(bh, buffer)` compiles the TRACE variant and fills `buffer` for program row bh.
+    `band`: rows of a causal grid ordered together (`causal_order`; 1: row by row).
     `host_desc` (default: where possible) describes Q, K, V and O to the copy engine once, on
     the host, instead of in every program; it needs the tensor-memory path, whole tiles on both
     sides and each tensor flattenable to (B·H·N, d).
@@ -337,6 +366,7 @@ def launch_forward(
     b, h, n_q, d = q.shape
     n_k = k.shape[2]
     d_pad = pad_dim(d)
+    check_band(band)
     cfg = config or choose_config(
         "fwd", q.dtype, d_pad, causal,
         lambda c: launch_forward(q, k, v, causal, scale, c, use_tma=use_tma),
@@ -352,7 +382,7 @@ def launch_forward(
     _attn_fwd[grid](
         q, k, v, o, lse, tr_buf, scale * LOG2E,
         *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *o.stride()[:3],
-        h, h // k.shape[1], n_q, n_k, tr_bh, *(descs or (None,) * 4),
+        h, h // k.shape[1], n_q, n_k, tr_bh, band, *(descs or (None,) * 4),
         HEAD_DIM=d, D_PAD=d_pad, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, CAUSAL=causal,
         POS_SCALE=scale >= 0, USE_TMA=tma, UPCAST=upcast(q.dtype),
         DOT_PREC=dot_precision(q.dtype), TRACE=trace is not None, PREFETCH=cfg.prefetch,

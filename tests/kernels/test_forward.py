@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import pytest
 import torch
+import triton
+import triton.language as tl
 
 from kernels import KernelConfig, flash_attention, flash_attention_lse
+from kernels.forward import causal_order, launch_forward
 from kernels.reference import attention_forward
 
-from .conftest import assert_close, rand
+from .conftest import DEV, assert_close, rand
 
 F16, BF16, F32 = torch.float16, torch.bfloat16, torch.float32
 
@@ -19,7 +22,10 @@ def check_forward(seed, b, h, h_kv, n_q, n_k, d, causal, dtype=F16, scale=None, 
         rand(b, h_kv, n_k, d, dtype=dtype),
         rand(b, h_kv, n_k, d, dtype=dtype),
     )
-    o, lse = flash_attention_lse(q, k, v, causal, scale, **kw)
+    if "band" in kw:  # launch order: the kernel's own entry point
+        o, lse = launch_forward(q, k, v, causal, scale or d**-0.5, kw.pop("config"), **kw)
+    else:
+        o, lse = flash_attention_lse(q, k, v, causal, scale, **kw)
     ref, ref_lse = attention_forward(q, k, v, causal, scale)
     lowp, _ = attention_forward(q, k, v, causal, scale, dtype=dtype)
     what = f"O b={b} h={h}/{h_kv} n={n_q}x{n_k} d={d} causal={causal} {dtype}"
@@ -90,3 +96,41 @@ def test_strided_inputs(seed: int) -> None:
     ref, _ = attention_forward(q, k, v, True)
     lowp, _ = attention_forward(q, k, v, True, dtype=q.dtype)
     assert_close(o, ref, lowp, "strided O", seed)
+
+
+@triton.jit
+def _order_probe(OUT, n_blocks, band, HEAVY_LAST: tl.constexpr):
+    block, row = causal_order(n_blocks, band, HEAVY_LAST)
+    pid = tl.program_id(0) + tl.program_id(1) * n_blocks
+    tl.store(OUT + 2 * pid, block)
+    tl.store(OUT + 2 * pid + 1, row)
+
+
+@pytest.mark.parametrize("heavy_last", [True, False], ids=["query-blocks", "key-blocks"])
+@pytest.mark.parametrize("band", [1, 2, 3, 7, 10])
+def test_causal_order_covers_the_grid_in_band_order(band: int, heavy_last: bool) -> None:
+    """Every (block, row) once; launch order: a band's rows heaviest block first, band by band."""
+    n_blocks, rows = 5, 7
+    out = torch.full((n_blocks * rows, 2), -1, dtype=torch.int32, device=DEV)
+    _order_probe[(n_blocks, rows)](out, n_blocks, band, HEAVY_LAST=heavy_last)
+    got = [tuple(x) for x in out.cpu().tolist()]
+    want = []
+    for first in range(0, rows, band):
+        for step in range(n_blocks):
+            block = n_blocks - 1 - step if heavy_last else step
+            want += [(block, r) for r in range(first, min(first + band, rows))]
+    assert got == want
+    assert sorted(got) == [(b, r) for b in range(n_blocks) for r in range(rows)]
+
+
+@pytest.mark.parametrize("band", [2, 3])
+def test_banded_causal_order_gives_the_same_output(seed: int, band: int) -> None:
+    """Five (batch, head) rows in bands of 2 or 3 (the last band short), ragged blocks."""
+    check_forward(seed, 1, 5, 1, 97, 97, 32, True, config=KernelConfig(32, 16, 4, 1), band=band)
+
+
+@pytest.mark.parametrize("band", [0, -1, 1.5, True])
+def test_band_must_be_a_positive_whole_number(band) -> None:
+    q = rand(1, 1, 8, 16)
+    with pytest.raises(ValueError, match="band"):
+        launch_forward(q, q, q, True, 0.25, KernelConfig(16, 16, 4, 1), band=band)
