@@ -17,7 +17,8 @@ attention reads K/V head h // group. head_dim is padded to a power of two on chi
 
 TRACE (compile-time): the program of one chosen (batch, head) also stores m, ℓ, α and the
 accumulator after every inner iteration into a side buffer (kernels/instrumented.py). With
-TRACE off that code does not exist in the compiled kernel.
+TRACE off that code does not exist in the compiled kernel. TIMELINE (compile-time, GPU only)
+stores each program's start and end on the global timer and the SM it ran on.
 
 Leaves out: dropout, attention bias, sliding windows, variable-length (packed) batches, fp8,
 and persistent or warp-specialized schedules.
@@ -28,6 +29,7 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
+from triton.language.extra import cuda
 
 from .config import KernelConfig
 from .launch import (
@@ -179,14 +181,16 @@ def record_state(TR, pid_m, j, n_kv, m, l, alpha, acc, BLOCK_M: tl.constexpr,
 
 
 @triton.jit
-def _attn_fwd(Q, K, V, O, LSE, TR, qk_scale2,
+def _attn_fwd(Q, K, V, O, LSE, TR, CLK, qk_scale2,
               s_qb, s_qh, s_qn, s_kb, s_kh, s_kn, s_vb, s_vh, s_vn, s_ob, s_oh, s_on,
               H, GROUP, N_Q, N_K, trace_bh, BAND, QD, KD, VD, OD,
               HEAD_DIM: tl.constexpr, D_PAD: tl.constexpr, BLOCK_M: tl.constexpr,
               BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr, POS_SCALE: tl.constexpr,
               USE_TMA: tl.constexpr, UPCAST: tl.constexpr, DOT_PREC: tl.constexpr,
-              TRACE: tl.constexpr, PREFETCH: tl.constexpr):
+              TRACE: tl.constexpr, PREFETCH: tl.constexpr, TIMELINE: tl.constexpr):
     n_mb = tl.cdiv(N_Q, BLOCK_M)
+    if TIMELINE:
+        t_begin = cuda.globaltimer()
     if CAUSAL:  # longest rows first: the tail of the grid is short work
         pid_m, bh = causal_order(n_mb, BAND, True)
     else:
@@ -291,6 +295,12 @@ def _attn_fwd(Q, K, V, O, LSE, TR, qk_scale2,
     tl.store(LSE + bh.to(tl.int64) * N_Q + rows, lse, mask=rows < N_Q)
     store_rows(o_src, o_base, q_row + m0, N_Q, s_on, o.to(O.dtype.element_ty), HEAD_DIM, BLOCK_M,
                D_PAD, USE_TMA)
+    if TIMELINE:  # this program's start and end (ns, the GPU's global timer) and its SM
+        slot = CLK + 4 * (tl.program_id(0) + tl.program_id(1) * n_mb).to(tl.int64)
+        tl.store(slot, t_begin)
+        tl.store(slot + 1, cuda.globaltimer())
+        tl.store(slot + 2, cuda.smid().to(tl.int64))
+        tl.store(slot + 3, (bh * n_mb + pid_m).to(tl.int64))
 
 
 # fmt: on
@@ -354,11 +364,15 @@ def launch_forward(
     host_desc: bool | None = None,
     trace: tuple[int, torch.Tensor] | None = None,
     band: int = 1,
+    timeline: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Run the forward kernel on checked inputs: (O (B, H, N_q, d), LSE (B, H, N_q) fp32).
 
     `trace=(bh, buffer)` compiles the TRACE variant and fills `buffer` for program row bh.
     `band`: rows of a causal grid ordered together (`causal_order`; 1: row by row).
+    `timeline` (GPU only; int64, 4 per program): compiles the TIMELINE variant, which stores each
+    program's start and end (ns) and SM, and its (batch·head, block) as one index, in launch
+    order (`kernels.timeline`).
     `host_desc` (default: where possible) describes Q, K, V and O to the copy engine once, on
     the host, instead of in every program; it needs the tensor-memory path, whole tiles on both
     sides and each tensor flattenable to (B·H·N, d).
@@ -380,12 +394,13 @@ def launch_forward(
     descs = host_descriptors(q, k, v, o, cfg, d_pad, tma, host_desc)
     prepare_tma(tma and descs is None)
     _attn_fwd[grid](
-        q, k, v, o, lse, tr_buf, scale * LOG2E,
+        q, k, v, o, lse, tr_buf, lse if timeline is None else timeline, scale * LOG2E,
         *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *o.stride()[:3],
         h, h // k.shape[1], n_q, n_k, tr_bh, band, *(descs or (None,) * 4),
         HEAD_DIM=d, D_PAD=d_pad, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, CAUSAL=causal,
         POS_SCALE=scale >= 0, USE_TMA=tma, UPCAST=upcast(q.dtype),
         DOT_PREC=dot_precision(q.dtype), TRACE=trace is not None, PREFETCH=cfg.prefetch,
+        TIMELINE=timeline is not None,
         **cfg.launch_options(),
     )  # fmt: skip
     return o, lse

@@ -13,8 +13,10 @@ import torch
 
 from kernels import KernelConfig, flash_attention, flash_attention_lse, flash_decode
 from kernels.backward import launch_backward
+from kernels.forward import launch_forward
 from kernels.instrumented import measured_trace
 from kernels.reference import attention_backward, attention_forward
+from kernels.timeline import forward_timeline
 from simulator.problem import AttentionProblem, TileConfig
 from simulator.tracing import build_trace
 
@@ -166,3 +168,25 @@ def test_backward_with_host_descriptors_matches_the_reference(seed: int, causal:
             )
             for g, r, lp, name in zip(got, ref, lowp, ("dQ", "dK", "dV"), strict=True):
                 assert_close(g, r, lp, f"{name} {route} host_desc={want} causal={causal}", seed)
+
+
+@pytest.mark.parametrize("band", [1, 3])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_timeline_records_every_program_once(seed: int, causal: bool, band: int) -> None:
+    """One entry per program; ends after starts; real SMs; O as the kernel without the flag."""
+    b, h, n, d = 2, 5, 1000, 64
+    q, k, v = (rand(b, h, n, d) for _ in range(3))
+    cfg = KernelConfig(128, 64, 4, 3)
+    tl = forward_timeline(q, k, v, causal, config=cfg, band=band)
+    n_mb = -(-n // cfg.block_m)
+    assert len(tl.start) == n_mb * b * h
+    assert sorted(zip(tl.row.tolist(), tl.block.tolist(), strict=True)) == [
+        (r, i) for r in range(b * h) for i in range(n_mb)
+    ]
+    assert (tl.end > tl.start).all() and tl.start.min() == 0.0
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    assert tl.sm.min() >= 0 and tl.sm.max() < sms
+    buf = torch.empty((n_mb * b * h, 4), dtype=torch.int64, device="cuda")
+    with_flag, _ = launch_forward(q, k, v, causal, d**-0.5, cfg, band=band, timeline=buf)
+    plain, _ = launch_forward(q, k, v, causal, d**-0.5, cfg, band=band)
+    assert torch.equal(with_flag, plain)

@@ -9,6 +9,7 @@ import torch
 from kernels import KernelConfig
 from kernels.forward import launch_forward
 from kernels.instrumented import measured_trace, trace_forward
+from kernels.timeline import forward_timeline
 from simulator.problem import AttentionProblem, TileConfig
 from simulator.snapshots import block_mean
 from simulator.tracing import build_trace
@@ -81,3 +82,9 @@ def test_untraced_kernel_has_no_side_buffer_stores() -> None:
     buf = torch.full((2, 2, 16, 19), float("nan"))
     launch_forward(q, q, q, False, 0.25, KernelConfig(16, 16, 4, 1), trace=(5, buf))
     assert torch.isnan(buf).all(), "a program outside the chosen one wrote to the trace buffer"
+
+
+def test_timeline_needs_a_gpu() -> None:
+    q = rand(1, 1, 16, 16)
+    with pytest.raises(ValueError, match="CUDA GPU"):
+        forward_timeline(q, q, q, config=KernelConfig(16, 16, 4, 1))
