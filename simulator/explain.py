@@ -38,7 +38,7 @@ def measured_kernel(name: str, measured: list[dict]) -> dict | None:
     return next((k for k in measured if want and want in k.get("name", "")), None)
 
 
-def _ncu_occupancy(k: dict) -> int | None:
+def ncu_occupancy(k: dict) -> int | None:
     limits = [k.get(f"launch__occupancy_limit_{x}") for x in ("registers", "shared_mem", "warps")]
     limits = [v for v in limits if v is not None]
     return int(min(limits)) if limits else None
@@ -68,7 +68,7 @@ def kernel_rows(result: SimResult, measured: list[dict]) -> list[dict]:
             dur = m.get("gpu__time_duration.sum")
             row.update(
                 measured_us=dur / 1e3 if dur is not None else None,
-                measured_ctas_per_sm=_ncu_occupancy(m),
+                measured_ctas_per_sm=ncu_occupancy(m),
                 measured_regs_per_thread=m.get("launch__registers_per_thread"),
                 measured_smem_bytes=m.get("launch__shared_mem_per_block_dynamic"),
                 local_load_bytes=m.get("l1tex__t_bytes_pipe_lsu_mem_local_op_ld.sum"),

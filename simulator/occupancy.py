@@ -1,7 +1,8 @@
 """How many CTAs of a kernel fit on one SM: shared memory, registers, warps, CTA slots.
 
 Shared memory per CTA is the tiles the kernel keeps there, with `stages` buffers for the tiles
-it streams (Triton's software pipeline: one buffer per stage), plus the 1 KiB per CTA that
+it streams (Triton's software pipeline: one buffer per stage), for the forward and dQ kernels
+with two stages or more 1 KiB of Triton's own (`PIPELINE_SMEM`), plus the 1 KiB per CTA that
 CUDA reserves on compute capability 8.0 and later. Register use is an estimate: the fp32 tiles
 a kernel keeps in registers (accumulators and score tiles), spread over the CTA's threads, plus
 a fixed overhead per thread (`Efficiency.reg_overhead`: addresses, loop state, m and ℓ),
@@ -32,6 +33,12 @@ from dataclasses import dataclass
 from .hardware import GPU
 
 RESERVED_SMEM = 1024  # bytes per CTA that CUDA keeps for itself (CC ≥ 8.0)
+# Triton's own shared memory beside the tiles of a pipelined loop (the copy engine's barriers,
+# and the padding that keeps swizzled tiles 1 KiB-aligned after them): ncu measured the
+# forward's and the dQ kernel's dynamic shared memory at the tiles' + 16 to 1024 bytes; the
+# model takes the larger (it decides the d = 64 64×64 three-stage forward: 3 CTAs, not 4).
+PIPELINE_SMEM = 1024
+PIPELINED_KINDS = ("fwd", "bwd_dq")
 REG_UNIT = 8  # registers per thread are allocated in multiples of this
 MAX_REGS = 255
 WGMMA_ROWS = 64  # rows of one warpgroup's matrix-multiply instruction on Hopper
@@ -85,6 +92,9 @@ def footprint(
         "naive_pv": (s * (r * bn + bn * d), r * d),
         "rowwise": (0, r * d),
     }[kind]
+    smem = int(smem_elems * e)
+    if kind in PIPELINED_KINDS and stages >= 2:  # a loop pipelined through the copy engine
+        smem += PIPELINE_SMEM
     threads = 32 * warps
     overhead = gpu.efficiency.reg_overhead
     want = int(-(-(overhead + -(-reg_elems // threads)) // REG_UNIT) * REG_UNIT)
@@ -95,8 +105,8 @@ def footprint(
         # overhead: addresses and loop state are recomputed), and spills only beyond that: the
         # forward estimated at 144–160 registers compiled to 122–128 under a cap of 128 with
         # little or no local traffic (benchmarks/results/register-cap-h200-*.json).
-        return Footprint(int(smem_elems * e), min(want, maxnreg), warps, want - overhead > maxnreg)
-    return Footprint(int(smem_elems * e), min(want, limit), warps, want > limit)
+        return Footprint(smem, min(want, maxnreg), warps, want - overhead > maxnreg)
+    return Footprint(smem, min(want, limit), warps, want > limit)
 
 
 def occupancy(fp: Footprint, gpu: GPU) -> Occupancy:
