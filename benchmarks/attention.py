@@ -18,11 +18,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import statistics
 import sys
 import time
-from datetime import UTC, datetime
 from pathlib import Path
 
 import torch
@@ -34,6 +32,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import kernels  # noqa: E402
+from benchmarks.hostinfo import gpu_header  # noqa: E402
 from benchmarks.workers import run_workers  # noqa: E402
 from kernels import flash_attention, flash_decode  # noqa: E402
 from kernels.config import KernelConfig  # noqa: E402
@@ -192,16 +191,8 @@ def main() -> None:
     t0 = time.time()
     warm(8)
     print(f"kernels compiled in {time.time() - t0:.0f} s", flush=True)
-    name = torch.cuda.get_device_name()
-    props = torch.cuda.get_device_properties(0)
     result = {
-        "device": name,
-        "sms": props.multi_processor_count,
-        "l2_bytes": int(getattr(props, "L2_cache_size", 0)),
-        "date": datetime.now(UTC).date().isoformat(),
-        "python": platform.python_version(),
-        "torch": torch.__version__,
-        "triton": triton.__version__,
+        **gpu_header(),
         "protocol": "batch*N = 16384, heads = 2048/d; fwd FLOPs 4BHN^2d (x0.5 causal), bwd x2.5; "
         f"median of triton.testing.do_bench; row ms = median of {args.repeats} passes "
         "(every other pass in reverse order)",
@@ -249,7 +240,7 @@ def main() -> None:
         print(json.dumps(row), flush=True)
     result["rows"] = rows
     args.out.mkdir(parents=True, exist_ok=True)
-    tag = name.replace(" ", "-").replace("/", "-")
+    tag = result["device"].replace(" ", "-").replace("/", "-")
     path = args.out / f"attention-{tag}-{result['date']}.json"
     path.write_text(json.dumps(result, indent=1) + "\n")
     print(f"wrote {path} after {time.time() - t0:.0f} s", flush=True)

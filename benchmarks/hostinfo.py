@@ -26,3 +26,23 @@ def package_versions(dists: tuple[str, ...], missing: str | None) -> dict[str, s
         except metadata.PackageNotFoundError:
             out[dist] = missing
     return out
+
+
+def gpu_header() -> dict:
+    """The fields every GPU benchmark result opens with: device, SMs, L2, date and versions."""
+    import platform
+    from datetime import UTC, datetime
+
+    import torch
+    import triton
+
+    props = torch.cuda.get_device_properties(0)
+    return {
+        "device": torch.cuda.get_device_name(),
+        "sms": props.multi_processor_count,
+        "l2_bytes": int(getattr(props, "L2_cache_size", 0)),
+        "date": datetime.now(UTC).date().isoformat(),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "triton": triton.__version__,
+    }

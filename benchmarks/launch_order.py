@@ -18,20 +18,18 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import statistics
 import sys
 import time
-from datetime import UTC, datetime
 from pathlib import Path
 
 import torch
-import triton
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.attention import DTYPES, HEAD_DIMS, attention_fn, flops  # noqa: E402
+from benchmarks.hostinfo import gpu_header  # noqa: E402
 from kernels.backward import launch_backward  # noqa: E402
 from kernels.forward import launch_forward  # noqa: E402
 from kernels.timing import input_sets, l2_bytes, median_ms  # noqa: E402
@@ -133,23 +131,15 @@ def main() -> None:
             f"{g['sdpa-cudnn'] / g['band1']:.3f} → {g['sdpa-cudnn'] / g['l2']:.3f}",
             flush=True,
         )
-    props = torch.cuda.get_device_properties(0)
-    name = torch.cuda.get_device_name()
     result = {
-        "device": name,
-        "sms": props.multi_processor_count,
-        "l2_bytes": int(getattr(props, "L2_cache_size", 0)),
-        "date": datetime.now(UTC).date().isoformat(),
-        "python": platform.python_version(),
-        "torch": torch.__version__,
-        "triton": triton.__version__,
+        **gpu_header(),
         "protocol": "causal only; batch*N = 16384, heads = 2048/d; median of do_bench; row ms = "
         f"median of {args.repeats} passes (every other in reverse order); bwd = launch_backward "
         "(flashscope) or autograd.grad (sdpa-cudnn)",
         "rows": rows,
     }
     args.out.mkdir(parents=True, exist_ok=True)
-    tag = name.replace(" ", "-").replace("/", "-")
+    tag = result["device"].replace(" ", "-").replace("/", "-")
     path = args.out / f"launch-order-{tag}-{result['date']}.json"
     path.write_text(json.dumps(result, indent=1) + "\n")
     print(f"wrote {path} after {time.time() - t0:.0f} s", flush=True)

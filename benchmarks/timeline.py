@@ -20,19 +20,17 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
-import platform
 import sys
 import time
-from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
 import torch
-import triton
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.hostinfo import gpu_header  # noqa: E402
 from benchmarks.launch_order import l2_band  # noqa: E402
 from kernels.forward import launch_forward  # noqa: E402
 from kernels.measure import kernel_configs  # noqa: E402
@@ -95,21 +93,13 @@ def main() -> None:
                 f"{rec['span_us']:.1f} µs, dataset {r['measured_us']:.1f} µs",
                 flush=True,
             )
-    props = torch.cuda.get_device_properties(0)
-    name = torch.cuda.get_device_name()
     result = {
-        "device": name,
-        "sms": props.multi_processor_count,
-        "l2_bytes": int(getattr(props, "L2_cache_size", 0)),
-        "date": datetime.now(UTC).date().isoformat(),
-        "python": platform.python_version(),
-        "torch": torch.__version__,
-        "triton": triton.__version__,
+        **gpu_header(),
         "dataset": args.dataset.name,
         "records": records,
     }
     args.out.mkdir(parents=True, exist_ok=True)
-    tag = name.replace(" ", "-").replace("/", "-")
+    tag = result["device"].replace(" ", "-").replace("/", "-")
     seqs = "-".join(f"n{n}" for n in args.seq)
     path = args.out / f"timeline-{tag}-{result['date']}-{seqs}.json.gz"
     path.write_bytes(gzip.compress((json.dumps(result) + "\n").encode(), mtime=0))
