@@ -32,7 +32,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import kernels  # noqa: E402
-from benchmarks.hostinfo import gpu_header  # noqa: E402
+from benchmarks.hostinfo import gpu_header, result_path  # noqa: E402
 from benchmarks.workers import run_workers  # noqa: E402
 from kernels import flash_attention, flash_decode  # noqa: E402
 from kernels.config import KernelConfig  # noqa: E402
@@ -239,9 +239,7 @@ def main() -> None:
         rows.append(row)
         print(json.dumps(row), flush=True)
     result["rows"] = rows
-    args.out.mkdir(parents=True, exist_ok=True)
-    tag = result["device"].replace(" ", "-").replace("/", "-")
-    path = args.out / f"attention-{tag}-{result['date']}.json"
+    path = result_path(args.out, "attention", result)
     path.write_text(json.dumps(result, indent=1) + "\n")
     print(f"wrote {path} after {time.time() - t0:.0f} s", flush=True)
 

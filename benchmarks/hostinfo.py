@@ -46,3 +46,10 @@ def gpu_header() -> dict:
         "torch": torch.__version__,
         "triton": triton.__version__,
     }
+
+
+def result_path(out: Path, kind: str, header: dict, suffix: str = ".json") -> Path:
+    """out/<kind>-<device>-<date><suffix> for a result opened by `gpu_header` (out is made)."""
+    out.mkdir(parents=True, exist_ok=True)
+    tag = header["device"].replace(" ", "-").replace("/", "-")
+    return out / f"{kind}-{tag}-{header['date']}{suffix}"

@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.attention import DTYPES, HEAD_DIMS, attention_fn, flops  # noqa: E402
-from benchmarks.hostinfo import gpu_header  # noqa: E402
+from benchmarks.hostinfo import gpu_header, result_path  # noqa: E402
 from kernels.backward import launch_backward  # noqa: E402
 from kernels.forward import launch_forward  # noqa: E402
 from kernels.timing import input_sets, l2_bytes, median_ms  # noqa: E402
@@ -138,9 +138,7 @@ def main() -> None:
         "(flashscope) or autograd.grad (sdpa-cudnn)",
         "rows": rows,
     }
-    args.out.mkdir(parents=True, exist_ok=True)
-    tag = result["device"].replace(" ", "-").replace("/", "-")
-    path = args.out / f"launch-order-{tag}-{result['date']}.json"
+    path = result_path(args.out, "launch-order", result)
     path.write_text(json.dumps(result, indent=1) + "\n")
     print(f"wrote {path} after {time.time() - t0:.0f} s", flush=True)
 

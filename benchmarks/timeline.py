@@ -11,7 +11,7 @@ heaviest blocks of a band of heads first (`band`, benchmarks/launch_order.py's L
 Each record keeps, per program in launch order, start and end in µs from the first start, the
 SM, and the (batch·head, query block), beside the do_bench median of the same call (the
 timeline's own span includes the global timer's reads and stores). The simulator's schedule of
-the same configuration is compared offline (`python -m simulator.timeline_check`).
+the same configuration is compared with it in tests/simulator/test_shipped_timeline.py.
 Writes DIR/timeline-<gpu>-<date>-n<seq>….json.gz (gzip: the per-program arrays are large).
 """
 
@@ -30,7 +30,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.hostinfo import gpu_header  # noqa: E402
+from benchmarks.hostinfo import gpu_header, result_path  # noqa: E402
 from benchmarks.launch_order import l2_band  # noqa: E402
 from kernels.forward import launch_forward  # noqa: E402
 from kernels.measure import kernel_configs  # noqa: E402
@@ -98,10 +98,8 @@ def main() -> None:
         "dataset": args.dataset.name,
         "records": records,
     }
-    args.out.mkdir(parents=True, exist_ok=True)
-    tag = result["device"].replace(" ", "-").replace("/", "-")
     seqs = "-".join(f"n{n}" for n in args.seq)
-    path = args.out / f"timeline-{tag}-{result['date']}-{seqs}.json.gz"
+    path = result_path(args.out, "timeline", result, f"-{seqs}.json.gz")
     path.write_bytes(gzip.compress((json.dumps(result) + "\n").encode(), mtime=0))
     print(f"wrote {path} after {time.time() - t0:.0f} s", flush=True)
 

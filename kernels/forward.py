@@ -102,6 +102,12 @@ def first_row(host, head, n_rows):
 
 
 @triton.jit
+def launch_index(n_blocks):
+    """This program's place in launch order in a grid (n_blocks, rows): program_id 0 fastest."""
+    return tl.program_id(0) + tl.program_id(1) * n_blocks
+
+
+@triton.jit
 def causal_order(n_blocks, band, HEAVY_LAST: tl.constexpr):
     """(block, batch·head row) of this program in a causal grid (n_blocks, batch·heads).
 
@@ -112,7 +118,7 @@ def causal_order(n_blocks, band, HEAVY_LAST: tl.constexpr):
     rows were measured no faster on an H200 (benchmarks/launch_order.py): kept as an option.
     """
     n_rows = tl.num_programs(1)
-    pid = tl.program_id(0) + tl.program_id(1) * n_blocks
+    pid = launch_index(n_blocks)
     first = pid // (band * n_blocks) * band
     size = tl.minimum(band, n_rows - first)
     within = pid - first * n_blocks
@@ -296,7 +302,7 @@ def _attn_fwd(Q, K, V, O, LSE, TR, CLK, qk_scale2,
     store_rows(o_src, o_base, q_row + m0, N_Q, s_on, o.to(O.dtype.element_ty), HEAD_DIM, BLOCK_M,
                D_PAD, USE_TMA)
     if TIMELINE:  # this program's start and end (ns, the GPU's global timer) and its SM
-        slot = CLK + 4 * (tl.program_id(0) + tl.program_id(1) * n_mb).to(tl.int64)
+        slot = CLK + 4 * launch_index(n_mb).to(tl.int64)
         tl.store(slot, t_begin)
         tl.store(slot + 1, cuda.globaltimer())
         tl.store(slot + 2, cuda.smid().to(tl.int64))

@@ -48,9 +48,9 @@ def forward_timeline(
     warmup: int = 3,
 ) -> Timeline:
     """Run the TIMELINE forward `warmup` times, then once more, recorded."""
+    shapes = check_attention(q, k, v, causal, sm_scale)
     if interpreting() or not q.is_cuda:
         raise ValueError("a timeline needs a CUDA GPU: the interpreter has no global timer")
-    shapes = check_attention(q, k, v, causal, sm_scale)
     q, k, v = (last_dim_contiguous(x) for x in (q, k, v))
     n_mb = triton.cdiv(shapes.seq_q, config.block_m)
     programs = n_mb * shapes.batch * shapes.heads
