@@ -145,6 +145,11 @@ def run(args: argparse.Namespace) -> int:
         fit_doc["start"] = str(args.start) if args.start else "preset defaults and ceilings"
         if args.measured:
             fit_doc["measured"] = [str(m) for m in args.measured]
+        if start_doc is not None:
+            carried = _carried(start_doc, args.start, {*values, *fitted_hw})
+            if carried:
+                fit_doc["carried"] = carried
+                values = {**carried["fields"], **values}
         eff.update(values)
         hw.update(fitted_hw)
     versions = env.get("versions") or {k: env.get(k) for k in ("torch", "triton", "cuda")}
@@ -227,13 +232,45 @@ def _start_from(gpu, doc: dict):
     from simulator.fitting import HARDWARE_FIELDS, apply
     from simulator.hardware import EFFICIENCY_FIELDS
 
-    values = (doc.get("fit") or {}).get("values")
-    if not isinstance(values, dict):
+    if not isinstance((doc.get("fit") or {}).get("values"), dict):
         raise ValueError('no fitted values ("fit": {"values": …}) in that calibration')
+    values = _start_values(doc)
     unknown = sorted(set(values) - set(EFFICIENCY_FIELDS) - set(HARDWARE_FIELDS))
     if unknown:
         raise ValueError(f"unknown fitted fields {unknown}")
     return apply(gpu, values)
+
+
+def _start_values(doc: dict) -> dict:
+    """The values a calibration fitted, and those it carried from another, by field."""
+    fit = doc.get("fit") or {}
+    carried = (fit.get("carried") or {}).get("fields") or {}
+    return {**carried, **(fit.get("values") or {})}
+
+
+def _carried(start_doc: dict, start: Path, fitted: set[str]) -> dict | None:
+    """The --start calibration's values of the fields this fit did not fit (its dataset has
+    no rows that exercise them, e.g. the reduce-adds without atomic-route rows), to keep in
+    the new file with where they came from; None when there are none."""
+    from simulator.fitting import HARDWARE_FIELDS
+
+    fields = {
+        k: v for k, v in _start_values(start_doc).items()
+        if k not in fitted and k not in HARDWARE_FIELDS
+    }  # fmt: skip
+    if not fields:
+        return None
+    record = {
+        "from": str(start),
+        "fields": fields,
+        "why": "not fitted here (no rows of these datasets exercise them): the --start "
+        "calibration's values, kept",
+    }
+    earlier = (start_doc.get("fit") or {}).get("carried") or {}
+    if set(earlier.get("fields") or {}) & set(fields):  # carried there too: say from where
+        record["first_from"] = earlier.get("first_from") or earlier.get("from")
+        record["first_why"] = earlier.get("first_why") or earlier.get("why")
+    return record
 
 
 def _fit(gpu, rows: list[dict], max_evals: int) -> tuple[dict, dict, dict]:

@@ -178,3 +178,36 @@ def test_calibrate_fits_the_power_cap_first_where_kernels_were_timed_alone(tmp_p
     assert main([*args, "--measured", str(_fake_dataset(tmp_path, seed))]) == 0
     assert json.loads(out.read_text())["fit"]["power"] is None
     assert "power cap not fitted" in capsys.readouterr().err
+
+
+def test_calibrate_keeps_the_start_files_values_of_fields_it_cannot_fit(tmp_path):
+    """A dataset without atomic-route rows cannot fit the L2's reduce-adds: a refit started
+    from a calibration that fitted (or carried) them keeps its values and says so."""
+    seed = random.SystemRandom().randrange(2**31)
+    rng = random.Random(seed)
+    data = _fake_dataset(tmp_path, seed)
+    assert not any(
+        r["config"].get("route") == "atomic" for r in json.loads(data.read_text())["rows"]
+    )
+    start = json.loads(CALIBRATION.read_text())
+    reduce = {"l2_reduce": rng.uniform(0.3, 0.9), "reduce_op_ns": rng.uniform(50.0, 400.0)}
+    start["fit"]["values"].update(reduce)
+    start_path = tmp_path / "start.json"
+    start_path.write_text(json.dumps(start))
+    args = ["calibrate", "--ceilings", str(CALIBRATION), "--measured", str(data),
+            "--max-evals", "20"]  # fmt: skip
+    first = tmp_path / "first.json"
+    assert main([*args, "--out", str(first), "--start", str(start_path)]) == 0, seed
+    doc = json.loads(first.read_text())
+    carried = doc["fit"]["carried"]
+    assert carried["fields"] == reduce and carried["from"] == str(start_path), seed
+    assert "l2_reduce" not in doc["fit"]["params"]
+    for k, v in reduce.items():
+        assert doc["efficiency"][k] == v, (k, seed)
+    # refit again from that file: still kept, and where they first came from is still said
+    again = tmp_path / "again.json"
+    assert main([*args, "--out", str(again), "--start", str(first)]) == 0, seed
+    doc = json.loads(again.read_text())
+    assert doc["fit"]["carried"]["fields"] == reduce, seed
+    assert doc["fit"]["carried"]["first_from"] == str(start_path), seed
+    assert doc["efficiency"]["l2_reduce"] == reduce["l2_reduce"], seed
