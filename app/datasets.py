@@ -7,6 +7,7 @@ measurements made elsewhere (device, date and versions travel with each file).
 
 from __future__ import annotations
 
+import gzip
 import json
 import threading
 from pathlib import Path
@@ -60,3 +61,54 @@ class Datasets:
             ):
                 best[key] = doc
         return best
+
+
+TIMELINE_PATTERN = "timeline-*.json.gz"
+
+
+class Timelines:
+    """Measured schedules (benchmarks/timeline.py: each CTA's start, end and SM of one launch)
+    by (GPU preset key, configuration id), from the gzipped files of Settings.results_dir.
+
+    Only records in the kernel's default launch order (band 1) are indexed: those are the
+    runs the validation datasets time. Files are re-read when they change on disk.
+    """
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = Path(folder)
+        self._cache: dict[Path, tuple[float, dict[tuple[str, str], dict[str, Any]]]] = {}
+        self._lock = threading.Lock()
+
+    def _read(self, path: Path) -> dict[tuple[str, str], dict[str, Any]]:
+        try:
+            mtime = path.stat().st_mtime
+        except OSError:
+            return {}
+        with self._lock:
+            hit = self._cache.get(path)
+            if hit and hit[0] == mtime:
+                return hit[1]
+        try:
+            doc = json.loads(gzip.decompress(path.read_bytes()))
+        except (OSError, EOFError, ValueError):
+            return {}
+        index: dict[tuple[str, str], dict[str, Any]] = {}
+        records = doc.get("records") if isinstance(doc, dict) else None
+        for rec in records if isinstance(records, list) else []:
+            config = rec.get("config") if isinstance(rec, dict) else None
+            if not isinstance(config, dict) or rec.get("band", 1) != 1:
+                continue
+            if not all(isinstance(rec.get(k), list) for k in ("start_us", "end_us", "sm")):
+                continue
+            rec = {**rec, "device": doc.get("device"), "date": doc.get("date"), "file": path.name}
+            index[(str(config.get("gpu")), str(rec.get("id")))] = rec
+        with self._lock:
+            self._cache[path] = (mtime, index)
+        return index
+
+    def get(self, gpu: str, config_id: str) -> dict[str, Any] | None:
+        """The record of `config_id` on `gpu` in the last file by name (names carry the date)."""
+        found = None
+        for path in sorted(self.folder.glob(TIMELINE_PATTERN)):
+            found = self._read(path).get((gpu, config_id), found)
+        return found

@@ -13,7 +13,7 @@ from fastapi.templating import Jinja2Templates
 from . import __version__
 from .bodylimit import BodyLimitMiddleware
 from .config import Settings, get_settings
-from .datasets import Datasets
+from .datasets import Datasets, Timelines
 from .errors import validation_handler, value_handler
 from .ratelimit import RateLimiter, RateLimitMiddleware, rates_from
 from .rooms import Rooms
@@ -67,6 +67,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.runs = RunService(settings)
     app.state.rooms = Rooms(settings)
     app.state.datasets = Datasets(settings.results_dir)
+    app.state.timelines = Timelines(settings.results_dir)
     app.state.rate_limiter = RateLimiter(rates_from(settings), settings.rate_max_clients)
     app.mount("/static", StaticFiles(directory=settings.static_dir), name="static")
     app.add_exception_handler(RequestValidationError, validation_handler)  # type: ignore[arg-type]

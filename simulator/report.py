@@ -94,34 +94,101 @@ def summary(r: SimResult) -> dict:
     }
 
 
+def _shown_sms(sm: np.ndarray, sms: int, max_ctas: int) -> int:
+    """How many SMs (from SM 0) to draw so that at most `max_ctas` bars are drawn (≥ 1)."""
+    if len(sm) <= max_ctas:
+        return sms
+    per_sm = np.bincount(sm, minlength=sms)
+    return max(1, int(np.searchsorted(np.cumsum(per_sm), max_ctas, side="right")))
+
+
+def _cta_bars(name: str, sm: np.ndarray, start_us: np.ndarray, end_us: np.ndarray, shown: int):
+    keep = sm < shown
+    return {
+        "type": "bar",
+        "orientation": "h",
+        "name": name,
+        "y": sm[keep].tolist(),
+        "base": start_us[keep].tolist(),
+        "x": (end_us - start_us)[keep].tolist(),
+        "customdata": np.flatnonzero(keep).tolist(),
+        "hovertemplate": "CTA %{customdata} on SM %{y}<br>%{base:.1f} → +%{x:.1f} µs",
+    }
+
+
+def _gantt_layout(shown: int, sms: int, ctas: int) -> dict:
+    return {
+        "barmode": "overlay",
+        "xaxis": {"title": {"text": "time (µs)"}},
+        "yaxis": {"title": {"text": "SM"}, "autorange": "reversed"},
+        "meta": {"sms_shown": shown, "sms": sms, "ctas": ctas},
+    }
+
+
 def gantt(r: SimResult, max_ctas: int = 20000) -> dict:
     """SM Gantt chart: one horizontal bar per CTA (y = SM, from start to end, µs), one trace
     per kernel. Beyond `max_ctas` CTAs only the first SMs are shown (all of their CTAs)."""
     n_total = sum(k.n_ctas for k in r.kernels)
-    shown_sms = r.gpu.sms
-    if n_total > max_ctas:
-        per_sm = np.bincount(np.concatenate([k.sm for k in r.kernels]), minlength=r.gpu.sms)
-        shown_sms = max(1, int(np.searchsorted(np.cumsum(per_sm), max_ctas, side="right")))
+    shown = _shown_sms(np.concatenate([k.sm for k in r.kernels]), r.gpu.sms, max_ctas)
+    data = [_cta_bars(k.name, k.sm, k.start * 1e6, k.end * 1e6, shown) for k in r.kernels]
+    return {"data": data, "layout": _gantt_layout(shown, r.gpu.sms, n_total)}
+
+
+def measured_gantt(name: str, start_us, end_us, sm, sms: int, max_ctas: int = 20000) -> dict:
+    """The same chart for a measured schedule (each CTA's start and end on the GPU's timer,
+    µs, and its SM), from the first start."""
+    start, end, on = (np.asarray(x) for x in (start_us, end_us, sm))
+    t0 = float(start.min()) if start.size else 0.0
+    shown = _shown_sms(on, sms, max_ctas)
+    return {
+        "data": [_cta_bars(name, on, start - t0, end - t0, shown)],
+        "layout": _gantt_layout(shown, sms, int(start.size)),
+    }
+
+
+def resident_per_sm(start, end, sms: int) -> float:
+    """CTAs resident per SM on average over a launch: Σ durations / (span · SMs)."""
+    start, end = np.asarray(start, dtype=float), np.asarray(end, dtype=float)
+    return float((end - start).sum() / ((end.max() - start.min()) * sms))
+
+
+def running(start, end) -> tuple[np.ndarray, np.ndarray]:
+    """CTAs running over time, a step function from the first start: (times, count from each
+    time on); an end before a start at the same instant."""
+    start, end = np.asarray(start, dtype=float), np.asarray(end, dtype=float)
+    t = np.concatenate([start, end]) - (start.min() if start.size else 0.0)
+    delta = np.concatenate([np.ones(start.size), -np.ones(end.size)])
+    order = np.lexsort((delta, t))
+    return t[order], np.cumsum(delta[order])
+
+
+def running_comparison(measured: tuple, simulated: tuple, points: int = 2000) -> dict:
+    """CTAs running on the whole GPU over time, measured against simulated: two step lines
+    (µs from each launch's first start; `measured` and `simulated` are (start, end) in µs),
+    each sampled at no more than `points` steps."""
     data = []
-    for k in r.kernels:
-        keep = k.sm < shown_sms
+    for name, (start, end), dash in (
+        ("measured", measured, "solid"),
+        ("simulated", simulated, "dash"),
+    ):
+        t, n = running(start, end)
+        if t.size > points:  # keep every step's value at evenly spaced instants
+            grid = np.linspace(0.0, float(t[-1]), points)
+            n = n[np.searchsorted(t, grid, side="right") - 1]
+            t = grid
         data.append(
             {
-                "type": "bar",
-                "orientation": "h",
-                "name": k.name,
-                "y": k.sm[keep].tolist(),
-                "base": (k.start[keep] * 1e6).tolist(),
-                "x": ((k.end - k.start)[keep] * 1e6).tolist(),
-                "customdata": np.flatnonzero(keep).tolist(),
-                "hovertemplate": "CTA %{customdata} on SM %{y}<br>%{base:.1f} → +%{x:.1f} µs",
+                "type": "scatter",
+                "mode": "lines",
+                "line": {"shape": "hv", "dash": dash},
+                "name": name,
+                "x": t.tolist(),
+                "y": n.tolist(),
             }
         )
     layout = {
-        "barmode": "overlay",
-        "xaxis": {"title": {"text": "time (µs)"}},
-        "yaxis": {"title": {"text": "SM"}, "autorange": "reversed"},
-        "meta": {"sms_shown": shown_sms, "sms": r.gpu.sms, "ctas": n_total},
+        "xaxis": {"title": {"text": "time from the first CTA's start (µs)"}},
+        "yaxis": {"title": {"text": "CTAs running"}, "rangemode": "tozero"},
     }
     return {"data": data, "layout": layout}
 

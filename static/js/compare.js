@@ -268,6 +268,32 @@ function renderTimeline() {
   );
 }
 
+/** The measured schedule, where benchmarks/timeline.py recorded one for this configuration. */
+function renderMeasured() {
+  const m = view.data.chosen.measured_schedule;
+  const note = $("measured-note");
+  for (const id of ["running", "measured-timeline"]) $(id).hidden = !m;
+  if (!m) {
+    for (const id of ["running", "measured-timeline"]) Plotly.purge(id);
+    note.textContent = "No measured schedule for this configuration (recorded for the H200's forward rows at N = 1024 and 4096).";
+    return;
+  }
+  const r = m.resident_per_sm;
+  note.textContent = `${m.device}, ${m.date}: ${m.ctas.toLocaleString("en-US")} CTAs in ${us(m.span_us)} (simulated ${us(m.simulated_span_us)}); CTAs resident per SM ${r.measured.toFixed(2)} measured, ${r.simulated.toFixed(2)} simulated.`;
+  Plotly.react(
+    "running",
+    m.running.data,
+    { ...baseLayout, ...m.running.layout, height: 260, legend: { orientation: "h", y: 1.15 } },
+    plotConfig,
+  );
+  Plotly.react(
+    "measured-timeline",
+    m.gantt.data,
+    { ...baseLayout, ...m.gantt.layout, height: 340, margin: { ...baseLayout.margin, l: 48, t: 48 }, showlegend: false, title: { text: "measured SM timeline (one bar per CTA)", font: { size: 12 } } },
+    plotConfig,
+  );
+}
+
 function render() {
   const c = view.data.chosen;
   $("now").textContent = `${c.id}: ${c.tiles}${c.route ? `, ${c.route} route` : ""} — measured ${us(c.measured_us)}, simulated ${us(c.simulated_us)} (${pct(c.error_pct)}), ${c.subset === "fit" ? "fitted on" : "held out"}.`;
@@ -285,6 +311,7 @@ function render() {
   renderErrors();
   renderBreakdown();
   renderTimeline();
+  renderMeasured();
   bindClicks();
   writeParams(view.params);
   document.body.dataset.step = view.step;

@@ -100,3 +100,38 @@ def test_the_newest_dataset_per_gpu_wins_and_bad_files_are_skipped(tmp_path):
     with TestClient(create_app(Settings(results_dir=tmp_path))) as c:
         body = c.get("/api/compare").json()
         assert body["dataset"]["date"] == "2999-01-01" and len(body["rows"]) == 3
+
+
+def test_a_recorded_schedule_is_shown_beside_the_simulated_one(client):
+    """H200 forward rows at N = 1024 and 4096 carry the schedule benchmarks/timeline.py
+    recorded: CTAs running over time, measured and simulated, and the measured SM timeline."""
+    import gzip
+    import random
+
+    import numpy as np
+
+    path = next((ROOT / "benchmarks" / "results").glob("timeline-NVIDIA-H200-*.json.gz"))
+    records = json.loads(gzip.decompress(path.read_bytes()))["records"]
+    rec = random.choice([r for r in records if r["band"] == 1])
+    c = client.get(f"/api/compare?gpu=h200&id={rec['id']}").json()["chosen"]
+    m = c["measured_schedule"]
+    assert m is not None, rec["id"]
+    start, end = np.array(rec["start_us"]), np.array(rec["end_us"])
+    assert m["ctas"] == start.size and m["file"] == path.name
+    measured, simulated = m["running"]["data"]
+    assert measured["name"] == "measured" and simulated["name"] == "simulated"
+    # the step line's area is the CTAs' summed lifetimes (sampled: within a step's width)
+    x, y = np.array(measured["x"]), np.array(measured["y"])
+    area = float((np.diff(x) * y[:-1]).sum())
+    assert area == pytest.approx(float((end - start).sum()), rel=0.02), rec["id"]
+    assert max(y) <= 132 * 16 and y[-1] == 0
+    r = m["resident_per_sm"]
+    assert r["measured"] == pytest.approx((end - start).sum() / ((end.max() - start.min()) * 132))
+    assert (
+        abs(r["simulated"] / r["measured"] - 1) < 0.05
+    )  # as tests/simulator/test_shipped_timeline
+    bars = m["gantt"]["data"][0]
+    shown = m["gantt"]["layout"]["meta"]["sms_shown"]
+    assert len(bars["y"]) == int((np.array(rec["sm"]) < shown).sum())
+    # a row without a recorded schedule (a backward, or the H100) has none
+    assert client.get("/api/compare?gpu=h100-sxm").json()["chosen"]["measured_schedule"] is None

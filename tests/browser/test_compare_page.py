@@ -86,3 +86,27 @@ def test_unknown_configuration_shows_the_error(page, live_server):
     errors.wait_for(state="visible")
     assert "no configuration 'no-such-config'" in errors.inner_text()
     assert page.log.page_errors == [] and page.log.external_requests == []
+
+
+def test_a_recorded_schedule_is_drawn_where_there_is_one(page, live_server):
+    """An H200 forward row at N = 1024 has a measured schedule: both plots and the note; a
+    backward row has none, and the page says so instead of drawing stale plots."""
+    page.goto(f"{live_server}/compare?gpu=h200&id=fwd-d64-causal-n1024-t1")
+    _wait_config(page, "fwd-d64-causal-n1024-t1")
+    for fig in ("running", "measured-timeline"):
+        assert page.locator(f"#{fig}").is_visible(), fig
+        assert page.locator(f"#{fig} .main-svg").count() >= 1, fig
+    names = page.evaluate("() => document.getElementById('running').data.map(t => t.name)")
+    assert names == ["measured", "simulated"]
+    note = page.locator("#measured-note").inner_text()
+    assert "NVIDIA H200" in note and "resident per SM" in note
+    page.select_option("#config-select", "bwd-d64-full-n1024-t0")
+    _wait_config(page, "bwd-d64-full-n1024-t0")
+    assert not page.locator("#running").is_visible()
+    assert "No measured schedule" in page.locator("#measured-note").inner_text()
+    page.select_option("#config-select", "fwd-d128-full-n4096-t2")
+    _wait_config(page, "fwd-d128-full-n4096-t2")
+    assert page.locator("#running").is_visible()
+    screenshot(page, "compare-schedule")
+    assert page.log.console_errors == [] and page.log.page_errors == []
+    assert page.log.external_requests == []

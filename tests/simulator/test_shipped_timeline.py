@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from simulator.hardware import from_name
+from simulator.report import resident_per_sm
 from simulator.validation import simulate_config
 
 PATH = (
@@ -17,11 +18,6 @@ PATH = (
     / "results"
     / "timeline-NVIDIA-H200-2026-11-21-n1024-n4096.json.gz"
 )
-
-
-def busy_ctas_per_sm(start: np.ndarray, end: np.ndarray, sms: int) -> float:
-    """CTAs resident per SM on average over the launch: Σ durations / (span · SMs)."""
-    return float((end - start).sum() / ((end.max() - start.min()) * sms))
 
 
 def test_simulated_co_residency_matches_the_measured_schedules():
@@ -35,8 +31,8 @@ def test_simulated_co_residency_matches_the_measured_schedules():
         if rec["band"] != 1:  # the kernels' default order, the one the engine schedules
             continue
         k = simulate_config(rec["config"], gpu).kernels[0]
-        measured = busy_ctas_per_sm(np.array(rec["start_us"]), np.array(rec["end_us"]), gpu.sms)
-        simulated = busy_ctas_per_sm(k.start, k.end, gpu.sms)
+        measured = resident_per_sm(np.array(rec["start_us"]), np.array(rec["end_us"]), gpu.sms)
+        simulated = resident_per_sm(k.start, k.end, gpu.sms)
         got.append((rec["id"], simulated / measured - 1))
     assert len(got) == 40
     worst = max(got, key=lambda g: abs(g[1]))
