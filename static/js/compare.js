@@ -275,7 +275,7 @@ function renderMeasured() {
   for (const id of ["running", "measured-timeline"]) $(id).hidden = !m;
   if (!m) {
     for (const id of ["running", "measured-timeline"]) Plotly.purge(id);
-    note.textContent = "No measured schedule for this configuration (recorded for the H200's forward rows at N = 1024 and 4096).";
+    note.textContent = "No measured schedule for this configuration (benchmarks/timeline.py records forward rows: N = 1024 and 4096 on the H200, 512 to 4096 on the H100).";
     return;
   }
   const r = m.resident_per_sm;

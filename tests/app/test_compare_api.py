@@ -103,17 +103,17 @@ def test_the_newest_dataset_per_gpu_wins_and_bad_files_are_skipped(tmp_path):
 
 
 def test_a_recorded_schedule_is_shown_beside_the_simulated_one(client):
-    """H200 forward rows at N = 1024 and 4096 carry the schedule benchmarks/timeline.py
-    recorded: CTAs running over time, measured and simulated, and the measured SM timeline."""
+    """Forward rows that benchmarks/timeline.py recorded (a random record of a random file)
+    carry it: CTAs running over time, measured and simulated, and the measured SM timeline."""
     import gzip
     import random
 
     import numpy as np
 
-    path = next((ROOT / "benchmarks" / "results").glob("timeline-NVIDIA-H200-*.json.gz"))
+    path = random.choice(sorted((ROOT / "benchmarks" / "results").glob("timeline-*.json.gz")))
     records = json.loads(gzip.decompress(path.read_bytes()))["records"]
     rec = random.choice([r for r in records if r["band"] == 1])
-    c = client.get(f"/api/compare?gpu=h200&id={rec['id']}").json()["chosen"]
+    c = client.get(f"/api/compare?gpu={rec['config']['gpu']}&id={rec['id']}").json()["chosen"]
     m = c["measured_schedule"]
     assert m is not None, rec["id"]
     start, end = np.array(rec["start_us"]), np.array(rec["end_us"])
@@ -124,14 +124,21 @@ def test_a_recorded_schedule_is_shown_beside_the_simulated_one(client):
     x, y = np.array(measured["x"]), np.array(measured["y"])
     area = float((np.diff(x) * y[:-1]).sum())
     assert area == pytest.approx(float((end - start).sum()), rel=0.02), rec["id"]
-    assert max(y) <= 132 * 16 and y[-1] == 0
+    sms = 132  # both GPUs of the records
+    assert max(y) <= sms * 16 and y[-1] == 0
     r = m["resident_per_sm"]
-    assert r["measured"] == pytest.approx((end - start).sum() / ((end.max() - start.min()) * 132))
+    assert r["measured"] == pytest.approx((end - start).sum() / ((end.max() - start.min()) * sms))
     assert (
         abs(r["simulated"] / r["measured"] - 1) < 0.05
     )  # as tests/simulator/test_shipped_timeline
     bars = m["gantt"]["data"][0]
     shown = m["gantt"]["layout"]["meta"]["sms_shown"]
     assert len(bars["y"]) == int((np.array(rec["sm"]) < shown).sum())
-    # a row without a recorded schedule (a backward, or the H100) has none
-    assert client.get("/api/compare?gpu=h100-sxm").json()["chosen"]["measured_schedule"] is None
+    # a row without a recorded schedule (a backward; a forward at N = 8192) has none
+    for gpu in ("h200", "h100-sxm"):
+        for cid in ("bwd-d64-full-n1024-t0", "fwd-d64-full-n8192-t0"):
+            got = client.get(f"/api/compare?gpu={gpu}&id={cid}").json()["chosen"]
+            assert got["measured_schedule"] is None, (gpu, cid)
+    # the H100's records too (N = 512 as well)
+    h100 = client.get("/api/compare?gpu=h100-sxm&id=fwd-d128-causal-n512-t2").json()
+    assert h100["chosen"]["measured_schedule"]["device"] == "NVIDIA H100 80GB HBM3"
