@@ -17,8 +17,10 @@ launch, and its CTAs take the SMs' slots as that launch's CTAs leave them):
    ring) with the other CTAs on the SM (`cta_overlap`; on a ring of three or more buffers a
    CTA's warpgroups along the rows drift apart and count as CTAs too); a CTA whose registers
    spill is slower by `spill_penalty`. With stages ≥ 2 loads run ahead of compute (max of the
-   two), with one stage they add. Sharing the SM with c CTAs and too few warps to saturate it
-   (u = min(1, c·warps / warps_to_saturate)) stretches this by c / u. Load latency (L2 hit or
+   two), with one stage they add. Sharing the SM with b CTAs in their loops and too few warps
+   to saturate it (u = min(1, b·warps / warps_to_saturate)) stretches this by b / u, where b
+   counts the other c − 1 CTAs for the share of their lives they spend in their loops, not in
+   set-up (a fixed point: b = 1 + (c − 1)·loop / (loop + set-up wait)). Load latency (L2 hit or
    DRAM, by this CTA's hit rate) and the tile's transfer bound each iteration from below:
    stages − 1 loads in flight give at least (latency + transfer) / (stages − 1) per iteration;
    one stage pays it every time. And a CTA's products wait on each other: each of an
@@ -30,7 +32,10 @@ launch, and its CTAs take the SMs' slots as that launch's CTAs leave them):
    when the grid cannot fill every slot; the load latency here counts only compulsory misses
    (see below), shared alike by the CTAs of one stream (they wait on the same first fetches).
 3. Schedule in launch order as slots free up (`scheduler.py`): waves, the tail of the last
-   wave and causal imbalance (light query blocks finish first) come out of it.
+   wave and causal imbalance (light query blocks finish first) come out of it. Once the last
+   CTA has started, the CTAs left on an SM share it among fewer: as each ends, the others run
+   at their durations for the residency left (`scheduler.share_tail`), unless the next launch
+   runs beside this one and takes the freed slots.
 4. L2 (`l2model.py`): which requests hit, which reach DRAM, from the schedule.
 5. DRAM bandwidth shared by all the CTAs of the launch (a fluid model at launch granularity):
    when the launch asks for more bytes than bandwidth × its span, its whole timeline stretches
@@ -45,11 +50,13 @@ launch, and its CTAs take the SMs' slots as that launch's CTAs leave them):
    summed over SMs; idle SM time until the launch ends is `tail`; the DRAM stretch is `memory`.
 
 Monotone by construction: durations depend on the GPU only through its rates and residency,
-list scheduling never gets slower with more slots or shorter CTAs, and bandwidth enters only
+list scheduling never gets slower with more slots or shorter CTAs (but for which CTAs share
+an SM at a launch's end: paired differently, CTAs of unequal work speed up at different times,
+a list-scheduling anomaly of a few per cent), and bandwidth enters only
 the stretch — so more DRAM bandwidth is never slower, and more SMs are slower only when the
 L2 model predicts more DRAM traffic (more CTAs in flight reference more distinct data).
 
-Knowingly left out: a CTA left alone on its SM at the end of a launch does not speed up; DRAM
+Knowingly left out: DRAM
 demand is not resolved within a launch (a per-instant fluid warp was tried: perfectly fair
 sharing finishes a memory-bound wave in lockstep and then charges latency-bound stragglers,
 which real GPUs, whose CTAs finish staggered, largely overlap); capacity misses do not add
@@ -76,10 +83,11 @@ from .occupancy import WGMMA_ROWS, Occupancy, footprint, occupancy
 from .problem import AttentionProblem, TileConfig
 from .results import LIMITERS, KernelResult, SimResult
 from .roofline import floors
-from .scheduler import coresidency, list_schedule
+from .scheduler import coresidency, list_schedule, share_tail
 from .workload import Workload, build
 
 _PARTS = ("tensor", "sfu", "alu", "memory", "latency")
+_BUSY_STEPS = 4  # fixed-point steps for the CTAs sharing the SM in their loops (_durations)
 
 
 def _pad_rows(rows: int) -> int:
@@ -251,15 +259,7 @@ def _durations(
         thr = compute + loads
         mem_part = loads
     comp_part = thr - mem_part
-    u = np.minimum(1.0, c * t.warps / eff.warps_to_saturate)
-    k = c / u
     latency = (loop_hit * eff.l2_latency_ns + (1.0 - loop_hit) * eff.dram_latency_ns) * 1e-9
-    # stages − 1 tile loads in flight, each taking the latency plus its transfer at this SM's
-    # share of the L2 → SM bandwidth: at least (latency + transfer) / (stages − 1) per
-    # iteration; one stage waits for every load before computing.
-    fetch = w.iters * latency + c * loads
-    floor = fetch / (t.stages - 1) if t.stages >= 2 else fetch + thr
-    loop = np.maximum(k * thr, floor)
     if w.chain:
         # Each of the iteration's `chain` products waits for the one before (and the softmax
         # between them): a warpgroup pays their latency on top of its work, which only other
@@ -269,14 +269,36 @@ def _durations(
         wait = w.iters * (w.chain * eff.mma_chain_ns * 1e-9)
         if w.reduce_write.any():
             wait = wait + w.iters * (eff.l2_latency_ns * 1e-9) + w.reduce_write / r.l2
-        loop = np.maximum(loop, thr / along_m + wait)
+
+    def loop_with(busy: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(k, loop time) when `busy` CTAs (this one included) run their loops on the SM."""
+        k = busy / np.minimum(1.0, busy * t.warps / eff.warps_to_saturate)
+        # stages − 1 tile loads in flight, each taking the latency plus its transfer at this
+        # SM's share of the L2 → SM bandwidth: at least (latency + transfer) / (stages − 1)
+        # per iteration; one stage waits for every load before computing.
+        fetch = w.iters * latency + busy * loads
+        floor = fetch / (t.stages - 1) if t.stages >= 2 else fetch + thr
+        loop = np.maximum(k * thr, floor)
+        if w.chain:
+            loop = np.maximum(loop, thr / along_m + wait)
+        return k, loop
+
+    # Before its loop a CTA waits (set-up, its first load's latency) without using the SM's
+    # throughput, which the other c − 1 CTAs there take meanwhile: each CTA's loop shares the
+    # SM with the others' loops only for the part of their lives they spend in them. A fixed
+    # point (the share depends on the loop's length); it decreases monotonically from c.
     edge_wait = eff.cta_setup_ns * 1e-9 + np.where(w.edge_read > 0, eff.dram_latency_ns * 1e-9, 0.0)
+    busy = c
+    for _ in range(_BUSY_STEPS):
+        _, loop = loop_with(busy)
+        busy = 1.0 + (c - 1.0) * loop / (loop + edge_wait)
+    k, loop = loop_with(busy)
     edge = edge_wait + k * edge_bytes / r.l2
     share = np.divide(weights, weights.sum(axis=0), out=np.zeros_like(weights), where=weights > 0)
     parts = np.empty((5, w.n_ctas))
-    parts[:3] = c * comp_part * share
-    parts[3] = c * mem_part + k * edge_bytes / r.l2
-    parts[4] = (k - c) * thr + (loop - k * thr) + edge_wait
+    parts[:3] = busy * comp_part * share
+    parts[3] = busy * mem_part + k * edge_bytes / r.l2
+    parts[4] = (k - busy) * thr + (loop - k * thr) + edge_wait
     return edge + loop, edge, parts
 
 
@@ -328,6 +350,34 @@ def _slots_freed(prev: KernelResult, begin: float, sms: int, per_sm: int) -> np.
     return np.maximum(free.reshape(-1) - begin, 0.0)  # (per_sm · sms,)
 
 
+def _tail(w, t, r, hits, spills, start, end, sm, dur, busy_cta, c):
+    """The launch's last CTAs, once none is left to start: as CTAs on an SM end, the others
+    there run at the residency left (their durations at k co-resident CTAs, never slower than
+    with more). Returns (end, busy_cta) with those CTAs' ends and SM-time shares re-timed."""
+    t0 = float(start.max())
+    tail = np.flatnonzero(end > t0)
+    if tail.size == 0:
+        return end, busy_cta
+    kmax = max(int(c[0]), int(np.bincount(sm[tail]).max()))
+    if kmax <= 1:
+        return end, busy_cta
+    sub = w.reordered(tail)
+    runs = [_durations(sub, t, r, np.full(tail.size, float(k)), hits[tail], spills)
+            for k in range(1, kmax + 1)]  # fmt: skip
+    levels = np.minimum.accumulate(np.stack([d for d, _, _ in runs], axis=1)[:, ::-1], axis=1)
+    levels = levels[:, ::-1]  # (m, kmax): alone is never slower than shared
+    done = (t0 - start[tail]) / dur[tail]
+    new_end, work = share_tail(sm[tail], 1.0 - done, levels, t0)
+    end = end.copy()
+    end[tail] = new_end
+    busy_cta = busy_cta.copy()
+    busy_cta[:, tail] *= done  # the share before t0, at the launch's residency
+    for k, (d, _, parts) in enumerate(runs, start=1):
+        # at k resident: the work done then, at its time per unit of work (levels) over k
+        busy_cta[:, tail] += parts / d * (work[:, k - 1] * levels[:, k - 1] / k)
+    return end, busy_cta
+
+
 def _run_launch(
     w: Launch,
     p: AttentionProblem,
@@ -336,6 +386,7 @@ def _run_launch(
     r: _Rates,
     carry: L2Split | None,
     beside: tuple[KernelResult, float] | None = None,
+    alone_at_end: bool = True,
 ):
     e = p.dtype_bytes
     fp = footprint(
@@ -352,8 +403,12 @@ def _run_launch(
     # too small to fill every slot. No SM ever holds more, so no SM outruns its throughput.
     c = np.full(n, float(min(per_sm, math.ceil(n / sms))))
     ideal = split_traffic(w, np.zeros(n), np.zeros(n), np.zeros(n), math.inf, gamma, None)
-    dur, edge, parts = _durations(w, t, r, c, _shared_hits(w, ideal.loop_hit), fp.spills)
+    hits = _shared_hits(w, ideal.loop_hit)
+    dur, edge, parts = _durations(w, t, r, c, hits, fp.spills)
     start, end, sm = _schedule(dur, slots, sms, free_at)
+    busy_cta = parts / c  # (5, n) each CTA's share of its SM's time, by limiter
+    if alone_at_end:
+        end, busy_cta = _tail(w, t, r, hits, fp.spills, start, end, sm, dur, busy_cta, c)
     l2 = split_traffic(w, start, end, edge, cap, gamma, carry)
     first = float(start.min())  # > 0 only beside a kernel that still holds every slot
     span = float(end.max()) - first
@@ -371,7 +426,7 @@ def _run_launch(
     warped = span * stretch
 
     # Breakdown: SM-time by limiter, idle SM time as tail, the DRAM stretch as memory.
-    busy = (parts / c).sum(axis=1) / sms / clock  # (5,)
+    busy = busy_cta.sum(axis=1) / sms / clock  # (5,)
     total_busy = float(busy.sum())
     if total_busy > span:  # rounding only: co-residency never exceeds c here
         busy *= span / total_busy
@@ -409,7 +464,7 @@ def simulate_workload(workload: Workload, gpu: GPU) -> SimResult:
     clock = 0.0
     carry = None
     gap = rates.eff.launch_us * 1e-6
-    for launch in workload.launches:
+    for i, launch in enumerate(workload.launches):
         beside = None
         if launch.concurrent and kernels:
             begin = kernels[-1].offset_s + gap  # issued right after the previous launch
@@ -418,7 +473,12 @@ def simulate_workload(workload: Workload, gpu: GPU) -> SimResult:
         else:
             begin = clock + gap
             groups.append([len(kernels)])
-        res, carry = _run_launch(launch, p, launch.tiles or t, gpu, rates, carry, beside)
+        # A launch followed by one on another stream hands its SMs over as its CTAs end: its
+        # last CTAs never run with their SMs to themselves.
+        handed_over = i + 1 < len(workload.launches) and workload.launches[i + 1].concurrent
+        res, carry = _run_launch(
+            launch, p, launch.tiles or t, gpu, rates, carry, beside, alone_at_end=not handed_over
+        )
         span = res.pop("span")
         begin += res.pop("first")  # beside a busy kernel: when its first slot frees
         res["start"] = res["start"] + begin

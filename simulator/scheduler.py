@@ -105,3 +105,51 @@ def coresidency(start: np.ndarray, end: np.ndarray, sm: np.ndarray) -> np.ndarra
     with np.errstate(invalid="ignore", divide="ignore"):
         mean = (area[pos[n:]] - area[pos[:n]]) / life
     return np.where(life > 0, np.maximum(mean, 1.0), 1.0)
+
+
+def share_tail(
+    sm: np.ndarray, left: np.ndarray, levels: np.ndarray, t0: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """End times of the CTAs still running at `t0`, after which no CTA starts, on SMs that
+    share their throughput among whoever is left.
+
+    `sm` (m,): each CTA's SM; `left` (m,): the share of its work still to do at t0;
+    `levels` (m, K): its duration when k + 1 CTAs share its SM (column k). Each SM runs alone:
+    with k CTAs resident each progresses at 1 / levels[:, k − 1] of its work per second; when
+    one ends the others speed up. Returns (end (m,), work (m, K): the share of each CTA's work
+    done while k + 1 CTAs shared its SM).
+    """
+    m, kmax = levels.shape
+    end = np.full(m, t0)
+    work = np.zeros((m, kmax))
+    if m == 0:
+        return end, work
+    order = np.argsort(sm, kind="stable")
+    s_sorted = sm[order]
+    first = np.flatnonzero(np.r_[True, s_sorted[1:] != s_sorted[:-1]])
+    row = np.repeat(np.arange(len(first)), np.diff(np.r_[first, m]))
+    col = np.arange(m) - first[row]
+    width = int(col.max()) + 1
+    if width > kmax:
+        raise ValueError(f"{width} CTAs share an SM but durations are given for {kmax}")
+    idx = np.full((len(first), width), -1)
+    idx[row, col] = order
+    alive = idx >= 0
+    rest = np.where(alive, left[np.maximum(idx, 0)], 0.0)
+    clock = np.full(len(first), float(t0))
+    for _ in range(width):
+        k = alive.sum(axis=1)
+        on = k > 0
+        dur = levels[np.maximum(idx, 0), np.maximum(k - 1, 0)[:, None]]  # (rows, width)
+        to_end = np.where(alive, rest * dur, np.inf)
+        j = np.argmin(to_end, axis=1)
+        step = np.where(on, to_end[np.arange(len(j)), j], 0.0)
+        done = np.where(alive, step[:, None] / dur, 0.0)
+        rest = np.where(alive, rest - done, 0.0)
+        sel = alive & on[:, None]
+        np.add.at(work, (idx[sel], np.broadcast_to((k - 1)[:, None], idx.shape)[sel]), done[sel])
+        clock = clock + step
+        ended = idx[np.flatnonzero(on), j[on]]
+        end[ended] = clock[on]
+        alive[np.flatnonzero(on), j[on]] = False
+    return end, work

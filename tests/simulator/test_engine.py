@@ -3,6 +3,8 @@ bytes per memory level, and a breakdown whose shares sum to 1."""
 
 from __future__ import annotations
 
+import dataclasses
+import itertools
 import random
 
 import numpy as np
@@ -45,15 +47,23 @@ def test_more_dram_bandwidth_is_never_slower(case, factor):
     assert fast.time_s <= slow.time_s * (1 + 1e-12), case
 
 
+# Pairing at a launch's end (see test_more_sms_are_never_slower): up to 4.9% seen in 1500
+# random cases, all with few CTAs per SM of unequal work (causal, ragged edges).
+ANOMALY = 0.10
+
+
 @settings(max_examples=40, deadline=None)
 @given(case=cases(), extra=st.integers(1, 200))
 def test_more_sms_are_never_slower(case, extra):
-    """With an L2 too large to thrash, more SMs never lose time (splits fixed for decode)."""
+    """With an L2 too large to thrash, more SMs never lose time (splits fixed for decode),
+    but for which CTAs end up sharing an SM at a launch's end: CTAs of unequal work, paired
+    differently, speed up at different times once their partners end (a list-scheduling
+    anomaly, as Graham's; real block schedulers have it too)."""
     algo, p, t, gpu = case
     gpu = custom(gpu, l2_mib=1e6)
     few = run(algo, p, t, gpu, splits=3)
     many = run(algo, p, t, custom(gpu, sms=gpu.sms + extra), splits=3)
-    assert many.time_s <= few.time_s * (1 + 1e-12), case
+    assert many.time_s <= few.time_s * (1 + ANOMALY), case
 
 
 @settings(max_examples=40, deadline=None)
@@ -64,7 +74,7 @@ def test_more_sms_cost_time_only_through_more_dram_traffic(case, extra):
     algo, p, t, gpu = case
     few = run(algo, p, t, gpu, splits=3)
     many = run(algo, p, t, custom(gpu, sms=gpu.sms + extra), splits=3)
-    if many.time_s > few.time_s * (1 + 1e-12):
+    if many.time_s > few.time_s * (1 + ANOMALY):
         grew = [
             b.dram_read_bytes + b.dram_write_bytes > a.dram_read_bytes + a.dram_write_bytes
             for a, b in zip(few.kernels, many.kernels, strict=True)
@@ -225,3 +235,51 @@ def test_a_register_cap_trades_spills_for_ctas_per_sm():
 def test_a_register_cap_outside_what_a_thread_can_hold_is_refused(cap):
     with pytest.raises(ValueError, match="maxnreg"):
         TileConfig(128, 64, 2, 8, maxnreg=cap)
+
+
+def _one_block_per_head(gpu, t, heads, seq_k=4096):
+    """One query block per head, every head reading one K/V head: CTAs of equal work."""
+    p = AttentionProblem(seq_q=t.block_m, seq_k=seq_k, head_dim=64, heads=heads, kv_heads=1)
+    return simulate("fa2", p, t, gpu).kernels[0]
+
+
+def test_ctas_left_alone_at_the_end_run_at_the_residency_left():
+    """A last wave of one CTA per SM after full waves of c per SM: those CTAs run as fast as
+    a CTA alone on its SM, not at the shared rate the full waves had."""
+    gpu = from_name("h100", calibrated=False)
+    t = TileConfig(64, 64, 2, 4)
+    full = _one_block_per_head(gpu, t, gpu.sms * 2)
+    per_sm = full.ctas_per_sm
+    assert per_sm >= 2
+    slots = gpu.sms * per_sm
+    full = _one_block_per_head(gpu, t, slots)
+    alone = _one_block_per_head(gpu, t, gpu.sms)  # one CTA on every SM from the start
+    both = _one_block_per_head(gpu, t, slots + gpu.sms)
+
+    def span(k):
+        return float(k.end.max() - k.start.min())
+
+    assert span(alone) < 0.8 * span(full)  # sharing the SM is slower per CTA
+    assert span(both) == pytest.approx(span(full) + span(alone), rel=0.03)
+    last = np.argsort(both.start)[-gpu.sms :]
+    assert np.allclose(both.end[last] - both.start[last], span(alone), rtol=0.03)
+
+
+def test_set_up_is_filled_by_the_other_ctas_on_the_sm():
+    """While a CTA waits in its set-up the others on its SM have the SM's throughput: with a
+    set-up far longer than the loop, each CTA's loop runs as if alone; with none, shared."""
+    base = from_name("h100", calibrated=False)
+    t = TileConfig(64, 64, 2, 4)
+
+    def loop_time(setup_ns, heads):
+        eff = dataclasses.replace(base.efficiency, cta_setup_ns=setup_ns)
+        k = _one_block_per_head(dataclasses.replace(base, efficiency=eff), t, heads, 1024)
+        return float(np.median(k.end - k.start)) - (setup_ns + eff.dram_latency_ns) * 1e-9
+
+    per_sm = _one_block_per_head(base, t, base.sms * 2).ctas_per_sm
+    shared, alone = base.sms * per_sm, base.sms
+    assert loop_time(0.0, shared) > 1.5 * loop_time(0.0, alone)
+    assert loop_time(1e7, shared) == pytest.approx(loop_time(1e7, alone), rel=0.01)
+    # in between, more set-up leaves the loops less crowded, never more
+    loops = [loop_time(x, shared) for x in (0.0, 1e3, 1e4, 1e5, 1e6)]
+    assert all(b <= a * (1 + 1e-12) for a, b in itertools.pairwise(loops)), loops

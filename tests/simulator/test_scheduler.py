@@ -6,10 +6,11 @@ import heapq
 import itertools
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from simulator.scheduler import coresidency, list_schedule
+from simulator.scheduler import coresidency, list_schedule, share_tail
 
 
 def heap_schedule(durations, slots, free_at=None):
@@ -82,3 +83,55 @@ def test_coresidency_is_the_mean_resident_count(durations, slots, sms):
             mid = 0.5 * (a + b)
             area += (b - a) * np.sum((start[same] <= mid) & (end[same] > mid))
         assert np.isclose(got[k], area / dur[k], rtol=1e-9), k
+
+
+def shared_ends(sm, left, levels, t0):
+    """The textbook version, SM by SM: with k CTAs left each runs at 1 / its duration at k;
+    step to the next end, take the finished one away, repeat."""
+    end = [0.0] * len(sm)
+    for s in set(sm):
+        rest = {i: left[i] for i in range(len(sm)) if sm[i] == s}
+        t = t0
+        while rest:
+            k = len(rest)
+            i_next = min(rest, key=lambda i: rest[i] * levels[i][k - 1])
+            dt = rest[i_next] * levels[i_next][k - 1]
+            for i in rest:
+                rest[i] -= dt / levels[i][k - 1]
+            t += dt
+            end[i_next] = t
+            del rest[i_next]
+    return np.array(end)
+
+
+@settings(max_examples=200, deadline=None)
+@given(data=st.data(), sms=st.integers(1, 8), kmax=st.integers(1, 5), t0=st.floats(0.0, 100.0))
+def test_shared_tail_equals_stepping_through_each_sm(data, sms, kmax, t0):
+    """CTAs left at t0 on their SMs; each SM's survivors speed up as the others end."""
+    sm = data.draw(st.lists(st.integers(0, sms - 1), min_size=1, max_size=sms * kmax))
+    counts = np.bincount(sm)
+    if counts.max() > kmax:
+        kmax = int(counts.max())
+    m = len(sm)
+    left = data.draw(st.lists(st.floats(0.01, 1.0), min_size=m, max_size=m))
+    # durations never shorter with more CTAs sharing the SM
+    steps = data.draw(
+        st.lists(st.lists(st.floats(0.0, 5.0), min_size=kmax, max_size=kmax), min_size=m,
+                 max_size=m)
+    )  # fmt: skip
+    levels = np.cumsum(np.array(steps) + 0.1, axis=1)
+    end, work = share_tail(np.array(sm), np.array(left), levels, t0)
+    want = shared_ends(sm, left, levels.tolist(), t0)
+    assert np.allclose(end, want, rtol=1e-9, atol=1e-9)
+    assert np.allclose(work.sum(axis=1), left)  # each CTA does exactly the work it had left
+    assert np.all(work >= -1e-12)
+    # the SM's time is accounted for: time at k resident = work done there × duration there
+    for s in set(sm):
+        mine = np.array(sm) == s
+        spent = (work[mine] * levels[mine]).sum(axis=0) / np.arange(1, kmax + 1)
+        assert spent.sum() == pytest.approx(end[mine].max() - t0, rel=1e-9, abs=1e-9)
+
+
+def test_shared_tail_refuses_more_ctas_than_durations_given():
+    with pytest.raises(ValueError, match="share an SM"):
+        share_tail(np.array([0, 0, 0]), np.ones(3), np.ones((3, 2)), 0.0)
