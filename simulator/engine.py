@@ -32,7 +32,9 @@ launch, and its CTAs take the SMs' slots as that launch's CTAs leave them):
    when the grid cannot fill every slot; the load latency here counts only compulsory misses
    (see below), shared alike by the CTAs of one stream (they wait on the same first fetches).
 3. Schedule in launch order as slots free up (`scheduler.py`): waves, the tail of the last
-   wave and causal imbalance (light query blocks finish first) come out of it. Once the last
+   wave and causal imbalance (light query blocks finish first) come out of it. A slot takes
+   `cta_dispatch_ns` to pass from a CTA to the next, and the first wave's CTAs, which all start
+   at once, take `cold_start_ns` longer (both measured from recorded schedules). Once the last
    CTA has started, the CTAs left on an SM share it among fewer: as each ends, the others run
    at their durations for the residency left (`scheduler.share_tail`), unless the next launch
    runs beside this one and takes the freed slots.
@@ -350,10 +352,12 @@ def _slots_freed(prev: KernelResult, begin: float, sms: int, per_sm: int) -> np.
     return np.maximum(free.reshape(-1) - begin, 0.0)  # (per_sm · sms,)
 
 
-def _tail(w, t, r, hits, spills, start, end, sm, dur, busy_cta, c):
+def _tail(w, t, r, hits, spills, schedule, dur, extra, busy_cta, c):
     """The launch's last CTAs, once none is left to start: as CTAs on an SM end, the others
-    there run at the residency left (their durations at k co-resident CTAs, never slower than
-    with more). Returns (end, busy_cta) with those CTAs' ends and SM-time shares re-timed."""
+    there run at the residency left (their durations at k co-resident CTAs, plus `extra`, the
+    first wave's cold start, never slower than with more). Returns (end, busy_cta) with those
+    CTAs' ends and SM-time shares re-timed."""
+    start, end, sm = schedule
     t0 = float(start.max())
     tail = np.flatnonzero(end > t0)
     if tail.size == 0:
@@ -362,8 +366,11 @@ def _tail(w, t, r, hits, spills, start, end, sm, dur, busy_cta, c):
     if kmax <= 1:
         return end, busy_cta
     sub = w.reordered(tail)
-    runs = [_durations(sub, t, r, np.full(tail.size, float(k)), hits[tail], spills)
-            for k in range(1, kmax + 1)]  # fmt: skip
+    runs = []
+    for k in range(1, kmax + 1):
+        d, _, parts = _durations(sub, t, r, np.full(tail.size, float(k)), hits[tail], spills)
+        parts[4] += extra[tail]
+        runs.append((d + extra[tail], None, parts))
     levels = np.minimum.accumulate(np.stack([d for d, _, _ in runs], axis=1)[:, ::-1], axis=1)
     levels = levels[:, ::-1]  # (m, kmax): alone is never slower than shared
     done = (t0 - start[tail]) / dur[tail]
@@ -405,10 +412,20 @@ def _run_launch(
     ideal = split_traffic(w, np.zeros(n), np.zeros(n), np.zeros(n), math.inf, gamma, None)
     hits = _shared_hits(w, ideal.loop_hit)
     dur, edge, parts = _durations(w, t, r, c, hits, fp.spills)
-    start, end, sm = _schedule(dur, slots, sms, free_at)
+    # The first CTAs of a launch start together and wait longer (cold caches, every first
+    # load at once); a slot takes a moment to pass from one CTA to the next.
+    cold = r.eff.cold_start_ns * 1e-9
+    first_wave = min(n, slots)
+    dur[:first_wave] += cold
+    edge[:first_wave] += cold
+    parts[4, :first_wave] += cold
+    gap = r.eff.cta_dispatch_ns * 1e-9
+    start, end, sm = _schedule(dur + gap, slots, sms, free_at)
+    end = end - gap
     busy_cta = parts / c  # (5, n) each CTA's share of its SM's time, by limiter
     if alone_at_end:
-        end, busy_cta = _tail(w, t, r, hits, fp.spills, start, end, sm, dur, busy_cta, c)
+        extra = np.where(np.arange(n) < first_wave, cold, 0.0)
+        end, busy_cta = _tail(w, t, r, hits, fp.spills, (start, end, sm), dur, extra, busy_cta, c)
     l2 = split_traffic(w, start, end, edge, cap, gamma, carry)
     first = float(start.min())  # > 0 only beside a kernel that still holds every slot
     span = float(end.max()) - first
@@ -433,8 +450,10 @@ def _run_launch(
         total_busy = span
     breakdown = dict(zip(_PARTS, busy.tolist(), strict=True))
     breakdown["memory"] += warped - span
-    breakdown["tail"] = span - total_busy
-    breakdown["launch"] = r.eff.launch_us * 1e-6
+    # the slots' hand-overs between CTAs (each later CTA waited `gap` for its slot)
+    handover = min(span - total_busy, (n - first_wave) * gap / (c[0] * sms) / clock)
+    breakdown["tail"] = span - total_busy - handover
+    breakdown["launch"] = r.eff.launch_us * 1e-6 + handover
     result = {
         "occupancy": occ,
         "waves": n / slots,

@@ -58,7 +58,7 @@ PARAMS: tuple[Param, ...] = (
     Param("cta_setup_ns", 10.0, 20000.0, log=True),
     Param("l2_latency_ns", 50.0, 2000.0, log=True),
     Param("dram_latency_ns", 200.0, 5000.0, log=True),
-    Param("launch_us", 0.5, 50.0, log=True),
+    Param("launch_us", 0.5, 12.0, log=True),  # measured outside the CTAs: 4-12 µs (timeline.py)
     Param("fp32", 0.1, 1.0, log=True),
     Param("l2_reuse_fraction", 0.2, 1.0),
     Param("l2_reuse_exponent", 1.5, 8.0, log=True),  # LRU: few hits beyond capacity

@@ -37,6 +37,10 @@ class Efficiency:
     fp32: float = 0.80  # of FP32 (non-tensor) rate, for the softmax arithmetic
     launch_us: float = 3.0  # gap a kernel launch adds between back-to-back kernels
     cta_setup_ns: float = 300.0  # fixed cost of starting one CTA (prologue, index math)
+    # Measured, not fitted (the forward's recorded schedules on an H100 and an H200,
+    # benchmarks/timeline.py; medians 0.22-0.29 µs and 1.5-2.5 µs on both):
+    cta_dispatch_ns: float = 250.0  # from a CTA's end to the next one's start in its slot
+    cold_start_ns: float = 2000.0  # extra time of a launch's first CTAs (all start at once)
     l2_latency_ns: float = 200.0  # load latency of an L2 hit
     dram_latency_ns: float = 600.0  # load latency of an L2 miss
     overlap: float = 0.3  # share of the non-dominant compute (tensor/SFU/FP32) hidden

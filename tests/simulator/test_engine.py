@@ -237,6 +237,12 @@ def test_a_register_cap_outside_what_a_thread_can_hold_is_refused(cap):
         TileConfig(128, 64, 2, 8, maxnreg=cap)
 
 
+def _without_launch_ramp(gpu):
+    """`gpu` without the first wave's cold start and the slots' hand-over time."""
+    eff = dataclasses.replace(gpu.efficiency, cold_start_ns=0.0, cta_dispatch_ns=0.0)
+    return dataclasses.replace(gpu, efficiency=eff)
+
+
 def _one_block_per_head(gpu, t, heads, seq_k=4096):
     """One query block per head, every head reading one K/V head: CTAs of equal work."""
     p = AttentionProblem(seq_q=t.block_m, seq_k=seq_k, head_dim=64, heads=heads, kv_heads=1)
@@ -246,7 +252,7 @@ def _one_block_per_head(gpu, t, heads, seq_k=4096):
 def test_ctas_left_alone_at_the_end_run_at_the_residency_left():
     """A last wave of one CTA per SM after full waves of c per SM: those CTAs run as fast as
     a CTA alone on its SM, not at the shared rate the full waves had."""
-    gpu = from_name("h100", calibrated=False)
+    gpu = _without_launch_ramp(from_name("h100", calibrated=False))
     t = TileConfig(64, 64, 2, 4)
     full = _one_block_per_head(gpu, t, gpu.sms * 2)
     per_sm = full.ctas_per_sm
@@ -268,7 +274,7 @@ def test_ctas_left_alone_at_the_end_run_at_the_residency_left():
 def test_set_up_is_filled_by_the_other_ctas_on_the_sm():
     """While a CTA waits in its set-up the others on its SM have the SM's throughput: with a
     set-up far longer than the loop, each CTA's loop runs as if alone; with none, shared."""
-    base = from_name("h100", calibrated=False)
+    base = _without_launch_ramp(from_name("h100", calibrated=False))
     t = TileConfig(64, 64, 2, 4)
 
     def loop_time(setup_ns, heads):
@@ -283,3 +289,25 @@ def test_set_up_is_filled_by_the_other_ctas_on_the_sm():
     # in between, more set-up leaves the loops less crowded, never more
     loops = [loop_time(x, shared) for x in (0.0, 1e3, 1e4, 1e5, 1e6)]
     assert all(b <= a * (1 + 1e-12) for a, b in itertools.pairwise(loops)), loops
+
+
+def test_first_wave_waits_longer_and_slots_take_time_to_change_hands():
+    """A launch's first CTAs pay `cold_start_ns` more; each later CTA starts
+    `cta_dispatch_ns` after the one before it in its slot ended (both measured on the GPU)."""
+    base = from_name("h100", calibrated=False)
+    t = TileConfig(128, 128, 2, 8)  # one CTA per SM: waves are plain to see
+    cold, gap = random.uniform(500.0, 5000.0), random.uniform(100.0, 1000.0)
+
+    def spans(cold_ns, gap_ns):
+        eff = dataclasses.replace(base.efficiency, cold_start_ns=cold_ns, cta_dispatch_ns=gap_ns)
+        gpu = dataclasses.replace(base, efficiency=eff)
+        out = []
+        for waves in (1, 2, 3):
+            k = _one_block_per_head(gpu, t, gpu.sms * waves, 2048)
+            assert k.ctas_per_sm == 1
+            out.append(float(k.end.max() - k.start.min()))
+        return np.array(out)
+
+    extra = spans(cold, gap) - spans(0.0, 0.0)
+    want = np.array([cold, cold + gap, cold + 2 * gap]) * 1e-9
+    assert np.allclose(extra, want, rtol=0.02, atol=2e-9), (extra, want)
