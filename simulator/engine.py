@@ -366,12 +366,12 @@ def _tail(w, t, r, hits, spills, schedule, dur, extra, busy_cta, c):
     if kmax <= 1:
         return end, busy_cta
     sub = w.reordered(tail)
-    runs = []
+    runs = []  # (duration, parts) of each tail CTA with k = 1 … kmax CTAs on its SM
     for k in range(1, kmax + 1):
         d, _, parts = _durations(sub, t, r, np.full(tail.size, float(k)), hits[tail], spills)
         parts[4] += extra[tail]
-        runs.append((d + extra[tail], None, parts))
-    levels = np.minimum.accumulate(np.stack([d for d, _, _ in runs], axis=1)[:, ::-1], axis=1)
+        runs.append((d + extra[tail], parts))
+    levels = np.minimum.accumulate(np.stack([d for d, _ in runs], axis=1)[:, ::-1], axis=1)
     levels = levels[:, ::-1]  # (m, kmax): alone is never slower than shared
     done = (t0 - start[tail]) / dur[tail]
     new_end, work = share_tail(sm[tail], 1.0 - done, levels, t0)
@@ -379,7 +379,7 @@ def _tail(w, t, r, hits, spills, schedule, dur, extra, busy_cta, c):
     end[tail] = new_end
     busy_cta = busy_cta.copy()
     busy_cta[:, tail] *= done  # the share before t0, at the launch's residency
-    for k, (d, _, parts) in enumerate(runs, start=1):
+    for k, (d, parts) in enumerate(runs, start=1):
         # at k resident: the work done then, at its time per unit of work (levels) over k
         busy_cta[:, tail] += parts / d * (work[:, k - 1] * levels[:, k - 1] / k)
     return end, busy_cta
