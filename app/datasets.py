@@ -10,21 +10,22 @@ from __future__ import annotations
 import gzip
 import json
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 PATTERN = "validation-*.json"
 
 
-class Datasets:
-    """Newest validation dataset per GPU preset key, read lazily and cached by mtime."""
+class _ByMtime:
+    """Parsed files, each re-parsed only when its modification time changes (thread-safe). A
+    parse that yields None (unreadable, not the expected kind) is not kept."""
 
-    def __init__(self, folder: Path) -> None:
-        self.folder = Path(folder)
-        self._cache: dict[Path, tuple[float, dict[str, Any]]] = {}
+    def __init__(self) -> None:
+        self._cache: dict[Path, tuple[float, Any]] = {}
         self._lock = threading.Lock()
 
-    def _read(self, path: Path) -> dict[str, Any] | None:
+    def read(self, path: Path, parse: Callable[[Path], Any | None]) -> Any | None:
         try:
             mtime = path.stat().st_mtime
         except OSError:
@@ -33,22 +34,36 @@ class Datasets:
             hit = self._cache.get(path)
             if hit and hit[0] == mtime:
                 return hit[1]
-        try:
-            doc = json.loads(path.read_text())
-        except (OSError, json.JSONDecodeError):
-            return None
-        if not isinstance(doc, dict) or doc.get("kind") != "flashscope validation":
-            return None
-        doc["file"] = path.name
-        with self._lock:
-            self._cache[path] = (mtime, doc)
-        return doc
+        value = parse(path)
+        if value is not None:
+            with self._lock:
+                self._cache[path] = (mtime, value)
+        return value
+
+
+def _parse_dataset(path: Path) -> dict[str, Any] | None:
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+    if not isinstance(doc, dict) or doc.get("kind") != "flashscope validation":
+        return None
+    doc["file"] = path.name
+    return doc
+
+
+class Datasets:
+    """Newest validation dataset per GPU preset key, read lazily and cached by mtime."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = Path(folder)
+        self._files = _ByMtime()
 
     def all(self) -> dict[str, dict[str, Any]]:
         """GPU key → its newest dataset (by the date it holds, then the file name)."""
         best: dict[str, dict[str, Any]] = {}
         for path in sorted(self.folder.glob(PATTERN)):
-            doc = self._read(path)
+            doc = self._files.read(path, _parse_dataset)
             if doc is None or not isinstance(doc.get("rows"), list):
                 continue
             key = doc.get("gpu")
@@ -76,39 +91,31 @@ class Timelines:
 
     def __init__(self, folder: Path) -> None:
         self.folder = Path(folder)
-        self._cache: dict[Path, tuple[float, dict[tuple[str, str], dict[str, Any]]]] = {}
-        self._lock = threading.Lock()
-
-    def _read(self, path: Path) -> dict[tuple[str, str], dict[str, Any]]:
-        try:
-            mtime = path.stat().st_mtime
-        except OSError:
-            return {}
-        with self._lock:
-            hit = self._cache.get(path)
-            if hit and hit[0] == mtime:
-                return hit[1]
-        try:
-            doc = json.loads(gzip.decompress(path.read_bytes()))
-        except (OSError, EOFError, ValueError):
-            return {}
-        index: dict[tuple[str, str], dict[str, Any]] = {}
-        records = doc.get("records") if isinstance(doc, dict) else None
-        for rec in records if isinstance(records, list) else []:
-            config = rec.get("config") if isinstance(rec, dict) else None
-            if not isinstance(config, dict) or rec.get("band", 1) != 1:
-                continue
-            if not all(isinstance(rec.get(k), list) for k in ("start_us", "end_us", "sm")):
-                continue
-            rec = {**rec, "device": doc.get("device"), "date": doc.get("date"), "file": path.name}
-            index[(str(config.get("gpu")), str(rec.get("id")))] = rec
-        with self._lock:
-            self._cache[path] = (mtime, index)
-        return index
+        self._files = _ByMtime()
 
     def get(self, gpu: str, config_id: str) -> dict[str, Any] | None:
         """The record of `config_id` on `gpu` in the last file by name (names carry the date)."""
         found = None
         for path in sorted(self.folder.glob(TIMELINE_PATTERN)):
-            found = self._read(path).get((gpu, config_id), found)
+            index = self._files.read(path, _index_timelines) or {}
+            found = index.get((gpu, config_id), found)
         return found
+
+
+def _index_timelines(path: Path) -> dict[tuple[str, str], dict[str, Any]] | None:
+    """(GPU key, configuration id) → record, for a file's band-1 records with a schedule."""
+    try:
+        doc = json.loads(gzip.decompress(path.read_bytes()))
+    except (OSError, EOFError, ValueError):
+        return None
+    index: dict[tuple[str, str], dict[str, Any]] = {}
+    records = doc.get("records") if isinstance(doc, dict) else None
+    for rec in records if isinstance(records, list) else []:
+        config = rec.get("config") if isinstance(rec, dict) else None
+        if not isinstance(config, dict) or rec.get("band", 1) != 1:
+            continue
+        if not all(isinstance(rec.get(k), list) for k in ("start_us", "end_us", "sm")):
+            continue
+        rec = {**rec, "device": doc.get("device"), "date": doc.get("date"), "file": path.name}
+        index[(str(config.get("gpu")), str(rec.get("id")))] = rec
+    return index
