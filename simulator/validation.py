@@ -152,12 +152,17 @@ def simulate_config(c: dict, gpu: GPU | None = None) -> SimResult:
     return simulate_workload(workload_of(c, gpu), gpu)
 
 
+def ncu_kernels(row: dict) -> list[dict]:
+    """The per-kernel rows Nsight Compute read for a dataset row ([] where it read none)."""
+    return ((row.get("measured") or {}).get("ncu") or {}).get("kernels") or []
+
+
 def clock_samples(rows: list[dict], gpu: GPU) -> list[ClockSample]:
     """The rows of one kernel timed alone by Nsight Compute as well as back to back: how much
     slower it ran sustained (the power cap's evidence, `fitting.fit_power`)."""
     out = []
     for r in rows:
-        kernels = ((r.get("measured") or {}).get("ncu") or {}).get("kernels") or []
+        kernels = ncu_kernels(r)
         single = kernels[0].get("gpu__time_duration.sum") if len(kernels) == 1 else None
         if not single or not r.get("measured_us"):
             continue

@@ -19,7 +19,7 @@ from simulator import hardware
 from simulator.explain import kernel_rows, notes
 from simulator.report import gantt, measured_gantt, resident_per_sm, running_comparison
 from simulator.results import SimResult
-from simulator.validation import simulate_config
+from simulator.validation import ncu_kernels, simulate_config
 
 from ..datasets import Datasets
 from ..deps import SettingsDep, TemplatesDep
@@ -130,7 +130,7 @@ def compare(
     ds, row = _choose(params, data)
     gpu = hardware.from_name(ds["gpu"])
     result = simulate_config(row["config"], gpu)
-    measured_kernels = ((row.get("measured") or {}).get("ncu") or {}).get("kernels") or []
+    measured_kernels = ncu_kernels(row)
     return {
         "datasets": [
             {

@@ -10,7 +10,7 @@ import pytest
 from simulator.explain import measured_kernel, ncu_occupancy
 from simulator.hardware import from_name
 from simulator.occupancy import RESERVED_SMEM
-from simulator.validation import simulate_config
+from simulator.validation import ncu_kernels, simulate_config
 
 RESULTS = Path(__file__).resolve().parents[2] / "benchmarks" / "results"
 DATASETS = {
@@ -23,7 +23,7 @@ def measured_pairs(key: str, kernels: tuple[str, ...]):
     """(row id, simulated kernel, ncu's row) for every kernel named `kernels` that ncu read."""
     gpu = from_name(key)
     for row in json.loads((RESULTS / DATASETS[key]).read_text())["rows"]:
-        ncu = ((row.get("measured") or {}).get("ncu") or {}).get("kernels") or []
+        ncu = ncu_kernels(row)
         for k in simulate_config(row["config"], gpu).kernels:
             m = measured_kernel(k.name, ncu) if k.name in kernels else None
             if m is not None and ncu_occupancy(m) is not None:
