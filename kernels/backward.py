@@ -37,6 +37,7 @@ import triton.language as tl
 
 from .config import KernelConfig, route, table_key
 from .device import interpreting
+from .fastlaunch import launch
 from .forward import (
     causal_order,
     check_band,
@@ -311,9 +312,10 @@ def preprocess(o: torch.Tensor, do: torch.Tensor, dlse: torch.Tensor | None = No
     d_pad = pad_dim(d)
     delta = output((b, h, n_q), torch.float32, o.device)
     block = 64 if d_pad <= 128 else 32
-    _bwd_preprocess[(triton.cdiv(n_q, block), b * h)](
-        o, do, delta, *o.stride()[:3], *do.stride()[:3], h, n_q,
-        HEAD_DIM=d, D_PAD=d_pad, BLOCK_M=block,
+    launch(
+        _bwd_preprocess, (triton.cdiv(n_q, block), b * h),
+        (o, do, delta, *o.stride()[:3], *do.stride()[:3], h, n_q),
+        dict(HEAD_DIM=d, D_PAD=d_pad, BLOCK_M=block), {},
     )  # fmt: skip
     if dlse is not None:
         delta -= dlse.float()  # LSE's gradient enters as dS = P ∘ (dP − D + dLSE)
@@ -365,14 +367,15 @@ def run_dkdv(  # type: ignore[no-untyped-def]
     if descs is not None and mode != 2:
         descs = (*descs, None)
     prepare_tma(tma and descs is None)
-    _attn_bwd_dkdv[(triton.cdiv(n_k, cfg.block_n), b * h_kv)](
-        q, k, v, do, dk, dv, acc, lse, delta, scale * LOG2E, scale,
-        *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *do.stride()[:3],
-        *dk.stride()[:3], *dv.stride()[:3], *acc_strides,
-        h, h_kv, h // h_kv, n_q, n_k, band,
-        *(descs or (None,) * 7),
-        BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, DQ_MODE=mode, **_common(q, causal, tma),
-        **cfg.launch_options(),
+    launch(
+        _attn_bwd_dkdv, (triton.cdiv(n_k, cfg.block_n), b * h_kv),
+        (q, k, v, do, dk, dv, acc, lse, delta, scale * LOG2E, scale,
+         *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *do.stride()[:3],
+         *dk.stride()[:3], *dv.stride()[:3], *acc_strides,
+         h, h_kv, h // h_kv, n_q, n_k, band,
+         *(descs or (None,) * 7)),
+        dict(BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, DQ_MODE=mode, **_common(q, causal, tma)),
+        cfg.launch_options(),
     )  # fmt: skip
     return dk, dv
 
@@ -390,13 +393,14 @@ def run_dq(  # type: ignore[no-untyped-def]
              (dq, cfg.block_m)]  # fmt: skip
     descs = describe_on_host(tiles, whole, pad_dim(q.shape[-1]), tma, host_desc)
     prepare_tma(tma and descs is None)
-    _attn_bwd_dq[(triton.cdiv(n_q, cfg.block_m), b * h)](
-        q, k, v, do, dq, lse, delta, scale * LOG2E, scale,
-        *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *do.stride()[:3],
-        *dq.stride()[:3], h, h // h_kv, n_q, n_k, band,
-        *(descs or (None,) * 5),
-        BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, **_common(q, causal, tma),
-        **cfg.launch_options(),
+    launch(
+        _attn_bwd_dq, (triton.cdiv(n_q, cfg.block_m), b * h),
+        (q, k, v, do, dq, lse, delta, scale * LOG2E, scale,
+         *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *do.stride()[:3],
+         *dq.stride()[:3], h, h // h_kv, n_q, n_k, band,
+         *(descs or (None,) * 5)),
+        dict(BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, **_common(q, causal, tma)),
+        cfg.launch_options(),
     )  # fmt: skip
     return dq
 

@@ -30,6 +30,7 @@ from simulator.problem import decode_splits
 
 from .config import KernelConfig
 from .device import interpreting
+from .fastlaunch import launch
 from .forward import load_rows, make_source
 from .inputs import check_attention, last_dim_contiguous
 from .launch import (
@@ -209,16 +210,19 @@ def flash_decode(
     tma = use_tma_for([k, v], use_tma)
     prepare_tma(tma)
     lens = cache_seqlens if cache_seqlens is not None else part_l
-    _decode_split[(splits, b * h_kv)](
-        q, k, v, lens, part_o, part_l, shapes.scale * LOG2E,
-        *q.stride()[:3], *k.stride()[:3], *v.stride()[:3],
-        h_kv, shapes.group, n_q, n_cache, per_split, splits,
-        HEAD_DIM=d, D_PAD=d_pad, R_PAD=r_pad, BLOCK_N=cfg.block_n,
-        HAS_LENS=cache_seqlens is not None, USE_TMA=tma, UPCAST=upcast(q.dtype),
-        DOT_PREC=dot_precision(q.dtype), **cfg.launch_options(),
+    launch(
+        _decode_split, (splits, b * h_kv),
+        (q, k, v, lens, part_o, part_l, shapes.scale * LOG2E,
+         *q.stride()[:3], *k.stride()[:3], *v.stride()[:3],
+         h_kv, shapes.group, n_q, n_cache, per_split, splits),
+        dict(HEAD_DIM=d, D_PAD=d_pad, R_PAD=r_pad, BLOCK_N=cfg.block_n,
+             HAS_LENS=cache_seqlens is not None, USE_TMA=tma, UPCAST=upcast(q.dtype),
+             DOT_PREC=dot_precision(q.dtype)),
+        cfg.launch_options(),
     )  # fmt: skip
-    _decode_reduce[(b * h_kv,)](
-        part_o, part_l, o, *o.stride()[:3], h_kv, shapes.group, n_q, splits,
-        HEAD_DIM=d, D_PAD=d_pad, R_PAD=r_pad, num_warps=4,
+    launch(
+        _decode_reduce, (b * h_kv,),
+        (part_o, part_l, o, *o.stride()[:3], h_kv, shapes.group, n_q, splits),
+        dict(HEAD_DIM=d, D_PAD=d_pad, R_PAD=r_pad), {"num_warps": 4},
     )  # fmt: skip
     return o

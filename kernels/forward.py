@@ -32,6 +32,7 @@ import triton.language as tl
 from triton.language.extra import cuda
 
 from .config import KernelConfig
+from .fastlaunch import launch
 from .launch import (
     choose_config,
     dot_precision,
@@ -399,14 +400,15 @@ def launch_forward(
     grid = (triton.cdiv(n_q, cfg.block_m), b * h)
     descs = host_descriptors(q, k, v, o, cfg, d_pad, tma, host_desc)
     prepare_tma(tma and descs is None)
-    _attn_fwd[grid](
-        q, k, v, o, lse, tr_buf, lse if timeline is None else timeline, scale * LOG2E,
-        *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *o.stride()[:3],
-        h, h // k.shape[1], n_q, n_k, tr_bh, band, *(descs or (None,) * 4),
-        HEAD_DIM=d, D_PAD=d_pad, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, CAUSAL=causal,
-        POS_SCALE=scale >= 0, USE_TMA=tma, UPCAST=upcast(q.dtype),
-        DOT_PREC=dot_precision(q.dtype), TRACE=trace is not None, PREFETCH=cfg.prefetch,
-        TIMELINE=timeline is not None,
-        **cfg.launch_options(),
+    launch(
+        _attn_fwd, grid,
+        (q, k, v, o, lse, tr_buf, lse if timeline is None else timeline, scale * LOG2E,
+         *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *o.stride()[:3],
+         h, h // k.shape[1], n_q, n_k, tr_bh, band, *(descs or (None,) * 4)),
+        dict(HEAD_DIM=d, D_PAD=d_pad, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, CAUSAL=causal,
+             POS_SCALE=scale >= 0, USE_TMA=tma, UPCAST=upcast(q.dtype),
+             DOT_PREC=dot_precision(q.dtype), TRACE=trace is not None, PREFETCH=cfg.prefetch,
+             TIMELINE=timeline is not None),
+        cfg.launch_options(),
     )  # fmt: skip
     return o, lse

@@ -190,3 +190,42 @@ def test_timeline_records_every_program_once(seed: int, causal: bool, band: int)
     with_flag, _ = launch_forward(q, k, v, causal, d**-0.5, cfg, band=band, timeline=buf)
     plain, _ = launch_forward(q, k, v, causal, d**-0.5, cfg, band=band)
     assert torch.equal(with_flag, plain)
+
+
+@pytest.mark.parametrize("route", ["separate", "atomic"])
+def test_repeated_calls_skip_tritons_binding_and_stay_right(seed: int, route: str) -> None:
+    """The second call of a signature goes straight to the compiled kernels (kernels.fastlaunch):
+    fresh inputs, the same answers as the reference, bit for bit the Triton path's output."""
+    from kernels import fastlaunch
+
+    def views(*shape: int, skew: int) -> torch.Tensor:  # skew: elements off a 16-byte address
+        b, h, n, d = shape
+        return rand(b, h, n, d + 8)[..., skew : skew + d]
+
+    shapes = [(2, 4, 700, 64), (2, 2, 900, 64), (2, 2, 900, 64), (2, 4, 700, 64)]  # q k v dO
+    for skew in (0, 1):  # aligned (descriptors on Hopper), then misaligned (pointers)
+        for causal in (False, True):
+            for _ in range(2):
+                q, k, v, do = (views(*s, skew=skew) for s in shapes)
+                before = fastlaunch.stats()["direct"]
+                o, lse = flash_attention_lse(q, k, v, causal)
+                fastlaunch.ENABLED = False
+                try:
+                    o_triton, _ = flash_attention_lse(q, k, v, causal)
+                finally:
+                    fastlaunch.ENABLED = True
+                assert torch.equal(o, o_triton), f"skew={skew} causal={causal} seed={seed}"
+                got = launch_backward(q, k, v, o, lse, do, causal, 0.125, dq_mode=route)
+                direct = fastlaunch.stats()["direct"] - before
+                what = f"{route} skew={skew} causal={causal}"
+                ref, _ = attention_forward(q, k, v, causal)
+                assert_close(o, ref, attention_forward(q, k, v, causal, dtype=F16)[0], what, seed)
+                ref = attention_backward(q, k, v, do, causal)
+                lowp = attention_backward(q, k, v, do, causal, dtype=F16)
+                for g, r, lp, name in zip(got, ref, lowp, ("dQ", "dK", "dV"), strict=True):
+                    assert_close(g, r, lp, f"{name} {what}", seed)
+            # the second round: forward, preprocess and the dK/dV kernel (and the dQ kernel)
+            assert direct >= (3 if route == "atomic" else 4), f"{what}: {direct} direct launches"
+    q, k, v = rand(1, 8, 4, 128), rand(1, 2, 5000, 128), rand(1, 2, 5000, 128)
+    first, second = flash_decode(q, k, v), flash_decode(q, k, v)
+    assert torch.equal(first, second), f"decode, seed={seed}"

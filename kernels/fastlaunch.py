@@ -1,0 +1,166 @@
+"""Launching a compiled Triton kernel again without Triton's per-call argument binding.
+
+`kernel[grid](*args, **constexprs)` binds and specialises every argument, hashes a cache key,
+checks the kernel's globals and only then launches. For a kernel of forty arguments that is
+tens of microseconds of the host's time per call, more than the GPU's time for a small
+attention call (benchmarks/host_overhead.py). `launch` makes the first call of each
+*signature* through Triton, keeps the kernel Triton compiled for it, and sends later calls of
+the same signature straight to that kernel's launcher, with the same arguments Triton's own
+`JITFunction.run` passes it.
+
+A signature is at least as fine as Triton's specialisation, so two calls that share one would
+have got the same compiled kernel from Triton: every integer's value (Triton specialises on 1,
+on divisibility by 16 and on the 32-bit range), each tensor's dtype and whether its address is
+16-byte aligned (Triton's pointer specialisation), each tensor descriptor's dtype, alignment,
+shape, strides, block and padding, the type of each float, the constexprs' and launch
+options' values and the current device. An argument of any other kind, Triton's launch hooks
+(set by profilers), the interpreter or `ENABLED = False` send the call through Triton unchanged.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from .device import interpreting
+
+ENABLED = True
+MAX_SIGNATURES = 1024  # compiled kernels remembered; the table starts again when full
+
+_kernels: dict[tuple, tuple[Any, tuple] | None] = {}
+_stats = {"direct": 0, "triton": 0}
+
+
+class _Unkeyed(Exception):
+    """An argument whose specialisation this module does not know."""
+
+
+def _descriptor_type() -> type | None:
+    try:
+        from triton.tools.tensor_descriptor import TensorDescriptor
+    except ImportError:  # pragma: no cover - every Triton this project pins has it
+        return None
+    return TensorDescriptor
+
+
+_DESCRIPTOR = _descriptor_type()
+
+
+def _spec(a: object) -> object:
+    """What of one argument can change which kernel Triton compiles."""
+    if a is None:
+        return None
+    kind = type(a)
+    if kind is bool:  # bools are i1 in Triton; kept apart from the integers 0 and 1
+        return ("b", a)
+    if kind is int:
+        return a
+    if kind is float:
+        return float
+    if isinstance(a, torch.Tensor):
+        return (a.dtype, a.data_ptr() % 16 == 0)
+    if _DESCRIPTOR is not None and isinstance(a, _DESCRIPTOR):
+        base = a.base
+        return ("desc", base.dtype, base.data_ptr() % 16 == 0, tuple(a.shape), tuple(a.strides),
+                tuple(a.block_shape), a.padding)  # fmt: skip
+    raise _Unkeyed
+
+
+def signature(fn: object, args: Sequence[object], constexprs: dict, options: dict) -> tuple:
+    """The key under which a compiled kernel is kept (raises _Unkeyed for unknown arguments)."""
+    return (
+        id(fn),
+        _current_device(),
+        tuple(_spec(a) for a in args),
+        tuple(constexprs.items()),
+        tuple(options.items()),
+    )
+
+
+def _current_device() -> int:
+    return torch.cuda.current_device()
+
+
+def _current_stream() -> int:
+    """The stream Triton itself would launch on: the current one of the current device."""
+    from triton.runtime import driver
+
+    return driver.active.get_current_stream(driver.active.get_current_device())
+
+
+def _active(hook: object) -> bool:
+    """A launch hook that would do something: Triton 3.6 keeps None when there is none,
+    later versions an empty chain of hooks."""
+    if hook is None:
+        return False
+    calls = getattr(hook, "calls", None)
+    return calls is None or len(calls) > 0
+
+
+def _hooks_set() -> bool:
+    from triton import knobs
+
+    return _active(knobs.runtime.launch_enter_hook) or _active(knobs.runtime.launch_exit_hook)
+
+
+def _direct_form(fn: Any, kernel: Any, n_args: int, constexprs: dict) -> tuple[Any, tuple] | None:
+    """(compiled kernel, the constexprs' values in parameter order), or None where the
+    kernel's parameters are not exactly the positional arguments followed by the constexprs."""
+    if hasattr(kernel, "result"):  # a future, when Triton compiles asynchronously
+        kernel = kernel.result()
+    names = list(getattr(fn, "arg_names", ()))
+    tail = names[n_args:]
+    if getattr(fn, "pre_run_hooks", None) or sorted(tail) != sorted(constexprs):
+        return None
+    if not all(hasattr(kernel, a) for a in ("run", "function", "packed_metadata")):
+        return None
+    return kernel, tuple(constexprs[n] for n in tail)
+
+
+def launch(
+    fn: Any,
+    grid: tuple[int, ...],
+    args: Sequence[object],
+    constexprs: dict[str, object],
+    options: dict[str, object],
+) -> None:
+    """`fn[grid](*args, **constexprs, **options)`, past Triton's binding for a known signature.
+
+    `args` are the kernel's leading parameters in order, `constexprs` all the rest by name,
+    `options` Triton's launch options (num_warps, num_stages, maxnreg).
+    """
+    if not ENABLED or interpreting() or _hooks_set():
+        fn[grid](*args, **constexprs, **options)
+        return
+    try:
+        key = signature(fn, args, constexprs, options)
+    except _Unkeyed:
+        fn[grid](*args, **constexprs, **options)
+        return
+    known = _kernels.get(key, False)
+    if known is False or known is None:
+        kernel = fn[grid](*args, **constexprs, **options)
+        _stats["triton"] += 1
+        if known is False:
+            if len(_kernels) >= MAX_SIGNATURES:
+                _kernels.clear()
+            _kernels[key] = _direct_form(fn, kernel, len(args), constexprs)
+        return
+    kernel, tail = known
+    stream = _current_stream()
+    g = (*grid, 1, 1)
+    kernel.run(g[0], g[1], g[2], stream, kernel.function, kernel.packed_metadata, None, None, None,
+               *args, *tail)  # fmt: skip
+    _stats["direct"] += 1
+
+
+def stats() -> dict[str, int]:
+    """Launches sent straight to a compiled kernel, and through Triton, in this process."""
+    return dict(_stats)
+
+
+def forget() -> None:
+    """Drop every remembered kernel (tests; a changed Triton cache)."""
+    _kernels.clear()
