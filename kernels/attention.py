@@ -28,6 +28,9 @@ class _FlashAttention(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, causal, scale, config, bwd_config, use_tma):  # type: ignore[override]
         o, lse = launch_forward(q, k, v, causal, scale, config, use_tma=use_tma)
+        # An output nobody differentiates comes back as None, not as a tensor of zeros (which
+        # would cost an allocation, a fill and a subtraction per backward).
+        ctx.set_materialize_grads(False)
         ctx.save_for_backward(q, k, v, o, lse)
         ctx.causal, ctx.scale, ctx.bwd_config, ctx.use_tma = causal, scale, bwd_config, use_tma
         return o, lse
@@ -61,6 +64,8 @@ def flash_attention_lse(
     _check_config("config", config)
     _check_config("bwd_config", bwd_config)
     q, k, v = (last_dim_contiguous(x) for x in (q, k, v))
+    if not (torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)):
+        return launch_forward(q, k, v, causal, shapes.scale, config, use_tma=use_tma)
     return _FlashAttention.apply(q, k, v, causal, shapes.scale, config, bwd_config, use_tma)
 
 
