@@ -5,10 +5,15 @@ Usage (on a GPU machine):
 
 For small problems (the GPU's work is a few microseconds) the time of a call is the host's:
 argument checks, configuration lookup, descriptors, Triton's launcher. Per implementation and
-problem: `host_us`, the wall time per call of 200 calls issued back to back (one synchronize at
-the end; the GPU keeps up, so this is the host's rate), and `gpu_us`, do_bench's median (its L2
-flush before each call hides up to the flush's time of host work). A cProfile of flashscope's
+problem: `host_us`, the median over 5 passes of the wall time per call of 200 calls issued
+back to back (one synchronize at the end of each pass; the GPU keeps up, so this is the host's
+rate), and `gpu_us`, do_bench's median (its L2 flush before each call hides up to the flush's
+time of host work). A cProfile of flashscope's
 forward and backward calls (top functions by cumulative time) is written beside the JSON.
+`stages_us`: the host time of each step of a call alone (checks, configuration, outputs,
+descriptors, one launch), both ways. `flashscope-triton-launch` is flashscope with every
+launch bound by Triton's JIT (`kernels.fastlaunch.ENABLED = False`), as before the direct
+launches.
 """
 
 from __future__ import annotations
@@ -18,32 +23,58 @@ import cProfile
 import io
 import json
 import pstats
+import statistics
 import sys
 import time
 from pathlib import Path
 
 import torch
+import triton
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.hostinfo import gpu_header, result_path  # noqa: E402
-from kernels import flash_attention  # noqa: E402
+from kernels import fastlaunch, flash_attention  # noqa: E402
 from kernels.timing import median_ms  # noqa: E402
 
 CALLS = 200
+PASSES = 5  # the host's rate wanders by tens of per cent between passes: medians
+
+
+class _Same(torch.autograd.Function):
+    """x → x: what autograd itself costs for a custom function, forward and backward."""
+
+    @staticmethod
+    def forward(ctx, x):  # type: ignore[override]
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, g):  # type: ignore[override]
+        return g
+
+
+@triton.jit
+def _empty(x, n):  # Triton's own floor: a launch of two arguments that does nothing
+    pass
+
+
 PROBLEMS = [(1, 4, 1024, 64), (1, 4, 1024, 128), (1, 16, 2048, 64)]  # (B, H, N, d)
 
 
-def _host_us(fn) -> float:
+def _host_us(fn, passes: int = PASSES) -> float:
+    """Median over `passes` of the wall time per call of CALLS calls issued back to back."""
     for _ in range(10):
         fn()
-    torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    for _ in range(CALLS):
-        fn()
-    torch.cuda.synchronize()
-    return (time.perf_counter() - t0) / CALLS * 1e6
+    times = []
+    for _ in range(passes):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(CALLS):
+            fn()
+        torch.cuda.synchronize()
+        times.append((time.perf_counter() - t0) / CALLS * 1e6)
+    return statistics.median(times)
 
 
 def _calls(b: int, h: int, n: int, d: int):
@@ -75,10 +106,77 @@ def _calls(b: int, h: int, n: int, d: int):
 
         return fwd, bwd
 
-    out = {"flashscope": (fs_fwd, fs_bwd)}
+    def through_triton(fn):  # every launch bound by Triton, as before kernels.fastlaunch
+        def call():
+            fastlaunch.ENABLED = False
+            try:
+                return fn()
+            finally:
+                fastlaunch.ENABLED = True
+
+        return call
+
+    out = {
+        "flashscope": (fs_fwd, fs_bwd),
+        "flashscope-triton-launch": (through_triton(fs_fwd), through_triton(fs_bwd)),
+    }
     for name, backend in (("sdpa-flash", backends.FLASH_ATTENTION),
                           ("sdpa-cudnn", backends.CUDNN_ATTENTION)):  # fmt: skip
         out[name] = peer(backend)
+    return out
+
+
+def _stages(b: int, h: int, n: int, d: int) -> dict[str, float]:
+    """Host µs per call of each step of a causal fp16 call, each timed alone, back to back."""
+    from kernels import backward, forward
+    from kernels.inputs import check_attention
+    from kernels.launch import choose_config, output, pad_dim, use_tma_for
+
+    q, k, v, do = (torch.randn(b, h, n, d, device="cuda", dtype=torch.float16) for _ in range(4))
+    scale, d_pad = d**-0.5, pad_dim(d)
+    o, lse = forward.launch_forward(q, k, v, True, scale)
+    cfg = choose_config("fwd", q.dtype, d_pad, True, None, seq_len=n)
+    leaves = [x.detach().clone().requires_grad_() for x in (q, k, v)]
+    steps = {
+        "check_attention": lambda: check_attention(q, k, v, True, None),
+        "choose_config": lambda: choose_config("fwd", q.dtype, d_pad, True, None, seq_len=n),
+        "two_outputs": lambda: (
+            output(q.shape, q.dtype, q.device),
+            output((b, h, n), torch.float32, q.device),
+        ),
+        "use_tma_for": lambda: use_tma_for([q, k, v, o]),
+        "host_descriptors": lambda: forward.host_descriptors(q, k, v, o, cfg, d_pad, True, None),
+        "launch_forward": lambda: forward.launch_forward(q, k, v, True, scale),
+        "preprocess": lambda: backward.preprocess(o, do),
+        "launch_backward": lambda: backward.launch_backward(q, k, v, o, lse, do, True, scale),
+        "empty_triton_kernel": lambda: _empty[(1,)](q, 1),
+        "launch_forward (in-kernel descriptors)": lambda: forward.launch_forward(
+            q, k, v, True, scale, host_desc=False
+        ),
+        "launch_forward (pointers)": lambda: forward.launch_forward(
+            q, k, v, True, scale, use_tma=False
+        ),
+        "launch_backward (pointers)": lambda: backward.launch_backward(
+            q, k, v, o, lse, do, True, scale, use_tma=False
+        ),
+        "forward+backward without autograd": lambda: backward.launch_backward(
+            q, k, v, *forward.launch_forward(q, k, v, True, scale), do, True, scale
+        ),
+        "forward+backward through autograd": lambda: torch.autograd.grad(
+            flash_attention(*leaves, True), leaves, do
+        ),
+        "an empty autograd function, forward+backward": lambda: torch.autograd.grad(
+            _Same.apply(leaves[0]), leaves[0], do
+        ),
+    }
+    out = {}
+    for name, fn in steps.items():
+        for direct in (True, False):
+            fastlaunch.ENABLED = direct
+            try:
+                out[name + ("" if direct else " (triton launch)")] = _host_us(fn, 3)
+            finally:
+                fastlaunch.ENABLED = True
     return out
 
 
@@ -117,7 +215,10 @@ def main() -> None:
                       f"do_bench {gpu:7.1f} µs", flush=True)  # fmt: skip
                 if impl == "flashscope" and (b, h, n, d) == PROBLEMS[0]:
                     profiles.append(f"## flashscope {mode} b{b}h{h}n{n}d{d}\n{_profile(fn)}")
-    result = {**gpu_header(), "calls": CALLS, "rows": rows}
+    stages = {f"b{b}h{h}n{n}d{d}": _stages(b, h, n, d) for b, h, n, d in PROBLEMS[:2]}
+    for problem, times in stages.items():
+        print(problem, {k: round(t, 1) for k, t in times.items()}, flush=True)
+    result = {**gpu_header(), "calls": CALLS, "passes": PASSES, "rows": rows, "stages_us": stages}
     path = result_path(args.out, "host-overhead", result, ".json")
     path.write_text(json.dumps(result, indent=1) + "\n")
     path.with_suffix(".profile.txt").write_text("\n".join(profiles))
