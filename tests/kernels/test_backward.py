@@ -90,6 +90,36 @@ def test_gradient_through_lse(seed: int) -> None:
         assert err < 1e-4, f"d{name} with LSE gradient: error {err:.3g}, seed={seed}"
 
 
+def test_gradient_through_lse_alone(seed: int) -> None:
+    """A loss on LSE only: O's gradient arrives as None (grads are not materialised)."""
+    q, k, v = (rand(1, 2, 50, 32, dtype=torch.float32).requires_grad_() for _ in range(3))
+    dlse = rand(1, 2, 50, dtype=torch.float32)
+    _, lse = flash_attention_lse(q, k, v, True)
+    got = torch.autograd.grad((lse * dlse).sum(), (q, k, v), allow_unused=True)
+    q64, k64, v64 = (x.detach().double().requires_grad_() for x in (q, k, v))
+    s = q64 @ k64.transpose(-1, -2) * 32**-0.5
+    s = s.masked_fill(torch.ones(50, 50, dtype=torch.bool).triu(1), float("-inf"))
+    want = torch.autograd.grad((torch.logsumexp(s, -1) * dlse).sum(), (q64, k64, v64),
+                               allow_unused=True)  # fmt: skip
+    assert want[2] is None  # V does not enter LSE; the kernel's dV is zero
+    assert float(got[2].abs().max()) == 0.0, f"dV without a loss on O, seed={seed}"
+    for g, w, name in zip(got[:2], want[:2], "qk", strict=True):
+        err = float((g.double() - w).abs().max())
+        assert err < 1e-4, f"d{name} from LSE alone: error {err:.3g}, seed={seed}"
+
+
+def test_no_graph_without_gradients(seed: int) -> None:
+    """Inputs that need no gradient (or no_grad): the same output, and no autograd node."""
+    q, k, v = (rand(1, 2, 40, 16) for _ in range(3))
+    plain = flash_attention(q, k, v, True)
+    leaves = [x.clone().requires_grad_() for x in (q, k, v)]
+    tracked = flash_attention(*leaves, True)
+    with torch.no_grad():
+        quiet = flash_attention(*leaves, True)
+    assert plain.grad_fn is None and quiet.grad_fn is None and tracked.grad_fn is not None
+    assert torch.equal(plain, tracked.detach()) and torch.equal(plain, quiet), f"seed={seed}"
+
+
 def test_strided_grad_output(seed: int) -> None:
     q, k, v = (rand(1, 2, 64, 32).requires_grad_() for _ in range(3))
     do = rand(1, 64, 2, 32).transpose(1, 2)  # (B, H, N, d) view of a (B, N, H, d) tensor
