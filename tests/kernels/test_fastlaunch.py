@@ -163,3 +163,30 @@ def test_the_table_starts_again_when_full(fake, monkeypatch):
     assert len(fastlaunch._kernels) <= 3
     _go(fake, x, n=104)  # the newest is still known
     assert len(fake.kernel.calls) == 1
+
+
+def test_every_kernel_launch_lines_up_for_the_direct_path(monkeypatch):
+    """Each launch site passes the kernel's leading parameters in order and exactly its
+    constexprs by name (else the direct path would silently stay with Triton's binding)."""
+    from kernels import backward, decode, forward
+    from kernels.attention import flash_attention_lse
+    from kernels.device import device
+
+    seen = set()
+
+    def spy(fn, grid, args, constexprs, options):
+        names = list(fn.arg_names)
+        assert len(args) + len(constexprs) == len(names), fn.arg_names
+        assert sorted(names[len(args) :]) == sorted(constexprs), fn.arg_names
+        seen.add(fn)
+        return fastlaunch.launch(fn, grid, args, constexprs, options)
+
+    for module in (forward, backward, decode):
+        monkeypatch.setattr(module, "launch", spy)
+    q, k, v, do = (torch.randn(1, 2, 40, 16, device=device()) for _ in range(4))
+    o, lse = flash_attention_lse(q, k, v, True)
+    for route in ("separate", "atomic"):
+        backward.launch_backward(q, k, v, o, lse, do, True, 0.25, dq_mode=route)
+    decode.flash_decode(q[:, :, :2], k, v)
+    assert seen == {forward._attn_fwd, backward._bwd_preprocess, backward._attn_bwd_dkdv,
+                    backward._attn_bwd_dq, decode._decode_split, decode._decode_reduce}  # fmt: skip
