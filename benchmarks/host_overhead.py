@@ -12,7 +12,7 @@ time of host work). A cProfile of flashscope's
 forward and backward calls (top functions by cumulative time) is written beside the JSON.
 `stages_us`: the host time of each step of a call alone (checks, configuration, outputs,
 descriptors, one launch), both ways. `flashscope-triton-launch` is flashscope with every
-launch bound by Triton's JIT (`kernels.fastlaunch.ENABLED = False`), as before the direct
+launch bound by Triton's JIT (`kernels.fastlaunch.through_triton()`), as before the direct
 launches.
 """
 
@@ -108,11 +108,8 @@ def _calls(b: int, h: int, n: int, d: int):
 
     def through_triton(fn):  # every launch bound by Triton, as before kernels.fastlaunch
         def call():
-            fastlaunch.ENABLED = False
-            try:
+            with fastlaunch.through_triton():
                 return fn()
-            finally:
-                fastlaunch.ENABLED = True
 
         return call
 
@@ -171,12 +168,9 @@ def _stages(b: int, h: int, n: int, d: int) -> dict[str, float]:
     }
     out = {}
     for name, fn in steps.items():
-        for direct in (True, False):
-            fastlaunch.ENABLED = direct
-            try:
-                out[name + ("" if direct else " (triton launch)")] = _host_us(fn, 3)
-            finally:
-                fastlaunch.ENABLED = True
+        out[name] = _host_us(fn, 3)
+        with fastlaunch.through_triton():
+            out[name + " (triton launch)"] = _host_us(fn, 3)
     return out
 
 

@@ -19,7 +19,8 @@ options' values and the current device. An argument of any other kind, Triton's 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager, suppress
 from typing import Any
 
 import torch
@@ -131,29 +132,35 @@ def launch(
     `args` are the kernel's leading parameters in order, `constexprs` all the rest by name,
     `options` Triton's launch options (num_warps, num_stages, maxnreg).
     """
-    if not ENABLED or interpreting() or _hooks_set():
-        fn[grid](*args, **constexprs, **options)
+    key = None
+    if ENABLED and not interpreting() and not _hooks_set():
+        with suppress(_Unkeyed):  # an argument of unknown kind: Triton binds every call
+            key = signature(fn, args, constexprs, options)
+    known = _kernels.get(key) if key is not None else None
+    if known is not None:
+        kernel, tail = known
+        g = (*grid, 1, 1)
+        kernel.run(g[0], g[1], g[2], _current_stream(), kernel.function, kernel.packed_metadata,
+                   None, None, None, *args, *tail)  # fmt: skip
+        _stats["direct"] += 1
         return
+    kernel = fn[grid](*args, **constexprs, **options)
+    _stats["triton"] += 1
+    if key is not None and key not in _kernels:  # None is kept too: a kernel that never goes direct
+        if len(_kernels) >= MAX_SIGNATURES:
+            _kernels.clear()
+        _kernels[key] = _direct_form(fn, kernel, len(args), constexprs)
+
+
+@contextmanager
+def through_triton() -> Iterator[None]:
+    """Every launch inside goes through Triton's binding (comparisons, tests)."""
+    global ENABLED
+    before, ENABLED = ENABLED, False
     try:
-        key = signature(fn, args, constexprs, options)
-    except _Unkeyed:
-        fn[grid](*args, **constexprs, **options)
-        return
-    known = _kernels.get(key, False)
-    if known is False or known is None:
-        kernel = fn[grid](*args, **constexprs, **options)
-        _stats["triton"] += 1
-        if known is False:
-            if len(_kernels) >= MAX_SIGNATURES:
-                _kernels.clear()
-            _kernels[key] = _direct_form(fn, kernel, len(args), constexprs)
-        return
-    kernel, tail = known
-    stream = _current_stream()
-    g = (*grid, 1, 1)
-    kernel.run(g[0], g[1], g[2], stream, kernel.function, kernel.packed_metadata, None, None, None,
-               *args, *tail)  # fmt: skip
-    _stats["direct"] += 1
+        yield
+    finally:
+        ENABLED = before
 
 
 def stats() -> dict[str, int]:

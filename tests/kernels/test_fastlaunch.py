@@ -150,9 +150,12 @@ def test_hooks_the_switch_and_the_interpreter_send_every_call_through_triton(fak
     monkeypatch.setattr(fastlaunch, "ENABLED", False)
     _go(fake, x)
     monkeypatch.setattr(fastlaunch, "ENABLED", True)
+    with fastlaunch.through_triton():
+        _go(fake, x)
+    assert fastlaunch.ENABLED
     monkeypatch.setattr(fastlaunch, "interpreting", lambda: True)
     _go(fake, x)
-    assert len(fake.triton_calls) == 5 and len(fake.kernel.calls) == 1
+    assert len(fake.triton_calls) == 6 and len(fake.kernel.calls) == 1
 
 
 def test_the_table_starts_again_when_full(fake, monkeypatch):

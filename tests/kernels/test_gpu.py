@@ -209,11 +209,8 @@ def test_repeated_calls_skip_tritons_binding_and_stay_right(seed: int, route: st
                 q, k, v, do = (views(*s, skew=skew) for s in shapes)
                 before = fastlaunch.stats()["direct"]
                 o, lse = flash_attention_lse(q, k, v, causal)
-                fastlaunch.ENABLED = False
-                try:
+                with fastlaunch.through_triton():
                     o_triton, _ = flash_attention_lse(q, k, v, causal)
-                finally:
-                    fastlaunch.ENABLED = True
                 assert torch.equal(o, o_triton), f"skew={skew} causal={causal} seed={seed}"
                 got = launch_backward(q, k, v, o, lse, do, causal, 0.125, dq_mode=route)
                 direct = fastlaunch.stats()["direct"] - before
