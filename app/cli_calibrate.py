@@ -291,6 +291,7 @@ def _fit(gpu, rows: list[dict], max_evals: int) -> tuple[dict, dict, dict]:
     if any(r["config"].get("route") == "atomic" for r in train_rows):
         params.extend(REDUCE)
     power_doc, gpu = _fit_power(gpu, rows)
+    spill_doc, gpu = _fit_spill(gpu, rows)
 
     def samples(subset: str) -> list[Sample]:
         return [
@@ -331,10 +332,43 @@ def _fit(gpu, rows: list[dict], max_evals: int) -> tuple[dict, dict, dict]:
                 "start_loss": result.start_loss, "start_mape_pct": start_mape},
         "holdout": {"n": len(held), "loss": held_loss, "mape_pct": held_mape},
         "power": power_doc,
+        "spill": spill_doc,
     }  # fmt: skip
     if power_doc:
         values = {**power_doc["values"], **values}
+    if spill_doc:
+        values = {**spill_doc["values"], **values}
     return doc, values, hw
+
+
+def _fit_spill(gpu, rows: list[dict]) -> tuple[dict | None, object]:
+    """(record, `gpu` with `spill_l1_miss` fitted) from the fit subset's rows whose L2 bytes
+    were measured and whose kernels reload spilled registers; (None, `gpu`) where none does."""
+    from simulator.fitting import apply, fit_spill_miss, spill_loss
+    from simulator.validation import spill_samples
+
+    train = spill_samples([r for r in rows if r.get("subset") == "fit"], gpu)
+    held = [s for s in spill_samples([r for r in rows if r.get("subset") == "holdout"], gpu)
+            if s.local_load > 0]  # fmt: skip
+    try:
+        miss, loss = fit_spill_miss(train)
+    except ValueError as exc:
+        _say(f"spill_l1_miss not fitted: {exc}")
+        return None, gpu
+    n = sum(s.local_load > 0 for s in train)
+    held_loss = spill_loss(miss, held) if held else None
+    _say(
+        f"spill reloads reaching L2: {miss:.3f} (L2 bytes off by {loss:.3f} mean |log| on {n} "
+        f"fitted; held out ({len(held)}): {'-' if held_loss is None else f'{held_loss:.3f}'})"
+    )
+    doc = {
+        "method": "grid over [0, 1] on mean |log(simulated / measured L2 bytes)| of the rows "
+        "whose kernels reload spilled registers (compiled.py's measured local bytes)",
+        "values": {"spill_l1_miss": miss},
+        "fit": {"n": n, "loss": loss},
+        "holdout": {"n": len(held), "loss": held_loss},
+    }
+    return doc, apply(gpu, {"spill_l1_miss": miss})
 
 
 # Fewer single-kernel rows timed both ways than this: the power cap is not fitted.

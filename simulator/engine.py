@@ -62,7 +62,8 @@ Knowingly left out: DRAM
 demand is not resolved within a launch (a per-instant fluid warp was tried: perfectly fair
 sharing finishes a memory-bound wave in lockstep and then charges latency-bound stragglers,
 which real GPUs, whose CTAs finish staggered, largely overlap); capacity misses do not add
-latency (their bandwidth is charged); register spills, bank conflicts, instruction issue,
+latency (their bandwidth is charged); register spills beyond their L2 bytes (the local
+traffic `compiled.py` measured) and a fitted `spill_penalty`; bank conflicts, instruction issue,
 TLB and DRAM page effects are not modelled; the power cap is one figure per launch (phases of
 different demand within it, and the budget concurrent launches share, are not resolved);
 concurrent launches share SMs but not L2 capacity nor DRAM bandwidth (each is split as if it
@@ -125,9 +126,16 @@ def boost(gpu: GPU) -> float:
     return float(ratio ** (eff.power_exp / (1.0 - eff.power_exp)))
 
 
-def power_counts(w: Launch) -> tuple[float, float]:
+def spill_bytes(w: Launch, eff: Efficiency) -> np.ndarray:
+    """Local-memory bytes each CTA moves through L2: every spill store (L1 writes through)
+    and the share `spill_l1_miss` of its reloads that miss L1."""
+    return w.local_store + eff.spill_l1_miss * w.local_load
+
+
+def power_counts(w: Launch, eff: Efficiency) -> tuple[float, float]:
     """(tensor FLOPs, L2 ↔ SM bytes) of a launch: what `clock_share` weighs."""
-    return float(w.flops.sum()), float(w.read_bytes.sum() + w.write_bytes.sum())
+    l2 = w.read_bytes.sum() + w.write_bytes.sum() + spill_bytes(w, eff).sum()
+    return float(w.flops.sum()), float(l2)
 
 
 def clock_share(eff: Efficiency, flops: float, l2_bytes: float, span: float) -> float:
@@ -226,7 +234,7 @@ def _durations(
                                              t.warps, eff.wg_split)  # fmt: skip
     sfu, alu = w.exps / r.sfu, w.alu / r.alu
     edge_bytes = _edge_bytes(w)
-    loads = (w.read_bytes + w.write_bytes - w.edge_read - w.edge_write) / r.l2
+    loads = (w.read_bytes + w.write_bytes - w.edge_read - w.edge_write + spill_bytes(w, eff)) / r.l2
     if spills:  # spilled registers: every iteration waits on local-memory reloads
         tensor, sfu, alu = (x * (1.0 + eff.spill_penalty) for x in (tensor, sfu, alu))
     # The tensor cores run beside the warps' own instructions (exponentials on the SFUs, the
@@ -432,7 +440,7 @@ def _run_launch(
     # The power cap: the durations above are at the boost clock; a launch that demands more
     # than the cap runs at a lower clock, and all of its SM-side time stretches alike (beside
     # another kernel, so do the offsets at which that kernel's slots freed: a small error).
-    clock = clock_share(r.eff, *power_counts(w), span)
+    clock = clock_share(r.eff, *power_counts(w, r.eff), span)
     span /= clock
     dram = float(l2.dram_read.sum() + l2.dram_write.sum())
     # The L2's reduce units serve every SM: a launch's reduce-adds take at least their bytes
@@ -464,8 +472,9 @@ def _run_launch(
         "coresidency": coresidency(start, end, sm),
         "dram_read_bytes": float(l2.dram_read.sum()),
         "dram_write_bytes": float(l2.dram_write.sum()),
-        "l2_read_bytes": float(w.read_bytes.sum()),
-        "l2_write_bytes": float(w.write_bytes.sum()),
+        "l2_read_bytes": float(w.read_bytes.sum() + r.eff.spill_l1_miss * w.local_load.sum()),
+        "l2_write_bytes": float(w.write_bytes.sum() + w.local_store.sum()),
+        "spill_l2_bytes": float(spill_bytes(w, r.eff).sum()),
         "breakdown": {lim: breakdown[lim] for lim in LIMITERS},
         "span": warped,
         "first": first,

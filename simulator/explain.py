@@ -7,7 +7,7 @@ Given a validation row (simulator/validation.py) and the engine's result for its
     limiter    what the engine says binds the time
     occupancy  CTAs per SM the engine assumed against what Nsight Compute reported
     registers  the engine's register estimate against the compiled kernel's; local-memory
-               traffic (spills) the engine does not model
+               traffic (spills), which the engine moves through L2 only where it was measured
     overlap    concurrent kernels (the separate backward route): ncu serializes them
     structure  tile structures the engine models only in part: two or more warpgroups on their
                own 64-row slices sharing a ring of two K/V buffers (they run in lockstep; a
@@ -57,6 +57,7 @@ def kernel_rows(result: SimResult, measured: list[dict]) -> list[dict]:
             "regs_per_thread": fp.regs_per_thread,
             "smem_bytes": fp.smem_bytes,
             "spills": fp.spills,
+            "spill_l2_bytes": k.spill_l2_bytes,
             "clock": k.clock,
             "measured_us": None,
             "measured_ctas_per_sm": None,
@@ -118,6 +119,15 @@ def notes(row: dict, result: SimResult) -> list[dict]:
             )
         local = k["local_load_bytes"] or 0
         if local > 0:
+            moved = k["spill_l2_bytes"]
+            bytes_text = (
+                f"it moves {moved / 1e6:,.0f} MB of them through L2 (the stores and a fitted "
+                f"{result.gpu.efficiency.spill_l1_miss:.0%} of the reloads, from the counts "
+                "measured for this compiled kernel) but does not slow the loop by their latency"
+                if moved > 0
+                else "it has no measured spill counts for this kernel and tile configuration, "
+                "so it moves no spill bytes"
+            )
             out.append(
                 {
                     "kind": "registers",
@@ -126,7 +136,7 @@ def notes(row: dict, result: SimResult) -> list[dict]:
                     f"loads at {k['measured_regs_per_thread']:.0f} registers per thread. The "
                     f"engine estimates {k['regs_per_thread']} and charges a fitted slowdown only "
                     "where its estimate exceeds 255 (or, under a register cap, where the tiles "
-                    "alone exceed it); it moves no spill bytes.",
+                    f"alone exceed it); {bytes_text}.",
                 }
             )
         elif (

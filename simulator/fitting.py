@@ -336,3 +336,39 @@ def apply(gpu: GPU, values: dict[str, float | int]) -> GPU:
 
 
 HARDWARE_FIELDS = ("l2_gbs",)
+
+
+@dataclass(frozen=True)
+class SpillSample:
+    """One configuration whose L2 bytes Nsight Compute measured: the engine's L2 requests
+    without spill reloads (its global traffic and spill stores) and the reloads themselves."""
+
+    id: str
+    l2_bytes: float
+    local_load: float
+    measured: float
+
+
+SPILL_GRID = 1000  # spill_l1_miss is searched on a grid of this many steps over [0, 1]
+
+
+def spill_loss(miss: float, samples: Sequence[SpillSample]) -> float:
+    """Mean |log(simulated / measured L2 bytes)| with a share `miss` of reloads reaching L2."""
+    if not samples:
+        return 0.0
+    sim = np.array([s.l2_bytes + miss * s.local_load for s in samples])
+    meas = np.array([s.measured for s in samples])
+    return float(np.mean(np.abs(np.log(sim / meas))))
+
+
+def fit_spill_miss(samples: Sequence[SpillSample]) -> tuple[float, float]:
+    """(spill_l1_miss, loss): the share of spill reloads reaching L2 that best explains the
+    measured L2 bytes of the samples that reload anything (a grid over [0, 1]: one parameter,
+    and the L2 requests do not depend on any other)."""
+    spilling = [s for s in samples if s.local_load > 0]
+    if not spilling:
+        raise ValueError("no measured configuration reloads spilled registers")
+    grid = np.linspace(0.0, 1.0, SPILL_GRID + 1)
+    losses = [spill_loss(float(m), spilling) for m in grid]
+    k = int(np.argmin(losses))
+    return float(grid[k]), float(losses[k])

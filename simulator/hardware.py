@@ -52,6 +52,8 @@ class Efficiency:
     mma_n_half: float = 0.0  # h: a matmul N columns wide runs at (1 + h/256) / (1 + h/N) of
     # the measured ceiling (about half speed at N = h; 256-wide tiles, as cuBLAS uses, at full)
     spill_penalty: float = 0.0  # loop slowdown of a CTA whose registers spill (0.5: 1.5×)
+    spill_l1_miss: float = 0.15  # share of spill reloads that miss L1 and go to L2 (the
+    # stores all do); the kernels' local bytes themselves are measured (compiled.py)
     wg_split: float = 0.0  # tensor-time surcharge per extra warpgroup splitting a product's
     # columns (more warps than the tile has 64-row slices: operands cross warpgroups via smem)
     l2_reduce: float = 1.0  # reduce-adds into L2 (atomics) move at this fraction of the L2 rate
@@ -83,7 +85,7 @@ class Efficiency:
             value = getattr(self, name)
             if not 0 < value <= 1:
                 raise ValueError(f"{name} must be a fraction in (0, 1], got {value!r}")
-        for name in ("overlap", "cta_overlap", "lockstep", "two_stage"):
+        for name in ("overlap", "cta_overlap", "lockstep", "two_stage", "spill_l1_miss"):
             if getattr(self, name) > 1:
                 raise ValueError(f"{name} must be in [0, 1], got {getattr(self, name)!r}")
         if not isinstance(self.warps_to_saturate, int) or self.warps_to_saturate < 1:

@@ -26,7 +26,9 @@ Byte classes, beyond fa2's (see launch.py): the atomic route's reduce-adds are L
 requests that a write-back L2 absorbs while the line stays (merge_write), and the first CTA of a
 head (key block 0, which every query block sees) fetches the zeroed buffer into L2 (an acc_read
 carried from the fill): so the buffer reaches DRAM about once each way. Closed forms:
-`traffic.flashscope`. SRAM counts are not modelled here.
+`traffic.flashscope`. SRAM counts are not modelled here. The forward, dQ and dK/dV launches
+carry the local-memory traffic of their compiled kernels where `compiled.py` has measured it
+(register spills: outside the counts above).
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from pathlib import Path
 
 import numpy as np
 
+from . import compiled
 from .launch import ACC_BYTES, Launch
 from .problem import STATS_BYTES, AttentionProblem, TileConfig, cdiv
 from .workload import Workload, _fa2, _heads, _kv_stream, _query_grid
@@ -233,6 +236,18 @@ def _backward(p: AttentionProblem, t: TileConfig, route: str, dq_tiles: TileConf
     return pre, fill, _dkdv_kernel(p, t, atomic=True), scale, cast
 
 
+def with_local_traffic(launch: Launch, p: AttentionProblem, t: TileConfig, route: str | None):
+    """`launch` with its compiled kernel's spill loads and stores, where they were measured."""
+    tiles = launch.tiles or t
+    if launch.name not in compiled.LAUNCH_KERNEL:
+        return launch
+    traffic = compiled.lookup(compiled.key(launch.name, p, tiles, route))
+    if traffic is None:
+        return launch
+    load, store = traffic.bytes(launch.iters, 32 * tiles.warps)
+    return dataclasses.replace(launch, local_load=load, local_store=store)
+
+
 def useful_flops(algo: str, p: AttentionProblem) -> float:
     """The papers' convention: 4·B·H·Nq·Nk·d, halved when causal, × 2.5 for the backward."""
     useful = 4.0 * p.batch * p.heads * p.seq_q * p.seq_k * p.head_dim  # type: ignore[operator]
@@ -266,6 +281,7 @@ def build(
     else:
         chosen = route or kernel_route(gpu_key, p)
         launches = _backward(p, t, chosen, dq_tiles or t)
+    launches = tuple(with_local_traffic(w, p, t, chosen) for w in launches)
     return Workload(algo, p, t, launches, useful_flops(algo, p), impl="flashscope", route=chosen)
 
 

@@ -23,6 +23,9 @@ Byte classes of a CTA (bytes; dtype size for Q/K/V/O/S/P, 4 for stats and acc):
                              every CTA of its stream group loads it (naive attention's K and V,
                              charged to the first CTA of each head): for timing, each CTA of
                              the group moves an equal share; the counts stay as charged
+    local_load / local_store spilled registers reloaded and stored (local memory) by flashscope's
+                             compiled kernels (`compiled.py`): outside the convention's counts,
+                             they stay in L1 and L2 (the engine's `spill_l1_miss`)
 Everything else read is cold (first touch in this launch).
 
 A launch may carry its own tile configuration (`tiles`: the kernels' helper passes, whose
@@ -63,6 +66,8 @@ _FLOAT = (
     "merge_write",
     "spread_read",
     "reduce_write",
+    "local_load",
+    "local_store",
 )
 
 
@@ -94,6 +99,8 @@ class Launch:
     spread_read: np.ndarray
     reduce_write: np.ndarray
     reduce_ops: np.ndarray
+    local_load: np.ndarray
+    local_store: np.ndarray
     kv_head: np.ndarray  # the K/V head (batch · kv_heads + kv head) it reads, −1 for none
     stream: np.ndarray  # stream id, −1 for none
     stream_lo: np.ndarray

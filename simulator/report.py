@@ -39,6 +39,7 @@ def _kernel(k: KernelResult) -> dict:
         "dram_write_bytes": _f(k.dram_write_bytes),
         "l2_read_bytes": _f(k.l2_read_bytes),
         "l2_write_bytes": _f(k.l2_write_bytes),
+        "spill_l2_bytes": _f(k.spill_l2_bytes),
         "counts": dict(k.counts),
         "limiter": {lim: _f(v / total) for lim, v in k.breakdown.items()},
     }

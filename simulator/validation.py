@@ -32,9 +32,9 @@ from pathlib import Path
 
 import numpy as np
 
-from . import hardware, kernelplan
+from . import compiled, hardware, kernelplan
 from .engine import power_counts, simulate_workload
-from .fitting import ClockSample
+from .fitting import ClockSample, SpillSample
 from .hardware import GPU
 from .problem import AttentionProblem, TileConfig
 from .results import SimResult
@@ -157,6 +157,51 @@ def ncu_kernels(row: dict) -> list[dict]:
     return ((row.get("measured") or {}).get("ncu") or {}).get("kernels") or []
 
 
+def compiled_observations(rows: list[dict], gpu: GPU) -> list[compiled.Observation]:
+    """Every flashscope kernel Nsight Compute read in `rows`: its key in the compiled-kernel
+    table, its loop steps and CTAs as the engine counts them, its local-memory bytes."""
+    out = []
+    for r in rows:
+        c = r["config"]
+        if c.get("impl") != "flashscope":
+            continue
+        workload = workload_of(c, gpu)
+        launches = {w.name: w for w in workload.launches}
+        for k in ncu_kernels(r):
+            w = launches.get(compiled.KERNEL_LAUNCH.get(k.get("name", ""), ""))
+            if w is None or k.get(compiled.LOCAL_LOAD) is None:
+                continue
+            t = w.tiles or workload.tiles
+            regs = k.get("launch__registers_per_thread")
+            out.append(
+                compiled.Observation(
+                    key=compiled.key(w.name, workload.problem, t, workload.route),
+                    steps=float(w.iters.sum()),
+                    ctas=w.n_ctas,
+                    threads=32 * t.warps,
+                    load=float(k[compiled.LOCAL_LOAD]),
+                    store=float(k.get(compiled.LOCAL_STORE) or 0.0),
+                    regs=None if regs is None else int(regs),
+                )
+            )
+    return out
+
+
+def spill_samples(rows: list[dict], gpu: GPU) -> list[SpillSample]:
+    """The rows whose L2 bytes Nsight Compute measured, as `fitting.fit_spill_miss` weighs
+    them: the engine's L2 requests less the spill reloads, and those reloads."""
+    out = []
+    for r in rows:
+        measured = sm_side_l2_bytes(ncu_kernels(r))
+        if not measured:
+            continue
+        launches = workload_of(r["config"], gpu).launches
+        base = sum(float((w.read_bytes + w.write_bytes + w.local_store).sum()) for w in launches)
+        load = sum(float(w.local_load.sum()) for w in launches)
+        out.append(SpillSample(r["id"], base, load, measured))
+    return out
+
+
 def clock_samples(rows: list[dict], gpu: GPU) -> list[ClockSample]:
     """The rows of one kernel timed alone by Nsight Compute as well as back to back: how much
     slower it ran sustained (the power cap's evidence, `fitting.fit_power`)."""
@@ -169,7 +214,7 @@ def clock_samples(rows: list[dict], gpu: GPU) -> list[ClockSample]:
         launches = workload_of(r["config"], gpu).launches
         if len(launches) != 1:
             continue
-        flops, l2_bytes = power_counts(launches[0])
+        flops, l2_bytes = power_counts(launches[0], gpu.efficiency)
         sustained = r["measured_us"] * 1e-6
         out.append(ClockSample(r["id"], flops, l2_bytes, single * 1e-9, sustained))
     return out

@@ -59,3 +59,23 @@ def test_a_kernel_held_at_the_power_cap_is_named_with_the_measured_slowdown():
     assert f"{alone:,.1f} µs alone" in text and f"{alone / 1000:.0%} of the single" in text
     free = custom(capped, power_exp=0.0)  # no cap modelled: no note
     assert not [n for n in notes(row, simulate_config(config, free)) if n["kind"] == "clock"]
+
+
+def test_a_spilling_kernel_is_named_with_the_spill_bytes_the_engine_moves():
+    import json
+    from pathlib import Path
+
+    shipped = Path(__file__).resolve().parents[2] / "benchmarks" / "results"
+    rows = json.loads((shipped / "validation-h100-2026-11-21.json").read_text())["rows"]
+    row = next(r for r in rows if r["id"] == "bwd-d128-causal-n4096-t0")
+    result = simulate_config(row["config"])
+    (dkdv,) = [k for k in result.kernels if k.name == "bwd_dkdv"]
+    assert dkdv.spill_l2_bytes > 0
+    texts = [n["text"] for n in notes(row, result) if n["kind"] == "registers"]
+    assert any(f"moves {dkdv.spill_l2_bytes / 1e6:,.0f} MB of them through L2" in t for t in texts)
+    # a tile configuration the table does not list: the note says no spill bytes move
+    unlisted = {**row["config"], "warps": 8}
+    quiet = simulate_config(unlisted)
+    assert all(k.spill_l2_bytes == 0 for k in quiet.kernels)
+    texts = [n["text"] for n in notes(row, quiet) if n["kind"] == "registers"]
+    assert any("moves no spill bytes" in t for t in texts)

@@ -1,0 +1,85 @@
+"""Write simulator/data/compiled-kernels.json: the spill traffic of flashscope's compiled kernels.
+
+Reads Nsight Compute's local-memory counts from validation datasets (the fit subset only, so
+the held-out rows stay a prediction), derives per kernel and tile configuration the bytes per
+thread per loop step and per CTA (`simulator.compiled.derive`), and reports how well the table
+predicts the held-out rows' counts. CPU only.
+
+    python benchmarks/compiled_kernels.py benchmarks/results/validation-h100-2026-11-21.json \
+        benchmarks/results/validation-h200-2026-11-21.json \
+        benchmarks/results/register-cap-h200-2026-11-21.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from simulator import compiled, hardware  # noqa: E402
+from simulator.validation import compiled_observations  # noqa: E402
+
+
+def observations(path: Path, subset: str) -> tuple[list[compiled.Observation], dict]:
+    doc = json.loads(path.read_text())
+    rows = [r for r in doc["rows"] if r.get("subset") == subset]
+    gpu = hardware.from_name(doc["gpu"])
+    return compiled_observations(rows, gpu), doc
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("datasets", nargs="+", type=Path)
+    ap.add_argument("--out", type=Path, default=compiled.TABLE_PATH)
+    args = ap.parse_args(argv)
+    fit_obs, held_obs, sources, triton = [], [], [], set()
+    for path in args.datasets:
+        if not path.exists():
+            print(f"error: {path} does not exist", file=sys.stderr)
+            return 2
+        obs, doc = observations(path, "fit")
+        fit_obs += obs
+        held_obs += observations(path, "holdout")[0]
+        sources.append({"file": str(path.relative_to(ROOT) if path.is_absolute() else path),
+                        "device": doc.get("device"), "triton": doc.get("triton")})  # fmt: skip
+        triton.add(doc.get("triton"))
+    kernels = compiled.derive(fit_obs)
+    doc = {
+        "format": compiled.FORMAT,
+        "what": "local-memory (register spill) bytes per thread of flashscope's compiled "
+        "kernels: per loop step and per CTA, loads and stores (Nsight Compute's "
+        f"{compiled.LOCAL_LOAD} and {compiled.LOCAL_STORE})",
+        "method": "least squares of each kernel's measured bytes against "
+        "threads × loop steps and threads × CTAs, over the datasets' fit-subset rows",
+        "compiler": {"triton": sorted(t for t in triton if t), "arch": "sm_90"},
+        "sources": sources,
+        "kernels": kernels,
+    }
+    args.out.write_text(json.dumps(doc, indent=1) + "\n")
+    print(f"{len(kernels)} kernels with local traffic from {len(fit_obs)} measured launches")
+    table = {k: compiled.LocalTraffic(e["load_step"], e["load_cta"], e["store_step"],
+                                      e["store_cta"]) for k, e in kernels.items()}  # fmt: skip
+    worst = 0.0
+    for o in held_obs:
+        t = table.get(o.key)
+        if t is None:
+            if o.load or o.store:
+                print(f"  held out, no entry: {o.key} ({o.load / 1e6:.0f} MB loaded)")
+            continue
+        load = max(0.0, o.threads * (t.load_step * o.steps + t.load_cta * o.ctas))
+        store = max(0.0, o.threads * (t.store_step * o.steps + t.store_cta * o.ctas))
+        for got, want in ((load, o.load), (store, o.store)):
+            if want > 0:
+                worst = max(worst, abs(got / want - 1))
+    print(f"held-out launches: {len(held_obs)}; worst miss of the table's local bytes "
+          f"{100 * worst:.1f}%")  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,124 @@
+"""What flashscope's compiled kernels do that the engine cannot derive: their spill traffic.
+
+A kernel whose live values outgrow the 255 registers a thread may hold spills: the compiler
+stores some of them to local memory and reloads them, in every loop step or once per CTA. How
+much is the compiler's choice, not a function of the tile sizes: among the measured kernels the
+same register estimate (255, capped) spilled nothing in one kernel and 84–104 bytes of reloads
+per thread and step in another, and a kernel spills more with the causal mask than without. So
+the engine takes these bytes from Nsight Compute's counts of the compiled kernels
+(`l1tex__t_bytes_pipe_lsu_mem_local_op_ld` / `_st`) in the validation datasets, per kernel and
+tile configuration, as bytes per thread per loop step plus bytes per thread per CTA (`derive`:
+least squares over rows of different sequence lengths, fitted on the datasets' fit subset
+only). The table (`data/compiled-kernels.json`) holds for the kernels as Triton 3.6 compiles
+them for sm_90 (the H100 and the H200 run the same binaries: their counts agree to the byte)
+at the sizes measured; a kernel or tile configuration without an entry moves no local bytes.
+
+Where the bytes go is the engine's part: every spill store reaches L2 (L1 writes through) and
+a reload only when it misses L1, a fitted share `Efficiency.spill_l1_miss`.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from .occupancy import pad_head_dim
+from .problem import AttentionProblem, TileConfig
+
+TABLE_PATH = Path(__file__).parent / "data" / "compiled-kernels.json"
+FORMAT = 1
+LOCAL_LOAD = "l1tex__t_bytes_pipe_lsu_mem_local_op_ld.sum"
+LOCAL_STORE = "l1tex__t_bytes_pipe_lsu_mem_local_op_st.sum"
+# Nsight Compute's kernel names → the engine's launch names (kernelplan)
+KERNEL_LAUNCH = {"_attn_fwd": "fa2", "_attn_bwd_dq": "bwd_dq", "_attn_bwd_dkdv": "bwd_dkdv"}
+LAUNCH_KERNEL = {"fa2": "fwd", "bwd_dq": "dq", "bwd_dkdv": "dkdv"}
+
+
+@dataclass(frozen=True)
+class LocalTraffic:
+    """Local-memory bytes of one thread: per loop step and per CTA (its set-up and epilogue)."""
+
+    load_step: float
+    load_cta: float
+    store_step: float
+    store_cta: float
+
+    def bytes(self, iters: np.ndarray, threads: int) -> tuple[np.ndarray, np.ndarray]:
+        """(loaded, stored) bytes of every CTA of a launch with `iters` loop steps each."""
+        it = np.asarray(iters, dtype=np.float64)
+        load = threads * (self.load_step * it + self.load_cta)
+        store = threads * (self.store_step * it + self.store_cta)
+        return np.maximum(load, 0.0), np.maximum(store, 0.0)
+
+
+def key(launch: str, p: AttentionProblem, t: TileConfig, route: str | None = None) -> str:
+    """The table's key of the kernel behind engine launch `launch` run with tiles `t`: which
+    kernel and every constexpr that changes its code ("dkdv-atomic/d64/32x128/w4/s3/full",
+    "fwd/d64/128x128/w8/s2/causal/r128")."""
+    atomic = launch == "bwd_dkdv" and route == "atomic"
+    kernel = LAUNCH_KERNEL[launch] + ("-atomic" if atomic else "")
+    out = f"{kernel}/d{pad_head_dim(p.head_dim)}/{t.block_m}x{t.block_n}/w{t.warps}/s{t.stages}"
+    out += "/causal" if p.causal else "/full"
+    return out + (f"/r{t.maxnreg}" if t.maxnreg else "")
+
+
+@functools.cache
+def table(path: Path = TABLE_PATH) -> dict[str, LocalTraffic]:
+    """The shipped table: key → LocalTraffic (an absent file: no entries)."""
+    if not path.exists():
+        return {}
+    doc = json.loads(path.read_text())
+    if doc.get("format") != FORMAT:
+        raise ValueError(f"{path}: format {doc.get('format')!r}, expected {FORMAT}")
+    fields = ("load_step", "load_cta", "store_step", "store_cta")
+    return {k: LocalTraffic(*(float(e[f]) for f in fields)) for k, e in doc["kernels"].items()}
+
+
+def lookup(k: str) -> LocalTraffic | None:
+    return table().get(k)
+
+
+@dataclass(frozen=True)
+class Observation:
+    """One compiled kernel measured once: its key, its loop steps and CTAs, its local bytes."""
+
+    key: str
+    steps: float  # loop steps of all its CTAs
+    ctas: int
+    threads: int  # per CTA
+    load: float
+    store: float
+    regs: int | None = None
+
+
+def derive(observations: list[Observation]) -> dict[str, dict]:
+    """Per key with any local traffic: bytes per thread per step and per CTA (least squares
+    over its observations, loads and stores apart), how many observations and the largest
+    relative miss of the fit on them. The per-CTA term may come out negative: the causal
+    kernels' masked steps (a fixed number per CTA) spill less than the others."""
+    by_key: dict[str, list[Observation]] = {}
+    for o in observations:
+        by_key.setdefault(o.key, []).append(o)
+    out = {}
+    for k, obs in sorted(by_key.items()):
+        if not any(o.load or o.store for o in obs):
+            continue
+        x = np.array([[o.threads * o.steps, o.threads * o.ctas] for o in obs], dtype=np.float64)
+        fitted = {}
+        worst = 0.0
+        for name, y in (("load", [o.load for o in obs]), ("store", [o.store for o in obs])):
+            y_arr = np.asarray(y, dtype=np.float64)
+            c, *_ = np.linalg.lstsq(x, y_arr, rcond=None)
+            # bytes per thread: whole numbers where the fit is exact (0.0, never −0.0)
+            fitted[f"{name}_step"], fitted[f"{name}_cta"] = (round(float(v), 4) + 0.0 for v in c)
+            pred = x @ c
+            miss = np.abs(pred - y_arr) / np.maximum(y_arr, 1.0)
+            worst = max(worst, float(miss[y_arr > 0].max(initial=0.0)))
+        regs = sorted({o.regs for o in obs if o.regs is not None})
+        out[k] = {**fitted, "observations": len(obs), "worst_fit_pct": 100 * worst,
+                  "registers": regs}  # fmt: skip
+    return out

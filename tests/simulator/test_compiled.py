@@ -1,0 +1,184 @@
+"""Spill traffic of the compiled kernels: the table, its derivation, where the engine puts it."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from simulator import compiled, hardware, kernelplan
+from simulator.engine import simulate_workload
+from simulator.fitting import SpillSample, fit_spill_miss, spill_loss
+from simulator.problem import AttentionProblem, TileConfig
+from simulator.validation import compiled_observations, spill_samples
+
+RESULTS = Path(__file__).resolve().parents[2] / "benchmarks" / "results"
+DATASETS = (
+    "validation-h100-2026-11-21.json",
+    "validation-h200-2026-11-21.json",
+    "register-cap-h200-2026-11-21.json",
+)
+# d = 128 dK/dV with 64×64 tiles on 4 warps and 2 stages: 255 registers, spills in every step
+SPILLING = TileConfig(64, 64, 2, 4)
+
+
+def _rows(name: str) -> tuple[list[dict], hardware.GPU]:
+    doc = json.loads((RESULTS / name).read_text())
+    return doc["rows"], hardware.from_name(doc["gpu"])
+
+
+def test_derive_recovers_bytes_per_step_and_per_cta():
+    rng = np.random.default_rng()
+    for _ in range(20):
+        per_step = float(rng.integers(0, 200))
+        per_cta = float(rng.integers(-100, 300))  # a causal kernel's masked steps spill less
+        threads = int(rng.choice([128, 256]))
+        obs = []
+        for _ in range(int(rng.integers(2, 6))):
+            ctas = int(rng.integers(100, 5000))
+            steps = ctas * float(rng.integers(8, 300))
+            load = threads * (per_step * steps + per_cta * ctas)
+            obs.append(compiled.Observation("k", steps, ctas, threads, max(load, 0.0), 0.0))
+        if len({o.steps / o.ctas for o in obs}) < 2 or any(o.load <= 0 for o in obs):
+            continue  # one length alone cannot tell steps from CTAs
+        (entry,) = compiled.derive(obs).values()
+        assert entry["load_step"] == pytest.approx(per_step, abs=1e-3)
+        assert entry["load_cta"] == pytest.approx(per_cta, abs=1e-2)
+        assert entry["store_step"] == entry["store_cta"] == 0.0
+        assert entry["worst_fit_pct"] < 1e-3
+
+
+def test_kernels_without_local_traffic_get_no_entry():
+    obs = [compiled.Observation("quiet", 1000.0, 10, 128, 0.0, 0.0)]
+    assert compiled.derive(obs) == {}
+
+
+def test_keys_tell_apart_what_changes_the_compiled_code():
+    p = AttentionProblem(seq_q=777, head_dim=100, batch=1, heads=2)
+    causal = AttentionProblem(seq_q=777, head_dim=100, batch=1, heads=2, causal=True)
+    t = TileConfig(64, 64, 2, 4)
+    keys = {
+        compiled.key("bwd_dkdv", p, t),
+        compiled.key("bwd_dkdv", causal, t),
+        compiled.key("bwd_dkdv", p, t, route="atomic"),
+        compiled.key("bwd_dkdv", p, TileConfig(64, 64, 2, 4, maxnreg=128)),
+        compiled.key("bwd_dq", p, t, route="atomic"),  # the route names only dK/dV's variant
+        compiled.key("fa2", p, TileConfig(64, 64, 3, 4)),
+    }
+    assert len(keys) == 6
+    assert compiled.key("bwd_dkdv", p, t) == "dkdv/d128/64x64/w4/s2/full"  # d padded
+    assert compiled.key("bwd_dq", p, t, route="atomic") == "dq/d128/64x64/w4/s2/full"
+
+
+@pytest.mark.parametrize("name", DATASETS)
+def test_the_table_predicts_every_measured_kernels_local_bytes(name):
+    """Fitted on the fit subset; the held-out lengths and the other GPU are predictions."""
+    rows, gpu = _rows(name)
+    obs = compiled_observations(rows, gpu)
+    assert obs
+    spilling = 0
+    for o in obs:
+        entry = compiled.lookup(o.key)
+        if entry is None:
+            assert o.load == o.store == 0.0, o.key  # every spilling kernel has an entry
+            continue
+        load, store = entry.bytes(np.array([o.steps / o.ctas]), o.threads)
+        for got, want in ((load[0] * o.ctas, o.load), (store[0] * o.ctas, o.store)):
+            assert got == pytest.approx(want, rel=0.02, abs=1e6), o.key
+        spilling += o.load > 0
+    assert spilling >= 3
+
+
+def test_causal_steps_differ_per_cta_but_the_totals_hold():
+    """The causal dK/dV CTAs run different step counts; the table is per step and per CTA."""
+    rows, gpu = _rows("validation-h100-2026-11-21.json")
+    row = next(r for r in rows if r["id"] == "bwd-d128-causal-n4096-t0")
+    w = next(w for w in compiled_observations([row], gpu) if w.key.startswith("dkdv"))
+    launch = next(x for x in _workload(row, gpu).launches if x.name == "bwd_dkdv")
+    assert len(set(launch.iters.tolist())) > 10
+    assert launch.local_load.sum() == pytest.approx(w.load, rel=0.02)
+    assert launch.local_store.sum() == pytest.approx(w.store, rel=0.02)
+
+
+def _workload(row: dict, gpu):
+    from simulator.validation import workload_of
+
+    return workload_of(row["config"], gpu)
+
+
+def _bwd(tiles: TileConfig, head_dim: int = 128, causal: bool = False):
+    rng = np.random.default_rng()
+    n = int(rng.integers(3, 20)) * 64
+    p = AttentionProblem(seq_q=n, head_dim=head_dim, batch=2, heads=4, causal=causal)
+    dq = TileConfig(64, 64, 3, 4)
+    return kernelplan.build("fa2-bwd", p, tiles, route="separate", dq_tiles=dq)
+
+
+def test_only_listed_kernels_carry_local_bytes():
+    w = _bwd(SPILLING)
+    dkdv = next(x for x in w.launches if x.name == "bwd_dkdv")
+    entry = compiled.lookup("dkdv/d128/64x64/w4/s2/full")
+    assert entry is not None
+    load, store = entry.bytes(dkdv.iters, 128)
+    np.testing.assert_allclose(dkdv.local_load, load)
+    np.testing.assert_allclose(dkdv.local_store, store)
+    assert dkdv.local_load.min() > 0
+    for x in w.launches:
+        if x.name != "bwd_dkdv":  # the 64×64 dQ kernel and the preprocess do not spill
+            assert not x.local_load.any() and not x.local_store.any(), x.name
+    quiet = _bwd(TileConfig(32, 64, 3, 4))
+    assert all(not x.local_load.any() for x in quiet.launches)
+
+
+def test_spill_bytes_reach_l2_not_dram():
+    """L2 requests grow by every store and the fitted share of reloads; DRAM does not move."""
+    w = _bwd(SPILLING)
+    base = hardware.from_name("h100-sxm")
+    runs = {}
+    for miss in (0.0, 0.3, 1.0):
+        gpu = dataclasses.replace(
+            base, efficiency=dataclasses.replace(base.efficiency, spill_l1_miss=miss)
+        )
+        runs[miss] = simulate_workload(w, gpu)
+    dkdv = next(x for x in w.launches if x.name == "bwd_dkdv")
+    global_bytes = sum(float((x.read_bytes + x.write_bytes).sum()) for x in w.launches)
+    for miss, r in runs.items():
+        want = global_bytes + dkdv.local_store.sum() + miss * dkdv.local_load.sum()
+        assert r.l2_bytes == pytest.approx(want, rel=1e-12), miss
+        dram = r.dram_read_bytes + r.dram_write_bytes  # moves only through the schedule
+        assert dram == pytest.approx(dram_of(runs[0.0]), rel=0.02)
+    assert runs[0.0].time_s <= runs[0.3].time_s <= runs[1.0].time_s
+
+
+def dram_of(r) -> float:
+    return r.dram_read_bytes + r.dram_write_bytes
+
+
+def test_fit_spill_miss_finds_a_planted_share():
+    rng = np.random.default_rng()
+    miss = float(rng.integers(50, 950)) / 1000
+    samples = []
+    for i in range(12):
+        base, load = float(rng.uniform(1e9, 5e9)), float(rng.uniform(0, 3e9))
+        samples.append(SpillSample(str(i), base, load, base + miss * load))
+    got, loss = fit_spill_miss(samples)
+    assert got == pytest.approx(miss, abs=1e-3)
+    assert loss < 1e-3
+    assert spill_loss(got, samples) == pytest.approx(loss)
+    with pytest.raises(ValueError, match="reloads"):
+        fit_spill_miss([SpillSample("a", 1e9, 0.0, 1e9)])
+
+
+@pytest.mark.parametrize("name", DATASETS[:2])
+def test_the_shipped_calibration_keeps_every_datasets_l2_bytes_within_ten_percent(name):
+    rows, gpu = _rows(name)
+    samples = spill_samples(rows, gpu)
+    assert len(samples) >= 100
+    miss = gpu.efficiency.spill_l1_miss
+    errors = np.array([(s.l2_bytes + miss * s.local_load) / s.measured - 1 for s in samples])
+    assert np.abs(errors).max() <= 0.10
+    no_spill = np.array([(s.l2_bytes + 0.0) / s.measured - 1 for s in samples])
+    assert np.abs(no_spill).max() > 0.10  # without the spill bytes the target is missed
