@@ -36,6 +36,8 @@ LOCAL_STORE = "l1tex__t_bytes_pipe_lsu_mem_local_op_st.sum"
 # Nsight Compute's kernel names → the engine's launch names (kernelplan)
 KERNEL_LAUNCH = {"_attn_fwd": "fa2", "_attn_bwd_dq": "bwd_dq", "_attn_bwd_dkdv": "bwd_dkdv"}
 LAUNCH_KERNEL = {"fa2": "fwd", "bwd_dq": "dq", "bwd_dkdv": "dkdv"}
+# Triton specializes integer arguments on divisibility by 16: another binary, other spills
+INT_DIVISOR = 16
 
 
 @dataclass(frozen=True)
@@ -63,6 +65,8 @@ def key(launch: str, p: AttentionProblem, t: TileConfig, route: str | None = Non
     kernel = LAUNCH_KERNEL[launch] + ("-atomic" if atomic else "")
     out = f"{kernel}/d{pad_head_dim(p.head_dim)}/{t.block_m}x{t.block_n}/w{t.warps}/s{t.stages}"
     out += "/causal" if p.causal else "/full"
+    if p.seq_q % INT_DIVISOR or (p.seq_k or p.seq_q) % INT_DIVISOR:
+        out += "/ragged"  # Triton compiles lengths not divisible by 16 apart
     return out + (f"/r{t.maxnreg}" if t.maxnreg else "")
 
 
