@@ -11,7 +11,8 @@ tile configuration, as bytes per thread per loop step plus bytes per thread per 
 least squares over rows of different sequence lengths, fitted on the datasets' fit subset
 only). The table (`data/compiled-kernels.json`) holds for the kernels as Triton 3.6 compiles
 them for sm_90 (the H100 and the H200 run the same binaries: their counts agree to the byte)
-at the sizes measured; a kernel or tile configuration without an entry moves no local bytes.
+at the sizes measured; a kernel or tile configuration without an entry moves no local bytes,
+and neither does a GPU preset of another architecture (`ARCH_PRESETS`).
 
 Where the bytes go is the engine's part: every spill store reaches L2 (L1 writes through) and
 a reload only when it misses L1, a fitted share `Efficiency.spill_l1_miss`.
@@ -38,6 +39,9 @@ KERNEL_LAUNCH = {"_attn_fwd": "fa2", "_attn_bwd_dq": "bwd_dq", "_attn_bwd_dkdv":
 LAUNCH_KERNEL = {"fa2": "fwd", "bwd_dq": "dq", "bwd_dkdv": "dkdv"}
 # Triton specializes integer arguments on divisibility by 16: another binary, other spills
 INT_DIVISOR = 16
+# The GPU presets that run the table's binaries (sm_90); another architecture compiles other
+# code (no tensor-memory copies, other register files), for which nothing was measured.
+ARCH_PRESETS = ("h100-sxm", "h100-pcie", "h200")
 
 
 @dataclass(frozen=True)
@@ -82,7 +86,10 @@ def table(path: Path = TABLE_PATH) -> dict[str, LocalTraffic]:
     return {k: LocalTraffic(*(float(e[f]) for f in fields)) for k, e in doc["kernels"].items()}
 
 
-def lookup(k: str) -> LocalTraffic | None:
+def lookup(k: str, gpu_key: str = "h100-sxm") -> LocalTraffic | None:
+    """The entry for key `k` on GPU preset `gpu_key` (a custom GPU counts as its base)."""
+    if gpu_key.removesuffix("+custom") not in ARCH_PRESETS:
+        return None
     return table().get(k)
 
 

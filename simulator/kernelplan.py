@@ -236,12 +236,14 @@ def _backward(p: AttentionProblem, t: TileConfig, route: str, dq_tiles: TileConf
     return pre, fill, _dkdv_kernel(p, t, atomic=True), scale, cast
 
 
-def with_local_traffic(launch: Launch, p: AttentionProblem, t: TileConfig, route: str | None):
+def with_local_traffic(
+    launch: Launch, p: AttentionProblem, t: TileConfig, route: str | None, gpu_key: str
+) -> Launch:
     """`launch` with its compiled kernel's spill loads and stores, where they were measured."""
     tiles = launch.tiles or t
     if launch.name not in compiled.LAUNCH_KERNEL:
         return launch
-    traffic = compiled.lookup(compiled.key(launch.name, p, tiles, route))
+    traffic = compiled.lookup(compiled.key(launch.name, p, tiles, route), gpu_key)
     if traffic is None:
         return launch
     load, store = traffic.bytes(launch.iters, 32 * tiles.warps)
@@ -281,7 +283,7 @@ def build(
     else:
         chosen = route or kernel_route(gpu_key, p)
         launches = _backward(p, t, chosen, dq_tiles or t)
-    launches = tuple(with_local_traffic(w, p, t, chosen) for w in launches)
+    launches = tuple(with_local_traffic(w, p, t, chosen, gpu_key) for w in launches)
     return Workload(algo, p, t, launches, useful_flops(algo, p), impl="flashscope", route=chosen)
 
 

@@ -108,12 +108,12 @@ def test_causal_steps_differ_per_cta_but_the_totals_hold():
     assert launch.local_store.sum() == pytest.approx(w.store, rel=0.02)
 
 
-def _bwd(tiles: TileConfig, head_dim: int = 128, causal: bool = False):
+def _bwd(tiles: TileConfig, head_dim: int = 128, causal: bool = False, gpu_key: str = "h100-sxm"):
     rng = np.random.default_rng()
     n = int(rng.integers(3, 20)) * 64
     p = AttentionProblem(seq_q=n, head_dim=head_dim, batch=2, heads=4, causal=causal)
     dq = TileConfig(64, 64, 3, 4)
-    return kernelplan.build("fa2-bwd", p, tiles, route="separate", dq_tiles=dq)
+    return kernelplan.build("fa2-bwd", p, tiles, gpu_key=gpu_key, route="separate", dq_tiles=dq)
 
 
 def test_only_listed_kernels_carry_local_bytes():
@@ -130,6 +130,11 @@ def test_only_listed_kernels_carry_local_bytes():
             assert not x.local_load.any() and not x.local_store.any(), x.name
     quiet = _bwd(TileConfig(32, 64, 3, 4))
     assert all(not x.local_load.any() for x in quiet.launches)
+    # another architecture compiles other binaries: nothing measured, nothing moved
+    ampere = _bwd(SPILLING, gpu_key="a100-80gb")
+    assert all(not x.local_load.any() and not x.local_store.any() for x in ampere.launches)
+    custom = _bwd(SPILLING, gpu_key="h200+custom")
+    assert any(x.local_load.any() for x in custom.launches)
 
 
 def test_spill_bytes_reach_l2_not_dram():
