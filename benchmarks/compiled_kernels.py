@@ -25,11 +25,9 @@ from simulator import compiled, hardware  # noqa: E402
 from simulator.validation import compiled_observations  # noqa: E402
 
 
-def observations(path: Path, subset: str) -> tuple[list[compiled.Observation], dict]:
-    doc = json.loads(path.read_text())
+def observations(doc: dict, subset: str) -> list[compiled.Observation]:
     rows = [r for r in doc["rows"] if r.get("subset") == subset]
-    gpu = hardware.from_name(doc["gpu"])
-    return compiled_observations(rows, gpu), doc
+    return compiled_observations(rows, hardware.from_name(doc["gpu"]))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -42,9 +40,9 @@ def main(argv: list[str] | None = None) -> int:
         if not path.exists():
             print(f"error: {path} does not exist", file=sys.stderr)
             return 2
-        obs, doc = observations(path, "fit")
-        fit_obs += obs
-        held_obs += observations(path, "holdout")[0]
+        doc = json.loads(path.read_text())
+        fit_obs += observations(doc, "fit")
+        held_obs += observations(doc, "holdout")
         sources.append({"file": str(path.relative_to(ROOT) if path.is_absolute() else path),
                         "device": doc.get("device"), "triton": doc.get("triton")})  # fmt: skip
         triton.add(doc.get("triton"))
@@ -62,8 +60,7 @@ def main(argv: list[str] | None = None) -> int:
     }
     args.out.write_text(json.dumps(doc, indent=1) + "\n")
     print(f"{len(kernels)} kernels with local traffic from {len(fit_obs)} measured launches")
-    table = {k: compiled.LocalTraffic(e["load_step"], e["load_cta"], e["store_step"],
-                                      e["store_cta"]) for k, e in kernels.items()}  # fmt: skip
+    table = {k: compiled.LocalTraffic.from_entry(e) for k, e in kernels.items()}
     worst = 0.0
     for o in held_obs:
         t = table.get(o.key)
@@ -71,8 +68,7 @@ def main(argv: list[str] | None = None) -> int:
             if o.load or o.store:
                 print(f"  held out, no entry: {o.key} ({o.load / 1e6:.0f} MB loaded)")
             continue
-        load = max(0.0, o.threads * (t.load_step * o.steps + t.load_cta * o.ctas))
-        store = max(0.0, o.threads * (t.store_step * o.steps + t.store_cta * o.ctas))
+        load, store = t.totals(o.steps, o.ctas, o.threads)
         for got, want in ((load, o.load), (store, o.store)):
             if want > 0:
                 worst = max(worst, abs(got / want - 1))

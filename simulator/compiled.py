@@ -53,6 +53,16 @@ class LocalTraffic:
     store_step: float
     store_cta: float
 
+    @classmethod
+    def from_entry(cls, entry: dict) -> LocalTraffic:
+        """From one of the table file's (or `derive`'s) entries."""
+        return cls(*(float(entry[f]) for f in ("load_step", "load_cta", "store_step", "store_cta")))
+
+    def totals(self, steps: float, ctas: int, threads: int) -> tuple[float, float]:
+        """(loaded, stored) bytes of a launch of `ctas` CTAs running `steps` loop steps in all."""
+        load, store = self.bytes(np.array([steps / ctas]), threads)
+        return float(load[0]) * ctas, float(store[0]) * ctas
+
     def bytes(self, iters: np.ndarray, threads: int) -> tuple[np.ndarray, np.ndarray]:
         """(loaded, stored) bytes of every CTA of a launch with `iters` loop steps each."""
         it = np.asarray(iters, dtype=np.float64)
@@ -82,8 +92,7 @@ def table(path: Path = TABLE_PATH) -> dict[str, LocalTraffic]:
     doc = json.loads(path.read_text())
     if doc.get("format") != FORMAT:
         raise ValueError(f"{path}: format {doc.get('format')!r}, expected {FORMAT}")
-    fields = ("load_step", "load_cta", "store_step", "store_cta")
-    return {k: LocalTraffic(*(float(e[f]) for f in fields)) for k, e in doc["kernels"].items()}
+    return {k: LocalTraffic.from_entry(e) for k, e in doc["kernels"].items()}
 
 
 def lookup(k: str, gpu_key: str = "h100-sxm") -> LocalTraffic | None:

@@ -90,8 +90,8 @@ def test_the_table_predicts_every_measured_kernels_local_bytes(name):
         if entry is None:
             assert o.load == o.store == 0.0 or o.key.endswith("/ragged"), o.key
             continue
-        load, store = entry.bytes(np.array([o.steps / o.ctas]), o.threads)
-        for got, want in ((load[0] * o.ctas, o.load), (store[0] * o.ctas, o.store)):
+        load, store = entry.totals(o.steps, o.ctas, o.threads)
+        for got, want in ((load, o.load), (store, o.store)):
             assert got == pytest.approx(want, rel=0.02, abs=1e6), o.key
         spilling += o.load > 0
     assert spilling >= 3
