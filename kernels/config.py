@@ -26,9 +26,6 @@ def _power_of_two(x: int) -> bool:
     return x >= 1 and x & (x - 1) == 0
 
 
-FLAG_POLY_EXP = 2  # tuned.json's fifth entry is a set of flags: 1 prefetch, 2 poly_exp
-
-
 @dataclass(frozen=True)
 class KernelConfig:
     """One launch configuration of a kernel (all four are Triton compile-time constants)."""
@@ -39,8 +36,6 @@ class KernelConfig:
     num_stages: int = 2
     prefetch: bool = False  # forward only: issue the next tile's Q Kᵀ before this softmax
     maxnreg: int | None = None  # cap on registers per thread (more CTAs per SM); None: 255
-    poly_exp: bool = False  # forward only: half the exponentials by a polynomial on the FMA
-    # units (fp16 and bf16 only: its 8.6e-5 relative error is below their rounding, not fp32's)
 
     def __post_init__(self) -> None:
         for name in ("block_m", "block_n"):
@@ -53,29 +48,24 @@ class KernelConfig:
             raise ValueError(f"num_warps must be 1, 2, 4, 8 or 16, got {self.num_warps!r}")
         if isinstance(self.num_stages, bool) or self.num_stages not in range(1, 9):
             raise ValueError(f"num_stages must be an integer in [1, 8], got {self.num_stages!r}")
-        for name in ("prefetch", "poly_exp"):
-            if not isinstance(getattr(self, name), bool):
-                raise ValueError(f"{name} must be a bool, got {getattr(self, name)!r}")
+        if not isinstance(self.prefetch, bool):
+            raise ValueError(f"prefetch must be a bool, got {self.prefetch!r}")
         cap, lo, hi, step = self.maxnreg, MIN_REG_CAP, MAX_REG_CAP, REG_CAP_STEP
         if cap is not None and (type(cap) is not int or cap not in range(lo, hi + 1, step)):
             msg = f"maxnreg must be a multiple of {step} in [{lo}, {hi}] or None, got {cap!r}"
             raise ValueError(msg)
 
     def as_list(self) -> list[int]:
-        """[block_m, block_n, num_warps, num_stages, flags] and, with a register cap, maxnreg as
-        a sixth entry: as tuned.json holds them (flags: 1 prefetch, 2 poly_exp)."""
-        flags = int(self.prefetch) | FLAG_POLY_EXP * int(self.poly_exp)
-        out = [self.block_m, self.block_n, self.num_warps, self.num_stages, flags]
+        """[block_m, block_n, num_warps, num_stages, prefetch (0/1)] and, with a register cap,
+        maxnreg as a sixth entry: as tuned.json holds them."""
+        out = [self.block_m, self.block_n, self.num_warps, self.num_stages, int(self.prefetch)]
         return [*out, self.maxnreg] if self.maxnreg is not None else out
 
     @classmethod
     def from_list(cls, entry: list[int]) -> KernelConfig:
         bm, bn, warps, stages, *rest = entry
-        flags = int(rest[0]) if rest else 0
-        if flags & ~(1 | FLAG_POLY_EXP):
-            raise ValueError(f"unknown configuration flags {flags} in {entry}")
-        maxnreg = rest[1] if len(rest) > 1 else None
-        return cls(bm, bn, warps, stages, bool(flags & 1), maxnreg, bool(flags & FLAG_POLY_EXP))
+        prefetch = bool(rest[0]) if rest else False
+        return cls(bm, bn, warps, stages, prefetch, rest[1] if len(rest) > 1 else None)
 
     def launch_options(self) -> dict[str, int]:
         """Triton launch keywords: warps, stages and, where set, the register cap."""

@@ -32,7 +32,6 @@ import triton.language as tl
 from triton.language.extra import cuda
 
 from .config import KernelConfig
-from .device import interpreting
 from .fastlaunch import launch
 from .launch import (
     choose_config,
@@ -130,71 +129,10 @@ def causal_order(n_blocks, band, HEAVY_LAST: tl.constexpr):
     return block, row
 
 
-# 2^f on [0, 1) as 1 + f·(c1 + f·(c2 + f·c3)): relative error at most 8.6e-5 (a least-squares
-# fit weighted towards its largest errors; P is then rounded to fp16 or bf16, whose half unit
-# in the last place is 4.9e-4 and 3.9e-3)
-EXP2_C1 = tl.constexpr(0.6951163242708914)
-EXP2_C2 = tl.constexpr(0.22764705256524653)
-EXP2_C3 = tl.constexpr(0.07706515401148792)
-
-
-@triton.jit
-def exp2_fma(x):
-    """2^x for finite x ≤ 0 on the FMA units instead of the special-function units: the
-    fraction by a cubic, the integer part added to the float's exponent bits (below 2^-126: the
-    smallest normal float, where exp2 would give a denormal or zero)."""
-    x = tl.maximum(x, -126.0)
-    xi = tl.floor(x)
-    f = x - xi
-    p = 1.0 + f * (EXP2_C1 + f * (EXP2_C2 + f * EXP2_C3))
-    bits = p.to(tl.int32, bitcast=True) + (xi.to(tl.int32) << 23)
-    return bits.to(tl.float32, bitcast=True)
-
-
-# The same split in PTX, on each thread's registers in pairs: the first of a pair by ex2, the
-# second by the cubic (floor, fraction, three FMAs, the integer part added to the exponent
-# bits). No layout change: a pair is two of the thread's own accumulator elements.
-_EXP2_PAIR_PTX = tl.constexpr("""
-{
-.reg .f32 t, fi, f, p;
-.reg .b32 i, b;
-ex2.approx.ftz.f32 $0, $2;
-max.f32 t, $3, 0fC2FC0000;
-cvt.rmi.f32.f32 fi, t;
-sub.f32 f, t, fi;
-fma.rn.f32 p, f, 0f3D9DD456, 0f3E691C4F;
-fma.rn.f32 p, p, f, 0f3F31F325;
-fma.rn.f32 p, p, f, 0f3F800000;
-cvt.rzi.s32.f32 i, fi;
-shl.b32 i, i, 23;
-mov.b32 b, p;
-add.s32 b, b, i;
-mov.b32 $1, b;
-}
-""")
-
-
-@triton.jit
-def exp2_mixed(x, POLY: tl.constexpr):
-    """2^x of a (rows, cols) tile of finite x ≤ 0, half on the special-function units, half on
-    the FMA units (at d = 64 the exponentials cost the SM as much as the products:
-    FlashAttention-4's split of the work between the two). POLY 1: even and odd columns by
-    reshaping (the interpreter's way: it runs no PTX); 2: by register pairs in PTX."""
-    if POLY == 2:
-        return tl.inline_asm_elementwise(_EXP2_PAIR_PTX, "=f,=f,f,f", [x], dtype=tl.float32,
-                                         is_pure=True, pack=2)
-    else:
-        rows: tl.constexpr = x.shape[0]
-        cols: tl.constexpr = x.shape[1]
-        even, odd = tl.split(tl.reshape(x, [rows, cols // 2, 2]))
-        return tl.reshape(tl.join(tl.math.exp2(even), exp2_fma(odd)), [rows, cols])
-
-
 @triton.jit
 def online_softmax_step(acc, l, m, s, v, qk_scale2, rows, cols, n_k, off,
                         MASKED: tl.constexpr, CAUSAL: tl.constexpr, POS_SCALE: tl.constexpr,
-                        P_DTYPE: tl.constexpr, UPCAST: tl.constexpr, DOT_PREC: tl.constexpr,
-                        POLY: tl.constexpr = 0):
+                        P_DTYPE: tl.constexpr, UPCAST: tl.constexpr, DOT_PREC: tl.constexpr):
     """Tile (i, j) given S = Q Kⱼᵀ: running max/sum update and Õ ← α·Õ + P Vⱼ (log2 domain)."""
     if MASKED:
         keep = (cols < n_k)[None, :]
@@ -208,12 +146,11 @@ def online_softmax_step(acc, l, m, s, v, qk_scale2, rows, cols, n_k, off,
     else:
         if POS_SCALE:  # max commutes with a positive scale: one FMA per score
             m_new = tl.maximum(m, tl.max(s, 1) * qk_scale2)
-            x = s * qk_scale2 - m_new[:, None]
+            p = tl.math.exp2(s * qk_scale2 - m_new[:, None])
         else:
             s = s * qk_scale2
             m_new = tl.maximum(m, tl.max(s, 1))
-            x = s - m_new[:, None]
-        p = exp2_mixed(x, POLY) if POLY else tl.math.exp2(x)  # unmasked: x is finite
+            p = tl.math.exp2(s - m_new[:, None])
         alpha = tl.math.exp2(m - m_new)
     l = l * alpha + tl.sum(p, 1)
     acc = acc * alpha[:, None]
@@ -257,8 +194,7 @@ def _attn_fwd(Q, K, V, O, LSE, TR, CLK, qk_scale2,
               HEAD_DIM: tl.constexpr, D_PAD: tl.constexpr, BLOCK_M: tl.constexpr,
               BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr, POS_SCALE: tl.constexpr,
               USE_TMA: tl.constexpr, UPCAST: tl.constexpr, DOT_PREC: tl.constexpr,
-              TRACE: tl.constexpr, PREFETCH: tl.constexpr, TIMELINE: tl.constexpr,
-              POLY: tl.constexpr):
+              TRACE: tl.constexpr, PREFETCH: tl.constexpr, TIMELINE: tl.constexpr):
     n_mb = tl.cdiv(N_Q, BLOCK_M)
     if TIMELINE:
         t_begin = cuda.globaltimer()
@@ -318,7 +254,7 @@ def _attn_fwd(Q, K, V, O, LSE, TR, CLK, qk_scale2,
                 cols = start_n + tl.arange(0, BLOCK_N)
                 acc, l, m, alpha = online_softmax_step(acc, l, m, s, v, qk_scale2, rows, cols,
                                                        N_K, off, False, CAUSAL, POS_SCALE,
-                                                       P_DTYPE, UPCAST, DOT_PREC, POLY)
+                                                       P_DTYPE, UPCAST, DOT_PREC)
                 if TRACE:  # noqa: SIM102 — compile-time flag outside, runtime test inside
                     if bh == trace_bh:
                         record_state(TR, pid_m, start_n // BLOCK_N, n_kv, m, l, alpha, acc,
@@ -328,7 +264,7 @@ def _attn_fwd(Q, K, V, O, LSE, TR, CLK, qk_scale2,
             cols = full_hi - BLOCK_N + tl.arange(0, BLOCK_N)
             acc, l, m, alpha = online_softmax_step(acc, l, m, s, v, qk_scale2, rows, cols, N_K,
                                                    off, False, CAUSAL, POS_SCALE, P_DTYPE,
-                                                   UPCAST, DOT_PREC, POLY)
+                                                   UPCAST, DOT_PREC)
             if TRACE:  # noqa: SIM102 — compile-time flag outside, runtime test inside
                 if bh == trace_bh:
                     record_state(TR, pid_m, full_hi // BLOCK_N - 1, n_kv, m, l, alpha, acc,
@@ -341,7 +277,7 @@ def _attn_fwd(Q, K, V, O, LSE, TR, CLK, qk_scale2,
             cols = start_n + tl.arange(0, BLOCK_N)
             acc, l, m, alpha = online_softmax_step(acc, l, m, s, v, qk_scale2, rows, cols, N_K,
                                                    off, False, CAUSAL, POS_SCALE, P_DTYPE,
-                                                   UPCAST, DOT_PREC, POLY)
+                                                   UPCAST, DOT_PREC)
             if TRACE:  # noqa: SIM102 — compile-time flag outside, runtime test inside
                 if bh == trace_bh:
                     record_state(TR, pid_m, start_n // BLOCK_N, n_kv, m, l, alpha, acc, BLOCK_M,
@@ -423,14 +359,6 @@ def describe_on_host(
     return tuple(desc(x, rows) for x, rows in tiles)
 
 
-def poly_mode(cfg: KernelConfig, dtype: torch.dtype) -> int:
-    """The kernel's POLY: 0 every exponential by exp2 (and always for fp32, which the cubic's
-    8.6e-5 would not serve), 1 the split by reshaping (interpreter), 2 by register pairs."""
-    if not cfg.poly_exp or dtype == torch.float32:
-        return 0
-    return 1 if interpreting() else 2
-
-
 def launch_forward(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -480,7 +408,7 @@ def launch_forward(
         dict(HEAD_DIM=d, D_PAD=d_pad, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, CAUSAL=causal,
              POS_SCALE=scale >= 0, USE_TMA=tma, UPCAST=upcast(q.dtype),
              DOT_PREC=dot_precision(q.dtype), TRACE=trace is not None, PREFETCH=cfg.prefetch,
-             TIMELINE=timeline is not None, POLY=poly_mode(cfg, q.dtype)),
+             TIMELINE=timeline is not None),
         cfg.launch_options(),
     )  # fmt: skip
     return o, lse

@@ -8,7 +8,7 @@ import triton
 import triton.language as tl
 
 from kernels import KernelConfig, flash_attention, flash_attention_lse
-from kernels.forward import causal_order, exp2_fma, launch_forward
+from kernels.forward import causal_order, launch_forward
 from kernels.reference import attention_forward
 
 from .conftest import DEV, assert_close, rand
@@ -75,53 +75,11 @@ def test_tensor_descriptor_path(seed: int) -> None:
         KernelConfig(64, 16, 4, 1),
         KernelConfig(32, 32, 4, 1, True),
         KernelConfig(32, 32, 4, 1, False, 128),
-        KernelConfig(32, 32, 4, 1, poly_exp=True),
     ],
-    ids=["16x64", "64x16", "prefetch", "maxnreg", "poly-exp"],
+    ids=["16x64", "64x16", "prefetch", "maxnreg"],
 )
 def test_tile_configurations(seed: int, config: KernelConfig) -> None:
     check_forward(seed, 1, 2, 1, 150, 131, 32, True, config=config)
-
-
-@pytest.mark.parametrize("dtype", [F16, BF16, F32])
-def test_polynomial_exponentials_match_the_reference(seed: int, dtype: torch.dtype) -> None:
-    """Half of the unmasked tiles' exponentials by the cubic on the FMA units: as accurate as
-    the kernel with every exponential on the special-function units (several full tiles, so the
-    unmasked loop runs; a ragged edge and the causal diagonal take the masked one). fp32 inputs
-    keep the special-function units: the cubic is not fp32-accurate."""
-    cfg = KernelConfig(32, 32, 4, 2, poly_exp=True)
-    for causal in (False, True):
-        check_forward(seed, 1, 2, 1, 137, 160, 64, causal, dtype, config=cfg)
-
-
-@triton.jit
-def _exp2_probe(X, Y, N: tl.constexpr):
-    i = tl.arange(0, N)
-    tl.store(Y + i, exp2_fma(tl.load(X + i)))
-
-
-def test_exp2_on_the_fma_units_within_its_bound(seed: int) -> None:
-    """Relative error ≤ 8.6e-5 against float64 on x ≤ 0 (integers, their neighbours, random),
-    and 2^-126 or less where exp2 underflows (x < −126)."""
-    gen = torch.Generator().manual_seed(seed)
-    x = torch.cat([
-        -torch.rand(4000, generator=gen, dtype=torch.float64) * 130,
-        -torch.arange(0, 127, dtype=torch.float64),
-        -torch.arange(0, 127, dtype=torch.float64) - 1e-6,
-        torch.tensor([0.0, -1e-30, -125.999, -126.0, -126.5, -200.0], dtype=torch.float64),
-    ])
-    n = 1 << (x.numel() - 1).bit_length()
-    xs = torch.full((n,), -1.0, dtype=torch.float32)
-    xs[: x.numel()] = x.float()
-    y = torch.empty(n, dtype=torch.float32)
-    y_dev = y.to(DEV)
-    _exp2_probe[(1,)](xs.to(DEV), y_dev, n)
-    got = y_dev.cpu().double()[: x.numel()]
-    want = torch.exp2(xs[: x.numel()].double())
-    normal = xs[: x.numel()] >= -126
-    rel = ((got - want).abs() / want)[normal]
-    assert float(rel.max()) <= 8.6e-5, f"seed {seed}: worst relative error {float(rel.max())}"
-    assert bool((got[~normal] <= 2.0**-126).all()) and bool((got >= 0).all())
 
 
 @pytest.mark.parametrize("scale", [-0.2, 0.0, 1.7])
