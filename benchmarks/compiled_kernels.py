@@ -1,9 +1,11 @@
-"""Write simulator/data/compiled-kernels.json: the spill traffic of flashscope's compiled kernels.
+"""Write simulator/data/compiled-kernels.json: the registers and spill traffic of flashscope's
+compiled kernels.
 
-Reads Nsight Compute's local-memory counts from validation datasets (the fit subset only, so
-the held-out rows stay a prediction), derives per kernel and tile configuration the bytes per
-thread per loop step and per CTA (`simulator.compiled.derive`), and reports how well the table
-predicts the held-out rows' counts. CPU only.
+Reads Nsight Compute's register and local-memory counts from validation datasets (the fit
+subset only, so the held-out rows stay a prediction), keeps per kernel and tile configuration
+its registers per thread (`simulator.compiled.derive_registers`) and the spill bytes per thread
+per loop step and per CTA (`simulator.compiled.derive`), and reports how well the table
+predicts the held-out rows. CPU only.
 
     python benchmarks/compiled_kernels.py benchmarks/results/validation-h100-2026-11-21.json \
         benchmarks/results/validation-h200-2026-11-21.json \
@@ -47,19 +49,32 @@ def main(argv: list[str] | None = None) -> int:
                         "device": doc.get("device"), "triton": doc.get("triton")})  # fmt: skip
         triton.add(doc.get("triton"))
     kernels = compiled.derive(fit_obs)
+    try:
+        registers = compiled.derive_registers(fit_obs)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     doc = {
         "format": compiled.FORMAT,
-        "what": "local-memory (register spill) bytes per thread of flashscope's compiled "
-        "kernels: per loop step and per CTA, loads and stores (Nsight Compute's "
-        f"{compiled.LOCAL_LOAD} and {compiled.LOCAL_STORE})",
-        "method": "least squares of each kernel's measured bytes against "
-        "threads × loop steps and threads × CTAs, over the datasets' fit-subset rows",
+        "what": "flashscope's compiled kernels: registers per thread (Nsight Compute's "
+        f"{compiled.REGISTERS}) of every kernel measured, and local-memory (register spill) "
+        "bytes per thread of those that spill: per loop step and per CTA, loads and stores "
+        f"({compiled.LOCAL_LOAD} and {compiled.LOCAL_STORE})",
+        "method": "registers: the one count of each kernel's launches; spills: least squares of "
+        "each kernel's measured bytes against threads × loop steps and threads × CTAs; both "
+        "over the datasets' fit-subset rows",
         "compiler": {"triton": sorted(t for t in triton if t), "arch": "sm_90"},
         "sources": sources,
+        "registers": registers,
         "kernels": kernels,
     }
     args.out.write_text(json.dumps(doc, indent=1) + "\n")
-    print(f"{len(kernels)} kernels with local traffic from {len(fit_obs)} measured launches")
+    print(f"{len(registers)} kernels' registers, {len(kernels)} with local traffic, from "
+          f"{len(fit_obs)} measured launches")  # fmt: skip
+    unseen = sorted({o.key for o in held_obs if o.key not in registers})
+    wrong = sorted({o.key for o in held_obs if o.key in registers and registers[o.key] != o.regs})
+    print(f"held-out kernels without a register count: {len(unseen)}; with another count: "
+          f"{len(wrong)}")  # fmt: skip
     table = {k: compiled.LocalTraffic.from_entry(e) for k, e in kernels.items()}
     worst = 0.0
     for o in held_obs:

@@ -1,4 +1,5 @@
-"""What flashscope's compiled kernels do that the engine cannot derive: their spill traffic.
+"""What flashscope's compiled kernels do that the engine cannot derive: their registers and
+their spill traffic.
 
 A kernel whose live values outgrow the 255 registers a thread may hold spills: the compiler
 stores some of them to local memory and reloads them, in every loop step or once per CTA. How
@@ -16,6 +17,14 @@ and neither does a GPU preset of another architecture (`ARCH_PRESETS`).
 
 Where the bytes go is the engine's part: every spill store reaches L2 (L1 writes through) and
 a reload only when it misses L1, a fitted share `Efficiency.spill_l1_miss`.
+
+The table also keeps every measured kernel's registers per thread (Nsight Compute's
+`launch__registers_per_thread`: one count per key in every dataset, whatever the length, batch
+or GPU), which decide how many CTAs share an SM. The engine's estimate from the tiles
+(`occupancy.footprint`) is one occupancy step off for some tiles (the d = 64 dK/dV kernel's
+32×64 tile compiles to 128 registers without the causal mask, four CTAs, where the estimate's
+144 fit three; its 32×32 tile to 195–204, two, not three); a key the table has takes its
+compiled count, any other the estimate.
 """
 
 from __future__ import annotations
@@ -34,6 +43,7 @@ TABLE_PATH = Path(__file__).parent / "data" / "compiled-kernels.json"
 FORMAT = 1
 LOCAL_LOAD = "l1tex__t_bytes_pipe_lsu_mem_local_op_ld.sum"
 LOCAL_STORE = "l1tex__t_bytes_pipe_lsu_mem_local_op_st.sum"
+REGISTERS = "launch__registers_per_thread"
 # Nsight Compute's kernel names → the engine's launch names (kernelplan)
 KERNEL_LAUNCH = {"_attn_fwd": "fa2", "_attn_bwd_dq": "bwd_dq", "_attn_bwd_dkdv": "bwd_dkdv"}
 LAUNCH_KERNEL = {"fa2": "fwd", "bwd_dq": "dq", "bwd_dkdv": "dkdv"}
@@ -85,21 +95,39 @@ def key(launch: str, p: AttentionProblem, t: TileConfig, route: str | None = Non
 
 
 @functools.cache
-def table(path: Path = TABLE_PATH) -> dict[str, LocalTraffic]:
-    """The shipped table: key → LocalTraffic (an absent file: no entries)."""
+def _document(path: Path) -> dict:
     if not path.exists():
         return {}
     doc = json.loads(path.read_text())
     if doc.get("format") != FORMAT:
         raise ValueError(f"{path}: format {doc.get('format')!r}, expected {FORMAT}")
-    return {k: LocalTraffic.from_entry(e) for k, e in doc["kernels"].items()}
+    return doc
+
+
+@functools.cache
+def table(path: Path = TABLE_PATH) -> dict[str, LocalTraffic]:
+    """The shipped table's spill entries: key → LocalTraffic (an absent file: no entries)."""
+    return {k: LocalTraffic.from_entry(e) for k, e in _document(path).get("kernels", {}).items()}
+
+
+@functools.cache
+def register_table(path: Path = TABLE_PATH) -> dict[str, int]:
+    """The shipped table's compiled register counts: key → registers per thread."""
+    return {k: int(v) for k, v in _document(path).get("registers", {}).items()}
+
+
+def _sm90(gpu_key: str) -> bool:
+    return gpu_key.removesuffix("+custom") in ARCH_PRESETS
 
 
 def lookup(k: str, gpu_key: str = "h100-sxm") -> LocalTraffic | None:
-    """The entry for key `k` on GPU preset `gpu_key` (a custom GPU counts as its base)."""
-    if gpu_key.removesuffix("+custom") not in ARCH_PRESETS:
-        return None
-    return table().get(k)
+    """The spill entry for key `k` on GPU preset `gpu_key` (a custom GPU counts as its base)."""
+    return table().get(k) if _sm90(gpu_key) else None
+
+
+def registers(k: str, gpu_key: str = "h100-sxm") -> int | None:
+    """The compiled register count for key `k` on `gpu_key` (None: not measured there)."""
+    return register_table().get(k) if _sm90(gpu_key) else None
 
 
 @dataclass(frozen=True)
@@ -142,3 +170,16 @@ def derive(observations: list[Observation]) -> dict[str, dict]:
         out[k] = {**fitted, "observations": len(obs), "worst_fit_pct": 100 * worst,
                   "registers": regs}  # fmt: skip
     return out
+
+
+def derive_registers(observations: list[Observation]) -> dict[str, int]:
+    """Per key, the registers per thread its kernel compiled to. ValueError where the
+    observations of one key disagree (two binaries under one key: the key misses a constexpr)."""
+    seen: dict[str, set[int]] = {}
+    for o in observations:
+        if o.regs is not None:
+            seen.setdefault(o.key, set()).add(o.regs)
+    split = {k: sorted(v) for k, v in seen.items() if len(v) > 1}
+    if split:
+        raise ValueError(f"one key, several register counts: {split}")
+    return {k: v.pop() for k, v in sorted(seen.items())}

@@ -5,7 +5,9 @@ For each launch, in order (each waits for the previous one, after a launch gap; 
 launch, and its CTAs take the SMs' slots as that launch's CTAs leave them):
 
 1. Occupancy: CTAs per SM from shared memory, registers and warps (`occupancy.py`); an SM
-   is that many slots.
+   is that many slots. Registers are the compiled kernel's where they were measured
+   (`compiled.py`: Nsight Compute's count for that kernel and tile configuration), the
+   estimate from the tiles elsewhere.
 2. Duration of every CTA given c, the CTAs sharing its SM. Per CTA, at the whole SM's rates:
    tensor T = FLOPs / tensor rate (slower for narrow products: `mma_n_half`, for tiles of fewer
    than 64 rows per warpgroup and for warpgroups that split columns: `mma_factor`), SFU S =
@@ -26,9 +28,11 @@ launch, and its CTAs take the SMs' slots as that launch's CTAs leave them):
    one stage pays it every time. And a CTA's products wait on each other: each of an
    iteration's `chain` products adds a latency `mma_chain_ns` that its warpgroup cannot fill
    itself, at least (work / warpgroups along the rows) + iterations · chain · latency (plus,
-   for bulk reduce-adds, an L2 round trip and the tile's transfer per iteration before its
-   shared-memory buffer is free again). Before the loop: CTA set-up, the latency of the first
-   load and the edge bytes. c is the residency a full GPU has (CTAs per SM), or ⌈CTAs / SMs⌉
+   for bulk reduce-adds, what `bulk_read_ns` and the tile's transfer take beyond an
+   iteration's work: the copy engine must have read the tile out of its shared-memory buffer
+   before the next iteration's tile goes there; each reduce-add also costs the warps
+   `reduce_op_ns`). Before the loop: CTA set-up, the latency of the first load and the edge
+   bytes. c is the residency a full GPU has (CTAs per SM), or ⌈CTAs / SMs⌉
    when the grid cannot fill every slot; the load latency here counts only compulsory misses
    (see below), shared alike by the CTAs of one stream (they wait on the same first fetches).
 3. Schedule in launch order as slots free up (`scheduler.py`): waves, the tail of the last
@@ -42,8 +46,8 @@ launch, and its CTAs take the SMs' slots as that launch's CTAs leave them):
 5. DRAM bandwidth shared by all the CTAs of the launch (a fluid model at launch granularity):
    when the launch asks for more bytes than bandwidth × its span, its whole timeline stretches
    until the bytes fit; every CTA running then waits alike. The L2's reduce units are shared
-   the same way: a launch's reduce-adds need their bytes at `l2_reduce` of the L2 rate plus
-   `reduce_op_ns` of SM time per operation (spread over the SMs), and stretch it likewise.
+   the same way: a launch's reduce-adds need their bytes at `l2_reduce` of the L2 rate, and
+   stretch it likewise.
 6. The power cap (before the DRAM stretch): the rates above are at the boost clock (the
    tensor ceiling, measured on a long matrix product held at the cap, is raised by `boost`);
    a launch whose tensor rate and L2 traffic over its span would draw more than the cap runs
@@ -82,7 +86,7 @@ import numpy as np
 from .hardware import GPU, Efficiency
 from .l2model import L2Split, split_traffic
 from .launch import Launch, stream_groups
-from .occupancy import WGMMA_ROWS, Occupancy, footprint, occupancy
+from .occupancy import REG_UNIT, WGMMA_ROWS, Occupancy, footprint, occupancy
 from .problem import AttentionProblem, TileConfig
 from .results import LIMITERS, KernelResult, SimResult
 from .roofline import floors
@@ -233,6 +237,9 @@ def _durations(
     tensor = w.flops / r.tensor * mma_factor(w.mma_shapes, eff.mma_n_half, product_rows(w, t),
                                              t.warps, eff.wg_split)  # fmt: skip
     sfu, alu = w.exps / r.sfu, w.alu / r.alu
+    # a bulk reduce-add also costs the CTA's warps its issue: the tile stored to shared
+    # memory, a fence and a barrier before the copy engine may read it (one per tile)
+    alu = alu + w.reduce_ops * (eff.reduce_op_ns * 1e-9)
     edge_bytes = _edge_bytes(w)
     loads = (w.read_bytes + w.write_bytes - w.edge_read - w.edge_write + spill_bytes(w, eff)) / r.l2
     if spills:  # spilled registers: every iteration waits on local-memory reloads
@@ -274,11 +281,15 @@ def _durations(
         # Each of the iteration's `chain` products waits for the one before (and the softmax
         # between them): a warpgroup pays their latency on top of its work, which only other
         # warpgroups (on their own row slices, or in other CTAs) can fill. A bulk reduce-add
-        # (the atomic route's dQ tile) must have left shared memory before the next tile's
-        # goes there: one L2 round trip and the tile's transfer per iteration, as well.
+        # (the atomic route's dQ tile) must have been read out of shared memory before the
+        # next tile's goes there (the kernel waits on that read, not on the reduce's
+        # completion, and only just before the next store: an iteration later): what the
+        # copy engine's start and the tile's transfer take beyond that iteration's work.
         wait = w.iters * (w.chain * eff.mma_chain_ns * 1e-9)
         if w.reduce_write.any():
-            wait = wait + w.iters * (eff.l2_latency_ns * 1e-9) + w.reduce_write / r.l2
+            it = np.maximum(w.iters, 1)
+            bulk = eff.bulk_read_ns * 1e-9 + w.reduce_write / it / r.l2
+            wait = wait + w.iters * np.maximum(bulk - thr / it, 0.0)
 
     def loop_with(busy: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(k, loop time) when `busy` CTAs (this one included) run their loops on the SM."""
@@ -407,6 +418,10 @@ def _run_launch(
     fp = footprint(
         w.kind, _pad_rows(w.rows), t.block_n, p.head_dim, t.stages, t.warps, e, gpu, t.maxnreg
     )
+    if w.regs is not None:  # the compiled kernel's count (compiled.py), and its spills
+        spills = bool(w.local_load.any() or w.local_store.any())
+        regs = -(-w.regs // REG_UNIT) * REG_UNIT  # allocated in whole units
+        fp = dataclasses.replace(fp, regs_per_thread=regs, spills=spills)
     occ: Occupancy = occupancy(fp, gpu)
     n, sms, per_sm = w.n_ctas, gpu.sms, occ.ctas_per_sm
     slots = sms * per_sm
@@ -444,9 +459,8 @@ def _run_launch(
     span /= clock
     dram = float(l2.dram_read.sum() + l2.dram_write.sum())
     # The L2's reduce units serve every SM: a launch's reduce-adds take at least their bytes
-    # at `l2_reduce` of the L2 rate plus `reduce_op_ns` per operation, spread over the SMs.
+    # at `l2_reduce` of the L2 rate.
     reduce = float(w.reduce_write.sum()) / (r.l2 * sms * r.eff.l2_reduce)
-    reduce += float(w.reduce_ops.sum()) * r.eff.reduce_op_ns * 1e-9 / sms
     stretch = max(1.0, dram / r.dram / span, reduce / span) if span > 0 else 1.0
     warped = span * stretch
 

@@ -75,6 +75,7 @@ PARAMS: tuple[Param, ...] = (
 REDUCE: tuple[Param, ...] = (
     Param("l2_reduce", 0.05, 1.0, log=True),
     Param("reduce_op_ns", 0.0, 2000.0),
+    Param("bulk_read_ns", 0.0, 2000.0),
 )
 
 

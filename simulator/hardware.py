@@ -57,8 +57,12 @@ class Efficiency:
     wg_split: float = 0.0  # tensor-time surcharge per extra warpgroup splitting a product's
     # columns (more warps than the tile has 64-row slices: operands cross warpgroups via smem)
     l2_reduce: float = 1.0  # reduce-adds into L2 (atomics) move at this fraction of the L2 rate
-    reduce_op_ns: float = 0.0  # SM time one bulk reduce-add costs beyond its bytes (its
-    # issue and completion tracking: a tile half as tall costs as much; engine._run_launch)
+    reduce_op_ns: float = 0.0  # warp time one bulk reduce-add costs its CTA beyond its
+    # bytes (the tile's store to shared memory, a fence, a barrier, the issue: a tile half as
+    # tall costs as much; engine._durations)
+    bulk_read_ns: float = 200.0  # from issuing a bulk reduce-add until the copy engine has
+    # read its tile out of shared memory, beyond the tile's transfer: what a CTA waits before
+    # it may reuse that buffer (the wait is on the read, not on the L2's completion)
     lockstep: float = 0.0  # share of `overlap` lost by a CTA whose warpgroups split its rows
     # and share a two-buffer K/V ring (they cannot drift apart; engine.lockstep)
     lockstep_fill: float = 1.0  # with c CTAs on the SM, lockstep / c**this of it stays lost

@@ -151,7 +151,7 @@ def _dq_kernel(p: AttentionProblem, t: TileConfig) -> Launch:
         tiles=t,
         concurrent=False,
         mma_shapes=((2 / 3, t.block_n), (1 / 3, pad_head_dim(d))),  # S, dP; dQ += dS K
-        chain=3,
+        chain=3,  # S, dP and dQ's product each waited on in turn
         **_kv_stream(p, t),
     )  # fmt: skip
     return _heavy_first(launch, n_q, bh_n) if p.causal else launch
@@ -213,7 +213,9 @@ def _dkdv_kernel(p: AttentionProblem, t: TileConfig, atomic: bool) -> Launch:
         # dQ = dSᵀ K is d wide with BM rows
         mma_shapes=((2 / products, t.block_m), (2 / products, pad_head_dim(d)))
         + (((1 / products, pad_head_dim(d), t.block_m),) if atomic else ()),
-        chain=products,
+        # the compiled loop (PTX) waits on Sᵀ, then on dPᵀ, then once on the accumulating
+        # products together (dV, dK and the atomic route's dQ)
+        chain=3,
         **cols_extra,
     )  # fmt: skip
 
@@ -239,11 +241,14 @@ def _backward(p: AttentionProblem, t: TileConfig, route: str, dq_tiles: TileConf
 def with_local_traffic(
     launch: Launch, p: AttentionProblem, t: TileConfig, route: str | None, gpu_key: str
 ) -> Launch:
-    """`launch` with its compiled kernel's spill loads and stores, where they were measured."""
+    """`launch` with its compiled kernel's registers and spill loads and stores, where they
+    were measured."""
     tiles = launch.tiles or t
     if launch.name not in compiled.LAUNCH_KERNEL:
         return launch
-    traffic = compiled.lookup(compiled.key(launch.name, p, tiles, route), gpu_key)
+    k = compiled.key(launch.name, p, tiles, route)
+    launch = dataclasses.replace(launch, regs=compiled.registers(k, gpu_key))
+    traffic = compiled.lookup(k, gpu_key)
     if traffic is None:
         return launch
     load, store = traffic.bytes(launch.iters, 32 * tiles.warps)

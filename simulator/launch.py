@@ -55,7 +55,9 @@ COUNTS = (
     "exps",
 )
 ACC_BYTES = 4
-_SCALARS = ("stream_blocks", "stream_tail", "tiles", "concurrent", "mma_shapes", "chain")
+_SCALARS = (
+    "stream_blocks", "stream_tail", "tiles", "concurrent", "mma_shapes", "chain", "regs",
+)  # fmt: skip
 _FLOAT = (
     "alu",
     "edge_read",
@@ -113,6 +115,7 @@ class Launch:
     # (share of the FLOPs, output width N[, rows M where not the CTA's]): engine.mma_factor
     mma_shapes: tuple[tuple, ...] = ()
     chain: int = 0  # matrix products per iteration, each waiting on the one before it
+    regs: int | None = None  # registers per thread of the compiled kernel (None: estimated)
 
     @classmethod
     def make(cls, name: str, kind: str, rows: int, grid: tuple[int, ...], e: int, **cols):
@@ -125,6 +128,7 @@ class Launch:
             "concurrent": bool(cols.pop("concurrent", False)),
             "mma_shapes": tuple(cols.pop("mma_shapes", ())),
             "chain": int(cols.pop("chain", 0)),
+            "regs": cols.pop("regs", None),
         }
         for f in cls.__dataclass_fields__:
             if f in ("name", "kind", "rows", "grid", "dtype_bytes", *_SCALARS):

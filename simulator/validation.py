@@ -172,7 +172,7 @@ def compiled_observations(rows: list[dict], gpu: GPU) -> list[compiled.Observati
             if w is None or k.get(compiled.LOCAL_LOAD) is None:
                 continue
             t = w.tiles or workload.tiles
-            regs = k.get("launch__registers_per_thread")
+            regs = k.get(compiled.REGISTERS)
             out.append(
                 compiled.Observation(
                     key=compiled.key(w.name, workload.problem, t, workload.route),

@@ -242,7 +242,7 @@ function renderBreakdown() {
     us(k.measured_us),
     k.clock == null ? "–" : `${Math.round(k.clock * 100)}%`,
     `${k.ctas_per_sm} · ${k.measured_ctas_per_sm ?? "–"}`,
-    `${k.regs_per_thread} · ${k.measured_regs_per_thread ?? "–"}`,
+    `${k.regs_per_thread}${k.regs_source === "estimated" ? " (est.)" : ""} · ${k.measured_regs_per_thread ?? "–"}`,
     k.local_load_bytes ? formatBytes(k.local_load_bytes) : "–",
   ]);
   const table = $("kernels");

@@ -190,7 +190,8 @@ def test_calibrate_keeps_the_start_files_values_of_fields_it_cannot_fit(tmp_path
         r["config"].get("route") == "atomic" for r in json.loads(data.read_text())["rows"]
     )
     start = json.loads(CALIBRATION.read_text())
-    reduce = {"l2_reduce": rng.uniform(0.3, 0.9), "reduce_op_ns": rng.uniform(50.0, 400.0)}
+    reduce = {"l2_reduce": rng.uniform(0.3, 0.9), "reduce_op_ns": rng.uniform(50.0, 400.0),
+              "bulk_read_ns": rng.uniform(0.0, 900.0)}  # fmt: skip
     start["fit"]["values"].update(reduce)
     start_path = tmp_path / "start.json"
     start_path.write_text(json.dumps(start))

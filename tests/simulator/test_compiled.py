@@ -196,3 +196,60 @@ def test_the_shipped_calibration_keeps_every_datasets_l2_bytes_within_ten_percen
     # the kernels measured before the twelfth session): the bytes make the misses smaller
     assert np.abs(with_spills).max() < np.abs(without).max()
     assert np.mean(np.abs(with_spills)) < 0.5 * np.mean(np.abs(without))
+
+
+def test_derive_registers_keeps_each_kernels_one_count():
+    rng = np.random.default_rng()
+    counts = {f"k{i}": int(rng.integers(40, 256)) for i in range(int(rng.integers(2, 8)))}
+    obs = [
+        compiled.Observation(k, float(rng.integers(1, 9)) * 100, 10, 128, 0.0, 0.0, regs=r)
+        for k, r in counts.items()
+        for _ in range(int(rng.integers(1, 4)))
+    ]
+    obs.append(compiled.Observation("unread", 100.0, 10, 128, 0.0, 0.0))  # no count read
+    assert compiled.derive_registers(obs) == counts
+    # two counts under one key: two binaries the key cannot tell apart
+    clash = [*obs, dataclasses.replace(obs[0], regs=obs[0].regs + 8)]
+    with pytest.raises(ValueError, match="several register counts"):
+        compiled.derive_registers(clash)
+
+
+@pytest.mark.parametrize("name", DATASETS + OFF_PROTOCOL)
+def test_the_engine_runs_every_measured_kernel_at_its_measured_occupancy(name):
+    """CTAs per SM from the compiled registers (held-out rows, the other GPU and off-protocol
+    sizes included) equal Nsight Compute's limit on every kernel it read; without the compiled
+    counts the estimate is an occupancy step off for some tiles (the d = 64 dK/dV 32×64 and
+    32×32 tiles: 3 CTAs where the GPU runs 4 and 2)."""
+    rows, gpu = _rows(name)
+    checked = 0
+    for r in rows:
+        kernels = [k for k in ncu_kernels(r) if k.get("name") in compiled.KERNEL_LAUNCH]
+        if not kernels:
+            continue
+        res = simulate_workload(workload_of(r["config"], gpu), gpu)
+        sim = {k.name: k for k in res.kernels}
+        for k in kernels:
+            limit = min(
+                k["launch__occupancy_limit_registers"],
+                k["launch__occupancy_limit_shared_mem"],
+                k["launch__occupancy_limit_warps"],
+            )
+            assert sim[compiled.KERNEL_LAUNCH[k["name"]]].occupancy.ctas_per_sm == limit, r["id"]
+            checked += 1
+    assert checked >= 10
+
+
+def test_compiled_registers_set_the_occupancy_only_where_measured():
+    p = AttentionProblem(seq_q=1024, head_dim=64, batch=2, heads=8)
+    t = TileConfig(32, 64, 3, 4)  # dK/dV: estimated 144 registers (3 CTAs), compiled 128 (4)
+    dq = TileConfig(64, 64, 3, 4)
+
+    def dkdv_ctas(gpu_key: str) -> int:
+        w = kernelplan.build("fa2-bwd", p, t, gpu_key=gpu_key, route="separate", dq_tiles=dq)
+        res = simulate_workload(w, hardware.from_name(gpu_key))
+        return next(k for k in res.kernels if k.name == "bwd_dkdv").occupancy.ctas_per_sm
+
+    assert compiled.registers("dkdv/d64/32x64/w4/s3/full") == 128
+    assert compiled.registers("dkdv/d64/32x64/w4/s3/full", "a100-80gb") is None
+    assert dkdv_ctas("h100-sxm") == 4
+    assert dkdv_ctas("a100-80gb") == 3  # the estimate: same SM register file, other binary
