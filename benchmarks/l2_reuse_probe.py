@@ -21,7 +21,6 @@ import os
 import subprocess
 import sys
 import tempfile
-from datetime import UTC, datetime
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -79,9 +78,7 @@ def main() -> int:
     if args.child:
         child()
         return 0
-    import torch
-    import triton
-
+    from benchmarks.hostinfo import gpu_header, result_path
     from kernels.nsight import ncu_path, parse_raw_csv
 
     ncu = ncu_path()
@@ -122,15 +119,9 @@ def main() -> int:
         first_share = r["first_dram_read"] / r["bytes"]
         print(f"{r['mib']:3d} MiB {r['order']:8s}: first read {first_share:.2f} of it from "
               f"DRAM, second {r['second_miss_share']:.2f}")  # fmt: skip
-    gpu = torch.cuda.get_device_name(0)
-    date = datetime.now(UTC).strftime("%Y-%m-%d")
-    doc = {"device": gpu, "date": date, "torch": torch.__version__, "triton": triton.__version__,
-           "l2_bytes": torch.cuda.get_device_properties(0).L2_cache_size,
-           "sms": torch.cuda.get_device_properties(0).multi_processor_count,
-           "ctas": CTAS_PER_SM * torch.cuda.get_device_properties(0).multi_processor_count,
-           "rows": rows}  # fmt: skip
-    args.out.mkdir(parents=True, exist_ok=True)
-    path = args.out / f"l2-reuse-{gpu.replace(' ', '-')}-{date}.json"
+    header = gpu_header()
+    doc = {**header, "ctas": CTAS_PER_SM * header["sms"], "rows": rows}
+    path = result_path(args.out, "l2-reuse", header)
     path.write_text(json.dumps(doc, indent=1) + "\n")
     print(f"→ {path}")
     return 0
