@@ -87,7 +87,11 @@ def key(launch: str, p: AttentionProblem, t: TileConfig, route: str | None = Non
     "fwd/d64/128x128/w8/s2/causal/r128")."""
     atomic = launch == "bwd_dkdv" and route == "atomic"
     kernel = LAUNCH_KERNEL[launch] + ("-atomic" if atomic else "")
-    out = f"{kernel}/d{pad_head_dim(p.head_dim)}/{t.block_m}x{t.block_n}/w{t.warps}/s{t.stages}"
+    # the head dim and its padded width are both compile-time constants: d = 80 is its own
+    # binary (d80p128), not d = 128's
+    d, pad = p.head_dim, pad_head_dim(p.head_dim)
+    dims = f"d{d}" if d == pad else f"d{d}p{pad}"
+    out = f"{kernel}/{dims}/{t.block_m}x{t.block_n}/w{t.warps}/s{t.stages}"
     out += "/causal" if p.causal else "/full"
     if p.seq_q % INT_DIVISOR or (p.seq_k or p.seq_q) % INT_DIVISOR:
         out += "/ragged"  # Triton compiles lengths not divisible by 16 apart
