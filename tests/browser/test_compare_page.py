@@ -52,6 +52,33 @@ def test_loads_plots_and_choosing_a_configuration_changes_the_breakdown(page, li
     assert re.search(rf"[?&]id={re.escape(other)}\b", page.url)
     assert other in page.locator("#now").inner_text()
     assert page.locator("#kernels tr").count() >= 3  # header + preprocess + dQ/dK/dV kernels
+    # registers: the compiled kernels' counts plain, the engine's estimates marked
+    with urllib.request.urlopen(f"{live_server}/api/compare?gpu={gpu}&id={other}") as r:
+        chosen = json.load(r)["chosen"]
+    assert chosen["id"] == other
+    kernels = {k["name"]: k for k in chosen["kernels"]}
+    assert kernels["bwd_dkdv"]["regs_source"] == "compiled"
+    assert kernels["bwd_preprocess"]["regs_source"] == "estimated"
+    cells = {
+        row[0]: row
+        for row in page.evaluate(
+            "() => [...document.querySelectorAll('#kernels tr')]"
+            ".map(tr => [...tr.cells].map(c => c.innerText))"
+        )
+        if row
+    }
+    dkdv = next(row for name, row in cells.items() if "dkdv" in name)
+    pre = next(row for name, row in cells.items() if "preprocess" in name)
+    assert any(c.startswith(f"{kernels['bwd_dkdv']['regs_per_thread']} ·") for c in dkdv)
+    assert any(c.startswith(f"{kernels['bwd_preprocess']['regs_per_thread']} (est.) ·")
+               for c in pre)  # fmt: skip
+    # the table stays within its figure (it scrolls there), never over the timeline beside it
+    inside = page.evaluate(
+        "() => { const t = document.getElementById('kernels');"
+        " return t.getBoundingClientRect().right <= t.closest('figure').getBoundingClientRect()"
+        ".right + 1; }"
+    )
+    assert inside
 
     page.locator("h1").click()  # keys step only when no form field has the focus
     page.keyboard.press("ArrowRight")  # the next configuration in sweep order
