@@ -28,6 +28,20 @@ from .cli_traffic import positive_int
 DEFAULT_SWEEP = Path(__file__).resolve().parent.parent / "benchmarks" / "sweeps" / "validation.json"
 
 
+MAX_ALONE_WEIGHT = 10.0
+
+
+def alone_weight(text: str) -> float:
+    """A weight for the kernels timed alone: a number from 0 to MAX_ALONE_WEIGHT."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not 0.0 <= value <= MAX_ALONE_WEIGHT:  # also refuses nan
+        raise argparse.ArgumentTypeError(f"must be from 0 to {MAX_ALONE_WEIGHT}, got {text}")
+    return value
+
+
 def add_command(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "calibrate",
@@ -48,6 +62,13 @@ def add_command(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--ceilings", type=Path, default=None, help="take ceilings from a calibration")
     p.add_argument("--no-fit", action="store_true", help="write the ceilings only")
     p.add_argument("--max-evals", type=positive_int, default=400, help="fit budget (simulations)")
+    p.add_argument(
+        "--alone-weight",
+        type=alone_weight,
+        default=None,
+        help="weight in the fit of the backward's kernels timed alone by Nsight Compute against "
+        f"the engine's (0 to {MAX_ALONE_WEIGHT}; default 0: whole calls only)",
+    )
     p.add_argument(
         "--start",
         type=Path,
@@ -141,7 +162,7 @@ def run(args: argparse.Namespace) -> int:
                 gpu = _start_from(gpu, start_doc)
             except ValueError as exc:
                 return _fail("--start", str(exc))
-        fit_doc, values, fitted_hw = _fit(gpu, rows, args.max_evals)
+        fit_doc, values, fitted_hw = _fit(gpu, rows, args.max_evals, args.alone_weight)
         fit_doc["start"] = str(args.start) if args.start else "preset defaults and ceilings"
         if args.measured:
             fit_doc["measured"] = [str(m) for m in args.measured]
@@ -273,10 +294,23 @@ def _carried(start_doc: dict, start: Path, fitted: set[str]) -> dict | None:
     return record
 
 
-def _fit(gpu, rows: list[dict], max_evals: int) -> tuple[dict, dict, dict]:
+def _fit(
+    gpu, rows: list[dict], max_evals: int, weight: float | None = None
+) -> tuple[dict, dict, dict]:
     """(fit record, fitted efficiencies, fitted hardware fields) of `gpu` on `rows`."""
-    from simulator.fitting import PARAMS, REDUCE, Sample, apply, fit, l2_param, loss_of
-    from simulator.validation import problem_key, workload_of
+    from simulator.fitting import (
+        ALONE_WEIGHT,
+        PARAMS,
+        REDUCE,
+        Sample,
+        apply,
+        fit,
+        l2_param,
+        loss_of,
+    )
+
+    weight = ALONE_WEIGHT if weight is None else weight
+    from simulator.validation import measured_alone, problem_key, workload_of
 
     params = list(PARAMS)
     observed = observed_l2_gbs(rows)
@@ -293,27 +327,28 @@ def _fit(gpu, rows: list[dict], max_evals: int) -> tuple[dict, dict, dict]:
     power_doc, gpu = _fit_power(gpu, rows)
     spill_doc, gpu = _fit_spill(gpu, rows)
 
+    def sample(r: dict) -> Sample:
+        workload = workload_of(r["config"], gpu)
+        return Sample(
+            r["id"],
+            workload,
+            r["measured_us"] * 1e-6,
+            r.get("measured_dram_bytes"),
+            problem_key(r["config"]),
+            tuple((one, seconds) for _, one, seconds in measured_alone(r, workload)),
+        )
+
     def samples(subset: str) -> list[Sample]:
-        return [
-            Sample(
-                r["id"],
-                workload_of(r["config"], gpu),
-                r["measured_us"] * 1e-6,
-                r.get("measured_dram_bytes"),
-                problem_key(r["config"]),
-            )
-            for r in rows
-            if r.get("subset") == subset
-        ]
+        return [sample(r) for r in rows if r.get("subset") == subset]
 
     train, held = samples("fit"), samples("holdout")
     if not train:
         raise ValueError("no measured rows of the fit subset")
     _say(f"fitting {len(params)} parameters on {len(train)} configurations …")
-    result = fit(gpu, train, params, max_evals=max_evals)
+    result = fit(gpu, train, params, max_evals=max_evals, alone_weight=weight)
     fitted = apply(gpu, result.values)
-    held_loss, held_mape = loss_of(fitted, held) if held else (None, None)
-    start_mape = loss_of(gpu, train)[1]
+    held_loss, held_mape = loss_of(fitted, held, weight) if held else (None, None)
+    start_mape = loss_of(gpu, train, weight)[1]
     _say(
         f"fit: MAPE {start_mape:.1f}% → {result.mape_pct:.1f}% on {len(train)} fitted; "
         f"held out ({len(held)}): {held_mape if held_mape is None else round(held_mape, 1)}%"
@@ -324,6 +359,7 @@ def _fit(gpu, rows: list[dict], max_evals: int) -> tuple[dict, dict, dict]:
         values["l2"] = 1.0
     doc = {
         "method": "Nelder–Mead then coordinate search on mean |log(simulated / measured)|",
+        "alone_weight": weight,
         "params": [p.name for p in params],
         "values": result.values,
         "observed_l2_gbs": observed,

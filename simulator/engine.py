@@ -9,8 +9,9 @@ launch, and its CTAs take the SMs' slots as that launch's CTAs leave them):
    (`compiled.py`: Nsight Compute's count for that kernel and tile configuration), the
    estimate from the tiles elsewhere.
 2. Duration of every CTA given c, the CTAs sharing its SM. Per CTA, at the whole SM's rates:
-   tensor T = FLOPs / tensor rate (slower for narrow products: `mma_n_half`, for tiles of fewer
-   than 64 rows per warpgroup and for warpgroups that split columns: `mma_factor`), SFU S =
+   tensor T = FLOPs / tensor rate (slower where shared memory cannot feed a narrow product
+   whose operands both sit there: `smem_feed`, for tiles of fewer than 64 rows per warpgroup
+   and for warpgroups that split columns: `mma_factor`), SFU S =
    exps / exp rate, ALU A = other FLOPs / FP32 rate, loads X = loop bytes / L2→SM rate. The
    tensor cores overlap the warps' own instructions (S + A, one instruction stream) partly: the
    larger of T and S + A plus (1 − h) of the smaller, where h grows from `overlap` (one CTA
@@ -25,9 +26,10 @@ launch, and its CTAs take the SMs' slots as that launch's CTAs leave them):
    set-up (a fixed point: b = 1 + (c − 1)·loop / (loop + set-up wait)). Load latency (L2 hit or
    DRAM, by this CTA's hit rate) and the tile's transfer bound each iteration from below:
    stages − 1 loads in flight give at least (latency + transfer) / (stages − 1) per iteration;
-   one stage pays it every time. And a CTA's products wait on each other: each of an
-   iteration's `chain` products adds a latency `mma_chain_ns` that its warpgroup cannot fill
-   itself, at least (work / warpgroups along the rows) + iterations · chain · latency (plus,
+   one stage pays it every time. And a CTA's warps wait on their products: each of an
+   iteration's `chain` waits (as its PTX has them) adds a latency `mma_chain_ns` that its
+   warpgroup cannot fill itself, at least (work / warpgroups along the rows) + iterations ·
+   chain · latency (plus,
    for bulk reduce-adds, what `bulk_read_ns` and the tile's transfer take beyond an
    iteration's work: the copy engine must have read the tile out of its shared-memory buffer
    before the next iteration's tile goes there; each reduce-add also costs the warps
@@ -85,7 +87,7 @@ import numpy as np
 
 from .hardware import GPU, Efficiency
 from .l2model import L2Split, split_traffic
-from .launch import Launch, stream_groups
+from .launch import Launch, Product, stream_groups
 from .occupancy import REG_UNIT, WGMMA_ROWS, Occupancy, footprint, occupancy
 from .problem import AttentionProblem, TileConfig
 from .results import LIMITERS, KernelResult, SimResult
@@ -183,32 +185,33 @@ def warpgroup_layout(rows: int, warps: int) -> tuple[int, int, float]:
 
 
 def mma_factor(
-    shapes: tuple[tuple, ...],
-    half: float,
+    shapes: tuple[Product, ...],
+    feed: float,
     rows: int | None = None,
     warps: int = 4,
     split: float = 0.0,
 ) -> float:
     """Tensor time multiplier of products `shapes` against the ceiling.
 
-    A shape is (FLOP share, width N) or (FLOP share, width N, rows M) for a product whose M is
-    not the CTA's (the atomic route's dQ += dS K, `block_m` rows in a kernel of `block_n`-row
-    products). With rows (the shape's, else `rows`) the warpgroups are placed as
-    `warpgroup_layout` says: padded rows cost their instructions, and each of gn warpgroups
-    splitting the columns takes 1/gn of the product's width (narrower instructions, and a
-    surcharge `split` per extra warpgroup for the operands they exchange through shared memory).
+    With rows (the product's own, else `rows`) the warpgroups are placed as `warpgroup_layout`
+    says: padded rows cost their instructions, and each of gn warpgroups splitting the columns
+    takes 1/gn of the product's width (and a surcharge `split` per extra warpgroup for the
+    operands they exchange through shared memory). Shared memory must feed each 64-row step
+    its B operand (N rows of 16) and, where A is not in registers, A's 64 rows as well: with
+    `feed` (ρ, `Efficiency.smem_feed`) the time that takes against the tensor time is
+    ρ·(1 + 64/N) or ρ, and the product runs at the slower of the two.
     """
     if not shapes:
         return 1.0
-    full = 1.0 + half / 256.0
     total = 0.0
-    for share, n, *own in shapes:
-        m = own[0] if own else rows
+    for p in shapes:
+        m = p.rows if p.rows is not None else rows
         pad, gn = 1.0, 1
         if m is not None:
             _, gn, pad = warpgroup_layout(m, warps)
-        speed = (1.0 + half * gn / n) / full if half > 0 else 1.0
-        total += share * pad * (1.0 + split * (gn - 1)) * speed
+        width = p.n / gn
+        smem = feed * (1.0 + WGMMA_ROWS / width) if p.a_smem else feed
+        total += p.share * pad * (1.0 + split * (gn - 1)) * max(1.0, smem)
     return float(total)
 
 
@@ -234,7 +237,7 @@ def _durations(
 ):
     """(duration, time before the loop, components (5, n)) of every CTA at co-residency c."""
     eff = r.eff
-    tensor = w.flops / r.tensor * mma_factor(w.mma_shapes, eff.mma_n_half, product_rows(w, t),
+    tensor = w.flops / r.tensor * mma_factor(w.mma_shapes, eff.smem_feed, product_rows(w, t),
                                              t.warps, eff.wg_split)  # fmt: skip
     sfu, alu = w.exps / r.sfu, w.alu / r.alu
     # a bulk reduce-add also costs the CTA's warps its issue: the tile stored to shared
@@ -278,8 +281,8 @@ def _durations(
     comp_part = thr - mem_part
     latency = (loop_hit * eff.l2_latency_ns + (1.0 - loop_hit) * eff.dram_latency_ns) * 1e-9
     if w.chain:
-        # Each of the iteration's `chain` products waits for the one before (and the softmax
-        # between them): a warpgroup pays their latency on top of its work, which only other
+        # Each of the iteration's `chain` waits on its products (the softmax needs S, the next
+        # product its operands): a warpgroup pays their latency on top of its work, which only other
         # warpgroups (on their own row slices, or in other CTAs) can fill. A bulk reduce-add
         # (the atomic route's dQ tile) must have been read out of shared memory before the
         # next tile's goes there (the kernel waits on that read, not on the reduce's
@@ -413,6 +416,7 @@ def _run_launch(
     carry: L2Split | None,
     beside: tuple[KernelResult, float] | None = None,
     alone_at_end: bool = True,
+    power_cap: bool = True,
 ):
     e = p.dtype_bytes
     fp = footprint(
@@ -455,7 +459,7 @@ def _run_launch(
     # The power cap: the durations above are at the boost clock; a launch that demands more
     # than the cap runs at a lower clock, and all of its SM-side time stretches alike (beside
     # another kernel, so do the offsets at which that kernel's slots freed: a small error).
-    clock = clock_share(r.eff, *power_counts(w, r.eff), span)
+    clock = clock_share(r.eff, *power_counts(w, r.eff), span) if power_cap else 1.0
     span /= clock
     dram = float(l2.dram_read.sum() + l2.dram_write.sum())
     # The L2's reduce units serve every SM: a launch's reduce-adds take at least their bytes
@@ -496,9 +500,10 @@ def _run_launch(
     return result, l2
 
 
-def simulate_workload(workload: Workload, gpu: GPU) -> SimResult:
+def simulate_workload(workload: Workload, gpu: GPU, power_cap: bool = True) -> SimResult:
     """Run every launch of `workload` on `gpu`: one after another, or beside the previous one
-    where a launch is `concurrent` (another stream)."""
+    where a launch is `concurrent` (another stream). `power_cap` False: every launch at the
+    boost clock (as a single launch after idle runs: Nsight Compute's durations)."""
     p, t = workload.problem, workload.tiles
     rates = _Rates(gpu, p.dtype)
     kernels: list[KernelResult] = []
@@ -519,8 +524,9 @@ def simulate_workload(workload: Workload, gpu: GPU) -> SimResult:
         # last CTAs never run with their SMs to themselves.
         handed_over = i + 1 < len(workload.launches) and workload.launches[i + 1].concurrent
         res, carry = _run_launch(
-            launch, p, launch.tiles or t, gpu, rates, carry, beside, alone_at_end=not handed_over
-        )
+            launch, p, launch.tiles or t, gpu, rates, carry, beside,
+            alone_at_end=not handed_over, power_cap=power_cap,
+        )  # fmt: skip
         span = res.pop("span")
         begin += res.pop("first")  # beside a busy kernel: when its first slot frees
         res["start"] = res["start"] + begin
@@ -558,3 +564,11 @@ def simulate(
 ) -> SimResult:
     """Simulate `algo` on `problem` with `tiles` on `gpu` (decode: optional `splits`)."""
     return simulate_workload(build(algo, problem, tiles, sms=gpu.sms, splits=splits), gpu)
+
+
+def alone_time_s(workload: Workload, gpu: GPU) -> float:
+    """The duration of a one-launch workload's kernel, from its first CTA's start to its last
+    one's end (no launch gap), at the boost clock: as a single launch after idle runs (what
+    Nsight Compute times)."""
+    (k,) = simulate_workload(workload, gpu, power_cap=False).kernels
+    return k.time_s - gpu.efficiency.launch_us * 1e-6

@@ -8,6 +8,8 @@ Given a validation row (simulator/validation.py) and the engine's result for its
     occupancy  CTAs per SM the engine assumed against what Nsight Compute reported
     registers  the engine's register estimate against the compiled kernel's; local-memory
                traffic (spills), which the engine moves through L2 only where it was measured
+    alone      a kernel's time alone (the engine's, at the boost clock) against Nsight
+               Compute's duration of it, where they differ by more than 10%
     overlap    concurrent kernels (the separate backward route): ncu serializes them
     structure  tile structures the engine models only in part: two or more warpgroups on their
                own 64-row slices sharing a ring of two K/V buffers (they run in lockstep; a
@@ -21,8 +23,10 @@ Given a validation row (simulator/validation.py) and the engine's result for its
 
 from __future__ import annotations
 
-from .engine import lockstep, two_stage
+from .engine import alone_time_s, lockstep, two_stage
+from .hardware import GPU
 from .results import SimResult
+from .workload import alone
 
 _NCU_NAMES = {
     "fa2": "_attn_fwd",
@@ -45,8 +49,11 @@ def ncu_occupancy(k: dict) -> int | None:
 
 
 def kernel_rows(result: SimResult, measured: list[dict]) -> list[dict]:
-    """Each simulated kernel beside its ncu row: time, CTAs/SM, registers, spills."""
+    """Each simulated kernel beside its ncu row: time, CTAs/SM, registers, spills; and where
+    ncu timed it, the engine's time for the kernel alone (its own stream, the boost clock, no
+    launch gap), which is what Nsight Compute's duration measures."""
     out = []
+    gpu: GPU = result.gpu
     launches = {w.name: w for w in result.workload.launches}
     for k in result.kernels:
         m = measured_kernel(k.name, measured)
@@ -64,6 +71,7 @@ def kernel_rows(result: SimResult, measured: list[dict]) -> list[dict]:
             "spill_l2_bytes": k.spill_l2_bytes,
             "clock": k.clock,
             "measured_us": None,
+            "simulated_alone_us": None,
             "measured_ctas_per_sm": None,
             "measured_regs_per_thread": None,
             "measured_smem_bytes": None,
@@ -77,6 +85,7 @@ def kernel_rows(result: SimResult, measured: list[dict]) -> list[dict]:
                 measured_regs_per_thread=m.get("launch__registers_per_thread"),
                 measured_smem_bytes=m.get("launch__shared_mem_per_block_dynamic"),
                 local_load_bytes=m.get("l1tex__t_bytes_pipe_lsu_mem_local_op_ld.sum"),
+                simulated_alone_us=alone_time_s(alone(result.workload, k.name), gpu) * 1e6,
             )
         out.append(row)
     return out
@@ -119,6 +128,25 @@ def notes(row: dict, result: SimResult) -> list[dict]:
                     "level": "warn",
                     "text": f"{k['name']}: the engine runs {k['ctas_per_sm']} CTA(s) per SM, "
                     f"the compiled kernel fits {mc} (ncu's occupancy limits).",
+                }
+            )
+        alone_us, ncu_us = k["simulated_alone_us"], k["measured_us"]
+        if alone_us and ncu_us and abs(_pct(alone_us, ncu_us)) > 10:
+            err = _pct(alone_us, ncu_us)
+            concurrent = len(result.kernels) > 1 and any(w.concurrent for w in
+                                                         result.workload.launches)  # fmt: skip
+            out.append(
+                {
+                    "kind": "alone",
+                    "level": "bad" if abs(err) > 25 else "warn",
+                    "text": f"{k['name']} alone: the engine gives {alone_us:,.1f} µs at the "
+                    f"boost clock against Nsight Compute's {ncu_us:,.1f} µs, "
+                    f"{abs(err):.0f}% {'over' if err > 0 else 'under'}"
+                    + (
+                        "; the call's time can hide this where its kernels overlap."
+                        if concurrent
+                        else "."
+                    ),
                 }
             )
         local = k["local_load_bytes"] or 0

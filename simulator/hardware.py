@@ -49,8 +49,11 @@ class Efficiency:
     l2_reuse_exponent: float = 2.0  # hit chance = min(1, (capacity / reuse distance)^this)
     reg_overhead: int = 32  # registers per thread beyond the tiles (addresses, m, ℓ, loop)
     cta_overlap: float = 0.0  # of what one CTA leaves serial, hidden by other CTAs on its SM
-    mma_n_half: float = 0.0  # h: a matmul N columns wide runs at (1 + h/256) / (1 + h/N) of
-    # the measured ceiling (about half speed at N = h; 256-wide tiles, as cuBLAS uses, at full)
+    smem_feed: float = 0.0  # ρ: time shared memory takes to feed a product's B operand,
+    # relative to the product's time on the tensor cores at the ceiling. A 64-row step N wide
+    # reads N rows of B, and 64 rows of A too where A sits in shared memory (Hopper's wgmma
+    # with both operands there): it runs at max(1, ρ·(1 + 64/N)) of the ceiling's time, or
+    # max(1, ρ) with A in registers (engine.mma_factor; the PTX says which)
     spill_penalty: float = 0.0  # loop slowdown of a CTA whose registers spill (0.5: 1.5×)
     spill_l1_miss: float = 0.15  # share of spill reloads that miss L1 and go to L2 (the
     # stores all do); the kernels' local bytes themselves are measured (compiled.py)
@@ -66,8 +69,8 @@ class Efficiency:
     lockstep: float = 0.0  # share of `overlap` lost by a CTA whose warpgroups split its rows
     # and share a two-buffer K/V ring (they cannot drift apart; engine.lockstep)
     lockstep_fill: float = 1.0  # with c CTAs on the SM, lockstep / c**this of it stays lost
-    mma_chain_ns: float = 0.0  # latency a matrix product adds to its warpgroup's iteration
-    # beyond its work (it waits on the product before it; engine._durations)
+    mma_chain_ns: float = 0.0  # latency each wait on matrix products adds to its warpgroup's
+    # iteration beyond its work (Launch.chain waits, as the PTX has them; engine._durations)
     two_stage: float = 0.0  # share of `overlap` lost by any other CTA on a two-buffer ring: a
     # buffer is refilled only once the products reading it are done (engine.two_stage)
     # The power cap (engine._Rates.boost, engine._run_launch): a launch's power demand, relative

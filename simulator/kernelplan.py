@@ -41,7 +41,7 @@ from pathlib import Path
 import numpy as np
 
 from . import compiled
-from .launch import ACC_BYTES, Launch
+from .launch import ACC_BYTES, Launch, Product
 from .problem import STATS_BYTES, AttentionProblem, TileConfig, cdiv
 from .workload import Workload, _fa2, _heads, _kv_stream, _query_grid
 
@@ -150,8 +150,11 @@ def _dq_kernel(p: AttentionProblem, t: TileConfig) -> Launch:
         stream_hi=tile(vis),
         tiles=t,
         concurrent=False,
-        mma_shapes=((2 / 3, t.block_n), (1 / 3, pad_head_dim(d))),  # S, dP; dQ += dS K
-        chain=3,  # S, dP and dQ's product each waited on in turn
+        # S and dP read both operands from shared memory; dQ += dS K takes dS from registers
+        mma_shapes=(Product(2 / 3, t.block_n, a_smem=True), Product(1 / 3, pad_head_dim(d))),
+        # the compiled loop (PTX) waits on S (with the previous tile's dQ product, left in
+        # flight across iterations), then on dP: two waits
+        chain=2,
         **_kv_stream(p, t),
     )  # fmt: skip
     return _heavy_first(launch, n_q, bh_n) if p.causal else launch
@@ -209,13 +212,16 @@ def _dkdv_kernel(p: AttentionProblem, t: TileConfig, atomic: bool) -> Launch:
         stream_tail=float(rows[-1]) / t.block_m,
         tiles=t,
         concurrent=not atomic,
-        # Sᵀ and dPᵀ are BM wide, dV and dK d wide (all BN rows); the atomic route's
-        # dQ = dSᵀ K is d wide with BM rows
-        mma_shapes=((2 / products, t.block_m), (2 / products, pad_head_dim(d)))
-        + (((1 / products, pad_head_dim(d), t.block_m),) if atomic else ()),
-        # the compiled loop (PTX) waits on Sᵀ, then on dPᵀ, then once on the accumulating
-        # products together (dV, dK and the atomic route's dQ)
-        chain=3,
+        # Sᵀ and dPᵀ are BM wide, both operands in shared memory; dV and dK are d wide with
+        # Pᵀ and dSᵀ in registers (all BN rows); the atomic route's dQ = dS K is d wide with
+        # BM rows, dS in registers
+        mma_shapes=(Product(2 / products, t.block_m, a_smem=True),
+                    Product(2 / products, pad_head_dim(d)))
+        + ((Product(1 / products, pad_head_dim(d), t.block_m),) if atomic else ()),
+        # the compiled loop (PTX) waits on Sᵀ (with the previous tile's dV and dK products,
+        # left in flight), then on dPᵀ; the atomic route once more, on dQ, whose tile it stores
+        # for the reduce-add
+        chain=3 if atomic else 2,
         **cols_extra,
     )  # fmt: skip
 
@@ -280,7 +286,9 @@ def build(
     if algo == "fa2":
         (launch,) = _fa2(p, t)
         d = pad_head_dim(p.head_dim)
-        launch = dataclasses.replace(launch, mma_shapes=((0.5, t.block_n), (0.5, d)), chain=2)
+        # one wait per iteration (PTX): on S, with the previous tile's P·V, left in flight
+        shapes = (Product(0.5, t.block_n, a_smem=True), Product(0.5, d))  # S (smem), P·V (regs)
+        launch = dataclasses.replace(launch, mma_shapes=shapes, chain=1)
         if p.causal:
             launch = _heavy_first(launch, cdiv(p.seq_q, t.block_m), p.batch * p.heads)
         launches: tuple[Launch, ...] = (launch,)

@@ -31,14 +31,16 @@ Everything else read is cold (first touch in this launch).
 A launch may carry its own tile configuration (`tiles`: the kernels' helper passes, whose
 blocks are fixed), may run `concurrent` with the launch before it (a second CUDA stream: it
 starts when the previous one starts, and its CTAs take SMs as that launch's CTAs leave them),
-and may say how wide its matrix products are (`mma_shapes`: narrow products issue slower) and
-how many of them follow one another in an iteration (`chain`: each waits on the one before).
+and may say what its matrix products are (`mma_shapes`, `Product`s: how wide, how tall, and
+whether their A operand comes from shared memory) and how many times an iteration waits on
+them (`chain`).
 """
 
 from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -71,6 +73,15 @@ _FLOAT = (
     "local_load",
     "local_store",
 )
+
+
+class Product(NamedTuple):
+    """One matrix product of a CTA's iteration, as the engine prices it (engine.mma_factor)."""
+
+    share: float  # of the launch's tensor FLOPs
+    n: int  # its width N
+    rows: int | None = None  # its M where not the CTA's (the atomic route's dQ += dS K)
+    a_smem: bool = False  # A read from shared memory (wgmma with both operands there)
 
 
 @dataclass(frozen=True, eq=False)
@@ -113,8 +124,8 @@ class Launch:
     tiles: TileConfig | None = None  # None: the workload's tile configuration
     concurrent: bool = False  # runs beside the previous launch, on another stream
     # (share of the FLOPs, output width N[, rows M where not the CTA's]): engine.mma_factor
-    mma_shapes: tuple[tuple, ...] = ()
-    chain: int = 0  # matrix products per iteration, each waiting on the one before it
+    mma_shapes: tuple[Product, ...] = ()
+    chain: int = 0  # waits on matrix products per iteration (each exposes their latency)
     regs: int | None = None  # registers per thread of the compiled kernel (None: estimated)
 
     @classmethod

@@ -12,6 +12,9 @@ GPU measured and what the engine predicts, and a summary (`summarize`):
 
     time      mean absolute percentage error (MAPE) and the worst error, per subset
     bytes     the same for DRAM bytes (read + write) and L2 bytes where ncu measured them
+    kernels_alone  the same per backward kernel (dQ, dK/dV; the atomic route's dK/dV apart):
+              each simulated alone at the boost clock against Nsight Compute's duration of it
+              (it times launches one by one), where ncu ran
     ranking   per problem (a configuration less its tile fields), the Spearman rank correlation
               of the simulated against the measured times of its tile configurations (ties
               share their mean rank; problems whose measured times are all equal are left
@@ -33,12 +36,12 @@ from pathlib import Path
 import numpy as np
 
 from . import compiled, hardware, kernelplan
-from .engine import power_counts, simulate_workload
+from .engine import alone_time_s, power_counts, simulate_workload
 from .fitting import ClockSample, SpillSample
 from .hardware import GPU
 from .problem import AttentionProblem, TileConfig
 from .results import SimResult
-from .workload import build
+from .workload import Workload, alone, build
 
 FORMAT = 1
 SUBSETS = ("fit", "holdout")
@@ -155,6 +158,27 @@ def simulate_config(c: dict, gpu: GPU | None = None) -> SimResult:
 def ncu_kernels(row: dict) -> list[dict]:
     """The per-kernel rows Nsight Compute read for a dataset row ([] where it read none)."""
     return ((row.get("measured") or {}).get("ncu") or {}).get("kernels") or []
+
+
+# The backward's kernels that Nsight Compute times one by one (each launch alone: it serialises
+# them) and whose durations a whole call's time cannot tell apart: checked, and fitted, alone.
+ALONE_KERNELS = ("bwd_dq", "bwd_dkdv")
+NCU_DURATION = "gpu__time_duration.sum"  # ns
+
+
+def measured_alone(row: dict, workload: Workload) -> list[tuple[str, Workload, float]]:
+    """(launch name, the launch alone, Nsight's duration in s) for each of a flashscope backward
+    row's ALONE_KERNELS that Nsight Compute timed."""
+    if workload.algo != "fa2-bwd" or workload.impl != "flashscope":
+        return []
+    names = {w.name for w in workload.launches}
+    out = []
+    for k in ncu_kernels(row):
+        name = compiled.KERNEL_LAUNCH.get(k.get("name", ""))
+        ns = k.get(NCU_DURATION)
+        if name in ALONE_KERNELS and name in names and ns:
+            out.append((name, alone(workload, name), float(ns) * 1e-9))
+    return out
 
 
 def compiled_observations(rows: list[dict], gpu: GPU) -> list[compiled.Observation]:
@@ -344,6 +368,15 @@ def _subset_summary(rows: list[dict]) -> dict:
             [r.get(f"measured_{level}_bytes") for r in rows],
             [r.get(f"simulated_{level}_bytes") for r in rows],
         )
+    alone: dict[str, tuple[list, list, list]] = {}
+    for r in rows:
+        for k in r.get("kernels_alone") or []:
+            ids_, meas, sim = alone.setdefault(k["name"], ([], [], []))
+            ids_.append(r["id"])
+            meas.append(k["measured_us"])
+            sim.append(k["simulated_us"])
+    if alone:
+        out["kernels_alone"] = {name: error_stats(*v) for name, v in sorted(alone.items())}
     rk = ranking(rows)
     out["ranking"] = {k: v for k, v in rk.items() if k != "by_problem"}
     if any(r.get("tiles") == "spread" for r in rows):
@@ -440,6 +473,23 @@ def measured_fields(m: dict) -> dict:
     }
 
 
+def kernels_alone(row: dict, workload: Workload, gpu: GPU) -> list[dict]:
+    """Each backward kernel Nsight Compute timed, against the engine's time for it alone."""
+    out = []
+    for name, one, measured in measured_alone(row, workload):
+        simulated = alone_time_s(one, gpu)
+        atomic = name == "bwd_dkdv" and workload.route == "atomic"
+        out.append(
+            {
+                "name": name + ("-atomic" if atomic else ""),
+                "measured_us": measured * 1e6,
+                "simulated_us": simulated * 1e6,
+                "error_pct": (simulated / measured - 1) * 100,
+            }
+        )
+    return out
+
+
 def build_dataset(
     entries: list[Entry], measured: list[dict], env: dict, gpu: GPU, ncu: dict | None = None
 ) -> dict:
@@ -457,14 +507,16 @@ def build_dataset(
             "id": e.id, "subset": e.subset, "ncu": e.ncu, "tiles": e.tiles, "config": config
         }  # fmt: skip
         row.update(measured_fields(m))
+        row["measured"] = {k: v for k, v in m.items() if k != "id"}
         try:
-            row.update(simulated_fields(simulate_config(config, gpu)))
+            workload = workload_of(config, gpu)
+            row.update(simulated_fields(simulate_workload(workload, gpu)))
+            row["kernels_alone"] = kernels_alone(row, workload, gpu)
         except ValueError as exc:
             row.update(simulated_us=None, simulated_dram_bytes=None, simulated_l2_bytes=None)
             row["simulation_error"] = str(exc)
         if row["measured_us"] and row.get("simulated_us"):
             row["error_pct"] = (row["simulated_us"] / row["measured_us"] - 1) * 100
-        row["measured"] = {k: v for k, v in m.items() if k != "id"}
         rows.append(row)
     return {
         "format": FORMAT,

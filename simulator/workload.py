@@ -23,6 +23,7 @@ that the convention does not count as `exps`; they are charged here as 4 FLOPs p
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -52,6 +53,12 @@ class Workload:
             for k, v in launch.totals().items():
                 out[k] += v
         return out
+
+
+def alone(workload: Workload, name: str) -> Workload:
+    """`workload` reduced to its launch `name`, on its own stream (as Nsight Compute runs it)."""
+    (launch,) = [w for w in workload.launches if w.name == name]
+    return dataclasses.replace(workload, launches=(dataclasses.replace(launch, concurrent=False),))
 
 
 def _query_grid(p: AttentionProblem, t: TileConfig):

@@ -235,10 +235,11 @@ function renderBreakdown() {
     },
     plotConfig,
   );
-  const head = ["kernel", "simulated", "ncu, alone", "clock", "CTAs/SM", "registers", "spilled"];
+  const head = ["kernel", "simulated", "sim., alone", "ncu, alone", "clock", "CTAs/SM", "registers", "spilled"];
   const rows = c.kernels.map((k) => [
     k.name,
     us(k.simulated_us),
+    us(k.simulated_alone_us),
     us(k.measured_us),
     k.clock == null ? "–" : `${Math.round(k.clock * 100)}%`,
     `${k.ctas_per_sm} · ${k.measured_ctas_per_sm ?? "–"}`,

@@ -33,6 +33,13 @@ def test_shipped_datasets_load_without_a_gpu(client):
         assert other["dataset"]["gpu"] == gpu
 
 
+def bwd_alone(row_id: str) -> list[dict]:
+    """The shipped H100 dataset's per-kernel alone comparison of one row."""
+    shipped = next(p for p in SHIPPED if p.name.startswith("validation-h100"))
+    row = next(r for r in json.loads(shipped.read_text())["rows"] if r["id"] == row_id)
+    return row["kernels_alone"]
+
+
 def test_a_chosen_configuration_is_explained(client):
     rows = client.get("/api/compare").json()["rows"]
     bwd = next(r for r in rows if r["mode"] == "bwd" and r["route"] == "separate")
@@ -45,6 +52,17 @@ def test_a_chosen_configuration_is_explained(client):
     assert c["simulated_now_us"] == pytest.approx(c["simulated_us"], rel=1e-6)
     assert [k["name"] for k in c["kernels"]] == ["bwd_preprocess", "bwd_dq", "bwd_dkdv"]
     assert all(k["measured_us"] for k in c["kernels"])  # ncu's per-kernel times
+    # beside each, the engine's time for that kernel alone, as the row's dataset holds it
+    alone = {k["name"]: k["simulated_us"] for k in bwd_alone(c["id"])}
+    for k in c["kernels"]:
+        assert k["simulated_alone_us"] > 0
+        if k["name"] in alone:
+            assert k["simulated_alone_us"] == pytest.approx(alone[k["name"]], rel=1e-6)
+        err = abs(k["simulated_alone_us"] / k["measured_us"] - 1)
+        named = any(n["kind"] == "alone" and n["text"].startswith(k["name"] + " ")
+                    for n in c["notes"])  # fmt: skip
+        assert named == (err > 0.10 and k["simulated_us"] >= 0.1 * sum(
+            x["simulated_us"] for x in c["kernels"])), k  # fmt: skip
     kinds = {n["kind"] for n in c["notes"]}
     assert {"error", "limiter", "overlap"} <= kinds
     assert c["timeline"]["data"] and c["timeline"]["layout"]["meta"]["ctas"] > 0

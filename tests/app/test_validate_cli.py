@@ -212,3 +212,23 @@ def test_calibrate_keeps_the_start_files_values_of_fields_it_cannot_fit(tmp_path
     assert doc["fit"]["carried"]["fields"] == reduce, seed
     assert doc["fit"]["carried"]["first_from"] == str(start_path), seed
     assert doc["efficiency"]["l2_reduce"] == reduce["l2_reduce"], seed
+
+
+@pytest.mark.parametrize("bad", ["-0.5", "11", "nan", "x"])
+def test_calibrate_refuses_an_alone_weight_out_of_range(bad, tmp_path, capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["calibrate", "--alone-weight", bad, "--out", str(tmp_path / "c.json")])
+    assert exc.value.code == 2
+    assert "--alone-weight" in capsys.readouterr().err
+
+
+def test_calibrate_records_the_weight_of_the_kernels_timed_alone(tmp_path):
+    seed = random.SystemRandom().randrange(2**31)
+    data = _fake_dataset(tmp_path, seed)
+    args = ["calibrate", "--ceilings", str(CALIBRATION), "--measured", str(data),
+            "--max-evals", "12"]  # fmt: skip
+    for weight, want in ((None, 0.0), ("0.5", 0.5)):
+        out = tmp_path / f"w{weight}.json"
+        extra = ["--alone-weight", weight] if weight else []
+        assert main([*args, *extra, "--out", str(out)]) == 0, seed
+        assert json.loads(out.read_text())["fit"]["alone_weight"] == want

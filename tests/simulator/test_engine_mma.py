@@ -3,22 +3,37 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import random
+from pathlib import Path
 
 import pytest
 
 from simulator import kernelplan
-from simulator.engine import mma_factor, simulate_workload
+from simulator.engine import mma_factor, product_rows, simulate_workload, warpgroup_layout
 from simulator.hardware import custom, from_name
+from simulator.launch import Product
 from simulator.problem import AttentionProblem, TileConfig
 
 
-def test_without_a_layout_only_the_width_counts():
-    h = random.uniform(1.0, 64.0)
-    shapes = ((0.5, 64), (0.5, 128))
-    want = (0.5 * (1 + h / 64) + 0.5 * (1 + h / 128)) / (1 + h / 256)
-    assert mma_factor(shapes, h) == pytest.approx(want)
-    assert mma_factor((), h, 32, 8, 2.0) == 1.0  # no products, nothing to slow
+def _feed(rho: float, n: float, a_smem: bool) -> float:
+    """Closed form: a 64-row step N wide reads N rows of B, and 64 of A where A is in smem."""
+    return max(1.0, rho * (1 + 64 / n) if a_smem else rho)
+
+
+def test_shared_memory_slows_only_narrow_products_that_read_both_operands_there():
+    rho = random.uniform(0.35, 0.6)
+    shapes = (Product(0.25, 32, a_smem=True), Product(0.25, 64, a_smem=True),
+              Product(0.25, 128, a_smem=True), Product(0.25, 32))  # fmt: skip
+    want = 0.25 * (_feed(rho, 32, True) + _feed(rho, 64, True) + _feed(rho, 128, True) + 1.0)
+    assert mma_factor(shapes, rho) == pytest.approx(want)
+    assert _feed(rho, 32, True) > 1.0  # 3ρ > 1: a 32-wide product waits on shared memory
+    assert _feed(rho, 256, True) == 1.0  # a wide one (cuBLAS's, the ceiling's) never does
+    # A in registers: only B is read, and at ρ < 1 shared memory keeps up at any width
+    assert mma_factor((Product(1.0, 16),), rho) == 1.0
+    assert mma_factor((Product(1.0, 16),), 1.5) == pytest.approx(1.5)
+    assert mma_factor(shapes, 0.0) == 1.0  # ρ = 0: the old engine
+    assert mma_factor((), rho, 32, 8, 2.0) == 1.0  # no products, nothing to slow
 
 
 @pytest.mark.parametrize(
@@ -34,12 +49,13 @@ def test_without_a_layout_only_the_width_counts():
 )
 def test_warpgroups_fill_rows_first_then_split_columns(rows, warps, pad, gn):
     split = random.uniform(0.0, 2.0)
-    shapes = ((1.0, 128),)
+    shapes = (Product(1.0, 128, a_smem=True),)
     surcharge = pad * (1 + split * (gn - 1))
     assert mma_factor(shapes, 0.0, rows, warps, split) == pytest.approx(surcharge)
-    h = random.uniform(1.0, 64.0)
-    width = (1 + h * gn / 128) / (1 + h / 256)  # each warpgroup's product is 128 / gn wide
-    assert mma_factor(shapes, h, rows, warps, split) == pytest.approx(surcharge * width)
+    rho = random.uniform(0.4, 0.7)
+    # each warpgroup's product is 128 / gn wide
+    want = surcharge * _feed(rho, 128 / gn, True)
+    assert mma_factor(shapes, rho, rows, warps, split) == pytest.approx(want)
 
 
 def test_a_column_split_backward_slows_only_with_its_surcharge():
@@ -59,23 +75,40 @@ def test_a_column_split_backward_slows_only_with_its_surcharge():
 
 
 def test_a_product_with_its_own_rows_is_placed_on_them():
-    h, split = random.uniform(1.0, 64.0), random.uniform(0.0, 2.0)
-    full = 1 + h / 256
-    # the atomic route's dK/dV CTA: 128-row products, and dQ = dSᵀ K on 32 rows (padded to 64)
-    shapes = ((0.4, 32), (0.4, 64), (0.2, 64, 32))
-    want = (0.4 * (1 + h / 32) + 0.4 * (1 + h / 64) + 0.2 * 2.0 * (1 + h / 64)) / full
-    assert mma_factor(shapes, h, 128, 4, split) == pytest.approx(want)
+    rho, split = random.uniform(0.4, 0.7), random.uniform(0.0, 2.0)
+    # the atomic route's dK/dV CTA: 128-row products, and dQ = dS K on 32 rows (padded to 64)
+    shapes = (Product(0.4, 32, a_smem=True), Product(0.4, 64), Product(0.2, 64, 32))
+    want = 0.4 * _feed(rho, 32, True) + 0.4 + 0.2 * 2.0
+    assert mma_factor(shapes, rho, 128, 4, split) == pytest.approx(want)
     # with 8 warps the 128-row products get a warpgroup per slice; the 64-row dQ product is
     # split by columns between the two: half as wide, and the surcharge
-    want8 = (0.4 * (1 + h / 32) + 0.4 * (1 + h / 64) + 0.2 * (1 + split) * (1 + h * 2 / 64)) / full
-    assert mma_factor(((0.4, 32), (0.4, 64), (0.2, 64, 64)), h, 128, 8, split) == pytest.approx(
-        want8
-    )
+    shapes8 = (Product(0.4, 32, a_smem=True), Product(0.4, 64), Product(0.2, 64, 64, True))
+    want8 = 0.4 * _feed(rho, 32, True) + 0.4 + 0.2 * (1 + split) * _feed(rho, 32, True)
+    assert mma_factor(shapes8, rho, 128, 8, split) == pytest.approx(want8)
     # a shape's own rows equal to the CTA's change nothing
-    same = ((0.6, 64, 128), (0.4, 128, 128))
-    assert mma_factor(same, h, 128, 8, split) == pytest.approx(
-        mma_factor(((0.6, 64), (0.4, 128)), h, 128, 8, split)
+    same = (Product(0.6, 64, 128, True), Product(0.4, 128, 128))
+    plain = (Product(0.6, 64, a_smem=True), Product(0.4, 128))
+    assert mma_factor(same, rho, 128, 8, split) == pytest.approx(
+        mma_factor(plain, rho, 128, 8, split)
     )
+
+
+def test_each_kernel_reads_its_operands_where_its_ptx_does():
+    """sm_90 PTX of every kernel the datasets measured: S, dP (and Sᵀ, dPᵀ) read both operands
+    from shared memory; P V, dQ += dS K, dV and dK take their A operand from registers."""
+    p = AttentionProblem(seq_q=1024, head_dim=80, batch=1, heads=4)
+    t = TileConfig(64, 32, 3, 4)
+    (fwd,) = kernelplan.build("fa2", p, t).launches
+    assert fwd.mma_shapes == (Product(0.5, 32, a_smem=True), Product(0.5, 128))
+    shapes = {}
+    for route in ("separate", "atomic"):
+        w = kernelplan.build("fa2-bwd", p, t, route=route, dq_tiles=TileConfig(128, 64, 3, 8))
+        shapes[route] = {x.name: x.mma_shapes for x in w.launches if x.mma_shapes}
+    assert shapes["separate"]["bwd_dq"] == (Product(2 / 3, 64, a_smem=True), Product(1 / 3, 128))
+    assert shapes["separate"]["bwd_dkdv"] == (Product(0.5, 64, a_smem=True), Product(0.5, 128))
+    assert shapes["atomic"]["bwd_dkdv"] == (
+        Product(0.4, 64, a_smem=True), Product(0.4, 128), Product(0.2, 128, 64)
+    )  # fmt: skip
 
 
 def test_the_atomic_dkdv_kernel_pays_for_its_dq_product_rows():
@@ -83,11 +116,11 @@ def test_the_atomic_dkdv_kernel_pays_for_its_dq_product_rows():
     t = TileConfig(32, 128, 3, 4)  # 32 query rows per step: dQ's products pad to 64 rows
     atomic = kernelplan.build("fa2-bwd", p, t, route="atomic")
     (dkdv,) = [w for w in atomic.launches if w.name == "bwd_dkdv"]
-    assert dkdv.mma_shapes[-1] == (1 / 5, 64, 32)
+    assert dkdv.mma_shapes[-1] == Product(1 / 5, 64, 32)
     assert mma_factor(dkdv.mma_shapes, 0.0, 128, 4) == pytest.approx(4 / 5 + 2 / 5)
     separate = kernelplan.build("fa2-bwd", p, t, route="separate")
     (plain,) = [w for w in separate.launches if w.name == "bwd_dkdv"]
-    assert all(len(s) == 2 for s in plain.mma_shapes)  # its four products all have 128 rows
+    assert all(s.rows is None for s in plain.mma_shapes)  # its four products all have 128 rows
 
 
 @pytest.mark.parametrize(("algo", "tiles"), [("fa2", TileConfig(128, 128, 2, 8)),
@@ -188,19 +221,20 @@ def test_warpgroups_that_can_drift_apart_fill_each_others_serial_phases():
             assert a.time_s == b.time_s, other
 
 
-def test_each_kernel_counts_the_products_its_iteration_chains():
-    """The waits each compiled loop has (PTX, sm_90): the forward on S, then on P V; the dQ
-    kernel on S, dP, dS K; the dK/dV kernel on Sᵀ, on dPᵀ, then once on the accumulating
-    products together (dV, dK and, on the atomic route, dQ)."""
+def test_each_kernel_counts_the_waits_its_loop_has():
+    """The waits on matrix products in each compiled loop (PTX, sm_90): the forward once (on
+    S, with the previous tile's P V left in flight until then); the dQ kernel on S (with the
+    previous dQ product) and on dP; the dK/dV kernel on Sᵀ (with the previous dV and dK) and on
+    dPᵀ, and on the atomic route once more, on dQ, whose tile it stores for the reduce-add."""
     p = AttentionProblem(seq_q=1024, head_dim=64, batch=1, heads=4)
     t = TileConfig(64, 64, 3, 4)
-    assert [w.chain for w in kernelplan.build("fa2", p, t).launches] == [2]
+    assert [w.chain for w in kernelplan.build("fa2", p, t).launches] == [1]
     chains = {}
     for route in ("separate", "atomic"):
         w = kernelplan.build("fa2-bwd", p, t, route=route)
         chains[route] = {launch.name: launch.chain for launch in w.launches}
-    assert chains["separate"] == {"bwd_preprocess": 0, "bwd_dq": 3, "bwd_dkdv": 3}
-    assert chains["atomic"]["bwd_dkdv"] == 3  # dQ += dS K waited on with dV and dK
+    assert chains["separate"] == {"bwd_preprocess": 0, "bwd_dq": 2, "bwd_dkdv": 2}
+    assert chains["atomic"]["bwd_dkdv"] == 3
     assert {k: v for k, v in chains["atomic"].items() if k != "bwd_dkdv"} == dict.fromkeys(
         ("bwd_preprocess", "dq_zero_fill", "dq_scale", "dq_cast"), 0
     )
@@ -211,12 +245,12 @@ def test_a_cta_alone_on_its_sm_pays_its_product_chain():
     products add their latency; with many CTAs per SM a short chain hides under the others."""
     gpu = from_name("h200", calibrated=False)
     chain = random.uniform(2000.0, 3000.0)
-    # 32 CTAs on 132 SMs: each alone; 16 iterations of two products
+    # 32 CTAs on 132 SMs: each alone; 16 iterations of one wait
     alone = AttentionProblem(seq_q=1024, head_dim=64, batch=1, heads=4)
     w = kernelplan.build("fa2", alone, TileConfig(128, 64, 3, 4))
     base = simulate_workload(w, custom(gpu, mma_chain_ns=0.0)).main.time_s
     slow = simulate_workload(w, custom(gpu, mma_chain_ns=chain)).main.time_s
-    added = 16 * 2 * chain * 1e-9
+    added = 16 * 1 * chain * 1e-9
     assert added - base <= slow - base <= added
     assert slow - base > 0.5 * added  # the kernel is short beside its chain
 
@@ -297,3 +331,58 @@ def test_dkdv_registers_count_products_at_least_64_rows_tall():
     want = 2 * 128 * d + 3 * r * 128  # 128 keys: no padding
     over = gpu.efficiency.reg_overhead + -(-want // 256)
     assert footprint("bwd", r, 128, d, 2, 8, 2, gpu).regs_per_thread == min(255, -(-over // 8) * 8)
+
+
+PTX = sorted(
+    (Path(__file__).resolve().parents[2] / "benchmarks" / "results").glob("ptx-loops-*.json")
+)
+
+
+def _ptx_rows():
+    return json.loads(PTX[-1].read_text())["rows"]
+
+
+@pytest.mark.parametrize("i", range(70))
+def test_the_engine_counts_the_waits_and_operands_the_compiled_loops_have(i):
+    """Against the PTX of every kernel the datasets measured (benchmarks/ptx_loops.py, full and
+    causal alike): an iteration waits `chain` times on its products (a wgmma wait, or the
+    synchronous mma.sync of the atomic route's 32-row dQ product), and the products that read
+    A from shared memory are as wide, per warpgroup, as the engine's `a_smem` products, those
+    with A in registers as its others. Kernels of mma.sync alone (the 32×32 dK/dV tile) are
+    priced as padded 64-row products: only their waits are not checked."""
+    rows = _ptx_rows()
+    assert len(rows) == 70
+    r = rows[i]
+    c = r["config"]
+    p = AttentionProblem(seq_q=c["seq"], head_dim=c["head_dim"], batch=c["batch"],
+                         heads=c["heads"], causal=c["causal"])  # fmt: skip
+    t = TileConfig(c["block_m"], c["block_n"], c["stages"], c["warps"])
+    dq = TileConfig(*(c.get(f"dq_{k}") or getattr(t, k) for k in ("block_m", "block_n", "stages",
+                                                                    "warps")))  # fmt: skip
+    bwd = c["algo"] == "fa2-bwd"
+    w = kernelplan.build(c["algo"], p, t, route=c.get("route"), dq_tiles=dq if bwd else None)
+    name = {"_attn_fwd": "fa2", "_attn_bwd_dq": "bwd_dq", "_attn_bwd_dkdv": "bwd_dkdv"}
+    launch = next(x for x in w.launches if x.name == name[r["kernel"]])
+    tiles = launch.tiles or w.tiles
+    loops = r["loops"]
+    assert loops and all(body == loops[0] for body in loops)  # masked or not, one structure
+    ops = [op.split(" x")[0] for op in loops[0]]
+    products = [op for op in ops if op.startswith(("wgmma", "mma.sync"))]
+    if all(op.startswith("mma.sync") for op in products):
+        assert tiles.block_m == tiles.block_n == 32
+        return
+    waits = ops.count("wait 0") + (1 if any(op.startswith("mma.sync") for op in ops) else 0)
+    assert waits == launch.chain, (r["kernel"], ops)
+    got = {"A-smem": set(), "A-reg": set()}
+    for op in products:
+        if op.startswith("wgmma"):
+            n = int(op.split(".")[1].split("n")[1].split("k")[0])
+            got[op.split(".")[2]].add(n)
+    want = {"A-smem": set(), "A-reg": set()}
+    for prod in launch.mma_shapes:
+        rows_ = prod.rows if prod.rows is not None else product_rows(launch, tiles)
+        if rows_ < 64:
+            continue  # a 32-row product: mma.sync in the PTX
+        _, gn, _ = warpgroup_layout(rows_, tiles.warps)
+        want["A-smem" if prod.a_smem else "A-reg"].add(prod.n // gn)
+    assert got == want, (r["kernel"], c)

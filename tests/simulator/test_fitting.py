@@ -135,3 +135,35 @@ def test_the_loss_charges_pairs_the_engine_orders_wrongly():
     )
     tie = (t0 * f, t0 * f * math.exp(random.uniform(-0.5, 0.5) * ORDER_TIE))
     assert loss(*tie) == pytest.approx(without_order(*tie))
+
+
+@pytest.mark.parametrize("weight", [1.0, 0.5, 0.0])
+def test_kernels_timed_alone_join_the_loss(weight):
+    """A sample's kernels timed one by one (Nsight Compute) add `alone_weight` × the mean |log|
+    of their alone simulations against those times: nothing where they match, log(f) where all
+    are off by f. The shipped default fits whole calls only."""
+    from simulator.engine import alone_time_s, simulate_workload
+    from simulator.fitting import ALONE_WEIGHT
+    from simulator.workload import alone
+
+    assert ALONE_WEIGHT == 0.0
+    gpu = from_name("h100-sxm")
+    p = AttentionProblem(seq_q=random.choice([1000, 2048]), head_dim=64, batch=2, heads=8)
+    w = kernelplan.build("fa2-bwd", p, TileConfig(64, 64, 3, 4), route="separate")
+    t = simulate_workload(w, gpu).time_s
+    ones = [alone(w, name) for name in ("bwd_dq", "bwd_dkdv")]
+    exact = tuple((one, alone_time_s(one, gpu)) for one in ones)
+    f = random.uniform(1.1, 2.0)
+    off = tuple((one, s * f) for one, s in exact)
+    plain = loss_of(gpu, [Sample("a", w, t)], weight)
+    matched = loss_of(gpu, [Sample("a", w, t, alone=exact)], weight)
+    assert matched[0] == pytest.approx(plain[0], abs=1e-12)
+    got = loss_of(gpu, [Sample("a", w, t, alone=off)], weight)
+    assert got[0] == pytest.approx(plain[0] + weight * math.log(f))
+    assert got[1] == plain[1]  # the MAPE stays the whole call's
+    assert loss_of(gpu, [Sample("a", w, t, alone=off)]) == plain_default(gpu, w, t)
+
+
+def plain_default(gpu, w, t):
+    """The default loss ignores the kernels timed alone (ALONE_WEIGHT = 0)."""
+    return loss_of(gpu, [Sample("a", w, t)])

@@ -151,10 +151,10 @@ def test_structural_parameters_default_to_the_old_engine():
     t = TileConfig(128, 64, 2, 8)
     base = simulate_workload(build("fa2", p, t), gpu).time_s
     same = custom(
-        gpu, cta_overlap=0.0, mma_n_half=0.0, spill_penalty=0.0, l2_reduce=1.0, wg_split=2.0
+        gpu, cta_overlap=0.0, smem_feed=0.0, spill_penalty=0.0, l2_reduce=1.0, wg_split=2.0
     )
     assert simulate_workload(build("fa2", p, t), same).time_s == base
-    wide = custom(gpu, mma_n_half=128.0)  # narrow products slow only flashscope's kernels
+    wide = custom(gpu, smem_feed=0.9)  # narrow products slow only flashscope's kernels
     assert simulate_workload(build("fa2", p, t), wide).time_s == base
     fs = kernelplan.build("fa2", p, t)
     assert simulate_workload(fs, wide).time_s > simulate_workload(fs, gpu).time_s

@@ -200,3 +200,59 @@ def test_a_register_cap_is_a_tile_field_of_a_configuration():
         check_config({**base, "maxnreg": 12})
     bwd = {**base, "algo": "fa2-bwd", "block_m": 64, "dq_block_m": 128, "maxnreg": 128}
     assert all(k.occupancy.footprint.regs_per_thread <= 128 for k in simulate_config(bwd).kernels)
+
+
+def _ncu_row(config: dict, durations: dict[str, float]) -> dict:
+    """A dataset row's measurement with Nsight Compute's per-kernel durations (ns)."""
+    kernels = [{"name": n, "gpu__time_duration.sum": ns} for n, ns in durations.items()]
+    return {"id": "x", "ms": 1.0, "route": config.get("route"), "ncu": {"kernels": kernels}}
+
+
+@pytest.mark.parametrize("route", ["separate", "atomic"])
+def test_the_backwards_kernels_are_compared_alone_with_nsights_durations(route):
+    """Each backward kernel Nsight Compute timed is simulated alone (its own stream, the boost
+    clock) and set against that duration, per row and per kernel in the summary; the atomic
+    route's dK/dV kernel apart from the separate one's; the forward has no such entries."""
+    from simulator.engine import alone_time_s, simulate_workload
+    from simulator.validation import alone, measured_alone, workload_of
+
+    rng = random.Random()
+    gpu = hardware.from_name("h200")
+    config = {"algo": "fa2-bwd", "impl": "flashscope", "batch": 2, "heads": 8,
+              "seq": rng.choice([1000, 2048]), "head_dim": 64, "causal": rng.random() < 0.5,
+              "dtype": "fp16", "block_m": 64, "block_n": 64, "stages": 3, "warps": 4,
+              "route": route, "gpu": "h200"}  # fmt: skip
+    workload = workload_of(config, gpu)
+    one = alone(workload, "bwd_dkdv")
+    assert len(one.launches) == 1 and not one.launches[0].concurrent
+    (k,) = simulate_workload(one, gpu, power_cap=False).kernels
+    assert k.clock == 1.0
+    capped = simulate_workload(one, gpu).kernels[0]
+    assert alone_time_s(one, gpu) <= capped.time_s - gpu.efficiency.launch_us * 1e-6
+    factors = {"_attn_bwd_dq": rng.uniform(0.7, 1.4), "_attn_bwd_dkdv": rng.uniform(0.7, 1.4)}
+    names = {"_attn_bwd_dq": "bwd_dq", "_attn_bwd_dkdv": "bwd_dkdv"}
+    durations = {"_bwd_preprocess": 5e3}
+    for ncu_name, f in factors.items():
+        if route == "separate" or ncu_name == "_attn_bwd_dkdv":
+            durations[ncu_name] = alone_time_s(alone(workload, names[ncu_name]), gpu) * 1e9 * f
+    entry = Entry("x", "fit", config, ncu=True)
+    ds = build_dataset([entry], [_ncu_row(config, durations)], {}, gpu)
+    (row,) = ds["rows"]
+    got = {k["name"]: k for k in row["kernels_alone"]}
+    want = {"bwd_dkdv-atomic"} if route == "atomic" else {"bwd_dq", "bwd_dkdv"}
+    assert set(got) == want
+    for ncu_name, f in factors.items():
+        name = names[ncu_name] + ("-atomic" if route == "atomic" else "")
+        if name in got:
+            assert got[name]["error_pct"] == pytest.approx((1 / f - 1) * 100)
+            assert got[name]["measured_us"] == pytest.approx(durations[ncu_name] / 1e3)
+    summary = ds["summary"]["all"]["kernels_alone"]
+    assert set(summary) == want
+    assert all(s["n"] == 1 for s in summary.values())
+    pairs = measured_alone(ds["rows"][0], workload)
+    assert [p[0] for p in pairs] == [n for n in ("bwd_dq", "bwd_dkdv") if f"_attn_{n}" in durations]
+    fwd = dict(config, algo="fa2")
+    fwd.pop("route")
+    (frow,) = build_dataset([Entry("f", "fit", fwd)], [_ncu_row(fwd, {"_attn_fwd": 1e5})], {},
+                            gpu)["rows"]  # fmt: skip
+    assert frow["kernels_alone"] == []
