@@ -93,6 +93,9 @@ function renderDataset() {
     ["tile ranking (Spearman)", `${a.ranking.spearman_mean.toFixed(2)}${mark(t.spearman)}${a.ranking.repeat_spearman_mean == null ? "" : `; the GPU's own timing passes agree to ${a.ranking.repeat_spearman_mean.toFixed(2)}`}`],
     ...(a.ranking_candidates ? [["ranking of the kernels' candidates", `${a.ranking_candidates.spearman_mean.toFixed(2)}${a.ranking_candidates.repeat_spearman_mean == null ? "" : ` (passes agree to ${a.ranking_candidates.repeat_spearman_mean.toFixed(2)})`}`]] : []),
     ["best tiles within 5%", `${Math.round(a.ranking.pick_within_5pct * 100)}% of problems${mark(t.best_within_5pct)}`],
+    ...(a.kernels_alone
+      ? [["backward kernels alone (mean error against Nsight Compute)", Object.entries(a.kernels_alone).map(([name, k]) => `${name.replace(/^bwd_/, "")} ${pct(k.bias_pct)}`).join(", ")]]
+      : []),
   ];
   $("summary").replaceChildren(
     ...items.flatMap(([k, v]) => {

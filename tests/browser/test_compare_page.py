@@ -72,6 +72,17 @@ def test_loads_plots_and_choosing_a_configuration_changes_the_breakdown(page, li
     assert any(c.startswith(f"{kernels['bwd_dkdv']['regs_per_thread']} ·") for c in dkdv)
     assert any(c.startswith(f"{kernels['bwd_preprocess']['regs_per_thread']} (est.) ·")
                for c in pre)  # fmt: skip
+    # beside Nsight Compute's time, the engine's for the same kernel alone
+    heads = page.evaluate(
+        "() => [...document.querySelectorAll('#kernels th')].map(c => c.innerText)"
+    )
+    alone = heads.index("sim., alone")
+    want = f"{kernels['bwd_dkdv']['simulated_alone_us']:,.1f}"
+    assert dkdv[alone].replace("\n", " ").startswith(want), (dkdv, want)
+    # and the dataset's summary of the backward's kernels alone
+    summary = page.locator("#summary").inner_text()
+    dq = api["dataset"]["summary"]["all"]["kernels_alone"]["bwd_dq"]["bias_pct"]
+    assert "backward kernels alone" in summary and f"dq {dq:+.1f}%" in summary
     # the table stays within its figure (it scrolls there), never over the timeline beside it
     inside = page.evaluate(
         "() => { const t = document.getElementById('kernels');"
