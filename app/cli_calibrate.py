@@ -308,9 +308,9 @@ def _fit(
         l2_param,
         loss_of,
     )
+    from simulator.validation import measured_alone, problem_key, workload_of
 
     weight = ALONE_WEIGHT if weight is None else weight
-    from simulator.validation import measured_alone, problem_key, workload_of
 
     params = list(PARAMS)
     observed = observed_l2_gbs(rows)

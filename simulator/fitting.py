@@ -144,7 +144,7 @@ def loss_of(
         if s.measured_dram:
             simulated = sum(k.dram_read_bytes + k.dram_write_bytes for k in r.kernels)
             dram.append(abs(math.log(max(simulated, 1.0) / s.measured_dram)))
-        for one, seconds in s.alone:
+        for one, seconds in s.alone if alone_weight else ():  # (unweighted: not simulated)
             alone.append(abs(math.log(max(alone_time_s(one, gpu), 1e-12) / seconds)))
     spread = [abs(x - np.mean(g)) for g in groups.values() if len(g) > 1 for x in g]
     loss = float(np.mean(logs))
