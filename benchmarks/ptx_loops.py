@@ -7,9 +7,10 @@ validation sweep (and the atomic route's, from the H200 dataset), full and causa
 fresh Triton cache, and writes for each kernel the sequence of its loops' matrix products
 (`wgmma` with its shape and where its A operand comes from: registers or shared memory;
 `mma.sync`), waits on them (`wgmma.wait_group N`), exponentials, bulk reduce-adds and copy
-waits, as the PTX has them. The timing engine takes two facts from it (simulator/kernelplan.py):
-how many times an iteration waits on its products (`Launch.chain`) and which products read both
-operands from shared memory (`Product.a_smem`).
+waits, as the PTX has them, and each loop's FP32-pipe instructions per thread and iteration.
+The timing engine takes three facts from it (simulator/kernelplan.py): how many times an
+iteration waits on its products (`Launch.chain`), which products read both operands from
+shared memory (`Product.a_smem`), and the FP32 instructions per score element.
 """
 
 from __future__ import annotations
@@ -90,6 +91,28 @@ def loops(toks: list[str]) -> list[list[str]]:
     return out
 
 
+_FP32 = re.compile(r"^\s*(?:@!?%p\d+\s+)?((?:fma|add|sub|mul|max|min|neg|abs|selp|setp|cvt)\S*)")
+
+
+def fp32_counts(ptx: str) -> list[int]:
+    """Per loop (in the order `loops` finds them): the FP32-pipe instructions one thread
+    issues per iteration (arithmetic, compares, selects and conversions on .f32 and .f16x2
+    values; not the exponentials, which go to the SFUs)."""
+    lines = [line.split("//")[0].rstrip() for line in ptx.splitlines()]
+    out = []
+    for i, line in enumerate(lines):
+        m = re.match(r"^(\$L__BB\d+_\d+):$", line.strip())
+        if not m:
+            continue
+        back = re.compile(r"bra(?:\.uni)?\s+" + re.escape(m.group(1)) + ";")
+        j = next((j for j in range(i + 1, len(lines)) if back.search(lines[j])), None)
+        if j is None:
+            continue
+        ops = [_FP32.match(x) for x in lines[i + 1 : j]]
+        out.append(sum(1 for o in ops if o and (".f32" in o.group(1) or ".f16x2" in o.group(1))))
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, required=True)
@@ -115,8 +138,9 @@ def main() -> int:
                 name = Path(path).stem
                 wanted = ("_attn_fwd",) if c["algo"] == "fa2" else KERNELS[1:]
                 if name in wanted:  # (a backward also compiles a forward for its O)
-                    body = loops(tokens(Path(path).read_text()))
-                    rows.append({"config": config, "kernel": name, "loops": body})
+                    ptx = Path(path).read_text()
+                    rows.append({"config": config, "kernel": name, "loops": loops(tokens(ptx)),
+                                 "fp32_per_thread": fp32_counts(ptx)})  # fmt: skip
         print(f"{i + 1} configurations", flush=True)
     path = result_path(args.out, "ptx-loops", header)
     path.write_text(json.dumps({**header, "rows": rows}, indent=1) + "\n")

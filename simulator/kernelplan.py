@@ -41,6 +41,7 @@ from pathlib import Path
 import numpy as np
 
 from . import compiled
+from .engine import warpgroup_layout
 from .launch import ACC_BYTES, Launch, Product
 from .problem import STATS_BYTES, AttentionProblem, TileConfig, cdiv
 from .workload import Workload, _fa2, _heads, _kv_stream, _query_grid
@@ -55,6 +56,15 @@ TUNED_GPUS = {"NVIDIA H200": "h200", "NVIDIA H100 80GB HBM3": "h100-sxm"}
 # look their tiles and routes up with the same rule: kernels.launch imports `tuned_keys`).
 SEQ_BUCKETS = (1024, 2048, 4096, 8192, 16384)
 HELPER_WARPS = 4
+# FP32-pipe instructions per score element in the unmasked loop, counted in the compiled
+# kernels' PTX (benchmarks/ptx_loops.py; the same for every tile configuration the datasets
+# measured but the dK/dV kernel's 4-warp 32-row tiles at 32 and 128 keys, 5.25): the dQ kernel's
+# S·scale − LSE, dP − D, P·(dP − D) and dS's conversion; the dK/dV kernel's the same, Pᵀ's
+# conversion and the compares and selects (setp, selp) its PTX has beside them. The forward's
+# count follows its formula in workload._fa2, 4 + d / BN per element, within 10% of the PTX's.
+# (Both were 6 before they were counted.)
+DQ_FP32 = 3.5
+DKDV_FP32 = 6.5
 
 
 @lru_cache
@@ -141,7 +151,7 @@ def _dq_kernel(p: AttentionProblem, t: TileConfig) -> Launch:
         stats_read=tile(2 * rows),
         flops=tile(6 * d * area),
         exps=tile(area),
-        alu=tile(6.0 * area),
+        alu=tile(DQ_FP32 * area),
         edge_read=tile(2.0 * rows * d * e + 2 * rows * STATS_BYTES),
         edge_write=tile(1.0 * rows * d * e),
         stream_read=tile(2.0 * d * vcols * e),
@@ -200,7 +210,9 @@ def _dkdv_kernel(p: AttentionProblem, t: TileConfig, atomic: bool) -> Launch:
         stats_read=tk(2 * sr),
         flops=tk(2 * products * d * cols * sr),
         exps=tk(cols * sr),
-        alu=tk(6.0 * cols * sr),
+        # FP32 work per score element, ×gn where warpgroups split the keys' columns (each
+        # then holds the whole tile's elementwise work: the PTX's count doubles)
+        alu=tk(DKDV_FP32 * warpgroup_layout(bn, t.warps)[1] * cols * sr),
         edge_read=tk(2.0 * cols * d * e),
         edge_write=tk(2.0 * cols * d * e),
         stream_read=tk(stream_bytes.astype(np.float64)),

@@ -386,3 +386,32 @@ def test_the_engine_counts_the_waits_and_operands_the_compiled_loops_have(i):
         _, gn, _ = warpgroup_layout(rows_, tiles.warps)
         want["A-smem" if prod.a_smem else "A-reg"].add(prod.n // gn)
     assert got == want, (r["kernel"], c)
+
+
+@pytest.mark.parametrize("i", range(70))
+def test_the_engines_fp32_work_per_score_element_is_the_compiled_loops(i):
+    """The FP32-pipe instructions a thread issues per iteration of the unmasked loop (the
+    smaller count where a kernel has a masked loop beside it), per score element, against the
+    engine's ALU FLOPs per score element: within 10%, but for the dK/dV kernel's 4-warp 32-row
+    tiles at 32 and 128 keys, which issue 5.25 where the engine counts 6.5 (documented in
+    kernelplan.DKDV_FP32)."""
+    r = _ptx_rows()[i]
+    c = r["config"]
+    p = AttentionProblem(seq_q=c["seq"], head_dim=c["head_dim"], batch=c["batch"],
+                         heads=c["heads"], causal=False)  # fmt: skip
+    t = TileConfig(c["block_m"], c["block_n"], c["stages"], c["warps"])
+    bwd = c["algo"] == "fa2-bwd"
+    dq = TileConfig(*(c.get(f"dq_{k}") or getattr(t, k) for k in ("block_m", "block_n", "stages",
+                                                                    "warps")))  # fmt: skip
+    w = kernelplan.build(c["algo"], p, t, route=c.get("route"), dq_tiles=dq if bwd else None)
+    name = {"_attn_fwd": "fa2", "_attn_bwd_dq": "bwd_dq", "_attn_bwd_dkdv": "bwd_dkdv"}
+    launch = next(x for x in w.launches if x.name == name[r["kernel"]])
+    tiles = dq if r["kernel"] == "_attn_bwd_dq" else t
+    ptx = min(r["fp32_per_thread"]) * 32 * tiles.warps / (tiles.block_m * tiles.block_n)
+    engine = float(launch.alu.sum() / launch.exps.sum())
+    if r["kernel"] == "_attn_fwd":  # its exponentials count the rescale's too
+        engine = float(launch.alu.sum()) / (c["batch"] * c["heads"] * c["seq"] ** 2)
+    if r["kernel"] == "_attn_bwd_dkdv" and (t.block_m, t.warps) == (32, 4) and t.block_n != 64:
+        assert ptx == pytest.approx(5.25) and engine == pytest.approx(6.5)
+        return
+    assert engine == pytest.approx(ptx, rel=0.10), (r["kernel"], c, engine, ptx)
