@@ -29,12 +29,11 @@ launch, and its CTAs take the SMs' slots as that launch's CTAs leave them):
    one stage pays it every time. And a CTA's warps wait on their products: each of an
    iteration's `chain` waits (as its PTX has them) adds a latency `mma_chain_ns` that its
    warpgroup cannot fill itself, at least (work / warpgroups along the rows) + iterations ·
-   chain · latency (plus,
-   for bulk reduce-adds, what `bulk_read_ns` and the tile's transfer take beyond an
-   iteration's work: the copy engine must have read the tile out of its shared-memory buffer
-   before the next iteration's tile goes there; each reduce-add also costs the warps
-   `reduce_op_ns`). Before the loop: CTA set-up, the latency of the first load and the edge
-   bytes. c is the residency a full GPU has (CTAs per SM), or ⌈CTAs / SMs⌉
+   chain · latency (plus, for bulk reduce-adds, what `bulk_read_ns` and the tile's transfer
+   take beyond an iteration's work: the copy engine must have read the tile out of its
+   shared-memory buffer before the next iteration's tile goes there; each reduce-add also
+   costs the warps `reduce_op_ns`). Before the loop: CTA set-up, the latency of the first load
+   and the edge bytes. c is the residency a full GPU has (CTAs per SM), or ⌈CTAs / SMs⌉
    when the grid cannot fill every slot; the load latency here counts only compulsory misses
    (see below), shared alike by the CTAs of one stream (they wait on the same first fetches).
 3. Schedule in launch order as slots free up (`scheduler.py`): waves, the tail of the last
@@ -282,8 +281,8 @@ def _durations(
     latency = (loop_hit * eff.l2_latency_ns + (1.0 - loop_hit) * eff.dram_latency_ns) * 1e-9
     if w.chain:
         # Each of the iteration's `chain` waits on its products (the softmax needs S, the next
-        # product its operands): a warpgroup pays their latency on top of its work, which only other
-        # warpgroups (on their own row slices, or in other CTAs) can fill. A bulk reduce-add
+        # product its operands): a warpgroup pays their latency on top of its work, which only
+        # other warpgroups (on their own row slices, or in other CTAs) can fill. A bulk reduce-add
         # (the atomic route's dQ tile) must have been read out of shared memory before the
         # next tile's goes there (the kernel waits on that read, not on the reduce's
         # completion, and only just before the next store: an iteration later): what the

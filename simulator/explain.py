@@ -24,7 +24,6 @@ Given a validation row (simulator/validation.py) and the engine's result for its
 from __future__ import annotations
 
 from .engine import alone_time_s, lockstep, two_stage
-from .hardware import GPU
 from .results import SimResult
 from .workload import alone
 
@@ -53,7 +52,6 @@ def kernel_rows(result: SimResult, measured: list[dict]) -> list[dict]:
     ncu timed it, the engine's time for the kernel alone (its own stream, the boost clock, no
     launch gap), which is what Nsight Compute's duration measures."""
     out = []
-    gpu: GPU = result.gpu
     launches = {w.name: w for w in result.workload.launches}
     for k in result.kernels:
         m = measured_kernel(k.name, measured)
@@ -85,7 +83,7 @@ def kernel_rows(result: SimResult, measured: list[dict]) -> list[dict]:
                 measured_regs_per_thread=m.get("launch__registers_per_thread"),
                 measured_smem_bytes=m.get("launch__shared_mem_per_block_dynamic"),
                 local_load_bytes=m.get("l1tex__t_bytes_pipe_lsu_mem_local_op_ld.sum"),
-                simulated_alone_us=alone_time_s(alone(result.workload, k.name), gpu) * 1e6,
+                simulated_alone_us=alone_time_s(alone(result.workload, k.name), result.gpu) * 1e6,
             )
         out.append(row)
     return out
@@ -95,8 +93,9 @@ def _pct(a: float, b: float) -> float:
     return (a / b - 1) * 100
 
 
-def notes(row: dict, result: SimResult) -> list[dict]:
-    """What explains the gap between `row`'s measurement and `result` (see the module doc)."""
+def notes(row: dict, result: SimResult, kernels: list[dict] | None = None) -> list[dict]:
+    """What explains the gap between `row`'s measurement and `result` (see the module doc);
+    `kernels`: `kernel_rows` of the two, where the caller has them already."""
     out: list[dict] = []
     meas, sim = row.get("measured_us"), result.time_s * 1e6
     if meas:
@@ -114,8 +113,9 @@ def notes(row: dict, result: SimResult) -> list[dict]:
     shares = sorted(result.limiter.items(), key=lambda kv: -kv[1])
     top = ", ".join(f"{k} {v:.0%}" for k, v in shares[:3] if v >= 0.01)
     out.append({"kind": "limiter", "level": "info", "text": f"Simulated time by limiter: {top}."})
-    measured = (row.get("measured") or {}).get("ncu", {}) or {}
-    kernels = kernel_rows(result, measured.get("kernels") or [])
+    if kernels is None:
+        measured = (row.get("measured") or {}).get("ncu", {}) or {}
+        kernels = kernel_rows(result, measured.get("kernels") or [])
     total = sum(k["simulated_us"] for k in kernels) or 1.0
     for k in kernels:
         if k["simulated_us"] < 0.1 * total:  # the short helper passes explain little

@@ -123,8 +123,7 @@ class Launch:
     stream_tail: float = 1.0  # the last block's bytes as a fraction of a full block's
     tiles: TileConfig | None = None  # None: the workload's tile configuration
     concurrent: bool = False  # runs beside the previous launch, on another stream
-    # (share of the FLOPs, output width N[, rows M where not the CTA's]): engine.mma_factor
-    mma_shapes: tuple[Product, ...] = ()
+    mma_shapes: tuple[Product, ...] = ()  # its iteration's matrix products: engine.mma_factor
     chain: int = 0  # waits on matrix products per iteration (each exposes their latency)
     regs: int | None = None  # registers per thread of the compiled kernel (None: estimated)
 

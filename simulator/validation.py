@@ -232,7 +232,7 @@ def clock_samples(rows: list[dict], gpu: GPU) -> list[ClockSample]:
     out = []
     for r in rows:
         kernels = ncu_kernels(r)
-        single = kernels[0].get("gpu__time_duration.sum") if len(kernels) == 1 else None
+        single = kernels[0].get(NCU_DURATION) if len(kernels) == 1 else None
         if not single or not r.get("measured_us"):
             continue
         launches = workload_of(r["config"], gpu).launches

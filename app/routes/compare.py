@@ -130,7 +130,8 @@ def compare(
     ds, row = _choose(params, data)
     gpu = hardware.from_name(ds["gpu"])
     result = simulate_config(row["config"], gpu)
-    measured_kernels = ncu_kernels(row)
+    # each kernel beside its ncu row (and simulated alone): the table and the notes share them
+    kernels = kernel_rows(result, ncu_kernels(row))
     return {
         "datasets": [
             {
@@ -154,8 +155,8 @@ def compare(
             "simulated_now_us": result.time_s * 1e6,
             "limiter": result.limiter,
             "breakdown_us": {k: v * 1e6 for k, v in result.breakdown.items()},
-            "kernels": kernel_rows(result, measured_kernels),
-            "notes": notes(row, result),
+            "kernels": kernels,
+            "notes": notes(row, result, kernels),
             "timeline": gantt(result, settings.compare_timeline_ctas),
             "measured_schedule": _measured_schedule(
                 request.app.state.timelines.get(ds["gpu"], row["id"]),

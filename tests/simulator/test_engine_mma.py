@@ -10,10 +10,12 @@ from pathlib import Path
 import pytest
 
 from simulator import kernelplan
+from simulator.compiled import KERNEL_LAUNCH
 from simulator.engine import mma_factor, product_rows, simulate_workload, warpgroup_layout
 from simulator.hardware import custom, from_name
 from simulator.launch import Product
 from simulator.problem import AttentionProblem, TileConfig
+from simulator.validation import workload_of
 
 
 def _feed(rho: float, n: float, a_smem: bool) -> float:
@@ -342,6 +344,14 @@ def _ptx_rows():
     return json.loads(PTX[-1].read_text())["rows"]
 
 
+def _ptx_launch(r: dict, causal: bool):
+    """The engine's launch of a PTX row's kernel, for its configuration with `causal`."""
+    config = dict(r["config"], impl="flashscope", causal=causal)
+    w = workload_of(config, from_name(config["gpu"]))
+    launch = next(x for x in w.launches if x.name == KERNEL_LAUNCH[r["kernel"]])
+    return launch, launch.tiles or w.tiles
+
+
 @pytest.mark.parametrize("i", range(70))
 def test_the_engine_counts_the_waits_and_operands_the_compiled_loops_have(i):
     """Against the PTX of every kernel the datasets measured (benchmarks/ptx_loops.py, full and
@@ -354,16 +364,7 @@ def test_the_engine_counts_the_waits_and_operands_the_compiled_loops_have(i):
     assert len(rows) == 70
     r = rows[i]
     c = r["config"]
-    p = AttentionProblem(seq_q=c["seq"], head_dim=c["head_dim"], batch=c["batch"],
-                         heads=c["heads"], causal=c["causal"])  # fmt: skip
-    t = TileConfig(c["block_m"], c["block_n"], c["stages"], c["warps"])
-    dq = TileConfig(*(c.get(f"dq_{k}") or getattr(t, k) for k in ("block_m", "block_n", "stages",
-                                                                    "warps")))  # fmt: skip
-    bwd = c["algo"] == "fa2-bwd"
-    w = kernelplan.build(c["algo"], p, t, route=c.get("route"), dq_tiles=dq if bwd else None)
-    name = {"_attn_fwd": "fa2", "_attn_bwd_dq": "bwd_dq", "_attn_bwd_dkdv": "bwd_dkdv"}
-    launch = next(x for x in w.launches if x.name == name[r["kernel"]])
-    tiles = launch.tiles or w.tiles
+    launch, tiles = _ptx_launch(r, c["causal"])
     loops = r["loops"]
     assert loops and all(body == loops[0] for body in loops)  # masked or not, one structure
     ops = [op.split(" x")[0] for op in loops[0]]
@@ -397,21 +398,13 @@ def test_the_engines_fp32_work_per_score_element_is_the_compiled_loops(i):
     kernelplan.DKDV_FP32)."""
     r = _ptx_rows()[i]
     c = r["config"]
-    p = AttentionProblem(seq_q=c["seq"], head_dim=c["head_dim"], batch=c["batch"],
-                         heads=c["heads"], causal=False)  # fmt: skip
-    t = TileConfig(c["block_m"], c["block_n"], c["stages"], c["warps"])
-    bwd = c["algo"] == "fa2-bwd"
-    dq = TileConfig(*(c.get(f"dq_{k}") or getattr(t, k) for k in ("block_m", "block_n", "stages",
-                                                                    "warps")))  # fmt: skip
-    w = kernelplan.build(c["algo"], p, t, route=c.get("route"), dq_tiles=dq if bwd else None)
-    name = {"_attn_fwd": "fa2", "_attn_bwd_dq": "bwd_dq", "_attn_bwd_dkdv": "bwd_dkdv"}
-    launch = next(x for x in w.launches if x.name == name[r["kernel"]])
-    tiles = dq if r["kernel"] == "_attn_bwd_dq" else t
+    launch, tiles = _ptx_launch(r, causal=False)  # every score element visible
     ptx = min(r["fp32_per_thread"]) * 32 * tiles.warps / (tiles.block_m * tiles.block_n)
     engine = float(launch.alu.sum() / launch.exps.sum())
     if r["kernel"] == "_attn_fwd":  # its exponentials count the rescale's too
         engine = float(launch.alu.sum()) / (c["batch"] * c["heads"] * c["seq"] ** 2)
-    if r["kernel"] == "_attn_bwd_dkdv" and (t.block_m, t.warps) == (32, 4) and t.block_n != 64:
+    small = (tiles.block_m, tiles.warps) == (32, 4) and tiles.block_n != 64
+    if r["kernel"] == "_attn_bwd_dkdv" and small:
         assert ptx == pytest.approx(5.25) and engine == pytest.approx(6.5)
         return
     assert engine == pytest.approx(ptx, rel=0.10), (r["kernel"], c, engine, ptx)
