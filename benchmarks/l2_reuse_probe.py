@@ -9,8 +9,13 @@ that SMs on both sides read can sit in both. This probe reads a buffer of S byte
 launches of many CTAs (each CTA a contiguous chunk; in the second launch either the same CTA
 order or the chunks shuffled among the CTAs) and reads with Nsight Compute
 (`--cache-control none`, so the second launch finds what the first left) how many bytes the
-second launch fetched from DRAM: its miss share at size S. Between sizes a 512 MiB read
-scrubs the L2. Writes DIR/l2-reuse-<gpu>-<date>.json with every kernel's counts.
+second launch fetched from DRAM: its miss share at size S. A third case has every CTA of the
+first launch read the whole buffer (together, as attention's CTAs read a head's K/V stream):
+its lines are then read by SMs on both sides of the L2, and the second launch's misses show
+how much more room such lines take; a fourth has every CTA of both launches read it all (a
+scan of shared lines: the size where it starts missing, against the one-reader cases', gives
+`l2_shared_copies`). Between cases a 512 MiB read scrubs the L2. Writes
+DIR/l2-reuse-<gpu>-<date>.json with every kernel's counts.
 """
 
 from __future__ import annotations
@@ -27,11 +32,15 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-SIZES_MIB = (8, 16, 20, 24, 28, 32, 36, 40, 44, 48, 56, 64, 80)
+SIZES_MIB = (8, 12, 16, 18, 20, 22, 24, 26, 28, 30, 32, 34, 36, 40, 44, 48, 56, 64, 80)
 SCRUB_MIB = 512
 METRICS = ("dram__bytes_read.sum", "lts__t_bytes.sum", "gpu__time_duration.sum")
 BLOCK = 512  # fp32 elements one CTA reads per step (2 KiB)
 CTAS_PER_SM = 2
+# same / shuffled: the first launch's CTAs each read one chunk, the second's the same chunk or
+# another; shared: every first-launch CTA reads the whole buffer, the second launch as `same`;
+# shared-twice: every CTA of both launches reads the whole buffer (a scan of shared lines)
+ORDERS = ("same", "shuffled", "shared", "shared-twice")
 
 
 def child() -> None:
@@ -55,16 +64,25 @@ def child() -> None:
     scrub = torch.ones(SCRUB_MIB << 18, device="cuda")  # fp32 elements
     scrub_chunk = scrub.numel() // ctas // BLOCK * BLOCK
     same = torch.arange(ctas, device="cuda", dtype=torch.int32)
+    zeros = torch.zeros(ctas, device="cuda", dtype=torch.int32)
     gen = torch.Generator(device="cuda").manual_seed(0)
     for mib in SIZES_MIB:
         chunk = (mib << 18) // ctas // BLOCK * BLOCK
         x = torch.ones(chunk * ctas, device="cuda")
-        for name in ("same", "shuffled"):
-            second = same if name == "same" else torch.randperm(ctas, device="cuda", generator=gen)
+        for name in ORDERS:
+            second = (
+                same if name != "shuffled" else torch.randperm(ctas, device="cuda", generator=gen)
+            )
             second = second.to(torch.int32)
             read_chunks[(ctas,)](scrub, out, same, scrub_chunk, BLOCK=BLOCK)
-            read_chunks[(ctas,)](x, out, same, chunk, BLOCK=BLOCK)
-            read_chunks[(ctas,)](x, out, second, chunk, BLOCK=BLOCK)
+            if name.startswith("shared"):  # every CTA reads the whole buffer from its start
+                read_chunks[(ctas,)](x, out, zeros, chunk * ctas, BLOCK=BLOCK)
+            else:
+                read_chunks[(ctas,)](x, out, same, chunk, BLOCK=BLOCK)
+            if name == "shared-twice":
+                read_chunks[(ctas,)](x, out, zeros, chunk * ctas, BLOCK=BLOCK)
+            else:
+                read_chunks[(ctas,)](x, out, second, chunk, BLOCK=BLOCK)
             torch.cuda.synchronize()
             print(json.dumps({"mib": mib, "order": name, "bytes": chunk * ctas * 4}), flush=True)
         del x
