@@ -10,7 +10,10 @@ the sweep's "fit" entries only; the error on the held-out entries is reported ap
 simulator/data/calibration-<key>.json (or --out). `--ceilings FILE` takes the micro-benchmark
 figures of an earlier calibration file and `--measured DATASET` the kernel times of a
 validation dataset (repeat it to fit on the rows of several datasets of one GPU): with both, no
-GPU is needed (a refit). Without a GPU otherwise, it prints
+GPU is needed (a refit). `--l2-probe FILE` takes the L2's usable capacity
+(`l2_reuse_fraction`) and the room of a line every SM reads (`l2_shared_copies`) from a run of
+benchmarks/l2_reuse_probe.py on that GPU instead of the preset's (or --start's) values; the
+fit never moves them. Without a GPU otherwise, it prints
 one line and exits with code 2.
 """
 
@@ -70,6 +73,13 @@ def add_command(sub: argparse._SubParsersAction) -> None:
         f"the engine's (0 to {MAX_ALONE_WEIGHT}; default 0: whole calls only)",
     )
     p.add_argument(
+        "--l2-probe",
+        type=Path,
+        default=None,
+        help="take the L2's usable capacity from this run of benchmarks/l2_reuse_probe.py "
+        "(on this GPU)",
+    )
+    p.add_argument(
         "--start",
         type=Path,
         default=None,
@@ -107,8 +117,9 @@ def run(args: argparse.Namespace) -> int:
         ceil_doc = _read(args.ceilings) if args.ceilings else None
         data_doc = _merge_datasets(args.measured) if args.measured else None
         start_doc = _read(args.start) if args.start else None
+        probe_doc = _read(args.l2_probe) if args.l2_probe else None
     except (OSError, ValueError) as exc:
-        return _fail("--ceilings/--measured/--start", str(exc))
+        return _fail("--ceilings/--measured/--start/--l2-probe", str(exc))
     need_gpu = ceil_doc is None or (data_doc is None and not args.no_fit)
     env: dict = {}
     if need_gpu:
@@ -150,6 +161,28 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         return _fail("ceilings", str(exc))
     _say("ceilings: " + ", ".join(f"{k} {v:.3g}" for k, v in {**eff, **hw}.items()))
+    measured: dict = {"ceilings": ceilings}
+    probed: dict = {}  # the fields the probe measured: the fit keeps them
+    if probe_doc is not None:
+        from simulator.l2model import fit_probe
+
+        try:
+            probe = fit_probe(probe_doc, base.l2_bytes)
+        except ValueError as exc:
+            return _fail("--l2-probe", f"{args.l2_probe}: {exc}")
+        probed = {"l2_reuse_fraction": probe.fraction, "l2_shared_copies": probe.copies}
+        measured["l2_probe"] = {
+            "file": str(args.l2_probe),
+            "device": probe_doc.get("device"),
+            "date": probe_doc.get("date"),
+            **dataclasses.asdict(probe),
+        }
+        eff.update(probed)
+        gpu = dataclasses.replace(gpu, efficiency=dataclasses.replace(gpu.efficiency, **probed))
+        _say(
+            f"L2 probe: usable capacity {probe.fraction:.3f} of the L2 (worst {probe.worst:.2f}), "
+            f"a shared line's room {probe.copies:.2f}"
+        )
 
     fit_doc = None
     if not args.no_fit:
@@ -159,7 +192,7 @@ def run(args: argparse.Namespace) -> int:
             return _fail("--measured/--sweep", str(exc))
         if start_doc is not None:
             try:
-                gpu = _start_from(gpu, start_doc)
+                gpu = _start_from(gpu, start_doc, keep=set(probed))
             except ValueError as exc:
                 return _fail("--start", str(exc))
         fit_doc, values, fitted_hw = _fit(gpu, rows, args.max_evals, args.alone_weight)
@@ -167,7 +200,7 @@ def run(args: argparse.Namespace) -> int:
         if args.measured:
             fit_doc["measured"] = [str(m) for m in args.measured]
         if start_doc is not None:
-            carried = _carried(start_doc, args.start, {*values, *fitted_hw})
+            carried = _carried(start_doc, args.start, {*values, *fitted_hw, *probed})
             if carried:
                 fit_doc["carried"] = carried
                 values = {**carried["fields"], **values}
@@ -180,7 +213,7 @@ def run(args: argparse.Namespace) -> int:
         device=env.get("device") or base.name,
         date=env.get("date") or "",
         versions=versions,
-        measured={"ceilings": ceilings},
+        measured=measured,
         hardware=hw,
         fit=fit_doc,
     )
@@ -245,11 +278,11 @@ def observed_l2_gbs(rows: list[dict]) -> float | None:
     return max(rates) if rates else None
 
 
-def _start_from(gpu, doc: dict):
+def _start_from(gpu, doc: dict, keep: set[str] = frozenset()):
     """`gpu` with the fitted values of another calibration (a warm start: the search is local,
     so where it starts decides which of several near-optimal fits it finds; another preset's
     calibration may serve, e.g. an H100's for an H200, whose SMs are alike; parameters the file
-    lacks keep their values)."""
+    lacks, and those in `keep` (measured here), keep their values)."""
     from simulator.fitting import HARDWARE_FIELDS, apply
     from simulator.hardware import EFFICIENCY_FIELDS
 
@@ -259,7 +292,7 @@ def _start_from(gpu, doc: dict):
     unknown = sorted(set(values) - set(EFFICIENCY_FIELDS) - set(HARDWARE_FIELDS))
     if unknown:
         raise ValueError(f"unknown fitted fields {unknown}")
-    return apply(gpu, values)
+    return apply(gpu, {k: v for k, v in values.items() if k not in keep})
 
 
 def _start_values(doc: dict) -> dict:

@@ -452,7 +452,7 @@ def _run_launch(
     if alone_at_end:
         extra = np.where(np.arange(n) < first_wave, cold, 0.0)
         end, busy_cta = _tail(w, t, r, hits, fp.spills, (start, end, sm), dur, extra, busy_cta, c)
-    l2 = split_traffic(w, start, end, edge, cap, gamma, carry)
+    l2 = split_traffic(w, start, end, edge, cap, gamma, carry, r.eff.l2_shared_copies)
     first = float(start.min())  # > 0 only beside a kernel that still holds every slot
     span = float(end.max()) - first
     # The power cap: the durations above are at the boost clock; a launch that demands more

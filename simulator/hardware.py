@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 # MUFU (special-function unit) throughput for exp2 on compute capability 8.0–9.0: 16 results
 # per clock per SM (CUDA C++ Programming Guide, "Arithmetic Instructions" throughput table).
 SFU_PER_CLK = 16
+# At most one copy of a line per L2 partition; no GPU here has more than two.
+MAX_SHARED_COPIES = 2.0
 
 
 @dataclass(frozen=True)
@@ -45,8 +47,13 @@ class Efficiency:
     dram_latency_ns: float = 600.0  # load latency of an L2 miss
     overlap: float = 0.3  # share of the non-dominant compute (tensor/SFU/FP32) hidden
     warps_to_saturate: int = 8  # resident warps an SM needs to keep its tensor cores busy
-    l2_reuse_fraction: float = 0.8  # share of L2 capacity that holds reusable data
+    l2_reuse_fraction: float = 0.8  # share of L2 capacity that holds reusable data (measured
+    # where benchmarks/l2_reuse_probe.py ran: `flashscope calibrate --l2-probe`)
     l2_reuse_exponent: float = 2.0  # hit chance = min(1, (capacity / reuse distance)^this)
+    l2_shared_copies: float = 1.0  # room a line of a shared stream (read by CTAs all over the
+    # GPU at once) takes in L2, against a line that one CTA reads: over 1 where the L2 is in
+    # partitions that each cache for their own side's SMs (Hopper, Ampere), so such a line
+    # can sit in both (simulator/l2model.py)
     reg_overhead: int = 32  # registers per thread beyond the tiles (addresses, m, ℓ, loop)
     cta_overlap: float = 0.0  # of what one CTA leaves serial, hidden by other CTAs on its SM
     smem_feed: float = 0.0  # ρ: time shared memory takes to feed a product's B operand,
@@ -115,6 +122,11 @@ class Efficiency:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
         if self.l2_reuse_exponent <= 0:
             raise ValueError(f"l2_reuse_exponent must be > 0, got {self.l2_reuse_exponent}")
+        if not 1 <= self.l2_shared_copies <= MAX_SHARED_COPIES:
+            raise ValueError(
+                f"l2_shared_copies must be in [1, {MAX_SHARED_COPIES}], "
+                f"got {self.l2_shared_copies!r}"
+            )
 
 
 @dataclass(frozen=True)

@@ -10,9 +10,12 @@ and the hit chance is min(1, (C / distance)^γ) with C the usable capacity (L2 s
 `l2_reuse_fraction`) and γ `l2_reuse_exponent` (1: a random-replacement-like fall-off past the
 capacity; large: an LRU-like cliff; the default 2 lies between). ρ counts each CTA's cold
 reads, writes (less rewrites of lines it already holds) and self re-reads, and for a shared
-stream only the one frontier its CTAs
-advance together (CTAs reading the same K/V block at the same time fetch it once:
-near-simultaneous misses to a line merge).
+stream only the one frontier its CTAs advance together (CTAs reading the same K/V block at
+the same time fetch it once: near-simultaneous misses to a line merge), times
+`l2_shared_copies`: a Hopper or Ampere L2 is two partitions, each caching what the SMs on its
+side read, so a line that CTAs on both sides read takes more room than one a single CTA reads
+(benchmarks/l2_reuse_probe.py measures C with lines of one reader each, and shows the misses
+of lines that every SM read starting at a smaller size).
 
 Reference classes (see `workload.py`):
     cold     first touch in the launch → DRAM (unless carried: see below)
@@ -32,6 +35,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .hardware import MAX_SHARED_COPIES
 from .launch import Launch, stream_groups
 
 
@@ -125,12 +129,14 @@ def split_traffic(
     capacity: float,
     exponent: float,
     carry: L2Split | None = None,
+    copies: float = 1.0,
 ) -> L2Split:
     """DRAM reads and writes per CTA of launch `w` run on the schedule (start, end).
 
     `capacity` in bytes (np.inf: every re-reference hits); `carry` is the previous launch's
-    split (None: nothing carried over). A reuse distance never exceeds the footprint: the
-    distinct bytes touched in all (so a launch whose data fits in L2 misses only once).
+    split (None: nothing carried over); `copies` the room a shared stream's line takes
+    (`l2_shared_copies`). A reuse distance never exceeds the footprint: the room all the
+    distinct bytes touched take (so a launch whose data fits in L2 misses only once).
     """
     read, write = w.read_bytes, w.write_bytes
     loop_start = start + edge_time
@@ -150,12 +156,12 @@ def split_traffic(
         frontier = w.stream_read / np.maximum(sharers[inv], 1.0)
     cold = w.cold_read
     # Rewrites of lines already referenced (merge_write) bring no new data into L2.
-    refs = cold + (write - w.merge_write) + w.self_read + frontier
+    refs = cold + (write - w.merge_write) + w.self_read + copies * frontier
     rho = float(refs.sum()) / span if span > 0 else 0.0
     cap, gamma = capacity, exponent
 
     new, reacc, gap = _stream_split(w, loop_start, loop_time)
-    footprint = float(cold.sum() + (write - w.merge_write).sum() + new.sum())
+    footprint = float(cold.sum() + (write - w.merge_write).sum() + copies * new.sum())
 
     def chance(distance: np.ndarray) -> np.ndarray:
         return hit_chance(np.minimum(distance, footprint), cap, gamma)
@@ -184,3 +190,69 @@ def split_traffic(
         loop_miss = np.clip(dram_read - w.edge_read, 0.0, None) / loop_read
     loop_hit = np.where(loop_read > 0, 1.0 - np.minimum(loop_miss, 1.0), 1.0)
     return L2Split(dram_read, dram_write, loop_hit, refs, footprint)
+
+
+# The probe's cases (benchmarks/l2_reuse_probe.py): lines of one reader each, and a scan of
+# lines every SM reads in both launches.
+PROBE_ONE_READER = ("same", "shuffled")
+PROBE_SHARED = "shared-twice"
+
+
+@dataclass(frozen=True)
+class ProbeFit:
+    """The L2 room a probe of re-reads measured, in the engine's hit-chance curve."""
+
+    fraction: float  # usable capacity / L2 size for lines of one reader (`l2_reuse_fraction`)
+    exponent: float  # the probe's own fall-off past it (sharper than a launch's spread of gaps)
+    worst: float  # largest |curve − measured hit share| over those sizes
+    sizes: int  # measured points fitted
+    shared_fraction: float | None  # the same for the scan of shared lines (None: not probed)
+    ratio: float | None  # fraction / shared_fraction: how much more room a shared line takes
+    copies: float  # `l2_shared_copies`: the ratio, at least 1 (1 where not probed)
+
+
+def _curve(size: list[float], hit: list[float], l2_bytes: int) -> tuple[float, float, float]:
+    """(fraction, exponent, worst deviation) of min(1, (C / S)^γ), C = fraction × `l2_bytes`,
+    nearest (least squares) to the hit shares `hit` at sizes `size`, on a grid."""
+    s, h = np.array(size), np.array(hit)
+    fractions = np.arange(0.2, 1.0 + 1e-9, 0.0025)
+    exponents = 2.0 ** np.arange(0.0, 6.0 + 1e-9, 0.125)
+    cap = fractions[:, None, None] * l2_bytes
+    curve = np.where(s > cap, (cap / s) ** exponents[None, :, None], 1.0)
+    sse = ((curve - h) ** 2).sum(axis=2)
+    i, j = np.unravel_index(int(np.argmin(sse)), sse.shape)
+    return round(float(fractions[i]), 4), float(exponents[j]), float(np.abs(curve[i, j] - h).max())
+
+
+def fit_probe(doc: dict, l2_bytes: int) -> ProbeFit:
+    """The usable capacity a probe measured: the hit-chance curve nearest to the hit shares of
+    its second reads of S bytes over its rows of one-reader lines, and the same over its scan
+    of shared lines where it has one. ValueError naming what is wrong where `doc` is not such
+    a probe of this L2."""
+    if not isinstance(doc, dict) or not isinstance(doc.get("rows"), list):
+        raise ValueError('not an L2 reuse probe: expected an object with "rows"')
+    if doc.get("l2_bytes") != l2_bytes:
+        raise ValueError(
+            f"the probe ran on a GPU with {doc.get('l2_bytes')!r} B of L2, this one has {l2_bytes}"
+        )
+    points: dict[bool, tuple[list[float], list[float]]] = {False: ([], []), True: ([], [])}
+    for r in doc["rows"]:
+        order = r.get("order") if isinstance(r, dict) else None
+        if order not in (*PROBE_ONE_READER, PROBE_SHARED):
+            continue
+        b, miss = r.get("bytes"), r.get("second_miss_share")
+        if not all(isinstance(x, int | float) and math.isfinite(x) for x in (b, miss)) or b <= 0:
+            raise ValueError(f"probe row without positive bytes and a miss share: {r}")
+        size, hit = points[order == PROBE_SHARED]
+        size.append(float(b))
+        hit.append(1.0 - min(1.0, max(0.0, float(miss))))
+    one, shared = points[False], points[True]
+    if len(one[0]) < 4:
+        raise ValueError(f"the probe has {len(one[0])} rows of one-reader lines; 4 are needed")
+    fraction, exponent, worst = _curve(*one, l2_bytes)
+    shared_fraction = ratio = None
+    if len(shared[0]) >= 4:
+        shared_fraction = _curve(*shared, l2_bytes)[0]
+        ratio = fraction / shared_fraction
+    copies = 1.0 if ratio is None else min(MAX_SHARED_COPIES, max(1.0, ratio))
+    return ProbeFit(fraction, exponent, worst, len(one[0]), shared_fraction, ratio, copies)

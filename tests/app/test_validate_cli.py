@@ -232,3 +232,58 @@ def test_calibrate_records_the_weight_of_the_kernels_timed_alone(tmp_path):
         extra = ["--alone-weight", weight] if weight else []
         assert main([*args, *extra, "--out", str(out)]) == 0, seed
         assert json.loads(out.read_text())["fit"]["alone_weight"] == want
+
+
+def _probe(tmp_path, l2_bytes: int, fraction: float, exponent: float, copies: float) -> Path:
+    """A probe file whose hit shares follow known curves: one-reader lines at `fraction` of
+    the L2, a scan of shared lines at `fraction / copies`."""
+    rows = []
+    for mib in range(8, 96, 2):
+        s = mib * 2**20
+        for order, cap in (("same", fraction), ("shuffled", fraction),
+                           ("shared-twice", fraction / copies)):  # fmt: skip
+            c = cap * l2_bytes
+            hit = 1.0 if s <= c else (c / s) ** exponent
+            rows.append({"mib": mib, "order": order, "bytes": s,
+                         "second_miss_share": 1.0 - hit})  # fmt: skip
+    path = tmp_path / "probe.json"
+    path.write_text(json.dumps({"device": "NVIDIA H200", "date": "2026-01-02",
+                                "l2_bytes": l2_bytes, "rows": rows}))  # fmt: skip
+    return path
+
+
+def test_calibrate_takes_the_l2_capacity_from_a_probe_and_the_fit_keeps_it(tmp_path, capsys):
+    seed = random.SystemRandom().randrange(2**31)
+    rng = random.Random(seed)
+    fraction = round(rng.uniform(0.6, 0.9) / 0.0025) * 0.0025  # on the fit's grid
+    shared = round(rng.uniform(fraction / 1.9, fraction) / 0.0025) * 0.0025  # copies ≤ 2
+    l2 = hardware.PRESETS["h200"].l2_bytes
+    probe = _probe(tmp_path, l2, fraction, 2.0 ** (rng.choice(range(8, 40)) / 8), fraction / shared)
+    data = _fake_dataset(tmp_path, seed)
+    start = json.loads(CALIBRATION.read_text())
+    start["fit"]["values"].update(l2_reuse_fraction=0.99, l2_shared_copies=1.9)  # not kept
+    start_path = tmp_path / "start.json"
+    start_path.write_text(json.dumps(start))
+    out = tmp_path / "c.json"
+    args = ["calibrate", "--ceilings", str(CALIBRATION), "--measured", str(data),
+            "--max-evals", "12", "--out", str(out), "--l2-probe", str(probe)]  # fmt: skip
+    assert main([*args, "--start", str(start_path)]) == 0, seed
+    doc = json.loads(out.read_text())
+    eff, measured = doc["efficiency"], doc["measured"]["l2_probe"]
+    assert eff["l2_reuse_fraction"] == pytest.approx(fraction, abs=1e-9), seed
+    assert eff["l2_shared_copies"] == pytest.approx(fraction / shared, rel=1e-6), seed
+    assert measured["fraction"] == eff["l2_reuse_fraction"] and measured["worst"] < 0.01, seed
+    for name in ("l2_reuse_fraction", "l2_shared_copies"):
+        assert name not in doc["fit"]["params"]
+        assert name not in (doc["fit"].get("carried") or {}).get("fields", {})
+    assert "L2 probe: usable capacity" in capsys.readouterr().err
+    # a probe of another GPU's L2, or no probe at all, is refused in one line naming the flag
+    other = _probe(tmp_path, hardware.PRESETS["h100-sxm"].l2_bytes, fraction, 8.0, 1.3)
+    assert main([*args[:-1], str(other)]) == 2
+    err = capsys.readouterr().err
+    (line,) = [x for x in err.splitlines() if "error:" in x]
+    assert "--l2-probe" in line and "B of L2" in line
+    junk = tmp_path / "junk.json"
+    junk.write_text(json.dumps({"l2_bytes": l2, "rows": [{"order": "same", "bytes": -1}]}))
+    assert main([*args[:-1], str(junk)]) == 2
+    assert "--l2-probe" in capsys.readouterr().err

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import numpy as np
 import pytest
 from hypothesis import assume, given, settings
@@ -9,11 +12,15 @@ from hypothesis import strategies as st
 
 from simulator.engine import simulate
 from simulator.hardware import custom, from_name
+from simulator.l2model import fit_probe
 from simulator.problem import AttentionProblem, TileConfig
 
 from .engine_cases import cases, run
 
 H100 = from_name("h100")
+ROOT = Path(__file__).resolve().parents[2]
+DATA = ROOT / "simulator" / "data"
+RESULTS = ROOT / "benchmarks" / "results"
 
 
 def test_fa2_reads_q_k_v_once_when_a_head_fits_in_l2():
@@ -82,3 +89,83 @@ def test_more_l2_never_means_more_dram_traffic(case, grow):
     before = small.dram_read_bytes + small.dram_write_bytes
     assert large.dram_read_bytes + large.dram_write_bytes <= before * (1 + 1e-12), case
     assert large.time_s <= small.time_s * (1 + 1e-12)
+
+
+@settings(max_examples=20, deadline=None)
+@given(case=cases(), copies=st.floats(1.0, 2.0))
+def test_shared_lines_taking_more_room_never_mean_less_dram_traffic(case, copies):
+    algo, p, t, gpu = case
+    assume(algo != "decode" or not p.causal)
+    one = run(algo, p, t, custom(gpu, l2_shared_copies=1.0), splits=3)
+    more = run(algo, p, t, custom(gpu, l2_shared_copies=copies), splits=3)
+    before = one.dram_read_bytes + one.dram_write_bytes
+    assert more.dram_read_bytes + more.dram_write_bytes >= before * (1 - 1e-12), case
+
+
+def test_a_head_stream_that_fits_once_but_not_twice_misses_when_its_lines_sit_twice():
+    # K/V of one head: 2 × 16384 × 128 × 2 B = 8 MiB, re-read by the CTAs of the next wave;
+    # what a wave references in between fits 30 MiB of usable L2 once, not twice
+    p = AttentionProblem(seq_q=16384, head_dim=128, batch=1, heads=16)
+    t = TileConfig(128, 64, 2, 8)
+    gpu = custom(H100, l2_reuse_fraction=0.6, l2_reuse_exponent=8.0)
+    compulsory = 3 * 16 * 16384 * 128 * 2
+    once = simulate("fa2", p, t, custom(gpu, l2_shared_copies=1.0))
+    twice = simulate("fa2", p, t, custom(gpu, l2_shared_copies=2.0))
+    assert once.dram_read_bytes == pytest.approx(compulsory, rel=0.01)
+    assert twice.dram_read_bytes > 1.3 * compulsory
+    # a problem whose every byte fits twice over misses only once, whatever the copies
+    small = AttentionProblem(seq_q=2048, head_dim=64, batch=1, heads=4)
+    fits = simulate("fa2", small, t, custom(gpu, l2_shared_copies=2.0))
+    assert fits.dram_read_bytes == pytest.approx(3 * 4 * 2048 * 64 * 2)
+
+
+def test_the_l2_probe_fit_recovers_known_curves_and_refuses_other_gpus():
+    rng = np.random.default_rng()
+    l2 = 50 * 2**20
+    fraction = float(rng.integers(200, 380)) * 0.0025
+    top = round(fraction / 0.0025)
+    shared = float(rng.integers(-(-top * 10 // 19), top + 1)) * 0.0025  # copies ≤ 2
+    exponent = 2.0 ** (float(rng.integers(8, 48)) / 8)
+    rows = []
+    for s in np.linspace(4, 100, 49) * 2**20:
+        for order, f in (("same", fraction), ("shuffled", fraction), ("shared-twice", shared)):
+            cap = f * l2
+            hit = 1.0 if s <= cap else (cap / s) ** exponent
+            rows.append({"order": order, "bytes": float(s), "second_miss_share": 1 - hit})
+    rows.append({"order": "shared", "bytes": 8.0 * 2**20, "second_miss_share": 1.0})  # ignored
+    got = fit_probe({"l2_bytes": l2, "rows": rows}, l2)
+    case = (fraction, shared, exponent)
+    assert got.fraction == pytest.approx(fraction, abs=1e-9), case
+    assert got.shared_fraction == pytest.approx(shared, abs=1e-9), case
+    assert got.copies == pytest.approx(fraction / shared) == got.ratio, case
+    assert got.exponent == pytest.approx(exponent) and got.worst < 1e-9 and got.sizes == 98
+    # a ratio beyond two copies per line is reported, and the room held at two
+    wide = [
+        {**r, "second_miss_share": 1.0 if r["bytes"] > 0.3 * fraction * l2 else 0.0}
+        if r["order"] == "shared-twice" else r
+        for r in rows
+    ]  # fmt: skip
+    capped = fit_probe({"l2_bytes": l2, "rows": wide}, l2)
+    assert capped.ratio > 2.0 and capped.copies == 2.0
+    # without the scan of shared lines: no ratio, and a shared line takes one line's room
+    alone = fit_probe({"l2_bytes": l2, "rows": [r for r in rows if r["order"] == "same"]}, l2)
+    assert alone.fraction == got.fraction and alone.ratio is None and alone.copies == 1.0
+    with pytest.raises(ValueError, match="B of L2"):
+        fit_probe({"l2_bytes": 40 * 2**20, "rows": rows}, l2)
+    with pytest.raises(ValueError, match="4 are needed"):
+        fit_probe({"l2_bytes": l2, "rows": [r for r in rows if r["order"] == "same"][:3]}, l2)
+
+
+@pytest.mark.parametrize("key", ["h100-sxm", "h200"])
+def test_shipped_l2_room_is_what_the_probe_measured(key):
+    """Each shipped calibration's usable L2 and shared lines' room are what its GPU's
+    committed probe measured: a scan of lines every SM reads starts missing at a smaller
+    size than lines of one reader (a partitioned L2 holds such lines on both sides)."""
+    doc = json.loads((DATA / f"calibration-{key}.json").read_text())
+    name = Path(doc["measured"]["l2_probe"]["file"]).name
+    gpu = from_name(key)
+    fitted = fit_probe(json.loads((RESULTS / name).read_text()), gpu.l2_bytes)
+    assert gpu.efficiency.l2_reuse_fraction == fitted.fraction
+    assert gpu.efficiency.l2_shared_copies == fitted.copies == fitted.ratio
+    assert fitted.worst < 0.2 and 0.5 < fitted.fraction < 0.9
+    assert 1.1 < fitted.copies < 1.6  # near 4/3: two copies against one or two, half and half

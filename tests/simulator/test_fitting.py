@@ -8,7 +8,17 @@ import random
 import pytest
 
 from simulator import kernelplan
-from simulator.fitting import ORDER_TIE, ORDER_WEIGHT, Param, Sample, apply, fit, loss_of
+from simulator.fitting import (
+    DRAM_TOLERANCE,
+    DRAM_WEIGHT,
+    ORDER_TIE,
+    ORDER_WEIGHT,
+    Param,
+    Sample,
+    apply,
+    fit,
+    loss_of,
+)
 from simulator.hardware import from_name
 from simulator.problem import AttentionProblem, TileConfig
 
@@ -70,8 +80,12 @@ def test_measured_dram_bytes_join_the_loss_where_they_exist():
     exact = loss_of(gpu, [Sample("a", w, r.time_s * factor, dram)])
     off = loss_of(gpu, [Sample("a", w, r.time_s * factor, dram * factor)])
     assert plain == exact  # matching bytes add nothing
-    assert off[0] == pytest.approx(plain[0] + math.log(factor))
+    # their log error, and DRAM_WEIGHT times what of it lies beyond the target's 10%
+    beyond = DRAM_WEIGHT * (math.log(factor) - math.log(1 + DRAM_TOLERANCE))
+    assert off[0] == pytest.approx(plain[0] + math.log(factor) + beyond)
     assert off[1] == plain[1]  # the MAPE stays the time's
+    near = loss_of(gpu, [Sample("a", w, r.time_s * factor, dram * 1.05)])
+    assert near[0] == pytest.approx(plain[0] + math.log(1.05))  # within 10%: the log alone
 
 
 def test_the_loss_charges_tiles_of_one_problem_that_are_off_unequally():
