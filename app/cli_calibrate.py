@@ -267,13 +267,14 @@ def _attention_rows(args: argparse.Namespace, data_doc: dict | None, gpu) -> lis
 
 def observed_l2_gbs(rows: list[dict]) -> float | None:
     """The highest L2 → SM rate any measured kernel reached (ncu bytes over its duration)."""
+    from simulator.compiled import NCU_DURATION
     from simulator.validation import SM_L2_READ, ncu_kernels
 
     rates = [
-        k[SM_L2_READ] / k["gpu__time_duration.sum"]
+        k[SM_L2_READ] / k[NCU_DURATION]
         for r in rows
         for k in ncu_kernels(r)
-        if k.get(SM_L2_READ) and k.get("gpu__time_duration.sum")
+        if k.get(SM_L2_READ) and k.get(NCU_DURATION)
     ]
     return max(rates) if rates else None
 

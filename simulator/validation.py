@@ -36,6 +36,7 @@ from pathlib import Path
 import numpy as np
 
 from . import compiled, hardware, kernelplan
+from .compiled import NCU_DURATION
 from .engine import alone_time_s, power_counts, simulate_workload
 from .fitting import ClockSample, SpillSample
 from .hardware import GPU
@@ -163,7 +164,6 @@ def ncu_kernels(row: dict) -> list[dict]:
 # The backward's kernels that Nsight Compute times one by one (each launch alone: it serialises
 # them) and whose durations a whole call's time cannot tell apart: checked, and fitted, alone.
 ALONE_KERNELS = ("bwd_dq", "bwd_dkdv")
-NCU_DURATION = "gpu__time_duration.sum"  # ns
 
 
 def measured_alone(row: dict, workload: Workload) -> list[tuple[str, Workload, float]]:
