@@ -44,9 +44,9 @@ FORMAT = 1
 LOCAL_LOAD = "l1tex__t_bytes_pipe_lsu_mem_local_op_ld.sum"
 LOCAL_STORE = "l1tex__t_bytes_pipe_lsu_mem_local_op_st.sum"
 REGISTERS = "launch__registers_per_thread"
-# Nsight Compute's kernel names → the engine's launch names (kernelplan)
 # Nsight Compute's duration of one kernel launch, in ns
 NCU_DURATION = "gpu__time_duration.sum"
+# Nsight Compute's kernel names → the engine's launch names (kernelplan)
 KERNEL_LAUNCH = {"_attn_fwd": "fa2", "_attn_bwd_dq": "bwd_dq", "_attn_bwd_dkdv": "bwd_dkdv"}
 LAUNCH_KERNEL = {"fa2": "fwd", "bwd_dq": "dq", "bwd_dkdv": "dkdv"}
 # Triton specializes integer arguments on divisibility by 16: another binary, other spills

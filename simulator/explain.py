@@ -116,6 +116,7 @@ def notes(row: dict, result: SimResult, kernels: list[dict] | None = None) -> li
         measured = (row.get("measured") or {}).get("ncu", {}) or {}
         kernels = kernel_rows(result, measured.get("kernels") or [])
     total = sum(k["simulated_us"] for k in kernels) or 1.0
+    concurrent = any(launch.concurrent for launch in result.workload.launches)
     for k in kernels:
         if k["simulated_us"] < 0.1 * total:  # the short helper passes explain little
             continue
@@ -132,8 +133,6 @@ def notes(row: dict, result: SimResult, kernels: list[dict] | None = None) -> li
         alone_us, ncu_us = k["simulated_alone_us"], k["measured_us"]
         if alone_us and ncu_us and abs(_pct(alone_us, ncu_us)) > 10:
             err = _pct(alone_us, ncu_us)
-            concurrent = len(result.kernels) > 1 and any(w.concurrent for w in
-                                                         result.workload.launches)  # fmt: skip
             out.append(
                 {
                     "kind": "alone",
@@ -241,11 +240,13 @@ def notes(row: dict, result: SimResult, kernels: list[dict] | None = None) -> li
                 "copy engine's read of the tile out of shared memory (bulk_read_ns and the "
                 "transfer) where it outlasts the next iteration's work, which the kernel does "
                 "before it stores the next tile there. Not modelled: the transpose of dSᵀ "
-                "through shared memory for the fifth product; this route's rows are "
-                "under-predicted by 9–21% on the H200 for a cost not identified.",
+                "through shared memory for the fifth product, and the longer wait per "
+                "instruction of its unmasked kernels, whose CTAs read a head's Q and dO in "
+                "lockstep (benchmarks/profile_tiles.py): this route's rows are under-predicted "
+                "by 11–25% on the H200.",
             }
         )
-    if any(launch.concurrent for launch in result.workload.launches):
+    if concurrent:
         out.append(
             {
                 "kind": "overlap",
