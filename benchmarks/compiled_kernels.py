@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from simulator import compiled, hardware  # noqa: E402
+from simulator import compiled, hardware, validation  # noqa: E402
 from simulator.validation import compiled_observations  # noqa: E402
 
 
@@ -49,6 +49,7 @@ def main(argv: list[str] | None = None) -> int:
                         "device": doc.get("device"), "triton": doc.get("triton")})  # fmt: skip
         triton.add(doc.get("triton"))
     kernels = compiled.derive(fit_obs)
+    writeback = compiled.derive_writeback(fit_obs)
     try:
         registers = compiled.derive_registers(fit_obs)
     except ValueError as exc:
@@ -61,12 +62,15 @@ def main(argv: list[str] | None = None) -> int:
         "bytes per thread of those that spill: per loop step and per CTA, loads and stores "
         f"({compiled.LOCAL_LOAD} and {compiled.LOCAL_STORE})",
         "method": "registers: the one count of each kernel's launches; spills: least squares of "
-        "each kernel's measured bytes against threads × loop steps and threads × CTAs; both "
-        "over the datasets' fit-subset rows",
+        "each kernel's measured bytes against threads × loop steps and threads × CTAs; "
+        "writeback (per GPU): the same fit of a spilling kernel's DRAM writes "
+        f"({validation.DRAM_WRITE}) beyond the mean of the same problem's launches of that "
+        "kernel without local stores; all over the datasets' fit-subset rows",
         "compiler": {"triton": sorted(t for t in triton if t), "arch": "sm_90"},
         "sources": sources,
         "registers": registers,
         "kernels": kernels,
+        "writeback": writeback,
     }
     args.out.write_text(json.dumps(doc, indent=1) + "\n")
     print(f"{len(registers)} kernels' registers, {len(kernels)} with local traffic, from "
@@ -89,6 +93,13 @@ def main(argv: list[str] | None = None) -> int:
                 worst = max(worst, abs(got / want - 1))
     print(f"held-out launches: {len(held_obs)}; worst miss of the table's local bytes "
           f"{100 * worst:.1f}%")  # fmt: skip
+    for o in held_obs:  # the write-back against what the held-out rows measured
+        entry = writeback.get(o.gpu, {}).get(o.key)
+        if o.writeback is None or entry is None:
+            continue
+        got = max(o.threads * (entry["step"] * o.steps + entry["cta"] * o.ctas), 0.0)
+        print(f"  held out, write-back {o.gpu} {o.key}: {got / 2**20:5.1f} MiB predicted, "
+              f"{o.writeback / 2**20:5.1f} MiB measured")  # fmt: skip
     return 0
 
 

@@ -16,7 +16,13 @@ at the sizes measured; a kernel or tile configuration without an entry moves no 
 and neither does a GPU preset of another architecture (`ARCH_PRESETS`).
 
 Where the bytes go is the engine's part: every spill store reaches L2 (L1 writes through) and
-a reload only when it misses L1, a fitted share `Efficiency.spill_l1_miss`.
+a reload only when it misses L1, a fitted share `Efficiency.spill_l1_miss`. Some spilled lines
+also leave L2 dirty and reach DRAM: a spilling kernel writes more to DRAM than the same
+problem's kernels that do not spill (on the H100, 14–29 bytes per thread per CTA for the d = 128
+64×64 dK/dV kernel without the mask, growing with its steps, 49–53 for the causal d = 128 dQ
+kernel whatever the length; less on the H200's larger L2). The table keeps that write-back per
+GPU (`writeback`: bytes per thread per step and per CTA, least squares over the fit rows'
+excess of each spilling kernel's DRAM writes over the mean of its non-spilling siblings').
 
 The table also keeps every measured kernel's registers per thread (Nsight Compute's
 `launch__registers_per_thread`: one count per key in every dataset, whatever the length, batch
@@ -131,6 +137,22 @@ def lookup(k: str, gpu_key: str = "h100-sxm") -> LocalTraffic | None:
     return table().get(k) if _sm90(gpu_key) else None
 
 
+@functools.cache
+def writeback_table(path: Path = TABLE_PATH) -> dict[str, dict[str, tuple[float, float]]]:
+    """The shipped table's spill write-backs: GPU preset → key → (per step, per CTA) bytes per
+    thread."""
+    doc = _document(path).get("writeback", {})
+    return {
+        g: {k: (float(e["step"]), float(e["cta"])) for k, e in v.items()} for g, v in doc.items()
+    }
+
+
+def writeback(k: str, gpu_key: str = "h100-sxm") -> tuple[float, float] | None:
+    """DRAM bytes per thread (per step, per CTA) that key `k`'s spills write back on `gpu_key`
+    (a custom GPU counts as its base; None: not measured on that GPU)."""
+    return writeback_table().get(gpu_key.removesuffix("+custom"), {}).get(k)
+
+
 def registers(k: str, gpu_key: str = "h100-sxm") -> int | None:
     """The compiled register count for key `k` on `gpu_key` (None: not measured there)."""
     return register_table().get(k) if _sm90(gpu_key) else None
@@ -147,6 +169,8 @@ class Observation:
     load: float
     store: float
     regs: int | None = None
+    gpu: str = ""  # the GPU preset it ran on
+    writeback: float | None = None  # DRAM writes beyond its non-spilling siblings' (None: none)
 
 
 def derive(observations: list[Observation]) -> dict[str, dict]:
@@ -166,15 +190,36 @@ def derive(observations: list[Observation]) -> dict[str, dict]:
         worst = 0.0
         for name, y in (("load", [o.load for o in obs]), ("store", [o.store for o in obs])):
             y_arr = np.asarray(y, dtype=np.float64)
-            c, *_ = np.linalg.lstsq(x, y_arr, rcond=None)
-            # bytes per thread: whole numbers where the fit is exact (0.0, never −0.0)
-            fitted[f"{name}_step"], fitted[f"{name}_cta"] = (round(float(v), 4) + 0.0 for v in c)
-            pred = x @ c
+            c = _fit_per_thread(obs, y)
+            fitted[f"{name}_step"], fitted[f"{name}_cta"] = c
+            pred = x @ np.array(c)
             miss = np.abs(pred - y_arr) / np.maximum(y_arr, 1.0)
             worst = max(worst, float(miss[y_arr > 0].max(initial=0.0)))
         regs = sorted({o.regs for o in obs if o.regs is not None})
         out[k] = {**fitted, "observations": len(obs), "worst_fit_pct": 100 * worst,
                   "registers": regs}  # fmt: skip
+    return out
+
+
+def _fit_per_thread(obs: list[Observation], y: list[float]) -> tuple[float, float]:
+    """Least squares of y against threads × steps and threads × CTAs: (per step, per CTA)."""
+    x = np.array([[o.threads * o.steps, o.threads * o.ctas] for o in obs], dtype=np.float64)
+    c, *_ = np.linalg.lstsq(x, np.asarray(y, dtype=np.float64), rcond=None)
+    # whole numbers where the fit is exact (0.0, never −0.0)
+    return round(float(c[0]), 4) + 0.0, round(float(c[1]), 4) + 0.0
+
+
+def derive_writeback(observations: list[Observation]) -> dict[str, dict[str, dict]]:
+    """Per GPU and key: the DRAM bytes a spilling kernel's spills write back, per thread per
+    step and per CTA (least squares over its observations with a measured `writeback`)."""
+    by: dict[tuple[str, str], list[Observation]] = {}
+    for o in observations:
+        if o.writeback is not None and o.gpu:
+            by.setdefault((o.gpu, o.key), []).append(o)
+    out: dict[str, dict[str, dict]] = {}
+    for (gpu, k), obs in sorted(by.items()):
+        step, cta = _fit_per_thread(obs, [o.writeback for o in obs])
+        out.setdefault(gpu, {})[k] = {"step": step, "cta": cta, "observations": len(obs)}
     return out
 
 

@@ -67,10 +67,11 @@ Knowingly left out: DRAM
 demand is not resolved within a launch (a per-instant fluid warp was tried: perfectly fair
 sharing finishes a memory-bound wave in lockstep and then charges latency-bound stragglers,
 which real GPUs, whose CTAs finish staggered, largely overlap); capacity misses do not add
-latency (their bandwidth is charged); register spills beyond their L2 bytes (the local
-traffic `compiled.py` measured) and a fitted `spill_penalty`; bank conflicts, instruction issue,
-TLB and DRAM page effects are not modelled; the power cap is one figure per launch (phases of
-different demand within it, and the budget concurrent launches share, are not resolved);
+latency (their bandwidth is charged); register spills beyond their L2 bytes and DRAM
+write-back (the local traffic `compiled.py` measured) and a fitted `spill_penalty`; bank
+conflicts, instruction issue, TLB and DRAM page effects are not modelled; the power cap is
+one figure per launch (phases of different demand within it, and the budget concurrent
+launches share, are not resolved);
 concurrent launches share SMs but not L2 capacity nor DRAM bandwidth (each is split as if it
 ran alone).
 
@@ -460,7 +461,9 @@ def _run_launch(
     # another kernel, so do the offsets at which that kernel's slots freed: a small error).
     clock = clock_share(r.eff, *power_counts(w, r.eff), span) if power_cap else 1.0
     span /= clock
-    dram = float(l2.dram_read.sum() + l2.dram_write.sum())
+    # spilled lines that leave L2 dirty (measured per compiled kernel and GPU)
+    writeback = float(w.local_writeback.sum())
+    dram = float(l2.dram_read.sum() + l2.dram_write.sum()) + writeback
     # The L2's reduce units serve every SM: a launch's reduce-adds take at least their bytes
     # at `l2_reduce` of the L2 rate.
     reduce = float(w.reduce_write.sum()) / (r.l2 * sms * r.eff.l2_reduce)
@@ -488,10 +491,11 @@ def _run_launch(
         "clock": clock,
         "coresidency": coresidency(start, end, sm),
         "dram_read_bytes": float(l2.dram_read.sum()),
-        "dram_write_bytes": float(l2.dram_write.sum()),
+        "dram_write_bytes": float(l2.dram_write.sum()) + writeback,
         "l2_read_bytes": float(w.read_bytes.sum() + r.eff.spill_l1_miss * w.local_load.sum()),
         "l2_write_bytes": float(w.write_bytes.sum() + w.local_store.sum()),
         "spill_l2_bytes": float(spill_bytes(w, r.eff).sum()),
+        "spill_dram_bytes": writeback,
         "breakdown": {lim: breakdown[lim] for lim in LIMITERS},
         "span": warped,
         "first": first,

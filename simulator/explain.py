@@ -66,6 +66,7 @@ def kernel_rows(result: SimResult, measured: list[dict]) -> list[dict]:
             "smem_bytes": fp.smem_bytes,
             "spills": fp.spills,
             "spill_l2_bytes": k.spill_l2_bytes,
+            "spill_dram_bytes": k.spill_dram_bytes,
             "clock": k.clock,
             "measured_us": None,
             "simulated_alone_us": None,
@@ -160,11 +161,18 @@ def notes(row: dict, result: SimResult, kernels: list[dict] | None = None) -> li
                 "exceed it)"
             )
         if local > 0:
-            moved = k["spill_l2_bytes"]
+            moved, back = k["spill_l2_bytes"], k["spill_dram_bytes"]
+            back_text = (
+                f" and writes {back / 1e6:,.0f} MB of spilled lines back to DRAM (measured for "
+                "this kernel on this GPU)"
+                if back > 0
+                else ""
+            )
             bytes_text = (
                 f"it moves {moved / 1e6:,.0f} MB of them through L2 (the stores and a fitted "
                 f"{result.gpu.efficiency.spill_l1_miss:.0%} of the reloads, from the counts "
-                "measured for this compiled kernel) but does not slow the loop by their latency"
+                f"measured for this compiled kernel){back_text} but does not slow the loop by "
+                "their latency"
                 if moved > 0
                 else "it has no measured spill counts for this kernel and tile configuration, "
                 "so it moves no spill bytes"

@@ -259,8 +259,8 @@ def _backward(p: AttentionProblem, t: TileConfig, route: str, dq_tiles: TileConf
 def with_local_traffic(
     launch: Launch, p: AttentionProblem, t: TileConfig, route: str | None, gpu_key: str
 ) -> Launch:
-    """`launch` with its compiled kernel's registers and spill loads and stores, where they
-    were measured."""
+    """`launch` with its compiled kernel's registers, spill loads and stores, and the spills'
+    DRAM write-back, where they were measured."""
     tiles = launch.tiles or t
     if launch.name not in compiled.LAUNCH_KERNEL:
         return launch
@@ -269,8 +269,14 @@ def with_local_traffic(
     traffic = compiled.lookup(k, gpu_key)
     if traffic is None:
         return launch
-    load, store = traffic.bytes(launch.iters, 32 * tiles.warps)
-    return dataclasses.replace(launch, local_load=load, local_store=store)
+    threads = 32 * tiles.warps
+    load, store = traffic.bytes(launch.iters, threads)
+    back = compiled.writeback(k, gpu_key)
+    if back is None:
+        return dataclasses.replace(launch, local_load=load, local_store=store)
+    step, per_cta = back
+    wb = np.maximum(threads * (step * launch.iters + per_cta), 0.0)
+    return dataclasses.replace(launch, local_load=load, local_store=store, local_writeback=wb)
 
 
 def useful_flops(algo: str, p: AttentionProblem) -> float:

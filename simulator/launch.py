@@ -26,6 +26,8 @@ Byte classes of a CTA (bytes; dtype size for Q/K/V/O/S/P, 4 for stats and acc):
     local_load / local_store spilled registers reloaded and stored (local memory) by flashscope's
                              compiled kernels (`compiled.py`): outside the convention's counts,
                              they stay in L1 and L2 (the engine's `spill_l1_miss`)
+    local_writeback          of those, the bytes written back to DRAM (measured per kernel and
+                             GPU, `compiled.writeback`)
 Everything else read is cold (first touch in this launch).
 
 A launch may carry its own tile configuration (`tiles`: the kernels' helper passes, whose
@@ -72,6 +74,7 @@ _FLOAT = (
     "reduce_write",
     "local_load",
     "local_store",
+    "local_writeback",
 )
 
 
@@ -114,6 +117,7 @@ class Launch:
     reduce_ops: np.ndarray
     local_load: np.ndarray
     local_store: np.ndarray
+    local_writeback: np.ndarray
     kv_head: np.ndarray  # the K/V head (batch · kv_heads + kv head) it reads, −1 for none
     stream: np.ndarray  # stream id, −1 for none
     stream_lo: np.ndarray

@@ -40,6 +40,7 @@ def _kernel(k: KernelResult) -> dict:
         "l2_read_bytes": _f(k.l2_read_bytes),
         "l2_write_bytes": _f(k.l2_write_bytes),
         "spill_l2_bytes": _f(k.spill_l2_bytes),
+        "spill_dram_bytes": _f(k.spill_dram_bytes),
         "counts": dict(k.counts),
         "limiter": {lim: _f(v / total) for lim, v in k.breakdown.items()},
     }

@@ -51,6 +51,7 @@ class KernelResult:
     share: float = 1.0  # of time_s that adds to the run's (< 1 beside a concurrent kernel)
     clock: float = 1.0  # share of the boost clock it sustains (< 1: held at the power cap)
     spill_l2_bytes: float = 0.0  # of l2_read/write_bytes: register spills (compiled.py)
+    spill_dram_bytes: float = 0.0  # of dram_write_bytes: spilled lines written back
 
     @property
     def n_ctas(self) -> int:

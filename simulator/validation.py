@@ -181,9 +181,26 @@ def measured_alone(row: dict, workload: Workload) -> list[tuple[str, Workload, f
     return out
 
 
+DRAM_WRITE = "dram__bytes_write.sum"
+
+
+def _plain_writes(rows: list[dict]) -> dict[tuple[str, str], float]:
+    """(problem, Nsight kernel name) → the mean DRAM writes of that kernel's launches that
+    stored nothing to local memory, over `rows` (the baseline a spilling sibling is held to)."""
+    seen: dict[tuple[str, str], list[float]] = {}
+    for r in rows:
+        for k in ncu_kernels(r):
+            if k.get(DRAM_WRITE) is not None and k.get(compiled.LOCAL_STORE) == 0:
+                seen.setdefault((problem_key(r["config"]), k["name"]), []).append(k[DRAM_WRITE])
+    return {key: float(np.mean(v)) for key, v in seen.items()}
+
+
 def compiled_observations(rows: list[dict], gpu: GPU) -> list[compiled.Observation]:
     """Every flashscope kernel Nsight Compute read in `rows`: its key in the compiled-kernel
-    table, its loop steps and CTAs as the engine counts them, its local-memory bytes."""
+    table, its loop steps and CTAs as the engine counts them, its local-memory bytes, and for a
+    kernel that stores to local memory, its DRAM writes beyond the mean of the same problem's
+    launches of that kernel that do not (where `rows` hold such a launch)."""
+    plain = _plain_writes(rows)
     out = []
     for r in rows:
         c = r["config"]
@@ -197,6 +214,9 @@ def compiled_observations(rows: list[dict], gpu: GPU) -> list[compiled.Observati
                 continue
             t = w.tiles or workload.tiles
             regs = k.get(compiled.REGISTERS)
+            store = float(k.get(compiled.LOCAL_STORE) or 0.0)
+            base = plain.get((problem_key(c), k["name"]))
+            spilled = store > 0 and base is not None and k.get(DRAM_WRITE) is not None
             out.append(
                 compiled.Observation(
                     key=compiled.key(w.name, workload.problem, t, workload.route),
@@ -204,8 +224,10 @@ def compiled_observations(rows: list[dict], gpu: GPU) -> list[compiled.Observati
                     ctas=w.n_ctas,
                     threads=32 * t.warps,
                     load=float(k[compiled.LOCAL_LOAD]),
-                    store=float(k.get(compiled.LOCAL_STORE) or 0.0),
+                    store=store,
                     regs=None if regs is None else int(regs),
+                    gpu=gpu.key.removesuffix("+custom"),
+                    writeback=float(k[DRAM_WRITE]) - base if spilled else None,
                 )
             )
     return out

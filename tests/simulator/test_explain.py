@@ -73,6 +73,9 @@ def test_a_spilling_kernel_is_named_with_the_spill_bytes_the_engine_moves():
     assert dkdv.spill_l2_bytes > 0
     texts = [n["text"] for n in notes(row, result) if n["kind"] == "registers"]
     assert any(f"moves {dkdv.spill_l2_bytes / 1e6:,.0f} MB of them through L2" in t for t in texts)
+    assert dkdv.spill_dram_bytes > 0
+    back = f"writes {dkdv.spill_dram_bytes / 1e6:,.0f} MB of spilled lines back to DRAM"
+    assert any(back in t for t in texts)
     assert any("takes the compiled count (256 as allocated)" in t for t in texts)
     # a tile configuration the table lists as not spilling: the note says no spill bytes move
     unlisted = {**row["config"], "warps": 8}
