@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from simulator import compiled, hardware, validation  # noqa: E402
+from simulator import compiled, hardware  # noqa: E402
 from simulator.validation import compiled_observations  # noqa: E402
 
 
@@ -64,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
         "method": "registers: the one count of each kernel's launches; spills: least squares of "
         "each kernel's measured bytes against threads × loop steps and threads × CTAs; "
         "writeback (per GPU): the same fit of a spilling kernel's DRAM writes "
-        f"({validation.DRAM_WRITE}) beyond the mean of the same problem's launches of that "
+        f"({compiled.DRAM_WRITE}) beyond the mean of the same problem's launches of that "
         "kernel without local stores; all over the datasets' fit-subset rows",
         "compiler": {"triton": sorted(t for t in triton if t), "arch": "sm_90"},
         "sources": sources,
@@ -97,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
         entry = writeback.get(o.gpu, {}).get(o.key)
         if o.writeback is None or entry is None:
             continue
-        got = max(o.threads * (entry["step"] * o.steps + entry["cta"] * o.ctas), 0.0)
+        got = compiled.per_thread(entry).total(o.steps, o.ctas, o.threads)
         print(f"  held out, write-back {o.gpu} {o.key}: {got / 2**20:5.1f} MiB predicted, "
               f"{o.writeback / 2**20:5.1f} MiB measured")  # fmt: skip
     return 0

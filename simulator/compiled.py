@@ -39,6 +39,7 @@ import functools
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 
@@ -49,6 +50,7 @@ TABLE_PATH = Path(__file__).parent / "data" / "compiled-kernels.json"
 FORMAT = 1
 LOCAL_LOAD = "l1tex__t_bytes_pipe_lsu_mem_local_op_ld.sum"
 LOCAL_STORE = "l1tex__t_bytes_pipe_lsu_mem_local_op_st.sum"
+DRAM_WRITE = "dram__bytes_write.sum"  # the spills' write-back is an excess of this
 REGISTERS = "launch__registers_per_thread"
 # Nsight Compute's duration of one kernel launch, in ns
 NCU_DURATION = "gpu__time_duration.sum"
@@ -60,6 +62,23 @@ INT_DIVISOR = 16
 # The GPU presets that run the table's binaries (sm_90); another architecture compiles other
 # code (no tensor-memory copies, other register files), for which nothing was measured.
 ARCH_PRESETS = ("h100-sxm", "h100-pcie", "h200")
+
+
+class PerThread(NamedTuple):
+    """Bytes one thread moves: per loop step and per CTA (its set-up and epilogue)."""
+
+    step: float
+    cta: float
+
+    def bytes(self, iters: np.ndarray, threads: int) -> np.ndarray:
+        """Bytes of every CTA of a launch with `iters` loop steps each (never below 0: a
+        negative per-CTA term is a fit's, for masked steps that spill less)."""
+        it = np.asarray(iters, dtype=np.float64)
+        return np.maximum(threads * (self.step * it + self.cta), 0.0)
+
+    def total(self, steps: float, ctas: int, threads: int) -> float:
+        """Bytes of a launch of `ctas` CTAs running `steps` loop steps in all."""
+        return float(self.bytes(np.array([steps / ctas]), threads)[0]) * ctas
 
 
 @dataclass(frozen=True)
@@ -76,17 +95,21 @@ class LocalTraffic:
         """From one of the table file's (or `derive`'s) entries."""
         return cls(*(float(entry[f]) for f in ("load_step", "load_cta", "store_step", "store_cta")))
 
+    @property
+    def load(self) -> PerThread:
+        return PerThread(self.load_step, self.load_cta)
+
+    @property
+    def store(self) -> PerThread:
+        return PerThread(self.store_step, self.store_cta)
+
     def totals(self, steps: float, ctas: int, threads: int) -> tuple[float, float]:
         """(loaded, stored) bytes of a launch of `ctas` CTAs running `steps` loop steps in all."""
-        load, store = self.bytes(np.array([steps / ctas]), threads)
-        return float(load[0]) * ctas, float(store[0]) * ctas
+        return self.load.total(steps, ctas, threads), self.store.total(steps, ctas, threads)
 
     def bytes(self, iters: np.ndarray, threads: int) -> tuple[np.ndarray, np.ndarray]:
         """(loaded, stored) bytes of every CTA of a launch with `iters` loop steps each."""
-        it = np.asarray(iters, dtype=np.float64)
-        load = threads * (self.load_step * it + self.load_cta)
-        store = threads * (self.store_step * it + self.store_cta)
-        return np.maximum(load, 0.0), np.maximum(store, 0.0)
+        return self.load.bytes(iters, threads), self.store.bytes(iters, threads)
 
 
 def key(launch: str, p: AttentionProblem, t: TileConfig, route: str | None = None) -> str:
@@ -138,18 +161,20 @@ def lookup(k: str, gpu_key: str = "h100-sxm") -> LocalTraffic | None:
 
 
 @functools.cache
-def writeback_table(path: Path = TABLE_PATH) -> dict[str, dict[str, tuple[float, float]]]:
-    """The shipped table's spill write-backs: GPU preset → key → (per step, per CTA) bytes per
-    thread."""
+def writeback_table(path: Path = TABLE_PATH) -> dict[str, dict[str, PerThread]]:
+    """The shipped table's spill write-backs: GPU preset → key → bytes per thread."""
     doc = _document(path).get("writeback", {})
-    return {
-        g: {k: (float(e["step"]), float(e["cta"])) for k, e in v.items()} for g, v in doc.items()
-    }
+    return {g: {k: per_thread(e) for k, e in v.items()} for g, v in doc.items()}
 
 
-def writeback(k: str, gpu_key: str = "h100-sxm") -> tuple[float, float] | None:
-    """DRAM bytes per thread (per step, per CTA) that key `k`'s spills write back on `gpu_key`
-    (a custom GPU counts as its base; None: not measured on that GPU)."""
+def per_thread(entry: dict) -> PerThread:
+    """A write-back entry of the table file (or of `derive_writeback`)."""
+    return PerThread(float(entry["step"]), float(entry["cta"]))
+
+
+def writeback(k: str, gpu_key: str = "h100-sxm") -> PerThread | None:
+    """DRAM bytes per thread that key `k`'s spills write back on `gpu_key` (a custom GPU
+    counts as its base; None: not measured on that GPU)."""
     return writeback_table().get(gpu_key.removesuffix("+custom"), {}).get(k)
 
 

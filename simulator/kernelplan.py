@@ -271,12 +271,11 @@ def with_local_traffic(
         return launch
     threads = 32 * tiles.warps
     load, store = traffic.bytes(launch.iters, threads)
+    cols = {"local_load": load, "local_store": store}
     back = compiled.writeback(k, gpu_key)
-    if back is None:
-        return dataclasses.replace(launch, local_load=load, local_store=store)
-    step, per_cta = back
-    wb = np.maximum(threads * (step * launch.iters + per_cta), 0.0)
-    return dataclasses.replace(launch, local_load=load, local_store=store, local_writeback=wb)
+    if back is not None:
+        cols["local_writeback"] = back.bytes(launch.iters, threads)
+    return dataclasses.replace(launch, **cols)
 
 
 def useful_flops(algo: str, p: AttentionProblem) -> float:

@@ -181,17 +181,15 @@ def measured_alone(row: dict, workload: Workload) -> list[tuple[str, Workload, f
     return out
 
 
-DRAM_WRITE = "dram__bytes_write.sum"
-
-
 def _plain_writes(rows: list[dict]) -> dict[tuple[str, str], float]:
     """(problem, Nsight kernel name) → the mean DRAM writes of that kernel's launches that
     stored nothing to local memory, over `rows` (the baseline a spilling sibling is held to)."""
     seen: dict[tuple[str, str], list[float]] = {}
     for r in rows:
         for k in ncu_kernels(r):
-            if k.get(DRAM_WRITE) is not None and k.get(compiled.LOCAL_STORE) == 0:
-                seen.setdefault((problem_key(r["config"]), k["name"]), []).append(k[DRAM_WRITE])
+            written = k.get(compiled.DRAM_WRITE)
+            if written is not None and k.get(compiled.LOCAL_STORE) == 0:
+                seen.setdefault((problem_key(r["config"]), k["name"]), []).append(written)
     return {key: float(np.mean(v)) for key, v in seen.items()}
 
 
@@ -216,7 +214,8 @@ def compiled_observations(rows: list[dict], gpu: GPU) -> list[compiled.Observati
             regs = k.get(compiled.REGISTERS)
             store = float(k.get(compiled.LOCAL_STORE) or 0.0)
             base = plain.get((problem_key(c), k["name"]))
-            spilled = store > 0 and base is not None and k.get(DRAM_WRITE) is not None
+            written = k.get(compiled.DRAM_WRITE)
+            spilled = store > 0 and base is not None and written is not None
             out.append(
                 compiled.Observation(
                     key=compiled.key(w.name, workload.problem, t, workload.route),
@@ -227,7 +226,7 @@ def compiled_observations(rows: list[dict], gpu: GPU) -> list[compiled.Observati
                     store=store,
                     regs=None if regs is None else int(regs),
                     gpu=gpu.key.removesuffix("+custom"),
-                    writeback=float(k[DRAM_WRITE]) - base if spilled else None,
+                    writeback=float(written) - base if spilled else None,
                 )
             )
     return out
