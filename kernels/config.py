@@ -87,12 +87,19 @@ def tuned_table() -> dict[str, dict[str, dict]]:
 
 
 def merge_tuned(gpu: str, chosen: dict[str, object]) -> None:
-    """Add a sweep's choices for `gpu` to tuned.json: "bwd-route/…" keys are dQ routes, the
-    rest tile configurations ([bm, bn, warps, stages, ws]); every other entry stays."""
+    """Add a sweep's choices for `gpu` to tuned.json: "bwd-route/…" keys are dQ routes and
+    "fwd-route/…" keys the forward's kernel ("triton" or "ws"), "ws/…" keys configurations of
+    the warp-specialized forward (kernels.hopper_forward.WsConfig lists), the rest tile
+    configurations ([bm, bn, warps, stages, prefetch(, maxnreg)]); every other entry stays."""
     table = json.loads(TUNED_FILE.read_text()) if TUNED_FILE.exists() else {"gpus": {}}
     entry = table["gpus"].setdefault(gpu, {})
     for key, value in chosen.items():
-        entry.setdefault("routes" if key.startswith("bwd-route") else "configs", {})[key] = value
+        if key.startswith(("bwd-route/", "fwd-route/")):
+            entry.setdefault("routes", {})[key] = value
+        elif key.startswith("ws/"):
+            entry.setdefault("ws", {})[key.removeprefix("ws/")] = value
+        else:
+            entry.setdefault("configs", {})[key] = value
     TUNED_FILE.write_text(json.dumps(table, indent=1) + "\n")
     tuned_table.cache_clear()
 
@@ -103,8 +110,14 @@ def lookup(gpu: str, key: str) -> KernelConfig | None:
 
 
 def route(gpu: str, key: str) -> str | None:
-    """A measured choice between two kernel structures (the backward's dQ route)."""
+    """A measured choice between two kernel structures (the backward's dQ route, the forward's
+    kernel)."""
     return tuned_table().get(gpu, {}).get("routes", {}).get(key)
+
+
+def ws_entry(gpu: str, key: str) -> list[int] | None:
+    """The warp-specialized forward's configuration tuned for `key` ("fwd/16/d128/full/n2048")."""
+    return tuned_table().get(gpu, {}).get("ws", {}).get(key)
 
 
 # What the interpreter runs: small tiles keep its per-program NumPy work short, and tiles of

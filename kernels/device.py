@@ -20,9 +20,15 @@ def has_cuda() -> bool:
 
 @lru_cache
 def configure() -> bool:
-    """Set up the interpreter when there is no GPU; returns True when interpreting."""
+    """Set up the interpreter when there is no GPU; returns True when interpreting.
+
+    TRITON_INTERPRET=0 set explicitly on a machine without a GPU keeps Triton's compiler: kernels
+    can then be compiled for a GPU target (kernels.hopper_forward.compile_sm90) but not run.
+    """
     if os.environ.get("TRITON_INTERPRET") == "1":
         return True
+    if os.environ.get("TRITON_INTERPRET") == "0":
+        return False
     if not has_cuda():
         os.environ["TRITON_INTERPRET"] = "1"
         return True

@@ -20,8 +20,12 @@ accumulator after every inner iteration into a side buffer (kernels/instrumented
 TRACE off that code does not exist in the compiled kernel. TIMELINE (compile-time, GPU only)
 stores each program's start and end on the global timer and the SM it ran on.
 
+On Hopper, where the tuned table says it is faster, `launch_forward` hands the call to the
+warp-specialized Gluon forward instead (kernels/hopper_forward.py: a loader warp, two consumer
+warpgroups, FlashAttention-3's schedule), which Triton cannot generate from this kernel.
+
 Leaves out: dropout, attention bias, sliding windows, variable-length (packed) batches, fp8,
-and persistent or warp-specialized schedules.
+and persistent schedules.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ from triton.language.extra import cuda
 
 from .config import KernelConfig
 from .fastlaunch import launch
+from .hopper_forward import launch_forward_ws, tuned
 from .launch import (
     choose_config,
     dot_precision,
@@ -372,6 +377,7 @@ def launch_forward(
     trace: tuple[int, torch.Tensor] | None = None,
     band: int = 1,
     timeline: torch.Tensor | None = None,
+    use_ws: bool | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Run the forward kernel on checked inputs: (O (B, H, N_q, d), LSE (B, H, N_q) fp32).
 
@@ -383,7 +389,16 @@ def launch_forward(
     `host_desc` (default: where possible) describes Q, K, V and O to the copy engine once, on
     the host, instead of in every program; it needs the tensor-memory path, whole tiles on both
     sides and each tensor flattenable to (B·H·N, d).
+    `use_ws`: None runs the warp-specialized Gluon kernel (kernels.hopper_forward) where this
+    GPU's tuned table routes the call to it and nothing above asks for the Triton kernel (an
+    explicit `config`, a trace, a timeline, a band, no tensor-memory path, no host
+    descriptors); False always runs the Triton kernel.
     """
+    plain = config is None and trace is None and timeline is None and band == 1
+    if use_ws is not False and plain and use_tma is not False and host_desc is not False:
+        ws = tuned(q, k, v, causal)
+        if ws is not None:
+            return launch_forward_ws(q, k, v, causal, scale, ws)
     b, h, n_q, d = q.shape
     n_k = k.shape[2]
     d_pad = pad_dim(d)

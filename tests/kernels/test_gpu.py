@@ -226,3 +226,70 @@ def test_repeated_calls_skip_tritons_binding_and_stay_right(seed: int, route: st
     q, k, v = rand(1, 8, 4, 128), rand(1, 2, 5000, 128), rand(1, 2, 5000, 128)
     first, second = flash_decode(q, k, v), flash_decode(q, k, v)
     assert torch.equal(first, second), f"decode, seed={seed}"
+
+
+def _ws_configs() -> list:
+    """(WsConfig, head_dim) pairs this GPU's tuned table routes to the Gluon forward."""
+    from kernels.config import tuned_table
+    from kernels.hopper_forward import WsConfig
+
+    if not torch.cuda.is_available():
+        return []
+    entry = tuned_table().get(torch.cuda.get_device_name(), {})
+    found = {(tuple(c), int(key.split("/")[2][1:])) for key, c in entry.get("ws", {}).items()}
+    return [(WsConfig.from_list(list(c)), d) for c, d in sorted(found)]
+
+
+@pytest.mark.parametrize("dtype", [F16, BF16], ids=["fp16", "bf16"])
+def test_warp_specialized_forward_matches_the_reference(seed: int, dtype: torch.dtype) -> None:
+    from kernels.hopper_forward import launch_forward_ws, supports
+
+    configs = _ws_configs()
+    if not configs:
+        pytest.skip("this GPU's tuned table routes nothing to the Gluon forward")
+    for cfg, d in configs:
+        t, bn = cfg.tile_m, cfg.block_n
+        shapes = [  # (B, H, H_kv, N_q, N_k): GQA, N_q ≠ N_k both ways (rows that see no key)
+            (2, 4, 4, 2 * t, 2 * bn), (1, 8, 2, 3 * t, 5 * bn), (1, 4, 1, 4 * t, bn),
+            (1, 2, 2, 16 * t, 16 * bn),
+        ]  # fmt: skip
+        for (b, h, hk, n_q, n_k), causal in zip(shapes * 2, [False] * 4 + [True] * 4, strict=True):
+            q = rand(b, h, n_q, d, dtype=dtype)
+            k, v = rand(b, hk, n_k, d, dtype=dtype), rand(b, hk, n_k, d, dtype=dtype)
+            assert supports(q, k, v, cfg) is None
+            o, lse = launch_forward_ws(q, k, v, causal, d**-0.5, cfg)
+            ref, ref_lse = attention_forward(q, k, v, causal)
+            lowp, _ = attention_forward(q, k, v, causal, dtype=dtype)
+            what = f"{cfg.as_list()} d={d} {(b, h, hk, n_q, n_k)} causal={causal} {dtype}"
+            assert_close(o, ref, lowp, f"O {what}", seed)
+            ref_lse = ref_lse.to(lse.device)
+            assert torch.equal(lse.isinf(), ref_lse.isinf()), f"LSE −∞ rows {what}"
+            seen = ~ref_lse.isinf()
+            assert torch.allclose(lse[seen], ref_lse[seen].float(), atol=1e-3, rtol=1e-4), what
+
+
+def test_the_tuned_route_runs_the_gluon_forward(seed: int, monkeypatch) -> None:
+    import kernels.forward as forward
+
+    configs = _ws_configs()
+    if not configs:
+        pytest.skip("this GPU's tuned table routes nothing to the Gluon forward")
+    ran = []
+    real = forward.launch_forward_ws
+    monkeypatch.setattr(forward, "launch_forward_ws", lambda *a: ran.append(a[-1]) or real(*a))
+    q, k, v, do = (rand(1, 16, 2048, 128) for _ in range(4))
+    tuned = forward.tuned(q, k, v, False)
+    assert tuned is not None  # the H200 and H100 tables route d = 128, N = 2048 here
+    o, lse = launch_forward(q, k, v, False, 128**-0.5)
+    assert ran == [tuned]
+    o_triton, lse_triton = launch_forward(q, k, v, False, 128**-0.5, use_ws=False)
+    assert ran == [tuned]  # use_ws=False: the Triton kernel
+    assert_close(o, o_triton.double(), attention_forward(q, k, v, False, dtype=F16)[0], "O", seed)
+    assert torch.allclose(lse, lse_triton, atol=1e-3, rtol=1e-4)
+    # and the backward takes the Gluon forward's O and LSE
+    got = grads(q, k, v, do, False)
+    assert len(ran) == 2
+    ref = attention_backward(q, k, v, do, False)
+    lowp = attention_backward(q, k, v, do, False, dtype=F16)
+    for g, r, lp, name in zip(got, ref, lowp, ("dQ", "dK", "dV"), strict=True):
+        assert_close(g, r, lp, name, seed)

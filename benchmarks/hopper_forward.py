@@ -1,0 +1,229 @@
+"""The warp-specialized Gluon forward (kernels/hopper_forward.py) checked and timed on a Hopper GPU.
+
+Usage (on a GPU machine):
+    python benchmarks/hopper_forward.py check
+    python benchmarks/hopper_forward.py time --out FILE [--dtypes fp16,bf16] [--lens 2048,4096]
+    python benchmarks/hopper_forward.py choose FILE [--write]      (anywhere; reads a `time` file)
+
+`check` runs each candidate configuration on awkward and protocol shapes (GQA, N_q ≠ N_k,
+causal, fp16 and bf16, outputs poisoned first) against a float32 reference and against the
+error of PyTorch's own computation in the input dtype. `time` times, in one process with the
+papers' protocol (batch × N = 16384, heads = 2048 / d), every candidate beside sdpa-cudnn,
+sdpa-flash and flashscope's Triton forward, and writes the rows as JSON with the device, date
+and versions. `choose` picks, per (head_dim, causal, length bucket), the faster of the best
+candidate and the Triton forward (times summed over the file's dtypes) and, with --write,
+stores the choice in kernels/tuned.json ("fwd-route/…" → "ws" or "triton", "ws/fwd/…" → the
+configuration) for the file's GPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import sys
+from functools import partial
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.attention import attention_fn, flops, protocol_inputs  # noqa: E402
+from kernels.forward import launch_forward  # noqa: E402
+from kernels.hopper_forward import WsConfig, launch_forward_ws, supports  # noqa: E402
+from kernels.timing import median_ms  # noqa: E402
+
+W = WsConfig
+CANDIDATES = {
+    64: [W(2, 128, 2, True), W(2, 128, 3, True), W(2, 256, 2, False), W(1, 128, 2, True, 2),
+         W(1, 128, 3, True, 2), W(1, 64, 3, True, 2)],
+    128: [W(2, 128, 2, True), W(2, 64, 3, True), W(1, 64, 2, True, 2), W(1, 64, 3, True, 2),
+          W(2, 128, 2, False)],
+}  # fmt: skip
+MARGIN = 0.02  # `choose` routes to the Gluon kernel only where it is this much faster
+DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
+
+
+def reference(q, k, v, causal, scale):
+    """Float32 O and natural-log LSE, causal aligned bottom-right; GQA by repeating K/V."""
+    group = q.shape[1] // k.shape[1]
+    k = k.float().repeat_interleave(group, 1)
+    v = v.float().repeat_interleave(group, 1)
+    s = q.float() @ k.transpose(-1, -2) * scale
+    if causal:
+        n_q, n_k = q.shape[2], k.shape[2]
+        r = torch.arange(n_q, device=q.device)[:, None]
+        c = torch.arange(n_k, device=q.device)[None, :]
+        s = s.masked_fill(c > r + (n_k - n_q), float("-inf"))
+    lse = torch.logsumexp(s, -1)
+    p = torch.softmax(s, -1).nan_to_num(0.0)
+    return p @ v, lse
+
+
+def check() -> int:
+    torch.manual_seed(0)
+    shapes = [  # (B, H, H_kv, N_q, N_k, causal)
+        (2, 4, 4, 256, 256, False), (2, 4, 4, 384, 384, True), (1, 8, 2, 384, 768, True),
+        (1, 8, 2, 768, 384, True), (3, 2, 1, 1152, 1152, False), (1, 4, 4, 2048, 2048, True),
+        (2, 3, 3, 192 * 4, 256 * 3, False),
+    ]  # fmt: skip
+    failures = 0
+    for d, cfgs in CANDIDATES.items():
+        for cfg in cfgs:
+            for dtype in DTYPES.values():
+                for b, h, hk, n_q, n_k, causal in shapes:
+                    q = torch.randn(b, h, n_q, d, device="cuda", dtype=dtype)
+                    k = torch.randn(b, hk, n_k, d, device="cuda", dtype=dtype)
+                    v = torch.randn(b, hk, n_k, d, device="cuda", dtype=dtype)
+                    why = supports(q, k, v, cfg)
+                    if why is not None:
+                        continue
+                    scale = d**-0.5
+                    os.environ["FLASHSCOPE_POISON"] = "1"
+                    o, lse = launch_forward_ws(q, k, v, causal, scale, cfg)
+                    ref_o, ref_lse = reference(q, k, v, causal, scale)
+                    group = h // hk
+                    mine = F.scaled_dot_product_attention(
+                        q, k.repeat_interleave(group, 1), v.repeat_interleave(group, 1),
+                        is_causal=False,
+                        attn_mask=None if not causal else _mask(n_q, n_k, q.device),
+                    )  # fmt: skip
+                    torch_err = (mine.float() - ref_o).abs().max().item()
+                    err = (o.float() - ref_o).abs().max().item()
+                    seen = ref_lse > float("-inf")
+                    lse_err = (lse - ref_lse)[seen].abs().max().item()
+                    ok = err <= 2 * torch_err + 2e-3 and lse_err <= 1e-3 and not o.isnan().any()
+                    ok = ok and bool((lse[~seen] == float("-inf")).all())
+                    failures += not ok
+                    print(
+                        f"{'ok  ' if ok else 'FAIL'} d={d} {cfg.as_list()} {dtype} "
+                        f"{(b, h, hk, n_q, n_k, causal)} err={err:.2e} torch={torch_err:.2e} "
+                        f"lse={lse_err:.2e}",
+                        flush=True,
+                    )
+    print("failures:", failures)
+    return 1 if failures else 0
+
+
+def _mask(n_q: int, n_k: int, device) -> torch.Tensor:
+    r = torch.arange(n_q, device=device)[:, None]
+    c = torch.arange(n_k, device=device)[None, :]
+    return c <= r + (n_k - n_q)
+
+
+def time_all(out: Path, dtypes: list[str], lens: list[int]) -> None:
+    rows = []
+    for name in dtypes:
+        dtype = DTYPES[name]
+        for d, cfgs in CANDIDATES.items():
+            for causal in (False, True):
+                for n in lens:
+                    sets = protocol_inputs(d, n, dtype)
+                    b, h = sets[0][0].shape[:2]
+                    scale = d**-0.5
+                    found: dict[str, float] = {}
+                    for impl in ("sdpa-cudnn", "sdpa-flash"):
+                        fn = attention_fn(impl)
+                        calls = [lambda s=s, fn=fn, c=causal: fn(*s, c) for s in sets]
+                        found[impl] = median_ms(calls)
+                    triton_fwd = partial(launch_forward, causal=causal, scale=scale, use_ws=False)
+                    calls = [partial(triton_fwd, *s) for s in sets]
+                    found["triton"] = median_ms(calls)
+                    for cfg in cfgs:
+                        if supports(*sets[0], cfg) is not None:
+                            continue
+                        run = partial(launch_forward_ws, causal=causal, scale=scale, cfg=cfg)
+                        calls = [partial(run, *s) for s in sets]
+                        try:
+                            found["ws" + json.dumps(cfg.as_list())] = median_ms(calls)
+                        except Exception as exc:  # recorded; the sweep goes on
+                            print(f"{cfg}: {type(exc).__name__}: {exc}", flush=True)
+                    f = flops(b, h, n, d, causal, "fwd")
+                    cudnn = found["sdpa-cudnn"]
+                    flash = found["sdpa-flash"]
+                    best = min((ms, k) for k, ms in found.items() if k.startswith("ws"))
+                    print(
+                        f"{name} d={d} causal={causal} N={n}: cudnn {cudnn:.3f} flash "
+                        f"{flash:.3f} triton {found['triton']:.3f} ({cudnn / found['triton']:.3f}"
+                        f"×cudnn) best ws {best[1]} {best[0]:.3f} ({cudnn / best[0]:.3f}×cudnn, "
+                        f"{flash / best[0]:.3f}×flash)",
+                        flush=True,
+                    )
+                    for impl, ms in found.items():
+                        rows.append(dict(impl=impl, dtype=name, head_dim=d, seq_len=n, batch=b,
+                                         heads=h, causal=causal, ms=ms,
+                                         tflops=f / ms / 1e9))  # fmt: skip
+    import triton
+
+    out.write_text(
+        json.dumps(
+            {
+                "device": torch.cuda.get_device_name(),
+                "date": datetime.date.today().isoformat(),
+                "torch": torch.__version__,
+                "triton": triton.__version__,
+                "protocol": "batch × N = 16384, heads = 2048 / d; median of do_bench, L2 flushed",
+                "rows": rows,
+            },
+            indent=1,
+        )
+        + "\n"
+    )
+
+
+def choose(path: Path, write: bool) -> dict[str, object]:
+    """Per (head_dim, causal, N): the route and, for "ws", the configuration (see the module's
+    docstring); printed, and merged into kernels/tuned.json with `write`."""
+    from kernels.config import merge_tuned, table_key
+
+    data = json.loads(path.read_text())
+    totals: dict[tuple, dict[str, float]] = {}
+    for r in data["rows"]:
+        if r["impl"].startswith("sdpa"):
+            continue
+        cell = totals.setdefault((r["head_dim"], r["causal"], r["seq_len"]), {})
+        cell[r["impl"]] = cell.get(r["impl"], 0.0) + r["ms"]
+    chosen: dict[str, object] = {}
+    for (d, causal, n), times in sorted(totals.items()):
+        best_ms, best = min((ms, impl) for impl, ms in times.items() if impl.startswith("ws"))
+        fast = best_ms < times["triton"] * (1 - MARGIN)
+        route_key = table_key("fwd-route", 16, d, causal) + f"/n{n}"
+        chosen[route_key] = "ws" if fast else "triton"
+        if fast:
+            chosen["ws/" + table_key("fwd", 16, d, causal) + f"/n{n}"] = json.loads(best[2:])
+        print(f"d={d} causal={causal} N={n}: triton {times['triton']:.3f} ms, {best} "
+              f"{best_ms:.3f} ms → {chosen[route_key]}")  # fmt: skip
+    if write:
+        merge_tuned(data["device"], chosen)
+    return chosen
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("what", choices=["check", "time", "choose"])
+    parser.add_argument("file", type=Path, nargs="?", help="choose: a `time` results file")
+    parser.add_argument("--write", action="store_true", help="choose: update kernels/tuned.json")
+    parser.add_argument("--out", type=Path)
+    parser.add_argument("--dtypes", default="fp16")
+    parser.add_argument("--lens", default="1024,2048,4096,8192,16384")
+    args = parser.parse_args()
+    if args.what == "check":
+        return check()
+    if args.what == "choose":
+        if args.file is None:
+            parser.error("choose needs a results file")
+        choose(args.file, args.write)
+        return 0
+    if args.out is None:
+        parser.error("time needs --out")
+    lens = [int(x) for x in args.lens.split(",")]
+    time_all(args.out, args.dtypes.split(","), lens)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,502 @@
+"""A warp-specialized FlashAttention forward for Hopper, written in Gluon (Triton's lower level).
+
+Why a second forward: Triton 3.6 compiles `forward._attn_fwd` into warpgroups that run in
+lockstep (shared K/V stages, barriers around them), so the softmax of one warpgroup never
+overlaps the tensor-core work of another (benchmarks/NOTES-attention.md). Here the schedule
+is written by hand, after FlashAttention-3:
+
+- one *loader* warp moves Q once and K, V tile by tile into a ring of shared-memory stages
+  with the tensor-memory copy engine, each copy signalling an mbarrier;
+- CONSUMERS warpgroups of 4 warps each own BLOCK_M query rows of the CTA's Q tile; each issues
+  its own asynchronous warpgroup products (S = Q Kᵀ from shared memory, O += P V with P in
+  registers) and runs its own online softmax, so one warpgroup's exponentials overlap another's
+  products; each frees a stage's K after its S product and V after its P V product;
+- PIPELINE: within a warpgroup, S of the next tile is issued before the softmax of this one
+  (FlashAttention-3's intra-warpgroup overlap), at the cost of a second S tile in registers;
+- the loader warp gives its registers up to the consumers (`warp_specialize`'s register
+  budgets), which then hold S, P and the O accumulator without spilling.
+
+Limits (`supports` says why a call does not qualify; `kernels.forward` runs everything else):
+a Hopper GPU, fp16 or bf16, head_dim 64 or 128, whole tiles (N_q a multiple of the CTA's rows,
+N_k of BLOCK_N), inputs that flatten to (B·H·N, d). Causal is aligned bottom-right as in the
+Triton kernel; grouped-query attention reads K/V head h // group. There is no interpreter path
+for Gluon: CI compiles this kernel for sm_90a on the CPU (tests/kernels/test_hopper_forward.py)
+and the GPU tests run it.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import torch
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import (
+    fence_async_shared,
+    mbarrier,
+    tma,
+    warpgroup_mma,
+    warpgroup_mma_wait,
+)
+
+from .config import route, table_key, ws_entry
+from .device import interpreting
+from .launch import gpu_name, output, pad_dim
+
+LOG2E = 1.4426950408889634
+LOADER_REGS = 24  # the fewest registers a warp can be given
+_LOADER_REGS = gl.constexpr(LOADER_REGS)
+REGS_PER_SM = 65536
+
+
+@dataclass(frozen=True)
+class WsConfig:
+    """One launch of the warp-specialized forward.
+
+    consumers: warpgroups computing (each BLOCK_M = 64 query rows; the CTA holds 64·consumers);
+    block_n: keys per step; stages: K/V ring depth; pipeline: S of the next tile issued before
+    this tile's softmax; ctas: CTAs meant to share an SM (the registers are split that way).
+    """
+
+    consumers: int = 2
+    block_n: int = 128
+    stages: int = 2
+    pipeline: bool = True
+    ctas: int = 1
+    block_m: int = 64
+
+    def __post_init__(self) -> None:
+        if self.consumers not in (1, 2, 3):
+            raise ValueError(f"consumers must be 1, 2 or 3, got {self.consumers!r}")
+        if self.block_n not in (64, 128, 256):
+            raise ValueError(f"block_n must be 64, 128 or 256, got {self.block_n!r}")
+        if self.stages not in (2, 3, 4):
+            raise ValueError(f"stages must be 2, 3 or 4, got {self.stages!r}")
+        if self.ctas not in (1, 2):
+            raise ValueError(f"ctas must be 1 or 2, got {self.ctas!r}")
+        if self.block_m != 64:
+            raise ValueError(f"block_m must be 64 (one warpgroup's rows), got {self.block_m!r}")
+
+    @property
+    def tile_m(self) -> int:
+        return self.block_m * self.consumers
+
+    def as_list(self) -> list[int]:
+        """[consumers, block_n, stages, pipeline (0/1), ctas]: as tuned.json holds them."""
+        return [self.consumers, self.block_n, self.stages, int(self.pipeline), self.ctas]
+
+    @classmethod
+    def from_list(cls, entry: list[int]) -> WsConfig:
+        consumers, block_n, stages, pipeline, ctas = entry
+        return cls(consumers, block_n, stages, bool(pipeline), ctas)
+
+    def registers(self) -> tuple[int, int]:
+        """(registers per thread at launch, registers per consumer thread after the loader's
+        warpgroup gives its own up): every warp's registers fit one SM's file."""
+        warps = 4 * (self.consumers + 1)  # the loader's warp is placed in a warpgroup of its own
+        launch = min(REGS_PER_SM // self.ctas // (32 * warps) // 8 * 8, 248)
+        consumer = (launch * warps - LOADER_REGS * 4) // (4 * self.consumers) // 8 * 8
+        return launch, min(consumer, 256)
+
+    def shared_bytes(self, head_dim: int, elem: int = 2) -> int:
+        q = self.tile_m * head_dim * elem
+        kv = 2 * self.stages * self.block_n * head_dim * elem
+        return q + kv + 8 * (self.consumers + 4 * self.stages)
+
+
+SHARED_LIMIT = 232448  # bytes of shared memory one CTA may use on Hopper
+SHARED_PER_SM = 233472  # and all of an SM's CTAs together, 1 KiB of each reserved
+
+
+# Gluon kernels keep compact argument lists, as Triton's own tutorials do.
+# fmt: off
+@gluon.jit
+def _loader(args, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, CONSUMERS: gl.constexpr,
+            STAGES: gl.constexpr):
+    """One warp: each consumer's Q rows once, then K and V of every step into the ring."""
+    (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready, k_empty, v_empty,
+     q_row, kv_row, n_steps) = args
+    for c in gl.static_range(CONSUMERS):
+        mbarrier.expect(q_bars.index(c), q_desc.block_type.nbytes)
+        tma.async_copy_global_to_shared(q_desc, [q_row + c * BLOCK_M, 0], q_bars.index(c),
+                                        q_smem.index(c))
+    for j in range(n_steps):
+        slot = j % STAGES
+        free = ((j // STAGES) & 1) ^ 1  # a fresh barrier counts as freed once
+        mbarrier.wait(k_empty.index(slot), free)
+        mbarrier.expect(k_ready.index(slot), k_desc.block_type.nbytes)
+        tma.async_copy_global_to_shared(k_desc, [kv_row + j * BLOCK_N, 0], k_ready.index(slot),
+                                        k_smem.index(slot))
+        mbarrier.wait(v_empty.index(slot), free)
+        mbarrier.expect(v_ready.index(slot), v_desc.block_type.nbytes)
+        tma.async_copy_global_to_shared(v_desc, [kv_row + j * BLOCK_N, 0], v_ready.index(slot),
+                                        v_smem.index(slot))
+
+
+@gluon.jit
+def _scores(q, k_smem, k_ready, j, STAGES: gl.constexpr, s_layout: gl.constexpr,
+            BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr):
+    """Issue S = Q Kⱼᵀ (asynchronous) once Kⱼ has landed."""
+    slot = j % STAGES
+    mbarrier.wait(k_ready.index(slot), (j // STAGES) & 1)
+    zero = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, s_layout)
+    return warpgroup_mma(q, k_smem.index(slot).permute((1, 0)), zero, use_acc=False,
+                         is_async=True)
+
+
+@gluon.jit
+def _softmax(s, m, l, j, n_full, rows, off, qk_scale2, s_layout: gl.constexpr,
+             BLOCK_N: gl.constexpr, CAUSAL: gl.constexpr):
+    """Running max and sum for tile j (log2 domain): (P unnormalized in fp32, m, ℓ, α)."""
+    if CAUSAL and j >= n_full:
+        cols = j * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
+        keep = cols[None, :] <= rows[:, None] + off
+        s = gl.where(keep, s * qk_scale2, float("-inf"))
+        m_new = gl.maximum(m, gl.max(s, 1))
+        m_sub = gl.where(m_new == float("-inf"), 0.0, m_new)  # a row that saw nothing yet
+        p = gl.exp2(s - m_sub[:, None])
+        alpha = gl.exp2(m - m_sub)
+    else:
+        m_new = gl.maximum(m, gl.max(s, 1) * qk_scale2)
+        p = gl.exp2(s * qk_scale2 - m_new[:, None])
+        alpha = gl.exp2(m - m_new)
+    l = l * alpha + gl.sum(p, 1)
+    return p, m_new, l, alpha
+
+
+@gluon.jit
+def _consumer(args, C: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr,
+              BLOCK_N: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
+              PIPELINE: gl.constexpr):
+    """Warpgroup C: its BLOCK_M query rows through every step, then their O and LSE."""
+    (o_desc, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready, k_empty, v_empty, LSE, q_row, m0,
+     off, n_full, n_steps, qk_scale2) = args
+    s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                       instr_shape=[16, BLOCK_N, 16])
+    o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                       instr_shape=[16, HEAD_DIM, 16])
+    p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
+    row_s: gl.constexpr = gl.SliceLayout(1, s_layout)
+    row_o: gl.constexpr = gl.SliceLayout(1, o_layout)
+    dtype: gl.constexpr = o_desc.dtype
+
+    rows = m0 + C * BLOCK_M + gl.arange(0, BLOCK_M, layout=row_s)
+    m = gl.full([BLOCK_M], float("-inf"), gl.float32, row_s)
+    l = gl.zeros([BLOCK_M], gl.float32, row_s)
+    acc = gl.zeros([BLOCK_M, HEAD_DIM], gl.float32, o_layout)
+    q = q_smem.index(C)
+    mbarrier.wait(q_bars.index(C), 0)
+
+    if PIPELINE:
+        # S₀ first; then in step j: issue Sⱼ, issue P_{j-1} V_{j-1}, wait for Sⱼ alone, run its
+        # softmax while the P V product is still on the tensor cores, then rescale.
+        s = _scores(q, k_smem, k_ready, 0, STAGES, s_layout, BLOCK_M, BLOCK_N)
+        s = warpgroup_mma_wait(0, deps=(s,))
+        mbarrier.arrive(k_empty.index(0), count=1)
+        p, m, l, alpha = _softmax(s, m, l, 0, n_full, rows, off, qk_scale2, s_layout, BLOCK_N,
+                                  CAUSAL)
+        p = gl.convert_layout(p.to(dtype), p_layout)
+        for j in range(1, n_steps):
+            s = _scores(q, k_smem, k_ready, j, STAGES, s_layout, BLOCK_M, BLOCK_N)
+            prev = (j - 1) % STAGES
+            mbarrier.wait(v_ready.index(prev), ((j - 1) // STAGES) & 1)
+            acc = warpgroup_mma(p, v_smem.index(prev), acc, is_async=True)
+            s = warpgroup_mma_wait(1, deps=(s,))
+            mbarrier.arrive(k_empty.index(j % STAGES), count=1)
+            p_new, m, l, alpha = _softmax(s, m, l, j, n_full, rows, off, qk_scale2, s_layout,
+                                          BLOCK_N, CAUSAL)
+            acc, p = warpgroup_mma_wait(0, deps=(acc, p))
+            mbarrier.arrive(v_empty.index(prev), count=1)
+            acc = acc * gl.convert_layout(alpha, row_o)[:, None]
+            p = gl.convert_layout(p_new.to(dtype), p_layout)
+        last = (n_steps - 1) % STAGES
+        mbarrier.wait(v_ready.index(last), ((n_steps - 1) // STAGES) & 1)
+        acc = warpgroup_mma(p, v_smem.index(last), acc, is_async=True)
+        acc, p = warpgroup_mma_wait(0, deps=(acc, p))
+        mbarrier.arrive(v_empty.index(last), count=1)
+    else:
+        for j in range(n_steps):
+            slot = j % STAGES
+            s = _scores(q, k_smem, k_ready, j, STAGES, s_layout, BLOCK_M, BLOCK_N)
+            s = warpgroup_mma_wait(0, deps=(s,))
+            mbarrier.arrive(k_empty.index(slot), count=1)
+            p, m, l, alpha = _softmax(s, m, l, j, n_full, rows, off, qk_scale2, s_layout,
+                                      BLOCK_N, CAUSAL)
+            acc = acc * gl.convert_layout(alpha, row_o)[:, None]
+            p = gl.convert_layout(p.to(dtype), p_layout)
+            mbarrier.wait(v_ready.index(slot), (j // STAGES) & 1)
+            acc = warpgroup_mma(p, v_smem.index(slot), acc, is_async=True)
+            acc, p = warpgroup_mma_wait(0, deps=(acc, p))
+            mbarrier.arrive(v_empty.index(slot), count=1)
+
+    seen = l > 0
+    l_safe = gl.where(seen, l, 1.0)
+    o = acc / gl.convert_layout(l_safe, row_o)[:, None]
+    lse = gl.where(seen, (m + gl.log2(l_safe)) * 0.6931471805599453, float("-inf"))
+    local = C * BLOCK_M + gl.arange(0, BLOCK_M, layout=row_s)
+    gl.store(LSE + q_row + local, lse)  # LSE is (B·H·N_q) in the same row order as Q
+    # Q's rows are no longer read (every product has completed): they stage O for the copy.
+    q.store(o.to(dtype))
+    fence_async_shared()
+    tma.async_copy_shared_to_global(o_desc, [q_row + C * BLOCK_M, 0], q)
+    tma.store_wait(0)
+
+
+@gluon.jit
+def _attn_fwd_ws(q_desc, k_desc, v_desc, o_desc, LSE, qk_scale2, H, GROUP, N_Q, N_K,
+                 HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+                 CONSUMERS: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
+                 PIPELINE: gl.constexpr, CONSUMER_REGS: gl.constexpr):
+    TILE_M: gl.constexpr = BLOCK_M * CONSUMERS
+    n_mb = N_Q // TILE_M
+    if CAUSAL:  # heaviest query block of each (batch, head) first
+        pid = gl.program_id(0) + gl.program_id(1) * n_mb
+        bh = pid // n_mb
+        pid_m = n_mb - 1 - pid % n_mb
+    else:
+        pid_m = gl.program_id(0)
+        bh = gl.program_id(1)
+    b = bh // H
+    hk = bh % H // GROUP
+    m0 = pid_m * TILE_M
+    q_row = bh * N_Q + m0
+    kv_row = (b * (H // GROUP) + hk) * N_K
+    off = N_K - N_Q  # bottom-right alignment: key c visible to row r iff c ≤ r + off
+    if CAUSAL:
+        hi = gl.maximum(gl.minimum(N_K, m0 + TILE_M + off), 0)
+        n_full = gl.minimum(gl.maximum(m0 + off + 1, 0) // BLOCK_N, hi // BLOCK_N)
+        n_steps = gl.cdiv(hi, BLOCK_N)
+    else:
+        n_full = N_K // BLOCK_N
+        n_steps = n_full
+    # A causal block that sees no key at all (N_q > N_k) still takes one step, its rows fully
+    # masked: every partition runs the same loop, of at least one tile.
+    n_steps = gl.maximum(n_steps, 1)
+
+    q_smem = gl.allocate_shared_memory(q_desc.dtype, [CONSUMERS, BLOCK_M, HEAD_DIM],
+                                       q_desc.layout)
+    k_smem = gl.allocate_shared_memory(k_desc.dtype, [STAGES, BLOCK_N, HEAD_DIM], k_desc.layout)
+    v_smem = gl.allocate_shared_memory(v_desc.dtype, [STAGES, BLOCK_N, HEAD_DIM], v_desc.layout)
+    q_bars = gl.allocate_shared_memory(gl.int64, [CONSUMERS, 1], mbarrier.MBarrierLayout())
+    k_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    v_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    k_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    v_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    for c in gl.static_range(CONSUMERS):
+        mbarrier.init(q_bars.index(c), count=1)
+    for s in gl.static_range(STAGES):
+        mbarrier.init(k_ready.index(s), count=1)
+        mbarrier.init(v_ready.index(s), count=1)
+        mbarrier.init(k_empty.index(s), count=CONSUMERS)
+        mbarrier.init(v_empty.index(s), count=CONSUMERS)
+
+    shared = (o_desc, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready, k_empty, v_empty, LSE,
+              q_row, m0, off, n_full, n_steps, qk_scale2)
+    loads = (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready, k_empty,
+             v_empty, q_row, kv_row, n_steps)
+    if CONSUMERS == 1:
+        gl.warp_specialize([(_consumer, (shared, 0, HEAD_DIM, BLOCK_M, BLOCK_N, STAGES, CAUSAL,
+                                         PIPELINE)),
+                            (_loader, (loads, BLOCK_M, BLOCK_N, CONSUMERS, STAGES))],
+                           [1], [_LOADER_REGS])
+    elif CONSUMERS == 2:
+        gl.warp_specialize([(_consumer, (shared, 0, HEAD_DIM, BLOCK_M, BLOCK_N, STAGES, CAUSAL,
+                                         PIPELINE)),
+                            (_consumer, (shared, 1, HEAD_DIM, BLOCK_M, BLOCK_N, STAGES, CAUSAL,
+                                         PIPELINE)),
+                            (_loader, (loads, BLOCK_M, BLOCK_N, CONSUMERS, STAGES))],
+                           [4, 1], [CONSUMER_REGS, _LOADER_REGS])
+    else:
+        gl.warp_specialize([(_consumer, (shared, 0, HEAD_DIM, BLOCK_M, BLOCK_N, STAGES, CAUSAL,
+                                         PIPELINE)),
+                            (_consumer, (shared, 1, HEAD_DIM, BLOCK_M, BLOCK_N, STAGES, CAUSAL,
+                                         PIPELINE)),
+                            (_consumer, (shared, 2, HEAD_DIM, BLOCK_M, BLOCK_N, STAGES, CAUSAL,
+                                         PIPELINE)),
+                            (_loader, (loads, BLOCK_M, BLOCK_N, CONSUMERS, STAGES))],
+                           [4, 4, 1], [CONSUMER_REGS, CONSUMER_REGS, _LOADER_REGS])
+# fmt: on
+
+
+def supports(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cfg: WsConfig) -> str | None:
+    """None when this kernel can run the call with `cfg`, else the reason it cannot."""
+    from .forward import _flat_rows
+
+    if q.dtype not in (torch.float16, torch.bfloat16):
+        return f"needs fp16 or bf16, got {q.dtype}"
+    d = q.shape[3]
+    if d not in (64, 128):
+        return f"needs head_dim 64 or 128, got {d}"
+    if q.shape[2] % cfg.tile_m or k.shape[2] % cfg.block_n:
+        return f"needs N_q a multiple of {cfg.tile_m} and N_k of {cfg.block_n}"
+    need = cfg.shared_bytes(d)
+    if need > SHARED_LIMIT or cfg.ctas * (need + 1024) > SHARED_PER_SM:
+        return f"needs {need} bytes of shared memory per CTA with {cfg} at head_dim {d}"
+    if not all(_flat_rows(x) and x.stride(3) == 1 for x in (q, k, v)):
+        return "needs inputs that flatten to (B·H·N, d)"
+    if not q.is_cuda or torch.cuda.get_device_capability(q.device)[0] != 9:
+        return "needs a Hopper GPU (compute capability 9.x)"
+    return None
+
+
+def tuned_config(gpu: str, d_pad: int, causal: bool, seq_len: int) -> WsConfig | None:
+    """The configuration `gpu`'s tuned table gives (head_dim, causal, length bucket), where its
+    route there is this kernel ("fwd-route/…" → "ws"); else None (the Triton kernel)."""
+    from simulator.kernelplan import tuned_keys
+
+    keys = tuned_keys(table_key("fwd-route", 16, d_pad, causal), seq_len)
+    if next((r for r in (route(gpu, k) for k in keys) if r is not None), None) != "ws":
+        return None
+    keys = tuned_keys(table_key("fwd", 16, d_pad, causal), seq_len)
+    entry = next((e for e in (ws_entry(gpu, k) for k in keys) if e is not None), None)
+    return None if entry is None else WsConfig.from_list(entry)
+
+
+def tuned(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool) -> WsConfig | None:
+    """The tuned configuration for this call where the table routes it here and it qualifies
+    (`supports`); else None. FLASHSCOPE_WS=0 in the environment keeps every call on Triton."""
+    if interpreting() or not q.is_cuda or os.environ.get("FLASHSCOPE_WS") == "0":
+        return None
+    if q.dtype not in (torch.float16, torch.bfloat16):
+        return None
+    cfg = tuned_config(gpu_name(), pad_dim(q.shape[3]), causal, max(q.shape[2], k.shape[2]))
+    return cfg if cfg is not None and supports(q, k, v, cfg) is None else None
+
+
+def _descriptor(x: torch.Tensor, rows: int):
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+    dtype = gl.float16 if x.dtype == torch.float16 else gl.bfloat16
+    layout = gl.NVMMASharedLayout.get_default_for([rows, x.shape[3]], dtype)
+    n = x.shape[0] * x.shape[1] * x.shape[2]
+    return TensorDescriptor(x, [n, x.shape[3]], [x.stride(2), 1], [rows, x.shape[3]], layout)
+
+
+def launch_forward_ws(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, scale: float, cfg: WsConfig
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(O, LSE) of checked inputs by the warp-specialized kernel; ValueError where it cannot."""
+    why = supports(q, k, v, cfg)
+    if why is not None:
+        raise ValueError(f"the warp-specialized forward {why}")
+    b, h, n_q, d = q.shape
+    n_k = k.shape[2]
+    o = output(q.shape, q.dtype, q.device)
+    lse = output((b, h, n_q), torch.float32, q.device)
+    launch_regs, consumer_regs = cfg.registers()
+    grid = (n_q // cfg.tile_m, b * h)
+    _attn_fwd_ws[grid](
+        _descriptor(q, cfg.block_m), _descriptor(k, cfg.block_n), _descriptor(v, cfg.block_n),
+        _descriptor(o, cfg.block_m), lse, scale * LOG2E, h, h // k.shape[1], n_q, n_k,
+        HEAD_DIM=d, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, CONSUMERS=cfg.consumers,
+        STAGES=cfg.stages, CAUSAL=causal, PIPELINE=cfg.pipeline, CONSUMER_REGS=consumer_regs,
+        num_warps=4, maxnreg=launch_regs,
+    )  # fmt: skip
+    return o, lse
+
+
+class _Sm90Target:
+    """Just enough of Triton's driver for its JIT to compile for sm_90a with no GPU present."""
+
+    def get_current_target(self):
+        from triton.backends.compiler import GPUTarget
+
+        return GPUTarget("cuda", 90, 32)
+
+    def get_current_device(self) -> int:
+        return 0
+
+    def get_current_stream(self, device: int | None = None) -> int:
+        return 0
+
+    def get_active_torch_device(self) -> torch.device:
+        return torch.device("cpu")
+
+    def is_active(self) -> bool:
+        return True
+
+
+def compile_sm90(cfg: WsConfig, head_dim: int, causal: bool, dtype: torch.dtype = torch.float16):
+    """Compile the kernel for an H100/H200 on any machine (CPU tensors stand in for the inputs;
+    nothing runs): Triton's CompiledKernel, with its PTX, cubin and shared-memory size.
+
+    Not under Triton's interpreter (TRITON_INTERPRET=1 turns the standard library's functions,
+    which Gluon calls, into interpreted ones): `python -m kernels.hopper_forward` runs it apart.
+    """
+    from triton.runtime import driver
+
+    if interpreting():
+        raise RuntimeError("compile_sm90 needs TRITON_INTERPRET unset (run it in a process apart)")
+
+    n = cfg.tile_m * cfg.block_n  # a multiple of both tiles
+    q = torch.empty(1, 2, n, head_dim, dtype=dtype)
+    lse = torch.empty(1, 2, n)
+    launch_regs, consumer_regs = cfg.registers()
+    saved = driver._active
+    driver.set_active(_Sm90Target())
+    try:
+        return _attn_fwd_ws.warmup(
+            _descriptor(q, cfg.block_m), _descriptor(q, cfg.block_n), _descriptor(q, cfg.block_n),
+            _descriptor(q, cfg.block_m), lse, 0.1, 2, 1, n, n,
+            HEAD_DIM=head_dim, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
+            CONSUMERS=cfg.consumers, STAGES=cfg.stages, CAUSAL=causal, PIPELINE=cfg.pipeline,
+            CONSUMER_REGS=consumer_regs, num_warps=4, maxnreg=launch_regs, grid=(1,),
+        )  # fmt: skip
+    finally:
+        driver._active = saved
+
+
+SETMAXNREG = r"setmaxnreg\.\w+\.sync\.aligned\.u32\s+(\d+)"
+
+
+def compile_report(configs: list[tuple[WsConfig, int]]) -> list[dict]:
+    """Per (configuration, head_dim) and causal: what the compiled sm_90a kernel holds (its
+    registers and spill stack as cuobjdump reads them from the cubin)."""
+    import re
+    import subprocess
+    import tempfile
+    from pathlib import Path
+
+    import triton
+
+    cuobjdump = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
+    rows = []
+    for cfg, d in configs:
+        for causal in (False, True):
+            ptx = (k := compile_sm90(cfg, d, causal)).asm["ptx"]
+            with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+                f.write(k.asm["cubin"])
+                f.flush()
+                usage = subprocess.run(
+                    [cuobjdump, "--dump-resource-usage", f.name],
+                    capture_output=True,
+                    text=True,
+                    check=True,
+                ).stdout
+            found = dict(re.findall(r"(REG|STACK|LOCAL):(\d+)", usage))
+            rows.append({
+                "config": cfg.as_list(), "head_dim": d, "causal": causal,
+                "shared": k.metadata.shared, "regs": int(found["REG"]),
+                "stack": int(found["STACK"]), "local": int(found["LOCAL"]),
+                "wgmma": ptx.count("wgmma.mma_async"),
+                "setmaxnreg": sorted({int(x) for x in re.findall(SETMAXNREG, ptx)}),
+                "registers": list(cfg.registers()),
+            })  # fmt: skip
+    return rows
+
+
+if __name__ == "__main__":
+    import json
+    import sys
+
+    from .config import tuned_table
+
+    # Every configuration a tuned table names (with its head_dim), or those given as JSON.
+    wanted = json.loads(sys.argv[1]) if len(sys.argv) > 1 else None
+    if wanted is None:
+        wanted = sorted({
+            (tuple(entry), int(key.split("/")[2][1:]))
+            for gpu in tuned_table().values() for key, entry in gpu.get("ws", {}).items()
+        })  # fmt: skip
+    json.dump(compile_report([(WsConfig.from_list(list(c)), d) for c, d in wanted]), sys.stdout)
