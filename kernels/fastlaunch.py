@@ -12,7 +12,8 @@ A signature is at least as fine as Triton's specialisation, so two calls that sh
 have got the same compiled kernel from Triton: every integer's value (Triton specialises on 1,
 on divisibility by 16 and on the 32-bit range), each tensor's dtype and whether its address is
 16-byte aligned (Triton's pointer specialisation), each tensor descriptor's dtype, alignment,
-shape, strides, block and padding, the type of each float, the constexprs' and launch
+shape, strides, block and padding (and a Gluon descriptor's shared-memory layout), the type
+of each float, the constexprs' and launch
 options' values and the current device. An argument of any other kind, Triton's launch hooks
 (set by profilers), the interpreter or `ENABLED = False` send the call through Triton unchanged.
 """
@@ -46,7 +47,16 @@ def _descriptor_type() -> type | None:
     return TensorDescriptor
 
 
+def _gluon_descriptor_type() -> type | None:
+    try:
+        from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+    except ImportError:  # pragma: no cover - every Triton this project pins has it
+        return None
+    return TensorDescriptor
+
+
 _DESCRIPTOR = _descriptor_type()
+_GLUON_DESCRIPTOR = _gluon_descriptor_type()
 
 
 def _spec(a: object) -> object:
@@ -66,6 +76,10 @@ def _spec(a: object) -> object:
         base = a.base
         return ("desc", base.dtype, base.data_ptr() % 16 == 0, tuple(a.shape), tuple(a.strides),
                 tuple(a.block_shape), a.padding)  # fmt: skip
+    if _GLUON_DESCRIPTOR is not None and isinstance(a, _GLUON_DESCRIPTOR):  # also its smem layout
+        base = a.base
+        return ("gluon-desc", base.dtype, base.data_ptr() % 16 == 0, tuple(a.shape),
+                tuple(a.strides), tuple(a.block_shape), a.padding, repr(a.layout))  # fmt: skip
     raise _Unkeyed
 
 

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from functools import lru_cache
 
 import torch
 from triton.experimental import gluon
@@ -42,9 +43,11 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 
 from .config import route, table_key, ws_entry
 from .device import interpreting
+from .fastlaunch import launch
 from .launch import gpu_name, output, pad_dim
 
 LOG2E = 1.4426950408889634
+_GL_DTYPES = {torch.float16: gl.float16, torch.bfloat16: gl.bfloat16}
 LOADER_REGS = 24  # the fewest registers a warp can be given
 _LOADER_REGS = gl.constexpr(LOADER_REGS)
 REGS_PER_SM = 65536
@@ -335,7 +338,7 @@ def supports(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cfg: WsConfig) -
         return f"needs {need} bytes of shared memory per CTA with {cfg} at head_dim {d}"
     if not all(_flat_rows(x) and x.stride(3) == 1 for x in (q, k, v)):
         return "needs inputs that flatten to (B·H·N, d)"
-    if not q.is_cuda or torch.cuda.get_device_capability(q.device)[0] != 9:
+    if not q.is_cuda or not _hopper(q.device.index or 0):
         return "needs a Hopper GPU (compute capability 9.x)"
     return None
 
@@ -364,13 +367,23 @@ def tuned(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool) -> Ws
     return cfg if cfg is not None and supports(q, k, v, cfg) is None else None
 
 
+@lru_cache
+def _layout(rows: int, d: int, dtype: torch.dtype):
+    """The swizzled shared-memory layout of a (rows, d) tile (the copy engine's and wgmma's)."""
+    return gl.NVMMASharedLayout.get_default_for([rows, d], _GL_DTYPES[dtype])
+
+
+@lru_cache
+def _hopper(index: int) -> bool:
+    return torch.cuda.get_device_capability(index)[0] == 9
+
+
 def _descriptor(x: torch.Tensor, rows: int):
+    """A descriptor of x flattened to (B·H·N, d), moved in (rows, d) tiles."""
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
-    dtype = gl.float16 if x.dtype == torch.float16 else gl.bfloat16
-    layout = gl.NVMMASharedLayout.get_default_for([rows, x.shape[3]], dtype)
-    n = x.shape[0] * x.shape[1] * x.shape[2]
-    return TensorDescriptor(x, [n, x.shape[3]], [x.stride(2), 1], [rows, x.shape[3]], layout)
+    n, d = x.shape[0] * x.shape[1] * x.shape[2], x.shape[3]
+    return TensorDescriptor(x, [n, d], [x.stride(2), 1], [rows, d], _layout(rows, d, x.dtype))
 
 
 def launch_forward_ws(
@@ -386,12 +399,14 @@ def launch_forward_ws(
     lse = output((b, h, n_q), torch.float32, q.device)
     launch_regs, consumer_regs = cfg.registers()
     grid = (n_q // cfg.tile_m, b * h)
-    _attn_fwd_ws[grid](
-        _descriptor(q, cfg.block_m), _descriptor(k, cfg.block_n), _descriptor(v, cfg.block_n),
-        _descriptor(o, cfg.block_m), lse, scale * LOG2E, h, h // k.shape[1], n_q, n_k,
-        HEAD_DIM=d, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, CONSUMERS=cfg.consumers,
-        STAGES=cfg.stages, CAUSAL=causal, PIPELINE=cfg.pipeline, CONSUMER_REGS=consumer_regs,
-        num_warps=4, maxnreg=launch_regs,
+    launch(
+        _attn_fwd_ws, grid,
+        (_descriptor(q, cfg.block_m), _descriptor(k, cfg.block_n), _descriptor(v, cfg.block_n),
+         _descriptor(o, cfg.block_m), lse, scale * LOG2E, h, h // k.shape[1], n_q, n_k),
+        dict(HEAD_DIM=d, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, CONSUMERS=cfg.consumers,
+             STAGES=cfg.stages, CAUSAL=causal, PIPELINE=cfg.pipeline,
+             CONSUMER_REGS=consumer_regs),
+        {"num_warps": 4, "maxnreg": launch_regs},
     )  # fmt: skip
     return o, lse
 
