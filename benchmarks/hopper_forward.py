@@ -6,14 +6,14 @@ Usage (on a GPU machine):
     python benchmarks/hopper_forward.py choose FILE [--write]      (anywhere; reads a `time` file)
 
 `check` runs each candidate configuration on awkward and protocol shapes (GQA, N_q ≠ N_k,
-causal, fp16 and bf16, outputs poisoned first) against a float32 reference and against the
-error of PyTorch's own computation in the input dtype. `time` times, in one process with the
-papers' protocol (batch × N = 16384, heads = 2048 / d), every candidate beside sdpa-cudnn,
-sdpa-flash and flashscope's Triton forward, and writes the rows as JSON with the device, date
-and versions. `choose` picks, per (head_dim, causal, length bucket), the faster of the best
-candidate and the Triton forward (times summed over the file's dtypes) and, with --write,
-stores the choice in kernels/tuned.json ("fwd-route/…" → "ws" or "triton", "ws/fwd/…" → the
-configuration) for the file's GPU.
+causal, fp16 and bf16, outputs poisoned first) against kernels.reference in float64, within
+twice the error of the same computation by PyTorch in the input dtype plus 2e-3. `time`
+times, in one process with the papers' protocol (batch × N = 16384, heads = 2048 / d), every
+candidate beside sdpa-cudnn, sdpa-flash and flashscope's Triton forward, and writes the rows
+as JSON with the device, date and versions. `choose` picks, per (head_dim, causal, length
+bucket), the faster of the best candidate and the Triton forward (times summed over the
+file's dtypes) and, with --write, stores the choice in kernels/tuned.json ("fwd-route/…" →
+"ws" or "triton", "ws/fwd/…" → the configuration) for the file's GPU.
 """
 
 from __future__ import annotations
@@ -27,7 +27,6 @@ from functools import partial
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -35,6 +34,7 @@ sys.path.insert(0, str(ROOT))
 from benchmarks.attention import attention_fn, flops, protocol_inputs  # noqa: E402
 from kernels.forward import launch_forward  # noqa: E402
 from kernels.hopper_forward import WsConfig, launch_forward_ws, supports  # noqa: E402
+from kernels.reference import attention_forward  # noqa: E402
 from kernels.timing import median_ms  # noqa: E402
 
 W = WsConfig
@@ -46,22 +46,6 @@ CANDIDATES = {
 }  # fmt: skip
 MARGIN = 0.02  # `choose` routes to the Gluon kernel only where it is this much faster
 DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
-
-
-def reference(q, k, v, causal, scale):
-    """Float32 O and natural-log LSE, causal aligned bottom-right; GQA by repeating K/V."""
-    group = q.shape[1] // k.shape[1]
-    k = k.float().repeat_interleave(group, 1)
-    v = v.float().repeat_interleave(group, 1)
-    s = q.float() @ k.transpose(-1, -2) * scale
-    if causal:
-        n_q, n_k = q.shape[2], k.shape[2]
-        r = torch.arange(n_q, device=q.device)[:, None]
-        c = torch.arange(n_k, device=q.device)[None, :]
-        s = s.masked_fill(c > r + (n_k - n_q), float("-inf"))
-    lse = torch.logsumexp(s, -1)
-    p = torch.softmax(s, -1).nan_to_num(0.0)
-    return p @ v, lse
 
 
 def check() -> int:
@@ -85,15 +69,10 @@ def check() -> int:
                     scale = d**-0.5
                     os.environ["FLASHSCOPE_POISON"] = "1"
                     o, lse = launch_forward_ws(q, k, v, causal, scale, cfg)
-                    ref_o, ref_lse = reference(q, k, v, causal, scale)
-                    group = h // hk
-                    mine = F.scaled_dot_product_attention(
-                        q, k.repeat_interleave(group, 1), v.repeat_interleave(group, 1),
-                        is_causal=False,
-                        attn_mask=None if not causal else _mask(n_q, n_k, q.device),
-                    )  # fmt: skip
-                    torch_err = (mine.float() - ref_o).abs().max().item()
-                    err = (o.float() - ref_o).abs().max().item()
+                    ref_o, ref_lse = attention_forward(q, k, v, causal, scale)  # float64
+                    mine, _ = attention_forward(q, k, v, causal, scale, dtype=dtype)
+                    torch_err = (mine.double() - ref_o).abs().max().item()
+                    err = (o.double() - ref_o).abs().max().item()
                     seen = ref_lse > float("-inf")
                     lse_err = (lse - ref_lse)[seen].abs().max().item()
                     ok = err <= 2 * torch_err + 2e-3 and lse_err <= 1e-3 and not o.isnan().any()
@@ -107,12 +86,6 @@ def check() -> int:
                     )
     print("failures:", failures)
     return 1 if failures else 0
-
-
-def _mask(n_q: int, n_k: int, device) -> torch.Tensor:
-    r = torch.arange(n_q, device=device)[:, None]
-    c = torch.arange(n_k, device=device)[None, :]
-    return c <= r + (n_k - n_q)
 
 
 def time_all(out: Path, dtypes: list[str], lens: list[int]) -> None:

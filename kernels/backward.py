@@ -48,6 +48,7 @@ from .forward import (
     store_rows,
 )
 from .launch import (
+    LOG2E,
     choose_config,
     dot_precision,
     gpu_name,
@@ -58,8 +59,6 @@ from .launch import (
     upcast,
     use_tma_for,
 )
-
-LOG2E = 1.4426950408889634
 
 
 # Triton kernels keep compact argument lists, as in Triton's own tutorials.

@@ -39,24 +39,21 @@ class _Unkeyed(Exception):
     """An argument whose specialisation this module does not know."""
 
 
-def _descriptor_type() -> type | None:
-    try:
+def _descriptor_types() -> tuple[type, ...]:
+    """Triton's host tensor descriptor and Gluon's (which also carries a shared-memory layout)."""
+    found = []
+    with suppress(ImportError):  # every Triton this project pins has both
         from triton.tools.tensor_descriptor import TensorDescriptor
-    except ImportError:  # pragma: no cover - every Triton this project pins has it
-        return None
-    return TensorDescriptor
+
+        found.append(TensorDescriptor)
+    with suppress(ImportError):
+        from triton.experimental.gluon.nvidia.hopper import TensorDescriptor as GluonDescriptor
+
+        found.append(GluonDescriptor)
+    return tuple(found)
 
 
-def _gluon_descriptor_type() -> type | None:
-    try:
-        from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
-    except ImportError:  # pragma: no cover - every Triton this project pins has it
-        return None
-    return TensorDescriptor
-
-
-_DESCRIPTOR = _descriptor_type()
-_GLUON_DESCRIPTOR = _gluon_descriptor_type()
+_DESCRIPTORS = _descriptor_types()
 
 
 def _spec(a: object) -> object:
@@ -72,14 +69,10 @@ def _spec(a: object) -> object:
         return float
     if isinstance(a, torch.Tensor):
         return (a.dtype, a.data_ptr() % 16 == 0)
-    if _DESCRIPTOR is not None and isinstance(a, _DESCRIPTOR):
+    if isinstance(a, _DESCRIPTORS):
         base = a.base
-        return ("desc", base.dtype, base.data_ptr() % 16 == 0, tuple(a.shape), tuple(a.strides),
-                tuple(a.block_shape), a.padding)  # fmt: skip
-    if _GLUON_DESCRIPTOR is not None and isinstance(a, _GLUON_DESCRIPTOR):  # also its smem layout
-        base = a.base
-        return ("gluon-desc", base.dtype, base.data_ptr() % 16 == 0, tuple(a.shape),
-                tuple(a.strides), tuple(a.block_shape), a.padding, repr(a.layout))  # fmt: skip
+        return (kind, base.dtype, base.data_ptr() % 16 == 0, tuple(a.shape), tuple(a.strides),
+                tuple(a.block_shape), a.padding, repr(getattr(a, "layout", None)))  # fmt: skip
     raise _Unkeyed
 
 

@@ -39,17 +39,16 @@ from .config import KernelConfig
 from .fastlaunch import launch
 from .hopper_forward import launch_forward_ws, tuned
 from .launch import (
+    LOG2E,
     choose_config,
     dot_precision,
+    flat_rows,
     output,
     pad_dim,
     prepare_tma,
     upcast,
     use_tma_for,
 )
-
-LOG2E = 1.4426950408889634
-LN2 = 0.6931471805599453
 
 
 # Triton kernels keep compact argument lists, as in Triton's own tutorials.
@@ -318,13 +317,6 @@ def _attn_fwd(Q, K, V, O, LSE, TR, CLK, qk_scale2,
 # fmt: on
 
 
-def _flat_rows(x: torch.Tensor) -> bool:
-    """Is (B, H, N, d) laid out as one (B·H·N, d) matrix of row stride x.stride(2)?"""
-    b, h, n, _ = x.shape
-    s_b, s_h, s_n, _ = x.stride()
-    return (h == 1 or s_h == n * s_n) and (b == 1 or s_b == h * s_h)
-
-
 def check_band(band: int) -> None:
     if isinstance(band, bool) or not isinstance(band, int) or band < 1:
         raise ValueError(f"band must be a whole number of rows ≥ 1, got {band!r}")
@@ -352,7 +344,7 @@ def describe_on_host(
 
     if want is False or not tma:
         return None
-    if not (whole and all(_flat_rows(x) for x, _ in tiles)):
+    if not (whole and all(flat_rows(x) for x, _ in tiles)):
         if want:
             raise ValueError("host descriptors need whole tiles and (B·H·N, d)-flattenable inputs")
         return None
@@ -398,7 +390,7 @@ def launch_forward(
     if use_ws is not False and plain and use_tma is not False and host_desc is not False:
         ws = tuned(q, k, v, causal)
         if ws is not None:
-            return launch_forward_ws(q, k, v, causal, scale, ws)
+            return launch_forward_ws(q, k, v, causal, scale, ws, checked=True)
     b, h, n_q, d = q.shape
     n_k = k.shape[2]
     d_pad = pad_dim(d)

@@ -44,9 +44,8 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 from .config import route, table_key, ws_entry
 from .device import interpreting
 from .fastlaunch import launch
-from .launch import gpu_name, output, pad_dim
+from .launch import LOG2E, flat_rows, gpu_name, output, pad_dim, tuned_keys
 
-LOG2E = 1.4426950408889634
 _GL_DTYPES = {torch.float16: gl.float16, torch.bfloat16: gl.bfloat16}
 LOADER_REGS = 24  # the fewest registers a warp can be given
 _LOADER_REGS = gl.constexpr(LOADER_REGS)
@@ -324,9 +323,7 @@ def _attn_fwd_ws(q_desc, k_desc, v_desc, o_desc, LSE, qk_scale2, H, GROUP, N_Q, 
 
 def supports(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cfg: WsConfig) -> str | None:
     """None when this kernel can run the call with `cfg`, else the reason it cannot."""
-    from .forward import _flat_rows
-
-    if q.dtype not in (torch.float16, torch.bfloat16):
+    if q.dtype not in _GL_DTYPES:
         return f"needs fp16 or bf16, got {q.dtype}"
     d = q.shape[3]
     if d not in (64, 128):
@@ -336,7 +333,7 @@ def supports(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cfg: WsConfig) -
     need = cfg.shared_bytes(d)
     if need > SHARED_LIMIT or cfg.ctas * (need + 1024) > SHARED_PER_SM:
         return f"needs {need} bytes of shared memory per CTA with {cfg} at head_dim {d}"
-    if not all(_flat_rows(x) and x.stride(3) == 1 for x in (q, k, v)):
+    if not all(flat_rows(x) and x.stride(3) == 1 for x in (q, k, v)):
         return "needs inputs that flatten to (B·H·N, d)"
     if not q.is_cuda or not _hopper(q.device.index or 0):
         return "needs a Hopper GPU (compute capability 9.x)"
@@ -346,8 +343,6 @@ def supports(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cfg: WsConfig) -
 def tuned_config(gpu: str, d_pad: int, causal: bool, seq_len: int) -> WsConfig | None:
     """The configuration `gpu`'s tuned table gives (head_dim, causal, length bucket), where its
     route there is this kernel ("fwd-route/…" → "ws"); else None (the Triton kernel)."""
-    from simulator.kernelplan import tuned_keys
-
     keys = tuned_keys(table_key("fwd-route", 16, d_pad, causal), seq_len)
     if next((r for r in (route(gpu, k) for k in keys) if r is not None), None) != "ws":
         return None
@@ -361,10 +356,22 @@ def tuned(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool) -> Ws
     (`supports`); else None. FLASHSCOPE_WS=0 in the environment keeps every call on Triton."""
     if interpreting() or not q.is_cuda or os.environ.get("FLASHSCOPE_WS") == "0":
         return None
-    if q.dtype not in (torch.float16, torch.bfloat16):
+    if q.dtype not in _GL_DTYPES:
         return None
     cfg = tuned_config(gpu_name(), pad_dim(q.shape[3]), causal, max(q.shape[2], k.shape[2]))
     return cfg if cfg is not None and supports(q, k, v, cfg) is None else None
+
+
+def tuned_configs(gpu: str | None = None) -> list[tuple[WsConfig, int]]:
+    """(configuration, head_dim) of every bucket a tuned table routes here: `gpu`'s, or all."""
+    from .config import tuned_table
+
+    gpus = tuned_table() if gpu is None else {gpu: tuned_table().get(gpu, {})}
+    found = {
+        (tuple(entry), int(key.split("/")[2].removeprefix("d")))  # "fwd/16/d128/full/n2048"
+        for table in gpus.values() for key, entry in table.get("ws", {}).items()
+    }  # fmt: skip
+    return [(WsConfig.from_list(list(c)), d) for c, d in sorted(found)]
 
 
 @lru_cache
@@ -386,28 +393,58 @@ def _descriptor(x: torch.Tensor, rows: int):
     return TensorDescriptor(x, [n, d], [x.stride(2), 1], [rows, d], _layout(rows, d, x.dtype))
 
 
+def _arguments(q, k, v, o, lse, causal: bool, scale: float, cfg: WsConfig) -> tuple:
+    """The kernel's (positional arguments, constexprs, launch options) for one call."""
+    h, n_q, n_k = q.shape[1], q.shape[2], k.shape[2]
+    launch_regs, consumer_regs = cfg.registers()
+    args = (
+        _descriptor(q, cfg.block_m),
+        _descriptor(k, cfg.block_n),
+        _descriptor(v, cfg.block_n),
+        _descriptor(o, cfg.block_m),
+        lse,
+        scale * LOG2E,
+        h,
+        h // k.shape[1],
+        n_q,
+        n_k,
+    )
+    constexprs = dict(
+        HEAD_DIM=q.shape[3],
+        BLOCK_M=cfg.block_m,
+        BLOCK_N=cfg.block_n,
+        CONSUMERS=cfg.consumers,
+        STAGES=cfg.stages,
+        CAUSAL=causal,
+        PIPELINE=cfg.pipeline,
+        CONSUMER_REGS=consumer_regs,
+    )
+    return args, constexprs, {"num_warps": 4, "maxnreg": launch_regs}  # fmt: skip
+
+
 def launch_forward_ws(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, scale: float, cfg: WsConfig
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    causal: bool,
+    scale: float,
+    cfg: WsConfig,
+    *,
+    checked: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """(O, LSE) of checked inputs by the warp-specialized kernel; ValueError where it cannot."""
-    why = supports(q, k, v, cfg)
+    """(O, LSE) of checked inputs by the warp-specialized kernel; ValueError where it cannot.
+
+    `checked`: the caller has had `supports` pass for these inputs and `cfg` (`tuned` does).
+    """
+    why = None if checked else supports(q, k, v, cfg)
     if why is not None:
         raise ValueError(f"the warp-specialized forward {why}")
-    b, h, n_q, d = q.shape
-    n_k = k.shape[2]
+    b, h, n_q, _ = q.shape
     o = output(q.shape, q.dtype, q.device)
     lse = output((b, h, n_q), torch.float32, q.device)
-    launch_regs, consumer_regs = cfg.registers()
-    grid = (n_q // cfg.tile_m, b * h)
     launch(
-        _attn_fwd_ws, grid,
-        (_descriptor(q, cfg.block_m), _descriptor(k, cfg.block_n), _descriptor(v, cfg.block_n),
-         _descriptor(o, cfg.block_m), lse, scale * LOG2E, h, h // k.shape[1], n_q, n_k),
-        dict(HEAD_DIM=d, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, CONSUMERS=cfg.consumers,
-             STAGES=cfg.stages, CAUSAL=causal, PIPELINE=cfg.pipeline,
-             CONSUMER_REGS=consumer_regs),
-        {"num_warps": 4, "maxnreg": launch_regs},
-    )  # fmt: skip
+        _attn_fwd_ws, (n_q // cfg.tile_m, b * h), *_arguments(q, k, v, o, lse, causal, scale, cfg)
+    )
     return o, lse
 
 
@@ -446,18 +483,11 @@ def compile_sm90(cfg: WsConfig, head_dim: int, causal: bool, dtype: torch.dtype 
 
     n = cfg.tile_m * cfg.block_n  # a multiple of both tiles
     q = torch.empty(1, 2, n, head_dim, dtype=dtype)
-    lse = torch.empty(1, 2, n)
-    launch_regs, consumer_regs = cfg.registers()
+    args, constexprs, options = _arguments(q, q, q, q, torch.empty(1, 2, n), causal, 0.1, cfg)
     saved = driver._active
     driver.set_active(_Sm90Target())
     try:
-        return _attn_fwd_ws.warmup(
-            _descriptor(q, cfg.block_m), _descriptor(q, cfg.block_n), _descriptor(q, cfg.block_n),
-            _descriptor(q, cfg.block_m), lse, 0.1, 2, 1, n, n,
-            HEAD_DIM=head_dim, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
-            CONSUMERS=cfg.consumers, STAGES=cfg.stages, CAUSAL=causal, PIPELINE=cfg.pipeline,
-            CONSUMER_REGS=consumer_regs, num_warps=4, maxnreg=launch_regs, grid=(1,),
-        )  # fmt: skip
+        return _attn_fwd_ws.warmup(*args, **constexprs, **options, grid=(1,))
     finally:
         driver._active = saved
 
@@ -505,13 +535,9 @@ if __name__ == "__main__":
     import json
     import sys
 
-    from .config import tuned_table
-
     # Every configuration a tuned table names (with its head_dim), or those given as JSON.
-    wanted = json.loads(sys.argv[1]) if len(sys.argv) > 1 else None
-    if wanted is None:
-        wanted = sorted({
-            (tuple(entry), int(key.split("/")[2][1:]))
-            for gpu in tuned_table().values() for key, entry in gpu.get("ws", {}).items()
-        })  # fmt: skip
-    json.dump(compile_report([(WsConfig.from_list(list(c)), d) for c, d in wanted]), sys.stdout)
+    if len(sys.argv) > 1:
+        wanted = [(WsConfig.from_list(c), d) for c, d in json.loads(sys.argv[1])]
+    else:
+        wanted = tuned_configs()
+    json.dump(compile_report(wanted), sys.stdout)

@@ -18,6 +18,15 @@ from .device import interpreting
 from .inputs import tma_ready
 from .tuning import autotuned
 
+LOG2E = 1.4426950408889634  # scores go to the log2 domain with one multiply (exp2, not exp)
+
+
+def flat_rows(x: torch.Tensor) -> bool:
+    """Is (B, H, N, d) laid out as one (B·H·N, d) matrix of row stride x.stride(2)?"""
+    b, h, n, _ = x.shape
+    s_b, s_h, s_n, _ = x.stride()
+    return (h == 1 or s_h == n * s_n) and (b == 1 or s_b == h * s_h)
+
 
 def output(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
     """An output buffer; NaN-filled when FLASHSCOPE_POISON=1, so tests catch unwritten elements."""

@@ -230,14 +230,9 @@ def test_repeated_calls_skip_tritons_binding_and_stay_right(seed: int, route: st
 
 def _ws_configs() -> list:
     """(WsConfig, head_dim) pairs this GPU's tuned table routes to the Gluon forward."""
-    from kernels.config import tuned_table
-    from kernels.hopper_forward import WsConfig
+    from kernels.hopper_forward import tuned_configs
 
-    if not torch.cuda.is_available():
-        return []
-    entry = tuned_table().get(torch.cuda.get_device_name(), {})
-    found = {(tuple(c), int(key.split("/")[2][1:])) for key, c in entry.get("ws", {}).items()}
-    return [(WsConfig.from_list(list(c)), d) for c, d in sorted(found)]
+    return tuned_configs(torch.cuda.get_device_name()) if torch.cuda.is_available() else []
 
 
 @pytest.mark.parametrize("dtype", [F16, BF16], ids=["fp16", "bf16"])
@@ -276,7 +271,9 @@ def test_the_tuned_route_runs_the_gluon_forward(seed: int, monkeypatch) -> None:
         pytest.skip("this GPU's tuned table routes nothing to the Gluon forward")
     ran = []
     real = forward.launch_forward_ws
-    monkeypatch.setattr(forward, "launch_forward_ws", lambda *a: ran.append(a[-1]) or real(*a))
+    monkeypatch.setattr(
+        forward, "launch_forward_ws", lambda *a, **kw: ran.append(a[-1]) or real(*a, **kw)
+    )
     q, k, v, do = (rand(1, 16, 2048, 128) for _ in range(4))
     tuned = forward.tuned(q, k, v, False)
     assert tuned is not None  # the H200 and H100 tables route d = 128, N = 2048 here

@@ -25,6 +25,7 @@ from kernels.hopper_forward import (
     supports,
     tuned,
     tuned_config,
+    tuned_configs,
 )
 from simulator.kernelplan import SEQ_BUCKETS
 
@@ -140,6 +141,16 @@ def test_every_routed_bucket_has_a_configuration() -> None:
                 WsConfig.from_list(entry)  # a valid configuration
 
 
+def test_the_tuned_configurations_are_listed_with_their_head_dims() -> None:
+    for gpu in json.loads(TUNED_FILE.read_text())["gpus"]:
+        ws = ws_table(gpu)[1]
+        want = {(WsConfig.from_list(e), int(key.split("/")[2][1:])) for key, e in ws.items()}
+        assert set(tuned_configs(gpu)) == want and len(tuned_configs(gpu)) == len(want), gpu
+    assert set(tuned_configs()) == {c for gpu in ("NVIDIA H200", "NVIDIA H100 80GB HBM3")
+                                    for c in tuned_configs(gpu)}  # fmt: skip
+    assert tuned_configs("Some GPU") == []
+
+
 def test_the_interpreter_never_takes_the_gluon_kernel(monkeypatch) -> None:
     import kernels.forward as forward
 
@@ -157,14 +168,11 @@ def test_the_interpreter_never_takes_the_gluon_kernel(monkeypatch) -> None:
 def compiled() -> list[dict]:
     """Every configuration the tuned tables name, and two more, compiled for sm_90a in a process
     of its own (Triton's compiler, not its interpreter)."""
-    extra = [[[3, 128, 2, 1, 1], 64], [[2, 64, 3, 1, 1], 128]]
-    wanted = {(tuple(c), d) for c, d in extra}
-    for gpu in json.loads(TUNED_FILE.read_text())["gpus"]:
-        for key, entry in ws_table(gpu)[1].items():
-            wanted.add((tuple(entry), int(key.split("/")[2][1:])))
+    extra = [([3, 128, 2, 1, 1], 64), ([2, 64, 3, 1, 1], 128)]
+    wanted = extra + [(cfg.as_list(), d) for cfg, d in tuned_configs()]
     env = {**os.environ, "TRITON_INTERPRET": "0"}
     out = subprocess.run(
-        [sys.executable, "-m", "kernels.hopper_forward", json.dumps(sorted(wanted))],
+        [sys.executable, "-m", "kernels.hopper_forward", json.dumps(wanted)],
         cwd=ROOT, env=env, capture_output=True, text=True, check=True, timeout=600,
     )  # fmt: skip
     return json.loads(out.stdout)
