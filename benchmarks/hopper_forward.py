@@ -1,8 +1,9 @@
 """The warp-specialized Gluon forward (kernels/hopper_forward.py) checked and timed on a Hopper GPU.
 
 Usage (on a GPU machine):
-    python benchmarks/hopper_forward.py check
+    python benchmarks/hopper_forward.py check [--dims 64,128]
     python benchmarks/hopper_forward.py time --out FILE [--dtypes fp16,bf16] [--lens 2048,4096]
+                                             [--dims 64,128]
     python benchmarks/hopper_forward.py choose FILE [--write]      (anywhere; reads a `time` file)
 
 `check` runs each candidate configuration on awkward and protocol shapes (GQA, N_q ≠ N_k,
@@ -38,26 +39,28 @@ from kernels.reference import attention_forward  # noqa: E402
 from kernels.timing import median_ms  # noqa: E402
 
 W = WsConfig
+PP = partial(WsConfig, pipeline=True, pingpong=True)
 CANDIDATES = {
-    64: [W(2, 128, 2, True), W(2, 128, 3, True), W(2, 256, 2, False), W(1, 128, 2, True, 2),
-         W(1, 128, 3, True, 2), W(1, 64, 3, True, 2)],
-    128: [W(2, 128, 2, True), W(2, 64, 3, True), W(1, 64, 2, True, 2), W(1, 64, 3, True, 2),
-          W(2, 128, 2, False)],
+    64: [W(2, 128, 2, True), W(2, 256, 2, False), W(1, 128, 2, True, 2), W(3, 128, 2, True),
+         W(3, 128, 3, True), W(3, 128, 2, False), PP(2, 128, 2), PP(3, 128, 2), PP(3, 128, 3)],
+    128: [W(2, 128, 2, True), W(2, 64, 3, True), W(1, 64, 2, True, 2), PP(2, 128, 2),
+          PP(2, 64, 3)],
 }  # fmt: skip
 MARGIN = 0.02  # `choose` routes to the Gluon kernel only where it is this much faster
 DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
 
 
-def check() -> int:
+def check(dims: list[int]) -> int:
     torch.manual_seed(0)
     shapes = [  # (B, H, H_kv, N_q, N_k, causal)
         (2, 4, 4, 256, 256, False), (2, 4, 4, 384, 384, True), (1, 8, 2, 384, 768, True),
         (1, 8, 2, 768, 384, True), (3, 2, 1, 1152, 1152, False), (1, 4, 4, 2048, 2048, True),
-        (2, 3, 3, 192 * 4, 256 * 3, False),
+        (2, 3, 3, 192 * 4, 256 * 3, False), (2, 2, 1, 64, 256, False), (1, 4, 2, 320, 640, True),
+        (2, 2, 2, 640, 256, True), (1, 2, 2, 4096, 4096, True),
     ]  # fmt: skip
     failures = 0
-    for d, cfgs in CANDIDATES.items():
-        for cfg in cfgs:
+    for d in dims:
+        for cfg in CANDIDATES[d]:
             for dtype in DTYPES.values():
                 for b, h, hk, n_q, n_k, causal in shapes:
                     q = torch.randn(b, h, n_q, d, device="cuda", dtype=dtype)
@@ -88,11 +91,12 @@ def check() -> int:
     return 1 if failures else 0
 
 
-def time_all(out: Path, dtypes: list[str], lens: list[int]) -> None:
+def time_all(out: Path, dtypes: list[str], lens: list[int], dims: list[int]) -> None:
     rows = []
     for name in dtypes:
         dtype = DTYPES[name]
-        for d, cfgs in CANDIDATES.items():
+        for d in dims:
+            cfgs = CANDIDATES[d]
             for causal in (False, True):
                 for n in lens:
                     sets = protocol_inputs(d, n, dtype)
@@ -166,8 +170,9 @@ def choose(path: Path, write: bool) -> dict[str, object]:
         fast = best_ms < times["triton"] * (1 - MARGIN)
         route_key = table_key("fwd-route", 16, d, causal) + f"/n{n}"
         chosen[route_key] = "ws" if fast else "triton"
-        if fast:
-            chosen["ws/" + table_key("fwd", 16, d, causal) + f"/n{n}"] = json.loads(best[2:])
+        # the configuration where routed here; else none (an older choice is removed)
+        ws_key = "ws/" + table_key("fwd", 16, d, causal) + f"/n{n}"
+        chosen[ws_key] = json.loads(best[2:]) if fast else None
         print(f"d={d} causal={causal} N={n}: triton {times['triton']:.3f} ms, {best} "
               f"{best_ms:.3f} ms → {chosen[route_key]}")  # fmt: skip
     if write:
@@ -183,9 +188,11 @@ def main() -> int:
     parser.add_argument("--out", type=Path)
     parser.add_argument("--dtypes", default="fp16")
     parser.add_argument("--lens", default="1024,2048,4096,8192,16384")
+    parser.add_argument("--dims", default="64,128", help="head dims whose candidates run")
     args = parser.parse_args()
+    dims = [int(x) for x in args.dims.split(",")]
     if args.what == "check":
-        return check()
+        return check(dims)
     if args.what == "choose":
         if args.file is None:
             parser.error("choose needs a results file")
@@ -194,7 +201,7 @@ def main() -> int:
     if args.out is None:
         parser.error("time needs --out")
     lens = [int(x) for x in args.lens.split(",")]
-    time_all(args.out, args.dtypes.split(","), lens)
+    time_all(args.out, args.dtypes.split(","), lens, dims)
     return 0
 
 

@@ -58,7 +58,9 @@ class WsConfig:
 
     consumers: warpgroups computing (each BLOCK_M = 64 query rows; the CTA holds 64·consumers);
     block_n: keys per step; stages: K/V ring depth; pipeline: S of the next tile issued before
-    this tile's softmax; ctas: CTAs meant to share an SM (the registers are split that way).
+    this tile's softmax; ctas: CTAs meant to share an SM (the registers are split that way);
+    pingpong (with pipeline, two or more consumers): the warpgroups take turns issuing their
+    products (FlashAttention-3's ping-pong), so one's softmax runs under another's products.
     """
 
     consumers: int = 2
@@ -67,6 +69,7 @@ class WsConfig:
     pipeline: bool = True
     ctas: int = 1
     block_m: int = 64
+    pingpong: bool = False
 
     def __post_init__(self) -> None:
         if self.consumers not in (1, 2, 3):
@@ -79,19 +82,26 @@ class WsConfig:
             raise ValueError(f"ctas must be 1 or 2, got {self.ctas!r}")
         if self.block_m != 64:
             raise ValueError(f"block_m must be 64 (one warpgroup's rows), got {self.block_m!r}")
+        if self.pingpong and (self.consumers < 2 or not self.pipeline):
+            raise ValueError("pingpong needs pipeline and two or more consumers")
 
     @property
     def tile_m(self) -> int:
         return self.block_m * self.consumers
 
     def as_list(self) -> list[int]:
-        """[consumers, block_n, stages, pipeline (0/1), ctas]: as tuned.json holds them."""
-        return [self.consumers, self.block_n, self.stages, int(self.pipeline), self.ctas]
+        """[consumers, block_n, stages, pipeline (0/1), ctas] and, only where set, pingpong (1):
+        as tuned.json holds them (five-entry lists stay valid)."""
+        entry = [self.consumers, self.block_n, self.stages, int(self.pipeline), self.ctas]
+        return [*entry, 1] if self.pingpong else entry
 
     @classmethod
     def from_list(cls, entry: list[int]) -> WsConfig:
-        consumers, block_n, stages, pipeline, ctas = entry
-        return cls(consumers, block_n, stages, bool(pipeline), ctas)
+        consumers, block_n, stages, pipeline, ctas, *rest = entry
+        if len(rest) > 1:
+            raise ValueError(f"a configuration has 5 or 6 entries, got {entry!r}")
+        pingpong = bool(rest[0]) if rest else False
+        return cls(consumers, block_n, stages, bool(pipeline), ctas, pingpong=pingpong)
 
     def registers(self) -> tuple[int, int]:
         """(registers per thread at launch, registers per consumer thread after the loader's
@@ -104,7 +114,7 @@ class WsConfig:
     def shared_bytes(self, head_dim: int, elem: int = 2) -> int:
         q = self.tile_m * head_dim * elem
         kv = 2 * self.stages * self.block_n * head_dim * elem
-        return q + kv + 8 * (self.consumers + 4 * self.stages)
+        return q + kv + 8 * (2 * self.consumers + 4 * self.stages)
 
 
 SHARED_LIMIT = 232448  # bytes of shared memory one CTA may use on Hopper
@@ -148,10 +158,11 @@ def _scores(q, k_smem, k_ready, j, STAGES: gl.constexpr, s_layout: gl.constexpr,
 
 
 @gluon.jit
-def _softmax(s, m, l, j, n_full, rows, off, qk_scale2, s_layout: gl.constexpr,
-             BLOCK_N: gl.constexpr, CAUSAL: gl.constexpr):
-    """Running max and sum for tile j (log2 domain): (P unnormalized in fp32, m, ℓ, α)."""
-    if CAUSAL and j >= n_full:
+def _softmax(s, m, l, j, rows, off, qk_scale2, s_layout: gl.constexpr, BLOCK_N: gl.constexpr,
+             MASKED: gl.constexpr):
+    """Running max and sum for tile j (log2 domain): (P unnormalized in fp32, m, ℓ, α).
+    MASKED: tile j crosses the causal diagonal (key c visible to row r iff c ≤ r + off)."""
+    if MASKED:
         cols = j * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
         keep = cols[None, :] <= rows[:, None] + off
         s = gl.where(keep, s * qk_scale2, float("-inf"))
@@ -168,12 +179,78 @@ def _softmax(s, m, l, j, n_full, rows, off, qk_scale2, s_layout: gl.constexpr,
 
 
 @gluon.jit
+def _take_turn(turn, r, C: gl.constexpr, PINGPONG: gl.constexpr):
+    """Ping-pong: wait until warpgroup C may issue its products of round r."""
+    if PINGPONG:
+        mbarrier.wait(turn.index(C), r & 1)
+
+
+@gluon.jit
+def _pass_turn(turn, C: gl.constexpr, CONSUMERS: gl.constexpr, PINGPONG: gl.constexpr):
+    """Ping-pong: warpgroup C has issued this round's products; the next one may issue."""
+    if PINGPONG:
+        mbarrier.arrive(turn.index((C + 1) % CONSUMERS), count=1)
+
+
+@gluon.jit
+def _pipelined_step(q, p, acc, m, l, j, rows, off, qk_scale2, ring, turn,
+                    s_layout: gl.constexpr, o_layout: gl.constexpr, p_layout: gl.constexpr,
+                    BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
+                    MASKED: gl.constexpr, dtype: gl.constexpr, C: gl.constexpr,
+                    CONSUMERS: gl.constexpr, PINGPONG: gl.constexpr):
+    """Step j of the pipelined loop: issue Sⱼ, issue P_{j-1} V_{j-1}, wait for Sⱼ alone, run its
+    softmax while the P V product is still on the tensor cores, then rescale. Returns the state
+    with P of tile j (in the operand layout) waiting for Vⱼ."""
+    k_smem, v_smem, k_ready, v_ready, k_empty, v_empty = ring
+    _take_turn(turn, j, C, PINGPONG)
+    s = _scores(q, k_smem, k_ready, j, STAGES, s_layout, BLOCK_M, BLOCK_N)
+    prev = (j - 1) % STAGES
+    mbarrier.wait(v_ready.index(prev), ((j - 1) // STAGES) & 1)
+    acc = warpgroup_mma(p, v_smem.index(prev), acc, is_async=True)
+    _pass_turn(turn, C, CONSUMERS, PINGPONG)
+    s = warpgroup_mma_wait(1, deps=(s,))
+    mbarrier.arrive(k_empty.index(j % STAGES), count=1)
+    p_new, m, l, alpha = _softmax(s, m, l, j, rows, off, qk_scale2, s_layout, BLOCK_N, MASKED)
+    acc, p = warpgroup_mma_wait(0, deps=(acc, p))
+    mbarrier.arrive(v_empty.index(prev), count=1)
+    acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, o_layout))[:, None]
+    p = gl.convert_layout(p_new.to(dtype), p_layout)
+    return p, acc, m, l
+
+
+@gluon.jit
+def _plain_step(q, acc, m, l, j, rows, off, qk_scale2, ring, s_layout: gl.constexpr,
+                o_layout: gl.constexpr, p_layout: gl.constexpr, BLOCK_M: gl.constexpr,
+                BLOCK_N: gl.constexpr, STAGES: gl.constexpr, MASKED: gl.constexpr,
+                dtype: gl.constexpr):
+    """Step j without pipelining: Sⱼ, its softmax, the rescale, then P V, each waited for."""
+    k_smem, v_smem, k_ready, v_ready, k_empty, v_empty = ring
+    slot = j % STAGES
+    s = _scores(q, k_smem, k_ready, j, STAGES, s_layout, BLOCK_M, BLOCK_N)
+    s = warpgroup_mma_wait(0, deps=(s,))
+    mbarrier.arrive(k_empty.index(slot), count=1)
+    p, m, l, alpha = _softmax(s, m, l, j, rows, off, qk_scale2, s_layout, BLOCK_N, MASKED)
+    acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, o_layout))[:, None]
+    p = gl.convert_layout(p.to(dtype), p_layout)
+    mbarrier.wait(v_ready.index(slot), (j // STAGES) & 1)
+    acc = warpgroup_mma(p, v_smem.index(slot), acc, is_async=True)
+    acc, p = warpgroup_mma_wait(0, deps=(acc, p))
+    mbarrier.arrive(v_empty.index(slot), count=1)
+    return acc, m, l
+
+
+@gluon.jit
 def _consumer(args, C: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr,
               BLOCK_N: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
-              PIPELINE: gl.constexpr):
-    """Warpgroup C: its BLOCK_M query rows through every step, then their O and LSE."""
-    (o_desc, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready, k_empty, v_empty, LSE, q_row, m0,
-     off, n_full, n_steps, qk_scale2) = args
+              PIPELINE: gl.constexpr, CONSUMERS: gl.constexpr, PINGPONG: gl.constexpr):
+    """Warpgroup C: its BLOCK_M query rows through every step, then their O and LSE.
+
+    With PINGPONG the warpgroups issue their products in turn, round r = 0 … n_steps (S₀;
+    then Sⱼ with P_{j-1} V_{j-1}; then the last P V): C waits for turn C, the previous
+    warpgroup's pass, and passes to C + 1; the last one passes round 0 to the first at the start.
+    """
+    (o_desc, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready, k_empty, v_empty, turn, LSE, q_row,
+     m0, off, n_full, n_steps, qk_scale2) = args
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                        instr_shape=[16, BLOCK_N, 16])
     o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
@@ -190,68 +267,69 @@ def _consumer(args, C: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constex
     q = q_smem.index(C)
     mbarrier.wait(q_bars.index(C), 0)
 
+    # Steps [0, n_full) need no mask; the causal diagonal's [n_full, n_steps) do (two loops, so
+    # the unmasked one carries none of the mask's registers).
+    ring = (k_smem, v_smem, k_ready, v_ready, k_empty, v_empty)
     if PIPELINE:
-        # S₀ first; then in step j: issue Sⱼ, issue P_{j-1} V_{j-1}, wait for Sⱼ alone, run its
-        # softmax while the P V product is still on the tensor cores, then rescale.
+        if C == CONSUMERS - 1:
+            _pass_turn(turn, C, CONSUMERS, PINGPONG)  # round 0 starts at the first warpgroup
+        # S₀ and its softmax first (masked where causal: it may cross the diagonal).
+        _take_turn(turn, 0, C, PINGPONG)
         s = _scores(q, k_smem, k_ready, 0, STAGES, s_layout, BLOCK_M, BLOCK_N)
+        _pass_turn(turn, C, CONSUMERS, PINGPONG)
         s = warpgroup_mma_wait(0, deps=(s,))
         mbarrier.arrive(k_empty.index(0), count=1)
-        p, m, l, alpha = _softmax(s, m, l, 0, n_full, rows, off, qk_scale2, s_layout, BLOCK_N,
-                                  CAUSAL)
+        p, m, l, _ = _softmax(s, m, l, 0, rows, off, qk_scale2, s_layout, BLOCK_N, CAUSAL)
         p = gl.convert_layout(p.to(dtype), p_layout)
-        for j in range(1, n_steps):
-            s = _scores(q, k_smem, k_ready, j, STAGES, s_layout, BLOCK_M, BLOCK_N)
-            prev = (j - 1) % STAGES
-            mbarrier.wait(v_ready.index(prev), ((j - 1) // STAGES) & 1)
-            acc = warpgroup_mma(p, v_smem.index(prev), acc, is_async=True)
-            s = warpgroup_mma_wait(1, deps=(s,))
-            mbarrier.arrive(k_empty.index(j % STAGES), count=1)
-            p_new, m, l, alpha = _softmax(s, m, l, j, n_full, rows, off, qk_scale2, s_layout,
-                                          BLOCK_N, CAUSAL)
-            acc, p = warpgroup_mma_wait(0, deps=(acc, p))
-            mbarrier.arrive(v_empty.index(prev), count=1)
-            acc = acc * gl.convert_layout(alpha, row_o)[:, None]
-            p = gl.convert_layout(p_new.to(dtype), p_layout)
+        for j in range(1, n_full):
+            p, acc, m, l = _pipelined_step(q, p, acc, m, l, j, rows, off, qk_scale2, ring, turn,
+                                           s_layout, o_layout, p_layout, BLOCK_M, BLOCK_N,
+                                           STAGES, False, dtype, C, CONSUMERS, PINGPONG)
+        if CAUSAL:
+            for j in range(gl.maximum(n_full, 1), n_steps):
+                p, acc, m, l = _pipelined_step(q, p, acc, m, l, j, rows, off, qk_scale2, ring,
+                                               turn, s_layout, o_layout, p_layout, BLOCK_M,
+                                               BLOCK_N, STAGES, True, dtype, C, CONSUMERS,
+                                               PINGPONG)
         last = (n_steps - 1) % STAGES
         mbarrier.wait(v_ready.index(last), ((n_steps - 1) // STAGES) & 1)
+        _take_turn(turn, n_steps, C, PINGPONG)
         acc = warpgroup_mma(p, v_smem.index(last), acc, is_async=True)
+        _pass_turn(turn, C, CONSUMERS, PINGPONG)
         acc, p = warpgroup_mma_wait(0, deps=(acc, p))
         mbarrier.arrive(v_empty.index(last), count=1)
     else:
-        for j in range(n_steps):
-            slot = j % STAGES
-            s = _scores(q, k_smem, k_ready, j, STAGES, s_layout, BLOCK_M, BLOCK_N)
-            s = warpgroup_mma_wait(0, deps=(s,))
-            mbarrier.arrive(k_empty.index(slot), count=1)
-            p, m, l, alpha = _softmax(s, m, l, j, n_full, rows, off, qk_scale2, s_layout,
-                                      BLOCK_N, CAUSAL)
-            acc = acc * gl.convert_layout(alpha, row_o)[:, None]
-            p = gl.convert_layout(p.to(dtype), p_layout)
-            mbarrier.wait(v_ready.index(slot), (j // STAGES) & 1)
-            acc = warpgroup_mma(p, v_smem.index(slot), acc, is_async=True)
-            acc, p = warpgroup_mma_wait(0, deps=(acc, p))
-            mbarrier.arrive(v_empty.index(slot), count=1)
+        for j in range(n_full):
+            acc, m, l = _plain_step(q, acc, m, l, j, rows, off, qk_scale2, ring, s_layout,
+                                    o_layout, p_layout, BLOCK_M, BLOCK_N, STAGES, False, dtype)
+        if CAUSAL:
+            for j in range(n_full, n_steps):
+                acc, m, l = _plain_step(q, acc, m, l, j, rows, off, qk_scale2, ring, s_layout,
+                                        o_layout, p_layout, BLOCK_M, BLOCK_N, STAGES, True, dtype)
 
     seen = l > 0
     l_safe = gl.where(seen, l, 1.0)
     o = acc / gl.convert_layout(l_safe, row_o)[:, None]
     lse = gl.where(seen, (m + gl.log2(l_safe)) * 0.6931471805599453, float("-inf"))
-    local = C * BLOCK_M + gl.arange(0, BLOCK_M, layout=row_s)
-    gl.store(LSE + q_row + local, lse)  # LSE is (B·H·N_q) in the same row order as Q
-    # Q's rows are no longer read (every product has completed): they stage O for the copy.
-    q.store(o.to(dtype))
-    fence_async_shared()
-    tma.async_copy_shared_to_global(o_desc, [q_row + C * BLOCK_M, 0], q)
-    tma.store_wait(0)
+    # The top tile of a head may start above row 0 (tiles are aligned to the bottom): a
+    # warpgroup whose rows all lie there computed nothing of this head's and stores nothing.
+    if m0 + C * BLOCK_M >= 0:
+        local = C * BLOCK_M + gl.arange(0, BLOCK_M, layout=row_s)
+        gl.store(LSE + q_row + local, lse)  # LSE is (B·H·N_q) in the same row order as Q
+        # Q's rows are no longer read (every product has completed): they stage O for the copy.
+        q.store(o.to(dtype))
+        fence_async_shared()
+        tma.async_copy_shared_to_global(o_desc, [q_row + C * BLOCK_M, 0], q)
+        tma.store_wait(0)
 
 
 @gluon.jit
 def _attn_fwd_ws(q_desc, k_desc, v_desc, o_desc, LSE, qk_scale2, H, GROUP, N_Q, N_K,
                  HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
                  CONSUMERS: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
-                 PIPELINE: gl.constexpr, CONSUMER_REGS: gl.constexpr):
+                 PIPELINE: gl.constexpr, PINGPONG: gl.constexpr, CONSUMER_REGS: gl.constexpr):
     TILE_M: gl.constexpr = BLOCK_M * CONSUMERS
-    n_mb = N_Q // TILE_M
+    n_mb = gl.cdiv(N_Q, TILE_M)
     if CAUSAL:  # heaviest query block of each (batch, head) first
         pid = gl.program_id(0) + gl.program_id(1) * n_mb
         bh = pid // n_mb
@@ -261,7 +339,10 @@ def _attn_fwd_ws(q_desc, k_desc, v_desc, o_desc, LSE, qk_scale2, H, GROUP, N_Q, 
         bh = gl.program_id(1)
     b = bh // H
     hk = bh % H // GROUP
-    m0 = pid_m * TILE_M
+    # Tiles end at row N_Q: where TILE_M does not divide N_Q (a multiple of BLOCK_M), the top
+    # tile starts above row 0 and its first warpgroups have no rows of this head. Their Q copy
+    # reads the previous head's rows (or zeros before the first), and they store nothing.
+    m0 = N_Q - (n_mb - pid_m) * TILE_M
     q_row = bh * N_Q + m0
     kv_row = (b * (H // GROUP) + hk) * N_K
     off = N_K - N_Q  # bottom-right alignment: key c visible to row r iff c ≤ r + off
@@ -285,37 +366,39 @@ def _attn_fwd_ws(q_desc, k_desc, v_desc, o_desc, LSE, qk_scale2, H, GROUP, N_Q, 
     v_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     k_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     v_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    turn = gl.allocate_shared_memory(gl.int64, [CONSUMERS, 1], mbarrier.MBarrierLayout())
     for c in gl.static_range(CONSUMERS):
         mbarrier.init(q_bars.index(c), count=1)
+        mbarrier.init(turn.index(c), count=1)
     for s in gl.static_range(STAGES):
         mbarrier.init(k_ready.index(s), count=1)
         mbarrier.init(v_ready.index(s), count=1)
         mbarrier.init(k_empty.index(s), count=CONSUMERS)
         mbarrier.init(v_empty.index(s), count=CONSUMERS)
 
-    shared = (o_desc, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready, k_empty, v_empty, LSE,
-              q_row, m0, off, n_full, n_steps, qk_scale2)
+    shared = (o_desc, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready, k_empty, v_empty, turn,
+              LSE, q_row, m0, off, n_full, n_steps, qk_scale2)
     loads = (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready, k_empty,
              v_empty, q_row, kv_row, n_steps)
     if CONSUMERS == 1:
         gl.warp_specialize([(_consumer, (shared, 0, HEAD_DIM, BLOCK_M, BLOCK_N, STAGES, CAUSAL,
-                                         PIPELINE)),
+                                         PIPELINE, CONSUMERS, PINGPONG)),
                             (_loader, (loads, BLOCK_M, BLOCK_N, CONSUMERS, STAGES))],
                            [1], [_LOADER_REGS])
     elif CONSUMERS == 2:
         gl.warp_specialize([(_consumer, (shared, 0, HEAD_DIM, BLOCK_M, BLOCK_N, STAGES, CAUSAL,
-                                         PIPELINE)),
+                                         PIPELINE, CONSUMERS, PINGPONG)),
                             (_consumer, (shared, 1, HEAD_DIM, BLOCK_M, BLOCK_N, STAGES, CAUSAL,
-                                         PIPELINE)),
+                                         PIPELINE, CONSUMERS, PINGPONG)),
                             (_loader, (loads, BLOCK_M, BLOCK_N, CONSUMERS, STAGES))],
                            [4, 1], [CONSUMER_REGS, _LOADER_REGS])
     else:
         gl.warp_specialize([(_consumer, (shared, 0, HEAD_DIM, BLOCK_M, BLOCK_N, STAGES, CAUSAL,
-                                         PIPELINE)),
+                                         PIPELINE, CONSUMERS, PINGPONG)),
                             (_consumer, (shared, 1, HEAD_DIM, BLOCK_M, BLOCK_N, STAGES, CAUSAL,
-                                         PIPELINE)),
+                                         PIPELINE, CONSUMERS, PINGPONG)),
                             (_consumer, (shared, 2, HEAD_DIM, BLOCK_M, BLOCK_N, STAGES, CAUSAL,
-                                         PIPELINE)),
+                                         PIPELINE, CONSUMERS, PINGPONG)),
                             (_loader, (loads, BLOCK_M, BLOCK_N, CONSUMERS, STAGES))],
                            [4, 4, 1], [CONSUMER_REGS, CONSUMER_REGS, _LOADER_REGS])
 # fmt: on
@@ -328,8 +411,8 @@ def supports(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cfg: WsConfig) -
     d = q.shape[3]
     if d not in (64, 128):
         return f"needs head_dim 64 or 128, got {d}"
-    if q.shape[2] % cfg.tile_m or k.shape[2] % cfg.block_n:
-        return f"needs N_q a multiple of {cfg.tile_m} and N_k of {cfg.block_n}"
+    if q.shape[2] % cfg.block_m or k.shape[2] % cfg.block_n:
+        return f"needs N_q a multiple of {cfg.block_m} and N_k of {cfg.block_n}"
     need = cfg.shared_bytes(d)
     if need > SHARED_LIMIT or cfg.ctas * (need + 1024) > SHARED_PER_SM:
         return f"needs {need} bytes of shared memory per CTA with {cfg} at head_dim {d}"
@@ -417,6 +500,7 @@ def _arguments(q, k, v, o, lse, causal: bool, scale: float, cfg: WsConfig) -> tu
         STAGES=cfg.stages,
         CAUSAL=causal,
         PIPELINE=cfg.pipeline,
+        PINGPONG=cfg.pingpong,
         CONSUMER_REGS=consumer_regs,
     )
     return args, constexprs, {"num_warps": 4, "maxnreg": launch_regs}  # fmt: skip
@@ -443,7 +527,9 @@ def launch_forward_ws(
     o = output(q.shape, q.dtype, q.device)
     lse = output((b, h, n_q), torch.float32, q.device)
     launch(
-        _attn_fwd_ws, (n_q // cfg.tile_m, b * h), *_arguments(q, k, v, o, lse, causal, scale, cfg)
+        _attn_fwd_ws,
+        (-(-n_q // cfg.tile_m), b * h),
+        *_arguments(q, k, v, o, lse, causal, scale, cfg),
     )
     return o, lse
 

@@ -237,18 +237,22 @@ def _ws_configs() -> list:
 
 @pytest.mark.parametrize("dtype", [F16, BF16], ids=["fp16", "bf16"])
 def test_warp_specialized_forward_matches_the_reference(seed: int, dtype: torch.dtype) -> None:
-    from kernels.hopper_forward import launch_forward_ws, supports
+    from kernels.hopper_forward import WsConfig, launch_forward_ws, supports
 
     configs = _ws_configs()
     if not configs:
         pytest.skip("this GPU's tuned table routes nothing to the Gluon forward")
-    for cfg, d in configs:
+    # and, tuned or not, three warpgroups (whose top tile starts above row 0 where 192 does not
+    # divide N_q) and the ping-pong schedule
+    extra = [(WsConfig(3, 128, 2, True), 64), (WsConfig(3, 128, 2, True, pingpong=True), 64),
+             (WsConfig(2, 128, 2, True, pingpong=True), 128)]  # fmt: skip
+    for cfg, d in configs + [c for c in extra if c not in configs]:
         t, bn = cfg.tile_m, cfg.block_n
         shapes = [  # (B, H, H_kv, N_q, N_k): GQA, N_q ≠ N_k both ways (rows that see no key)
             (2, 4, 4, 2 * t, 2 * bn), (1, 8, 2, 3 * t, 5 * bn), (1, 4, 1, 4 * t, bn),
-            (1, 2, 2, 16 * t, 16 * bn),
+            (1, 2, 2, 16 * t, 16 * bn), (2, 3, 3, 64, 2 * bn), (1, 4, 2, 2 * t + 64, 3 * bn),
         ]  # fmt: skip
-        for (b, h, hk, n_q, n_k), causal in zip(shapes * 2, [False] * 4 + [True] * 4, strict=True):
+        for (b, h, hk, n_q, n_k), causal in zip(shapes * 2, [False] * 6 + [True] * 6, strict=True):
             q = rand(b, h, n_q, d, dtype=dtype)
             k, v = rand(b, hk, n_k, d, dtype=dtype), rand(b, hk, n_k, d, dtype=dtype)
             assert supports(q, k, v, cfg) is None
