@@ -3,7 +3,8 @@
 Usage (on a GPU machine):
     python benchmarks/hopper_forward.py check [--dims 64,128]
     python benchmarks/hopper_forward.py time --out FILE [--dtypes fp16,bf16] [--lens 2048,4096]
-                                             [--dims 64,128]
+                                             [--dims 64,128] [--masks full,causal]
+                                             [--configs JSON]
     python benchmarks/hopper_forward.py choose FILE [--write]      (anywhere; reads a `time` file)
 
 `check` runs each candidate configuration on awkward and protocol shapes (GQA, N_q ≠ N_k,
@@ -39,12 +40,15 @@ from kernels.reference import attention_forward  # noqa: E402
 from kernels.timing import median_ms  # noqa: E402
 
 W = WsConfig
-PP = partial(WsConfig, pipeline=True, pingpong=True)
+PP = partial(WsConfig, pipeline=True, pingpong=True)  # ping-pong (pipelined)
+PS = partial(WsConfig, persistent=True)
 CANDIDATES = {
-    64: [W(2, 128, 2, True), W(2, 256, 2, False), W(1, 128, 2, True, 2), W(3, 128, 2, True),
-         W(3, 128, 3, True), W(3, 128, 2, False), PP(2, 128, 2), PP(3, 128, 2), PP(3, 128, 3)],
-    128: [W(2, 128, 2, True), W(2, 64, 3, True), W(1, 64, 2, True, 2), PP(2, 128, 2),
-          PP(2, 64, 3)],
+    64: [W(2, 256, 2, False), W(1, 128, 2, True, 2), W(3, 128, 2, False), PP(3, 128, 2),
+         PP(3, 128, 3), PS(2, 256, 2, False), PS(1, 128, 2, True, 2), PS(3, 128, 2, False),
+         PS(2, 128, 2, True, pingpong=True), PS(3, 128, 2, True, pingpong=True),
+         PS(3, 128, 3, True, pingpong=True)],
+    128: [W(2, 128, 2, True), W(2, 64, 3, True), PP(2, 128, 2), PS(2, 128, 2, True),
+          PS(2, 128, 2, True, pingpong=True), PS(2, 64, 3, True)],
 }  # fmt: skip
 MARGIN = 0.02  # `choose` routes to the Gluon kernel only where it is this much faster
 DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
@@ -91,13 +95,15 @@ def check(dims: list[int]) -> int:
     return 1 if failures else 0
 
 
-def time_all(out: Path, dtypes: list[str], lens: list[int], dims: list[int]) -> None:
+def time_all(
+    out: Path, dtypes: list[str], lens: list[int], dims: list[int], masks: list[bool]
+) -> None:
     rows = []
     for name in dtypes:
         dtype = DTYPES[name]
         for d in dims:
             cfgs = CANDIDATES[d]
-            for causal in (False, True):
+            for causal in masks:
                 for n in lens:
                     sets = protocol_inputs(d, n, dtype)
                     b, h = sets[0][0].shape[:2]
@@ -189,8 +195,13 @@ def main() -> int:
     parser.add_argument("--dtypes", default="fp16")
     parser.add_argument("--lens", default="1024,2048,4096,8192,16384")
     parser.add_argument("--dims", default="64,128", help="head dims whose candidates run")
+    parser.add_argument("--masks", default="full,causal", help="full, causal or both")
+    parser.add_argument("--configs", help="JSON list of configuration lists: the candidates")
     args = parser.parse_args()
     dims = [int(x) for x in args.dims.split(",")]
+    if args.configs:
+        for d in dims:
+            CANDIDATES[d] = [WsConfig.from_list(c) for c in json.loads(args.configs)]
     if args.what == "check":
         return check(dims)
     if args.what == "choose":
@@ -201,7 +212,8 @@ def main() -> int:
     if args.out is None:
         parser.error("time needs --out")
     lens = [int(x) for x in args.lens.split(",")]
-    time_all(args.out, args.dtypes.split(","), lens, dims)
+    masks = [{"full": False, "causal": True}[m] for m in args.masks.split(",")]
+    time_all(args.out, args.dtypes.split(","), lens, dims, masks)
     return 0
 
 

@@ -60,7 +60,10 @@ class WsConfig:
     block_n: keys per step; stages: K/V ring depth; pipeline: S of the next tile issued before
     this tile's softmax; ctas: CTAs meant to share an SM (the registers are split that way);
     pingpong (with pipeline, two or more consumers): the warpgroups take turns issuing their
-    products (FlashAttention-3's ping-pong), so one's softmax runs under another's products.
+    products (FlashAttention-3's ping-pong), so one's softmax runs under another's products;
+    persistent: one program per CTA slot of the GPU (SMs × ctas) loops over the tiles, its
+    loader fetching the next tile's Q and K/V while the consumers finish this one; band: causal
+    tiles are ordered in bands of that many (batch, head) rows (`_tile`), 0 for one band of all.
     """
 
     consumers: int = 2
@@ -70,6 +73,8 @@ class WsConfig:
     ctas: int = 1
     block_m: int = 64
     pingpong: bool = False
+    persistent: bool = False
+    band: int = 1
 
     def __post_init__(self) -> None:
         if self.consumers not in (1, 2, 3):
@@ -82,6 +87,8 @@ class WsConfig:
             raise ValueError(f"ctas must be 1 or 2, got {self.ctas!r}")
         if self.block_m != 64:
             raise ValueError(f"block_m must be 64 (one warpgroup's rows), got {self.block_m!r}")
+        if self.band < 0:
+            raise ValueError(f"band must be 0 (all rows) or more, got {self.band!r}")
         if self.pingpong and (self.consumers < 2 or not self.pipeline):
             raise ValueError("pingpong needs pipeline and two or more consumers")
 
@@ -90,18 +97,23 @@ class WsConfig:
         return self.block_m * self.consumers
 
     def as_list(self) -> list[int]:
-        """[consumers, block_n, stages, pipeline (0/1), ctas] and, only where set, pingpong (1):
-        as tuned.json holds them (five-entry lists stay valid)."""
-        entry = [self.consumers, self.block_n, self.stages, int(self.pipeline), self.ctas]
-        return [*entry, 1] if self.pingpong else entry
+        """[consumers, block_n, stages, pipeline, ctas(, pingpong(, persistent(, band)))], flags
+        as 0/1, as tuned.json holds them: trailing entries only where they differ from the
+        defaults (older lists stay valid)."""
+        entry = [self.consumers, self.block_n, self.stages, int(self.pipeline), self.ctas,
+                 int(self.pingpong), int(self.persistent), self.band]  # fmt: skip
+        while len(entry) > 5 and entry[-1] == (1 if len(entry) == 8 else 0):
+            entry.pop()
+        return entry
 
     @classmethod
     def from_list(cls, entry: list[int]) -> WsConfig:
         consumers, block_n, stages, pipeline, ctas, *rest = entry
-        if len(rest) > 1:
-            raise ValueError(f"a configuration has 5 or 6 entries, got {entry!r}")
-        pingpong = bool(rest[0]) if rest else False
-        return cls(consumers, block_n, stages, bool(pipeline), ctas, pingpong=pingpong)
+        if len(rest) > 3:
+            raise ValueError(f"a configuration has 5 to 8 entries, got {entry!r}")
+        pingpong, persistent, band = (*rest, *(0, 0, 1)[len(rest) :])
+        return cls(consumers, block_n, stages, bool(pipeline), ctas, pingpong=bool(pingpong),
+                   persistent=bool(persistent), band=band)  # fmt: skip
 
     def registers(self) -> tuple[int, int]:
         """(registers per thread at launch, registers per consumer thread after the loader's
@@ -112,9 +124,15 @@ class WsConfig:
         return launch, min(consumer, 256)
 
     def shared_bytes(self, head_dim: int, elem: int = 2) -> int:
-        q = self.tile_m * head_dim * elem
+        """Q's and O's stages, the K/V ring and the mbarriers (Q ready and free, and the turn,
+        per consumer; K and V ready and free per stage)."""
+        q_and_o = 2 * self.tile_m * head_dim * elem
         kv = 2 * self.stages * self.block_n * head_dim * elem
-        return q + kv + 8 * (2 * self.consumers + 4 * self.stages)
+        return q_and_o + kv + 8 * (3 * self.consumers + 4 * self.stages)
+
+    def programs(self, tiles: int, sms: int) -> int:
+        """Programs launched for `tiles` tiles on a GPU of `sms` SMs."""
+        return min(tiles, sms * self.ctas) if self.persistent else tiles
 
 
 SHARED_LIMIT = 232448  # bytes of shared memory one CTA may use on Hopper
@@ -124,47 +142,97 @@ SHARED_PER_SM = 233472  # and all of an SM's CTAs together, 1 KiB of each reserv
 # Gluon kernels keep compact argument lists, as Triton's own tutorials do.
 # fmt: off
 @gluon.jit
-def _loader(args, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, CONSUMERS: gl.constexpr,
-            STAGES: gl.constexpr):
-    """One warp: each consumer's Q rows once, then K and V of every step into the ring."""
-    (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready, k_empty, v_empty,
-     q_row, kv_row, n_steps) = args
-    for c in gl.static_range(CONSUMERS):
-        mbarrier.expect(q_bars.index(c), q_desc.block_type.nbytes)
-        tma.async_copy_global_to_shared(q_desc, [q_row + c * BLOCK_M, 0], q_bars.index(c),
-                                        q_smem.index(c))
-    for j in range(n_steps):
-        slot = j % STAGES
-        free = ((j // STAGES) & 1) ^ 1  # a fresh barrier counts as freed once
-        mbarrier.wait(k_empty.index(slot), free)
-        mbarrier.expect(k_ready.index(slot), k_desc.block_type.nbytes)
-        tma.async_copy_global_to_shared(k_desc, [kv_row + j * BLOCK_N, 0], k_ready.index(slot),
-                                        k_smem.index(slot))
-        mbarrier.wait(v_empty.index(slot), free)
-        mbarrier.expect(v_ready.index(slot), v_desc.block_type.nbytes)
-        tma.async_copy_global_to_shared(v_desc, [kv_row + j * BLOCK_N, 0], v_ready.index(slot),
-                                        v_smem.index(slot))
+def _tile(t, n_tiles, band, N_Q, N_K, H, GROUP, TILE_M: gl.constexpr, BLOCK_N: gl.constexpr,
+          CAUSAL: gl.constexpr):
+    """Tile t of the launch order: (Q's first flattened row, K/V's, the tile's first query row
+    m0, the steps that need no mask, all steps). Tiles go head by head; causal heads in bands
+    of `band` (batch, head) rows, a band's heaviest query block of every row first, then the
+    next heaviest (band 1: head by head, heaviest first), so that a program's share of the
+    tiles, taken in turn, is balanced. Tiles end at row N_Q: where TILE_M does not divide N_Q
+    (a multiple of BLOCK_M), the top tile starts above row 0 and its first warpgroups have no
+    rows of this head (their Q copy reads the previous head's rows, or zeros before the
+    first)."""
+    n_mb = gl.cdiv(N_Q, TILE_M)
+    if CAUSAL:
+        first = t // (band * n_mb) * band  # the band's first row
+        size = gl.minimum(band, n_tiles // n_mb - first)
+        within = t - first * n_mb
+        rank = within // size  # 0: the heaviest block
+        bh = first + within - rank * size
+        pid_m = n_mb - 1 - rank
+    else:
+        bh = t // n_mb
+        pid_m = t % n_mb
+    m0 = N_Q - (n_mb - pid_m) * TILE_M
+    q_row = bh * N_Q + m0
+    kv_row = (bh // H * (H // GROUP) + bh % H // GROUP) * N_K
+    if CAUSAL:  # bottom-right alignment: key c visible to row r iff c ≤ r + N_K − N_Q
+        off = N_K - N_Q
+        hi = gl.maximum(gl.minimum(N_K, m0 + TILE_M + off), 0)
+        n_full = gl.minimum(gl.maximum(m0 + off + 1, 0) // BLOCK_N, hi // BLOCK_N)
+        n_steps = gl.cdiv(hi, BLOCK_N)
+    else:
+        n_full = N_K // BLOCK_N
+        n_steps = n_full
+    # A causal block that sees no key at all (N_q > N_k) still takes one step, its rows fully
+    # masked: every partition runs the same loop, of at least one tile.
+    return q_row, kv_row, m0, n_full, gl.maximum(n_steps, 1)
 
 
 @gluon.jit
-def _scores(q, k_smem, k_ready, j, STAGES: gl.constexpr, s_layout: gl.constexpr,
+def _loader(args, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, CONSUMERS: gl.constexpr,
+            STAGES: gl.constexpr, CAUSAL: gl.constexpr):
+    """One warp: for each of the program's tiles, each consumer's Q rows (once that consumer
+    has finished with the previous tile's), then K and V of every step into the ring."""
+    (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, v_ready, k_empty,
+     v_empty, N_Q, N_K, H, GROUP, n_tiles, band) = args
+    TILE_M: gl.constexpr = BLOCK_M * CONSUMERS
+    g = 0  # steps of the ring so far, over every tile
+    i = 0  # tiles so far
+    for t in range(gl.program_id(0), n_tiles, gl.num_programs(0)):
+        q_row, kv_row, _, _, n_steps = _tile(t, n_tiles, band, N_Q, N_K, H, GROUP, TILE_M,
+                                             BLOCK_N, CAUSAL)
+        for c in gl.static_range(CONSUMERS):
+            mbarrier.wait(q_empty.index(c), (i & 1) ^ 1)  # a fresh barrier counts as freed once
+            mbarrier.expect(q_ready.index(c), q_desc.block_type.nbytes)
+            tma.async_copy_global_to_shared(q_desc, [q_row + c * BLOCK_M, 0], q_ready.index(c),
+                                            q_smem.index(c))
+        for j in range(n_steps):
+            slot = g % STAGES
+            free = ((g // STAGES) & 1) ^ 1
+            mbarrier.wait(k_empty.index(slot), free)
+            mbarrier.expect(k_ready.index(slot), k_desc.block_type.nbytes)
+            tma.async_copy_global_to_shared(k_desc, [kv_row + j * BLOCK_N, 0],
+                                            k_ready.index(slot), k_smem.index(slot))
+            mbarrier.wait(v_empty.index(slot), free)
+            mbarrier.expect(v_ready.index(slot), v_desc.block_type.nbytes)
+            tma.async_copy_global_to_shared(v_desc, [kv_row + j * BLOCK_N, 0],
+                                            v_ready.index(slot), v_smem.index(slot))
+            g += 1
+        i += 1  # noqa: SIM113 (no enumerate in a kernel)
+
+
+@gluon.jit
+def _scores(q, k_smem, k_ready, g, STAGES: gl.constexpr, s_layout: gl.constexpr,
             BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr):
-    """Issue S = Q Kⱼᵀ (asynchronous) once Kⱼ has landed."""
-    slot = j % STAGES
-    mbarrier.wait(k_ready.index(slot), (j // STAGES) & 1)
+    """Issue S = Q Kᵀ (asynchronous) once the ring's step g has landed."""
+    slot = g % STAGES
+    mbarrier.wait(k_ready.index(slot), (g // STAGES) & 1)
     zero = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, s_layout)
     return warpgroup_mma(q, k_smem.index(slot).permute((1, 0)), zero, use_acc=False,
                          is_async=True)
 
 
 @gluon.jit
-def _softmax(s, m, l, j, rows, off, qk_scale2, s_layout: gl.constexpr, BLOCK_N: gl.constexpr,
-             MASKED: gl.constexpr):
-    """Running max and sum for tile j (log2 domain): (P unnormalized in fp32, m, ℓ, α).
-    MASKED: tile j crosses the causal diagonal (key c visible to row r iff c ≤ r + off)."""
+def _softmax(s, m, l, j, diag, qk_scale2, s_layout: gl.constexpr, BLOCK_M: gl.constexpr,
+             BLOCK_N: gl.constexpr, MASKED: gl.constexpr):
+    """Running max and sum for key block j (log2 domain): (P unnormalized in fp32, m, ℓ, α).
+    MASKED: block j crosses the causal diagonal (key c visible to the warpgroup's row r iff
+    c ≤ diag + r; a scalar, so that no row vector stays live through the loop)."""
     if MASKED:
         cols = j * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
-        keep = cols[None, :] <= rows[:, None] + off
+        rows = diag + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, s_layout))
+        keep = cols[None, :] <= rows[:, None]
         s = gl.where(keep, s * qk_scale2, float("-inf"))
         m_new = gl.maximum(m, gl.max(s, 1))
         m_sub = gl.where(m_new == float("-inf"), 0.0, m_new)  # a row that saw nothing yet
@@ -193,24 +261,26 @@ def _pass_turn(turn, C: gl.constexpr, CONSUMERS: gl.constexpr, PINGPONG: gl.cons
 
 
 @gluon.jit
-def _pipelined_step(q, p, acc, m, l, j, rows, off, qk_scale2, ring, turn,
+def _pipelined_step(q, p, acc, m, l, j, g0, r0, diag, qk_scale2, ring, turn,
                     s_layout: gl.constexpr, o_layout: gl.constexpr, p_layout: gl.constexpr,
                     BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
                     MASKED: gl.constexpr, dtype: gl.constexpr, C: gl.constexpr,
                     CONSUMERS: gl.constexpr, PINGPONG: gl.constexpr):
-    """Step j of the pipelined loop: issue Sⱼ, issue P_{j-1} V_{j-1}, wait for Sⱼ alone, run its
-    softmax while the P V product is still on the tensor cores, then rescale. Returns the state
-    with P of tile j (in the operand layout) waiting for Vⱼ."""
+    """Key block j (ring step g0 + j, round r0 + j) of the pipelined loop: issue Sⱼ, issue
+    P_{j-1} V_{j-1}, wait for Sⱼ alone, run its softmax while the P V product is still on the
+    tensor cores, then rescale. Returns the state with P of block j (in the operand layout)
+    waiting for Vⱼ."""
     k_smem, v_smem, k_ready, v_ready, k_empty, v_empty = ring
-    _take_turn(turn, j, C, PINGPONG)
-    s = _scores(q, k_smem, k_ready, j, STAGES, s_layout, BLOCK_M, BLOCK_N)
-    prev = (j - 1) % STAGES
-    mbarrier.wait(v_ready.index(prev), ((j - 1) // STAGES) & 1)
+    g = g0 + j
+    _take_turn(turn, r0 + j, C, PINGPONG)
+    s = _scores(q, k_smem, k_ready, g, STAGES, s_layout, BLOCK_M, BLOCK_N)
+    prev = (g - 1) % STAGES
+    mbarrier.wait(v_ready.index(prev), ((g - 1) // STAGES) & 1)
     acc = warpgroup_mma(p, v_smem.index(prev), acc, is_async=True)
     _pass_turn(turn, C, CONSUMERS, PINGPONG)
     s = warpgroup_mma_wait(1, deps=(s,))
-    mbarrier.arrive(k_empty.index(j % STAGES), count=1)
-    p_new, m, l, alpha = _softmax(s, m, l, j, rows, off, qk_scale2, s_layout, BLOCK_N, MASKED)
+    mbarrier.arrive(k_empty.index(g % STAGES), count=1)
+    p_new, m, l, alpha = _softmax(s, m, l, j, diag, qk_scale2, s_layout, BLOCK_M, BLOCK_N, MASKED)
     acc, p = warpgroup_mma_wait(0, deps=(acc, p))
     mbarrier.arrive(v_empty.index(prev), count=1)
     acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, o_layout))[:, None]
@@ -219,20 +289,22 @@ def _pipelined_step(q, p, acc, m, l, j, rows, off, qk_scale2, ring, turn,
 
 
 @gluon.jit
-def _plain_step(q, acc, m, l, j, rows, off, qk_scale2, ring, s_layout: gl.constexpr,
+def _plain_step(q, acc, m, l, j, g0, diag, qk_scale2, ring, s_layout: gl.constexpr,
                 o_layout: gl.constexpr, p_layout: gl.constexpr, BLOCK_M: gl.constexpr,
                 BLOCK_N: gl.constexpr, STAGES: gl.constexpr, MASKED: gl.constexpr,
                 dtype: gl.constexpr):
-    """Step j without pipelining: Sⱼ, its softmax, the rescale, then P V, each waited for."""
+    """Key block j (ring step g0 + j) without pipelining: Sⱼ, its softmax, the rescale, then
+    P V, each waited for."""
     k_smem, v_smem, k_ready, v_ready, k_empty, v_empty = ring
-    slot = j % STAGES
-    s = _scores(q, k_smem, k_ready, j, STAGES, s_layout, BLOCK_M, BLOCK_N)
+    g = g0 + j
+    slot = g % STAGES
+    s = _scores(q, k_smem, k_ready, g, STAGES, s_layout, BLOCK_M, BLOCK_N)
     s = warpgroup_mma_wait(0, deps=(s,))
     mbarrier.arrive(k_empty.index(slot), count=1)
-    p, m, l, alpha = _softmax(s, m, l, j, rows, off, qk_scale2, s_layout, BLOCK_N, MASKED)
+    p, m, l, alpha = _softmax(s, m, l, j, diag, qk_scale2, s_layout, BLOCK_M, BLOCK_N, MASKED)
     acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, o_layout))[:, None]
     p = gl.convert_layout(p.to(dtype), p_layout)
-    mbarrier.wait(v_ready.index(slot), (j // STAGES) & 1)
+    mbarrier.wait(v_ready.index(slot), (g // STAGES) & 1)
     acc = warpgroup_mma(p, v_smem.index(slot), acc, is_async=True)
     acc, p = warpgroup_mma_wait(0, deps=(acc, p))
     mbarrier.arrive(v_empty.index(slot), count=1)
@@ -243,14 +315,19 @@ def _plain_step(q, acc, m, l, j, rows, off, qk_scale2, ring, s_layout: gl.conste
 def _consumer(args, C: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr,
               BLOCK_N: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
               PIPELINE: gl.constexpr, CONSUMERS: gl.constexpr, PINGPONG: gl.constexpr):
-    """Warpgroup C: its BLOCK_M query rows through every step, then their O and LSE.
+    """Warpgroup C: for each of the program's tiles, its BLOCK_M query rows through every step,
+    then their O and LSE.
 
-    With PINGPONG the warpgroups issue their products in turn, round r = 0 … n_steps (S₀;
+    The ring's steps g and the ping-pong rounds r count on over the program's tiles. With
+    PINGPONG the warpgroups issue their products in turn, rounds n_steps + 1 per tile (S₀;
     then Sⱼ with P_{j-1} V_{j-1}; then the last P V): C waits for turn C, the previous
     warpgroup's pass, and passes to C + 1; the last one passes round 0 to the first at the start.
+    Q's stage is handed back once the tile's last S product is done (the loader fetches the next
+    tile's Q under this one's last P V and epilogue); O leaves through a stage of its own, its
+    copy waited for only when the stage is next needed.
     """
-    (o_desc, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready, k_empty, v_empty, turn, LSE, q_row,
-     m0, off, n_full, n_steps, qk_scale2) = args
+    (o_desc, q_smem, o_smem, k_smem, v_smem, q_ready, q_empty, k_ready, v_ready, k_empty, v_empty,
+     turn, LSE, N_Q, N_K, H, GROUP, n_tiles, band, qk_scale2) = args
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                        instr_shape=[16, BLOCK_N, 16])
     o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
@@ -259,116 +336,110 @@ def _consumer(args, C: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constex
     row_s: gl.constexpr = gl.SliceLayout(1, s_layout)
     row_o: gl.constexpr = gl.SliceLayout(1, o_layout)
     dtype: gl.constexpr = o_desc.dtype
+    TILE_M: gl.constexpr = BLOCK_M * CONSUMERS
 
-    rows = m0 + C * BLOCK_M + gl.arange(0, BLOCK_M, layout=row_s)
-    m = gl.full([BLOCK_M], float("-inf"), gl.float32, row_s)
-    l = gl.zeros([BLOCK_M], gl.float32, row_s)
-    acc = gl.zeros([BLOCK_M, HEAD_DIM], gl.float32, o_layout)
     q = q_smem.index(C)
-    mbarrier.wait(q_bars.index(C), 0)
-
-    # Steps [0, n_full) need no mask; the causal diagonal's [n_full, n_steps) do (two loops, so
-    # the unmasked one carries none of the mask's registers).
+    o_stage = o_smem.index(C)
     ring = (k_smem, v_smem, k_ready, v_ready, k_empty, v_empty)
-    if PIPELINE:
-        if C == CONSUMERS - 1:
-            _pass_turn(turn, C, CONSUMERS, PINGPONG)  # round 0 starts at the first warpgroup
-        # S₀ and its softmax first (masked where causal: it may cross the diagonal).
-        _take_turn(turn, 0, C, PINGPONG)
-        s = _scores(q, k_smem, k_ready, 0, STAGES, s_layout, BLOCK_M, BLOCK_N)
-        _pass_turn(turn, C, CONSUMERS, PINGPONG)
-        s = warpgroup_mma_wait(0, deps=(s,))
-        mbarrier.arrive(k_empty.index(0), count=1)
-        p, m, l, _ = _softmax(s, m, l, 0, rows, off, qk_scale2, s_layout, BLOCK_N, CAUSAL)
-        p = gl.convert_layout(p.to(dtype), p_layout)
-        for j in range(1, n_full):
-            p, acc, m, l = _pipelined_step(q, p, acc, m, l, j, rows, off, qk_scale2, ring, turn,
-                                           s_layout, o_layout, p_layout, BLOCK_M, BLOCK_N,
-                                           STAGES, False, dtype, C, CONSUMERS, PINGPONG)
-        if CAUSAL:
-            for j in range(gl.maximum(n_full, 1), n_steps):
-                p, acc, m, l = _pipelined_step(q, p, acc, m, l, j, rows, off, qk_scale2, ring,
-                                               turn, s_layout, o_layout, p_layout, BLOCK_M,
-                                               BLOCK_N, STAGES, True, dtype, C, CONSUMERS,
+    if PIPELINE and C == CONSUMERS - 1:
+        _pass_turn(turn, C, CONSUMERS, PINGPONG)  # round 0 starts at the first warpgroup
+    g = 0  # ring steps so far
+    i = 0  # tiles so far (so g + i rounds so far)
+    for t in range(gl.program_id(0), n_tiles, gl.num_programs(0)):
+        _, _, m0, n_full, n_steps = _tile(t, n_tiles, band, N_Q, N_K, H, GROUP, TILE_M, BLOCK_N,
+                                          CAUSAL)
+        diag = m0 + C * BLOCK_M + N_K - N_Q  # causal: key c visible to row r iff c ≤ diag + r
+        m = gl.full([BLOCK_M], float("-inf"), gl.float32, row_s)
+        l = gl.zeros([BLOCK_M], gl.float32, row_s)
+        acc = gl.zeros([BLOCK_M, HEAD_DIM], gl.float32, o_layout)
+        mbarrier.wait(q_ready.index(C), i & 1)
+        r0 = g + i
+        # Steps [0, n_full) need no mask; the causal diagonal's [n_full, n_steps) do (two
+        # loops, so the unmasked one carries none of the mask's registers).
+        if PIPELINE:
+            # S₀ and its softmax first (masked where causal: it may cross the diagonal).
+            _take_turn(turn, r0, C, PINGPONG)
+            s = _scores(q, k_smem, k_ready, g, STAGES, s_layout, BLOCK_M, BLOCK_N)
+            _pass_turn(turn, C, CONSUMERS, PINGPONG)
+            s = warpgroup_mma_wait(0, deps=(s,))
+            mbarrier.arrive(k_empty.index(g % STAGES), count=1)
+            p, m, l, _ = _softmax(s, m, l, 0, diag, qk_scale2, s_layout, BLOCK_M, BLOCK_N,
+                                  CAUSAL)
+            p = gl.convert_layout(p.to(dtype), p_layout)
+            for j in range(1, n_full):
+                p, acc, m, l = _pipelined_step(q, p, acc, m, l, j, g, r0, diag, qk_scale2,
+                                               ring, turn, s_layout, o_layout, p_layout, BLOCK_M,
+                                               BLOCK_N, STAGES, False, dtype, C, CONSUMERS,
                                                PINGPONG)
-        last = (n_steps - 1) % STAGES
-        mbarrier.wait(v_ready.index(last), ((n_steps - 1) // STAGES) & 1)
-        _take_turn(turn, n_steps, C, PINGPONG)
-        acc = warpgroup_mma(p, v_smem.index(last), acc, is_async=True)
-        _pass_turn(turn, C, CONSUMERS, PINGPONG)
-        acc, p = warpgroup_mma_wait(0, deps=(acc, p))
-        mbarrier.arrive(v_empty.index(last), count=1)
-    else:
-        for j in range(n_full):
-            acc, m, l = _plain_step(q, acc, m, l, j, rows, off, qk_scale2, ring, s_layout,
-                                    o_layout, p_layout, BLOCK_M, BLOCK_N, STAGES, False, dtype)
-        if CAUSAL:
-            for j in range(n_full, n_steps):
-                acc, m, l = _plain_step(q, acc, m, l, j, rows, off, qk_scale2, ring, s_layout,
-                                        o_layout, p_layout, BLOCK_M, BLOCK_N, STAGES, True, dtype)
+            if CAUSAL:
+                for j in range(gl.maximum(n_full, 1), n_steps):
+                    p, acc, m, l = _pipelined_step(q, p, acc, m, l, j, g, r0, diag,
+                                                   qk_scale2, ring, turn, s_layout, o_layout,
+                                                   p_layout, BLOCK_M, BLOCK_N, STAGES, True,
+                                                   dtype, C, CONSUMERS, PINGPONG)
+            mbarrier.arrive(q_empty.index(C), count=1)  # every S product of the tile is done
+            last = g + n_steps - 1
+            mbarrier.wait(v_ready.index(last % STAGES), (last // STAGES) & 1)
+            _take_turn(turn, r0 + n_steps, C, PINGPONG)
+            acc = warpgroup_mma(p, v_smem.index(last % STAGES), acc, is_async=True)
+            _pass_turn(turn, C, CONSUMERS, PINGPONG)
+            acc, p = warpgroup_mma_wait(0, deps=(acc, p))
+            mbarrier.arrive(v_empty.index(last % STAGES), count=1)
+        else:
+            for j in range(n_full):
+                acc, m, l = _plain_step(q, acc, m, l, j, g, diag, qk_scale2, ring,
+                                        s_layout, o_layout, p_layout, BLOCK_M, BLOCK_N, STAGES,
+                                        False, dtype)
+            if CAUSAL:
+                for j in range(n_full, n_steps):
+                    acc, m, l = _plain_step(q, acc, m, l, j, g, diag, qk_scale2, ring,
+                                            s_layout, o_layout, p_layout, BLOCK_M, BLOCK_N,
+                                            STAGES, True, dtype)
+            mbarrier.arrive(q_empty.index(C), count=1)
 
-    seen = l > 0
-    l_safe = gl.where(seen, l, 1.0)
-    o = acc / gl.convert_layout(l_safe, row_o)[:, None]
-    lse = gl.where(seen, (m + gl.log2(l_safe)) * 0.6931471805599453, float("-inf"))
-    # The top tile of a head may start above row 0 (tiles are aligned to the bottom): a
-    # warpgroup whose rows all lie there computed nothing of this head's and stores nothing.
-    if m0 + C * BLOCK_M >= 0:
-        local = C * BLOCK_M + gl.arange(0, BLOCK_M, layout=row_s)
-        gl.store(LSE + q_row + local, lse)  # LSE is (B·H·N_q) in the same row order as Q
-        # Q's rows are no longer read (every product has completed): they stage O for the copy.
-        q.store(o.to(dtype))
-        fence_async_shared()
-        tma.async_copy_shared_to_global(o_desc, [q_row + C * BLOCK_M, 0], q)
-        tma.store_wait(0)
+        # (recomputed here rather than held through the loops, which have no register to spare)
+        q_row, _, m0, _, _ = _tile(t, n_tiles, band, N_Q, N_K, H, GROUP, TILE_M, BLOCK_N, CAUSAL)
+        seen = l > 0
+        l_safe = gl.where(seen, l, 1.0)
+        o = acc / gl.convert_layout(l_safe, row_o)[:, None]
+        lse = gl.where(seen, (m + gl.log2(l_safe)) * 0.6931471805599453, float("-inf"))
+        # A warpgroup whose rows all lie above row 0 (the top tile) computed nothing of this
+        # head's and stores nothing.
+        if m0 + C * BLOCK_M >= 0:
+            local = C * BLOCK_M + gl.arange(0, BLOCK_M, layout=row_s)
+            gl.store(LSE + q_row + local, lse)  # LSE is (B·H·N_q) in the same row order as Q
+            tma.store_wait(0)  # the previous tile's O has left the stage
+            o_stage.store(o.to(dtype))
+            fence_async_shared()
+            tma.async_copy_shared_to_global(o_desc, [q_row + C * BLOCK_M, 0], o_stage)
+        g += n_steps
+        i += 1  # noqa: SIM113 (no enumerate in a kernel)
+    tma.store_wait(0)
 
 
 @gluon.jit
-def _attn_fwd_ws(q_desc, k_desc, v_desc, o_desc, LSE, qk_scale2, H, GROUP, N_Q, N_K,
+def _attn_fwd_ws(q_desc, k_desc, v_desc, o_desc, LSE, qk_scale2, H, GROUP, N_Q, N_K, n_tiles, band,
                  HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
                  CONSUMERS: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
                  PIPELINE: gl.constexpr, PINGPONG: gl.constexpr, CONSUMER_REGS: gl.constexpr):
-    TILE_M: gl.constexpr = BLOCK_M * CONSUMERS
-    n_mb = gl.cdiv(N_Q, TILE_M)
-    if CAUSAL:  # heaviest query block of each (batch, head) first
-        pid = gl.program_id(0) + gl.program_id(1) * n_mb
-        bh = pid // n_mb
-        pid_m = n_mb - 1 - pid % n_mb
-    else:
-        pid_m = gl.program_id(0)
-        bh = gl.program_id(1)
-    b = bh // H
-    hk = bh % H // GROUP
-    # Tiles end at row N_Q: where TILE_M does not divide N_Q (a multiple of BLOCK_M), the top
-    # tile starts above row 0 and its first warpgroups have no rows of this head. Their Q copy
-    # reads the previous head's rows (or zeros before the first), and they store nothing.
-    m0 = N_Q - (n_mb - pid_m) * TILE_M
-    q_row = bh * N_Q + m0
-    kv_row = (b * (H // GROUP) + hk) * N_K
-    off = N_K - N_Q  # bottom-right alignment: key c visible to row r iff c ≤ r + off
-    if CAUSAL:
-        hi = gl.maximum(gl.minimum(N_K, m0 + TILE_M + off), 0)
-        n_full = gl.minimum(gl.maximum(m0 + off + 1, 0) // BLOCK_N, hi // BLOCK_N)
-        n_steps = gl.cdiv(hi, BLOCK_N)
-    else:
-        n_full = N_K // BLOCK_N
-        n_steps = n_full
-    # A causal block that sees no key at all (N_q > N_k) still takes one step, its rows fully
-    # masked: every partition runs the same loop, of at least one tile.
-    n_steps = gl.maximum(n_steps, 1)
-
+    """Programs take tiles t = program_id, + num_programs, … < n_tiles (one each, or, launched
+    persistent, one program per SM slot looping over its share)."""
     q_smem = gl.allocate_shared_memory(q_desc.dtype, [CONSUMERS, BLOCK_M, HEAD_DIM],
                                        q_desc.layout)
+    o_smem = gl.allocate_shared_memory(o_desc.dtype, [CONSUMERS, BLOCK_M, HEAD_DIM],
+                                       o_desc.layout)
     k_smem = gl.allocate_shared_memory(k_desc.dtype, [STAGES, BLOCK_N, HEAD_DIM], k_desc.layout)
     v_smem = gl.allocate_shared_memory(v_desc.dtype, [STAGES, BLOCK_N, HEAD_DIM], v_desc.layout)
-    q_bars = gl.allocate_shared_memory(gl.int64, [CONSUMERS, 1], mbarrier.MBarrierLayout())
+    q_ready = gl.allocate_shared_memory(gl.int64, [CONSUMERS, 1], mbarrier.MBarrierLayout())
+    q_empty = gl.allocate_shared_memory(gl.int64, [CONSUMERS, 1], mbarrier.MBarrierLayout())
+    turn = gl.allocate_shared_memory(gl.int64, [CONSUMERS, 1], mbarrier.MBarrierLayout())
     k_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     v_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     k_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     v_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    turn = gl.allocate_shared_memory(gl.int64, [CONSUMERS, 1], mbarrier.MBarrierLayout())
     for c in gl.static_range(CONSUMERS):
-        mbarrier.init(q_bars.index(c), count=1)
+        mbarrier.init(q_ready.index(c), count=1)
+        mbarrier.init(q_empty.index(c), count=1)
         mbarrier.init(turn.index(c), count=1)
     for s in gl.static_range(STAGES):
         mbarrier.init(k_ready.index(s), count=1)
@@ -376,21 +447,21 @@ def _attn_fwd_ws(q_desc, k_desc, v_desc, o_desc, LSE, qk_scale2, H, GROUP, N_Q, 
         mbarrier.init(k_empty.index(s), count=CONSUMERS)
         mbarrier.init(v_empty.index(s), count=CONSUMERS)
 
-    shared = (o_desc, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready, k_empty, v_empty, turn,
-              LSE, q_row, m0, off, n_full, n_steps, qk_scale2)
-    loads = (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bars, k_ready, v_ready, k_empty,
-             v_empty, q_row, kv_row, n_steps)
+    shared = (o_desc, q_smem, o_smem, k_smem, v_smem, q_ready, q_empty, k_ready, v_ready, k_empty,
+              v_empty, turn, LSE, N_Q, N_K, H, GROUP, n_tiles, band, qk_scale2)
+    loads = (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, v_ready,
+             k_empty, v_empty, N_Q, N_K, H, GROUP, n_tiles, band)
     if CONSUMERS == 1:
         gl.warp_specialize([(_consumer, (shared, 0, HEAD_DIM, BLOCK_M, BLOCK_N, STAGES, CAUSAL,
                                          PIPELINE, CONSUMERS, PINGPONG)),
-                            (_loader, (loads, BLOCK_M, BLOCK_N, CONSUMERS, STAGES))],
+                            (_loader, (loads, BLOCK_M, BLOCK_N, CONSUMERS, STAGES, CAUSAL))],
                            [1], [_LOADER_REGS])
     elif CONSUMERS == 2:
         gl.warp_specialize([(_consumer, (shared, 0, HEAD_DIM, BLOCK_M, BLOCK_N, STAGES, CAUSAL,
                                          PIPELINE, CONSUMERS, PINGPONG)),
                             (_consumer, (shared, 1, HEAD_DIM, BLOCK_M, BLOCK_N, STAGES, CAUSAL,
                                          PIPELINE, CONSUMERS, PINGPONG)),
-                            (_loader, (loads, BLOCK_M, BLOCK_N, CONSUMERS, STAGES))],
+                            (_loader, (loads, BLOCK_M, BLOCK_N, CONSUMERS, STAGES, CAUSAL))],
                            [4, 1], [CONSUMER_REGS, _LOADER_REGS])
     else:
         gl.warp_specialize([(_consumer, (shared, 0, HEAD_DIM, BLOCK_M, BLOCK_N, STAGES, CAUSAL,
@@ -399,7 +470,7 @@ def _attn_fwd_ws(q_desc, k_desc, v_desc, o_desc, LSE, qk_scale2, H, GROUP, N_Q, 
                                          PIPELINE, CONSUMERS, PINGPONG)),
                             (_consumer, (shared, 2, HEAD_DIM, BLOCK_M, BLOCK_N, STAGES, CAUSAL,
                                          PIPELINE, CONSUMERS, PINGPONG)),
-                            (_loader, (loads, BLOCK_M, BLOCK_N, CONSUMERS, STAGES))],
+                            (_loader, (loads, BLOCK_M, BLOCK_N, CONSUMERS, STAGES, CAUSAL))],
                            [4, 4, 1], [CONSUMER_REGS, CONSUMER_REGS, _LOADER_REGS])
 # fmt: on
 
@@ -464,6 +535,11 @@ def _layout(rows: int, d: int, dtype: torch.dtype):
 
 
 @lru_cache
+def _sms(index: int) -> int:
+    return torch.cuda.get_device_properties(index).multi_processor_count
+
+
+@lru_cache
 def _hopper(index: int) -> bool:
     return torch.cuda.get_device_capability(index)[0] == 9
 
@@ -491,6 +567,8 @@ def _arguments(q, k, v, o, lse, causal: bool, scale: float, cfg: WsConfig) -> tu
         h // k.shape[1],
         n_q,
         n_k,
+        q.shape[0] * h * -(-n_q // cfg.tile_m),  # tiles
+        cfg.band or q.shape[0] * h,
     )
     constexprs = dict(
         HEAD_DIM=q.shape[3],
@@ -526,11 +604,8 @@ def launch_forward_ws(
     b, h, n_q, _ = q.shape
     o = output(q.shape, q.dtype, q.device)
     lse = output((b, h, n_q), torch.float32, q.device)
-    launch(
-        _attn_fwd_ws,
-        (-(-n_q // cfg.tile_m), b * h),
-        *_arguments(q, k, v, o, lse, causal, scale, cfg),
-    )
+    args = _arguments(q, k, v, o, lse, causal, scale, cfg)
+    launch(_attn_fwd_ws, (cfg.programs(args[0][-2], _sms(q.device.index or 0)),), *args)
     return o, lse
 
 

@@ -243,9 +243,11 @@ def test_warp_specialized_forward_matches_the_reference(seed: int, dtype: torch.
     if not configs:
         pytest.skip("this GPU's tuned table routes nothing to the Gluon forward")
     # and, tuned or not, three warpgroups (whose top tile starts above row 0 where 192 does not
-    # divide N_q) and the ping-pong schedule
+    # divide N_q), the ping-pong schedule and persistent programs (causal tiles in bands)
     extra = [(WsConfig(3, 128, 2, True), 64), (WsConfig(3, 128, 2, True, pingpong=True), 64),
-             (WsConfig(2, 128, 2, True, pingpong=True), 128)]  # fmt: skip
+             (WsConfig(2, 128, 2, True, pingpong=True), 128),
+             (WsConfig(3, 128, 2, True, pingpong=True, persistent=True, band=2), 64),
+             (WsConfig(2, 256, 2, False, persistent=True, band=0), 64)]  # fmt: skip
     for cfg, d in configs + [c for c in extra if c not in configs]:
         t, bn = cfg.tile_m, cfg.block_n
         shapes = [  # (B, H, H_kv, N_q, N_k): GQA, N_q ≠ N_k both ways (rows that see no key)
