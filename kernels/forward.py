@@ -21,11 +21,12 @@ TRACE off that code does not exist in the compiled kernel. TIMELINE (compile-tim
 stores each program's start and end on the global timer and the SM it ran on.
 
 On Hopper, where the tuned table says it is faster, `launch_forward` hands the call to the
-warp-specialized Gluon forward instead (kernels/hopper_forward.py: a loader warp, two consumer
-warpgroups, FlashAttention-3's schedule), which Triton cannot generate from this kernel.
+warp-specialized Gluon forward instead (kernels/hopper_forward.py: a loader warp, two or three
+consumer warpgroups, FlashAttention-3's schedule, optionally persistent), which Triton cannot
+generate from this kernel.
 
-Leaves out: dropout, attention bias, sliding windows, variable-length (packed) batches, fp8,
-and persistent schedules.
+Leaves out (this Triton kernel): dropout, attention bias, sliding windows, variable-length
+(packed) batches, fp8, and persistent schedules.
 """
 
 from __future__ import annotations

@@ -5,20 +5,25 @@ lockstep (shared K/V stages, barriers around them), so the softmax of one warpgr
 overlaps the tensor-core work of another (benchmarks/NOTES-attention.md). Here the schedule
 is written by hand, after FlashAttention-3:
 
-- one *loader* warp moves Q once and K, V tile by tile into a ring of shared-memory stages
-  with the tensor-memory copy engine, each copy signalling an mbarrier;
+- one *loader* warp moves each tile's Q and, step by step, K and V into a ring of shared-memory
+  stages with the tensor-memory copy engine, each copy signalling an mbarrier;
 - CONSUMERS warpgroups of 4 warps each own BLOCK_M query rows of the CTA's Q tile; each issues
   its own asynchronous warpgroup products (S = Q Kᵀ from shared memory, O += P V with P in
   registers) and runs its own online softmax, so one warpgroup's exponentials overlap another's
   products; each frees a stage's K after its S product and V after its P V product;
 - PIPELINE: within a warpgroup, S of the next tile is issued before the softmax of this one
   (FlashAttention-3's intra-warpgroup overlap), at the cost of a second S tile in registers;
+- PINGPONG: the warpgroups take turns issuing their products (FlashAttention-3's ping-pong);
+- persistent launches (`WsConfig.persistent`): one program per CTA slot loops over the tiles,
+  the loader fetching the next tile's Q and K/V while the consumers finish this one; causal
+  tiles go heaviest first within bands of heads (`WsConfig.band`);
 - the loader warp gives its registers up to the consumers (`warp_specialize`'s register
   budgets), which then hold S, P and the O accumulator without spilling.
 
 Limits (`supports` says why a call does not qualify; `kernels.forward` runs everything else):
-a Hopper GPU, fp16 or bf16, head_dim 64 or 128, whole tiles (N_q a multiple of the CTA's rows,
-N_k of BLOCK_N), inputs that flatten to (B·H·N, d). Causal is aligned bottom-right as in the
+a Hopper GPU, fp16 or bf16, head_dim 64 or 128, N_q a multiple of a warpgroup's 64 rows (the
+top tile of a head may start above row 0: its warpgroups there store nothing), N_k of BLOCK_N,
+inputs that flatten to (B·H·N, d). Causal is aligned bottom-right as in the
 Triton kernel; grouped-query attention reads K/V head h // group. There is no interpreter path
 for Gluon: CI compiles this kernel for sm_90a on the CPU (tests/kernels/test_hopper_forward.py)
 and the GPU tests run it.
