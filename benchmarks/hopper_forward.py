@@ -212,7 +212,10 @@ def main() -> int:
     if args.out is None:
         parser.error("time needs --out")
     lens = [int(x) for x in args.lens.split(",")]
-    masks = [{"full": False, "causal": True}[m] for m in args.masks.split(",")]
+    kinds = {"full": False, "causal": True}
+    if not set(args.masks.split(",")) <= kinds.keys():
+        parser.error(f"argument --masks: full, causal or both, got {args.masks!r}")
+    masks = [kinds[m] for m in args.masks.split(",")]
     time_all(args.out, args.dtypes.split(","), lens, dims, masks)
     return 0
 

@@ -135,6 +135,10 @@ class WsConfig:
         kv = 2 * self.stages * self.block_n * head_dim * elem
         return q_and_o + kv + 8 * (3 * self.consumers + 4 * self.stages)
 
+    def tiles(self, rows: int, n_q: int) -> int:
+        """CTA tiles of `rows` (batch, head) rows of n_q queries each."""
+        return rows * -(-n_q // self.tile_m)
+
     def programs(self, tiles: int, sms: int) -> int:
         """Programs launched for `tiles` tiles on a GPU of `sms` SMs."""
         return min(tiles, sms * self.ctas) if self.persistent else tiles
@@ -572,7 +576,7 @@ def _arguments(q, k, v, o, lse, causal: bool, scale: float, cfg: WsConfig) -> tu
         h // k.shape[1],
         n_q,
         n_k,
-        q.shape[0] * h * -(-n_q // cfg.tile_m),  # tiles
+        cfg.tiles(q.shape[0] * h, n_q),
         cfg.band or q.shape[0] * h,
     )
     constexprs = dict(
@@ -609,8 +613,8 @@ def launch_forward_ws(
     b, h, n_q, _ = q.shape
     o = output(q.shape, q.dtype, q.device)
     lse = output((b, h, n_q), torch.float32, q.device)
-    args = _arguments(q, k, v, o, lse, causal, scale, cfg)
-    launch(_attn_fwd_ws, (cfg.programs(args[0][-2], _sms(q.device.index or 0)),), *args)
+    programs = cfg.programs(cfg.tiles(b * h, n_q), _sms(q.device.index or 0))
+    launch(_attn_fwd_ws, (programs,), *_arguments(q, k, v, o, lse, causal, scale, cfg))
     return o, lse
 
 

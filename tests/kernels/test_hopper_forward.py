@@ -79,6 +79,16 @@ def test_the_table_format_has_five_entries_and_trailing_ones_only_where_set() ->
         WsConfig(band=-1)
 
 
+def test_a_launch_has_a_program_per_tile_or_per_cta_slot_when_persistent() -> None:
+    rows, n_q = random.randint(1, 64), 64 * random.randint(1, 64)
+    three = WsConfig(3, 128, 2, True)
+    assert three.tiles(rows, n_q) == rows * -(-n_q // 192)  # the top tile may be partial
+    assert three.programs(1000, 132) == 1000
+    assert WsConfig(3, 128, 2, True, persistent=True).programs(1000, 132) == 132
+    assert WsConfig(1, 128, 2, True, 2, persistent=True).programs(1000, 132) == 264
+    assert WsConfig(persistent=True).programs(100, 132) == 100  # no program without a tile
+
+
 def test_configurations_round_trip_through_the_table_format() -> None:
     for cfg in random.sample(VALID, 24):
         assert WsConfig.from_list(cfg.as_list()) == cfg
