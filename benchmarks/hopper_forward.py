@@ -4,7 +4,7 @@ Usage (on a GPU machine):
     python benchmarks/hopper_forward.py check [--dims 64,128]
     python benchmarks/hopper_forward.py time --out FILE [--dtypes fp16,bf16] [--lens 2048,4096]
                                              [--dims 64,128] [--masks full,causal]
-                                             [--configs JSON]
+                                             [--configs JSON] [--whole-too] [--turns-too]
     python benchmarks/hopper_forward.py choose FILE [--write]      (anywhere; reads a `time` file)
 
 `check` runs each candidate configuration on awkward and protocol shapes (GQA, N_q ≠ N_k,
@@ -12,10 +12,14 @@ causal, fp16 and bf16, outputs poisoned first) against kernels.reference in floa
 twice the error of the same computation by PyTorch in the input dtype plus 2e-3. `time`
 times, in one process with the papers' protocol (batch × N = 16384, heads = 2048 / d), every
 candidate beside sdpa-cudnn, sdpa-flash and flashscope's Triton forward, and writes the rows
-as JSON with the device, date and versions. `choose` picks, per (head_dim, causal, length
-bucket), the faster of the best candidate and the Triton forward (times summed over the
-file's dtypes) and, with --write, stores the choice in kernels/tuned.json ("fwd-route/…" →
-"ws" or "triton", "ws/fwd/…" → the configuration) for the file's GPU.
+as JSON with the device, date and versions; --whole-too also times each causal candidate
+computing the diagonal's last step whole (`HALF_STEPS` off; rows "ws[…]/whole"), --turns-too
+each persistent causal one sharing its tiles in turn rather than by the host's schedule
+(`SCHEDULE_TILES` off; rows "ws[…]/turns"); `choose` leaves those rows out. `choose` picks,
+per (head_dim, causal, length bucket), the faster of the best candidate and the Triton
+forward (times summed over the file's dtypes) and, with --write, stores the choice in
+kernels/tuned.json ("fwd-route/…" → "ws" or "triton", "ws/fwd/…" → the configuration) for the
+file's GPU.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.attention import attention_fn, flops, protocol_inputs  # noqa: E402
+from kernels import hopper_forward  # noqa: E402
 from kernels.forward import launch_forward  # noqa: E402
 from kernels.hopper_forward import WsConfig, launch_forward_ws, supports  # noqa: E402
 from kernels.reference import attention_forward  # noqa: E402
@@ -46,9 +51,12 @@ CANDIDATES = {
     64: [W(2, 256, 2, False), W(1, 128, 2, True, 2), W(3, 128, 2, False), PP(3, 128, 2),
          PP(3, 128, 3), PS(2, 256, 2, False), PS(1, 128, 2, True, 2), PS(3, 128, 2, False),
          PS(2, 128, 2, True, pingpong=True), PS(3, 128, 2, True, pingpong=True),
-         PS(3, 128, 3, True, pingpong=True)],
+         PS(3, 128, 3, True, pingpong=True), PS(2, 256, 2, False, band=8),
+         PS(2, 256, 2, False, band=16), PS(2, 256, 2, False, band=32),
+         PS(3, 128, 2, False, band=8)],
     128: [W(2, 128, 2, True), W(2, 64, 3, True), PP(2, 128, 2), PS(2, 128, 2, True),
-          PS(2, 128, 2, True, pingpong=True), PS(2, 64, 3, True)],
+          PS(2, 128, 2, True, pingpong=True), PS(2, 64, 3, True),
+          PS(2, 128, 2, True, pingpong=True, band=8)],
 }  # fmt: skip
 MARGIN = 0.02  # `choose` routes to the Gluon kernel only where it is this much faster
 DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
@@ -96,7 +104,13 @@ def check(dims: list[int]) -> int:
 
 
 def time_all(
-    out: Path, dtypes: list[str], lens: list[int], dims: list[int], masks: list[bool]
+    out: Path,
+    dtypes: list[str],
+    lens: list[int],
+    dims: list[int],
+    masks: list[bool],
+    whole_too: bool = False,
+    turns_too: bool = False,
 ) -> None:
     rows = []
     for name in dtypes:
@@ -121,10 +135,19 @@ def time_all(
                             continue
                         run = partial(launch_forward_ws, causal=causal, scale=scale, cfg=cfg)
                         calls = [partial(run, *s) for s in sets]
-                        try:
-                            found["ws" + json.dumps(cfg.as_list())] = median_ms(calls)
-                        except Exception as exc:  # recorded; the sweep goes on
-                            print(f"{cfg}: {type(exc).__name__}: {exc}", flush=True)
+                        variants = [("", True, True)]  # (row suffix, HALF_STEPS, SCHEDULE_TILES)
+                        if causal and whole_too:
+                            variants.append(("/whole", False, True))
+                        if causal and cfg.persistent and turns_too:
+                            variants.append(("/turns", True, False))
+                        for suffix, half, scheduled in variants:
+                            hopper_forward.HALF_STEPS = half
+                            hopper_forward.SCHEDULE_TILES = scheduled
+                            try:
+                                found["ws" + json.dumps(cfg.as_list()) + suffix] = median_ms(calls)
+                            except Exception as exc:  # recorded; the sweep goes on
+                                print(f"{cfg}: {type(exc).__name__}: {exc}", flush=True)
+                        hopper_forward.HALF_STEPS = hopper_forward.SCHEDULE_TILES = True
                     f = flops(b, h, n, d, causal, "fwd")
                     cudnn = found["sdpa-cudnn"]
                     flash = found["sdpa-flash"]
@@ -166,7 +189,7 @@ def choose(path: Path, write: bool) -> dict[str, object]:
     data = json.loads(path.read_text())
     totals: dict[tuple, dict[str, float]] = {}
     for r in data["rows"]:
-        if r["impl"].startswith("sdpa"):
+        if r["impl"].startswith("sdpa") or r["impl"].endswith(("/whole", "/turns")):
             continue
         cell = totals.setdefault((r["head_dim"], r["causal"], r["seq_len"]), {})
         cell[r["impl"]] = cell.get(r["impl"], 0.0) + r["ms"]
@@ -197,6 +220,16 @@ def main() -> int:
     parser.add_argument("--dims", default="64,128", help="head dims whose candidates run")
     parser.add_argument("--masks", default="full,causal", help="full, causal or both")
     parser.add_argument("--configs", help="JSON list of configuration lists: the candidates")
+    parser.add_argument(
+        "--whole-too",
+        action="store_true",
+        help="time: causal candidates also with the last diagonal step whole",
+    )
+    parser.add_argument(
+        "--turns-too",
+        action="store_true",
+        help="time: persistent causal candidates also sharing their tiles in turn",
+    )
     args = parser.parse_args()
     dims = [int(x) for x in args.dims.split(",")]
     if args.configs:
@@ -216,7 +249,7 @@ def main() -> int:
     if not set(args.masks.split(",")) <= kinds.keys():
         parser.error(f"argument --masks: full, causal or both, got {args.masks!r}")
     masks = [kinds[m] for m in args.masks.split(",")]
-    time_all(args.out, args.dtypes.split(","), lens, dims, masks)
+    time_all(args.out, args.dtypes.split(","), lens, dims, masks, args.whole_too, args.turns_too)
     return 0
 
 

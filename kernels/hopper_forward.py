@@ -17,6 +17,8 @@ is written by hand, after FlashAttention-3:
 - persistent launches (`WsConfig.persistent`): one program per CTA slot loops over the tiles,
   the loader fetching the next tile's Q and K/V while the consumers finish this one; causal
   tiles go heaviest first within bands of heads (`WsConfig.band`);
+- unpipelined causal tiles whose last key block is more than half out of sight compute that
+  half alone (`HALF_STEPS`; tiles of 128 rows with 256-key blocks, say);
 - the loader warp gives its registers up to the consumers (`warp_specialize`'s register
   budgets), which then hold S, P and the O accumulator without spilling.
 
@@ -31,10 +33,12 @@ and the GPU tests run it.
 
 from __future__ import annotations
 
+import heapq
 import os
 from dataclasses import dataclass
 from functools import lru_cache
 
+import numpy as np
 import torch
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
@@ -144,6 +148,21 @@ class WsConfig:
         return min(tiles, sms * self.ctas) if self.persistent else tiles
 
 
+# Unpipelined causal tiles whose last step sees only its key block's first half compute that
+# half alone (`_consumer`, HALF); False computes the whole block, masked (a switch for
+# benchmarks). Compiled only where BLOCK_N does not divide the CTA's rows: tiles end at row N_q
+# and N_k is a multiple of BLOCK_N, so a tile's last visible key is N_k less a multiple of its
+# rows, and with whole blocks only a tile that sees no key at all (N_q > N_k) would have a half
+# step. (Pipelined, the half step measured slower on an H200: kept whole there.)
+HALF_STEPS = True
+
+# Persistent causal launches share their tiles by a schedule computed on the host (`schedule`)
+# rather than in turn; False shares them in turn (a switch for benchmarks). Launches of more
+# tiles than MAX_SCHEDULED_TILES share them in turn (the schedule's cost on the host).
+SCHEDULE_TILES = True
+MAX_SCHEDULED_TILES = 1 << 17
+COMPILE_SMS = 132  # the SMs compile_sm90's launch arguments are built for (an H100 SXM's)
+
 SHARED_LIMIT = 232448  # bytes of shared memory one CTA may use on Hopper
 SHARED_PER_SM = 233472  # and all of an SM's CTAs together, 1 KiB of each reserved
 
@@ -189,16 +208,41 @@ def _tile(t, n_tiles, band, N_Q, N_K, H, GROUP, TILE_M: gl.constexpr, BLOCK_N: g
 
 
 @gluon.jit
+def _share(SCHED, n_tiles, SCHEDULED: gl.constexpr):
+    """(first, end, stride) of this program's entries: launch-order tiles program_id,
+    + num_programs, …; or, SCHEDULED, the range of the host's schedule (`schedule`) that
+    SCHED[program_id] and SCHED[program_id + 1] bound."""
+    pid = gl.program_id(0)
+    if SCHEDULED:
+        first = gl.load(SCHED + pid)
+        end = gl.load(SCHED + pid + 1)
+        stride = 1
+    else:
+        first = pid
+        end = n_tiles
+        stride = gl.num_programs(0)
+    return first, end, stride
+
+
+@gluon.jit
+def _tile_at(k, SCHED, SCHEDULED: gl.constexpr):
+    """The launch-order tile of entry k (`_share`)."""
+    return gl.load(SCHED + gl.num_programs(0) + 1 + k) if SCHEDULED else k
+
+
+@gluon.jit
 def _loader(args, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, CONSUMERS: gl.constexpr,
-            STAGES: gl.constexpr, CAUSAL: gl.constexpr):
+            STAGES: gl.constexpr, CAUSAL: gl.constexpr, SCHEDULED: gl.constexpr):
     """One warp: for each of the program's tiles, each consumer's Q rows (once that consumer
     has finished with the previous tile's), then K and V of every step into the ring."""
     (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, v_ready, k_empty,
-     v_empty, N_Q, N_K, H, GROUP, n_tiles, band) = args
+     v_empty, N_Q, N_K, H, GROUP, n_tiles, band, SCHED) = args
     TILE_M: gl.constexpr = BLOCK_M * CONSUMERS
     g = 0  # steps of the ring so far, over every tile
     i = 0  # tiles so far
-    for t in range(gl.program_id(0), n_tiles, gl.num_programs(0)):
+    first, end, stride = _share(SCHED, n_tiles, SCHEDULED)
+    for k in range(first, end, stride):
+        t = _tile_at(k, SCHED, SCHEDULED)
         q_row, kv_row, _, _, n_steps = _tile(t, n_tiles, band, N_Q, N_K, H, GROUP, TILE_M,
                                              BLOCK_N, CAUSAL)
         for c in gl.static_range(CONSUMERS):
@@ -223,23 +267,26 @@ def _loader(args, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, CONSUMERS: gl.co
 
 @gluon.jit
 def _scores(q, k_smem, k_ready, g, STAGES: gl.constexpr, s_layout: gl.constexpr,
-            BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr):
-    """Issue S = Q Kᵀ (asynchronous) once the ring's step g has landed."""
+            BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, KEYS: gl.constexpr):
+    """Issue S = Q Kᵀ (asynchronous) over the first KEYS of the BLOCK_N keys of the ring's step
+    g, once it has landed."""
     slot = g % STAGES
     mbarrier.wait(k_ready.index(slot), (g // STAGES) & 1)
-    zero = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, s_layout)
-    return warpgroup_mma(q, k_smem.index(slot).permute((1, 0)), zero, use_acc=False,
-                         is_async=True)
+    k = k_smem.index(slot)
+    if KEYS != BLOCK_N:
+        k = k.slice(0, KEYS)
+    zero = gl.zeros([BLOCK_M, KEYS], gl.float32, s_layout)
+    return warpgroup_mma(q, k.permute((1, 0)), zero, use_acc=False, is_async=True)
 
 
 @gluon.jit
-def _softmax(s, m, l, j, diag, qk_scale2, s_layout: gl.constexpr, BLOCK_M: gl.constexpr,
-             BLOCK_N: gl.constexpr, MASKED: gl.constexpr):
-    """Running max and sum for key block j (log2 domain): (P unnormalized in fp32, m, ℓ, α).
-    MASKED: block j crosses the causal diagonal (key c visible to the warpgroup's row r iff
+def _softmax(s, m, l, col0, diag, qk_scale2, s_layout: gl.constexpr, BLOCK_M: gl.constexpr,
+             KEYS: gl.constexpr, MASKED: gl.constexpr):
+    """Running max and sum for the KEYS keys from col0 (log2 domain): (P unnormalized in fp32,
+    m, ℓ, α). MASKED: they cross the causal diagonal (key c visible to the warpgroup's row r iff
     c ≤ diag + r; a scalar, so that no row vector stays live through the loop)."""
     if MASKED:
-        cols = j * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
+        cols = col0 + gl.arange(0, KEYS, layout=gl.SliceLayout(0, s_layout))
         rows = diag + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, s_layout))
         keep = cols[None, :] <= rows[:, None]
         s = gl.where(keep, s * qk_scale2, float("-inf"))
@@ -282,14 +329,15 @@ def _pipelined_step(q, p, acc, m, l, j, g0, r0, diag, qk_scale2, ring, turn,
     k_smem, v_smem, k_ready, v_ready, k_empty, v_empty = ring
     g = g0 + j
     _take_turn(turn, r0 + j, C, PINGPONG)
-    s = _scores(q, k_smem, k_ready, g, STAGES, s_layout, BLOCK_M, BLOCK_N)
+    s = _scores(q, k_smem, k_ready, g, STAGES, s_layout, BLOCK_M, BLOCK_N, BLOCK_N)
     prev = (g - 1) % STAGES
     mbarrier.wait(v_ready.index(prev), ((g - 1) // STAGES) & 1)
     acc = warpgroup_mma(p, v_smem.index(prev), acc, is_async=True)
     _pass_turn(turn, C, CONSUMERS, PINGPONG)
     s = warpgroup_mma_wait(1, deps=(s,))
     mbarrier.arrive(k_empty.index(g % STAGES), count=1)
-    p_new, m, l, alpha = _softmax(s, m, l, j, diag, qk_scale2, s_layout, BLOCK_M, BLOCK_N, MASKED)
+    p_new, m, l, alpha = _softmax(s, m, l, j * BLOCK_N, diag, qk_scale2, s_layout, BLOCK_M,
+                                  BLOCK_N, MASKED)
     acc, p = warpgroup_mma_wait(0, deps=(acc, p))
     mbarrier.arrive(v_empty.index(prev), count=1)
     acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, o_layout))[:, None]
@@ -301,20 +349,26 @@ def _pipelined_step(q, p, acc, m, l, j, g0, r0, diag, qk_scale2, ring, turn,
 def _plain_step(q, acc, m, l, j, g0, diag, qk_scale2, ring, s_layout: gl.constexpr,
                 o_layout: gl.constexpr, p_layout: gl.constexpr, BLOCK_M: gl.constexpr,
                 BLOCK_N: gl.constexpr, STAGES: gl.constexpr, MASKED: gl.constexpr,
-                dtype: gl.constexpr):
+                dtype: gl.constexpr, KEYS: gl.constexpr):
     """Key block j (ring step g0 + j) without pipelining: Sⱼ, its softmax, the rescale, then
-    P V, each waited for."""
+    P V, each waited for. KEYS < BLOCK_N: only the block's first KEYS keys (the causal
+    diagonal's last block, where no row sees the rest; s_layout is then KEYS wide, and m and ℓ
+    come and go in its row layout)."""
     k_smem, v_smem, k_ready, v_ready, k_empty, v_empty = ring
     g = g0 + j
     slot = g % STAGES
-    s = _scores(q, k_smem, k_ready, g, STAGES, s_layout, BLOCK_M, BLOCK_N)
+    s = _scores(q, k_smem, k_ready, g, STAGES, s_layout, BLOCK_M, BLOCK_N, KEYS)
     s = warpgroup_mma_wait(0, deps=(s,))
     mbarrier.arrive(k_empty.index(slot), count=1)
-    p, m, l, alpha = _softmax(s, m, l, j, diag, qk_scale2, s_layout, BLOCK_M, BLOCK_N, MASKED)
+    p, m, l, alpha = _softmax(s, m, l, j * BLOCK_N, diag, qk_scale2, s_layout, BLOCK_M, KEYS,
+                              MASKED)
     acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, o_layout))[:, None]
     p = gl.convert_layout(p.to(dtype), p_layout)
     mbarrier.wait(v_ready.index(slot), (g // STAGES) & 1)
-    acc = warpgroup_mma(p, v_smem.index(slot), acc, is_async=True)
+    v = v_smem.index(slot)
+    if KEYS != BLOCK_N:
+        v = v.slice(0, KEYS)
+    acc = warpgroup_mma(p, v, acc, is_async=True)
     acc, p = warpgroup_mma_wait(0, deps=(acc, p))
     mbarrier.arrive(v_empty.index(slot), count=1)
     return acc, m, l
@@ -323,7 +377,8 @@ def _plain_step(q, acc, m, l, j, g0, diag, qk_scale2, ring, s_layout: gl.constex
 @gluon.jit
 def _consumer(args, C: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr,
               BLOCK_N: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
-              PIPELINE: gl.constexpr, CONSUMERS: gl.constexpr, PINGPONG: gl.constexpr):
+              PIPELINE: gl.constexpr, CONSUMERS: gl.constexpr, PINGPONG: gl.constexpr,
+              HALF: gl.constexpr, SCHEDULED: gl.constexpr):
     """Warpgroup C: for each of the program's tiles, its BLOCK_M query rows through every step,
     then their O and LSE.
 
@@ -336,13 +391,16 @@ def _consumer(args, C: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constex
     copy waited for only when the stage is next needed.
     """
     (o_desc, q_smem, o_smem, k_smem, v_smem, q_ready, q_empty, k_ready, v_ready, k_empty, v_empty,
-     turn, LSE, N_Q, N_K, H, GROUP, n_tiles, band, qk_scale2) = args
+     turn, LSE, N_Q, N_K, H, GROUP, n_tiles, band, qk_scale2, SCHED) = args
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                        instr_shape=[16, BLOCK_N, 16])
     o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                        instr_shape=[16, HEAD_DIM, 16])
     p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
+    half_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                          instr_shape=[16, BLOCK_N // 2, 16])
     row_s: gl.constexpr = gl.SliceLayout(1, s_layout)
+    row_h: gl.constexpr = gl.SliceLayout(1, half_layout)
     row_o: gl.constexpr = gl.SliceLayout(1, o_layout)
     dtype: gl.constexpr = o_desc.dtype
     TILE_M: gl.constexpr = BLOCK_M * CONSUMERS
@@ -354,7 +412,9 @@ def _consumer(args, C: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constex
         _pass_turn(turn, C, CONSUMERS, PINGPONG)  # round 0 starts at the first warpgroup
     g = 0  # ring steps so far
     i = 0  # tiles so far (so g + i rounds so far)
-    for t in range(gl.program_id(0), n_tiles, gl.num_programs(0)):
+    first, end, stride = _share(SCHED, n_tiles, SCHEDULED)
+    for k in range(first, end, stride):
+        t = _tile_at(k, SCHED, SCHEDULED)
         _, _, m0, n_full, n_steps = _tile(t, n_tiles, band, N_Q, N_K, H, GROUP, TILE_M, BLOCK_N,
                                           CAUSAL)
         diag = m0 + C * BLOCK_M + N_K - N_Q  # causal: key c visible to row r iff c ≤ diag + r
@@ -363,12 +423,19 @@ def _consumer(args, C: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constex
         acc = gl.zeros([BLOCK_M, HEAD_DIM], gl.float32, o_layout)
         mbarrier.wait(q_ready.index(C), i & 1)
         r0 = g + i
+        # HALF (unpipelined): where the tile's last, masked, step sees no key past its block's
+        # first half, that step runs over the half alone (steps [n_last, n_steps)).
+        n_last = n_steps
+        if HALF:
+            hi = gl.maximum(gl.minimum(N_K, m0 + TILE_M + N_K - N_Q), 0)
+            half = (n_full < n_steps) & (hi - (n_steps - 1) * BLOCK_N <= BLOCK_N // 2)
+            n_last = n_steps - half.to(gl.int32)
         # Steps [0, n_full) need no mask; the causal diagonal's [n_full, n_steps) do (two
         # loops, so the unmasked one carries none of the mask's registers).
         if PIPELINE:
             # S₀ and its softmax first (masked where causal: it may cross the diagonal).
             _take_turn(turn, r0, C, PINGPONG)
-            s = _scores(q, k_smem, k_ready, g, STAGES, s_layout, BLOCK_M, BLOCK_N)
+            s = _scores(q, k_smem, k_ready, g, STAGES, s_layout, BLOCK_M, BLOCK_N, BLOCK_N)
             _pass_turn(turn, C, CONSUMERS, PINGPONG)
             s = warpgroup_mma_wait(0, deps=(s,))
             mbarrier.arrive(k_empty.index(g % STAGES), count=1)
@@ -398,12 +465,23 @@ def _consumer(args, C: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constex
             for j in range(n_full):
                 acc, m, l = _plain_step(q, acc, m, l, j, g, diag, qk_scale2, ring,
                                         s_layout, o_layout, p_layout, BLOCK_M, BLOCK_N, STAGES,
-                                        False, dtype)
+                                        False, dtype, BLOCK_N)
             if CAUSAL:
-                for j in range(n_full, n_steps):
+                for j in range(n_full, n_last):
                     acc, m, l = _plain_step(q, acc, m, l, j, g, diag, qk_scale2, ring,
                                             s_layout, o_layout, p_layout, BLOCK_M, BLOCK_N,
-                                            STAGES, True, dtype)
+                                            STAGES, True, dtype, BLOCK_N)
+                tail_half = False
+                if HALF:
+                    tail_half = n_last < n_steps
+                if tail_half:
+                    acc, m_h, l_h = _plain_step(q, acc, gl.convert_layout(m, row_h),
+                                                gl.convert_layout(l, row_h), n_last, g, diag,
+                                                qk_scale2, ring, half_layout, o_layout, p_layout,
+                                                BLOCK_M, BLOCK_N, STAGES, True, dtype,
+                                                BLOCK_N // 2)
+                    m = gl.convert_layout(m_h, row_s)
+                    l = gl.convert_layout(l_h, row_s)
             mbarrier.arrive(q_empty.index(C), count=1)
 
         # (recomputed here rather than held through the loops, which have no register to spare)
@@ -428,11 +506,13 @@ def _consumer(args, C: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constex
 
 @gluon.jit
 def _attn_fwd_ws(q_desc, k_desc, v_desc, o_desc, LSE, qk_scale2, H, GROUP, N_Q, N_K, n_tiles, band,
-                 HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+                 SCHED, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
                  CONSUMERS: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
-                 PIPELINE: gl.constexpr, PINGPONG: gl.constexpr, CONSUMER_REGS: gl.constexpr):
+                 PIPELINE: gl.constexpr, PINGPONG: gl.constexpr, HALF: gl.constexpr,
+                 SCHEDULED: gl.constexpr, CONSUMER_REGS: gl.constexpr):
     """Programs take tiles t = program_id, + num_programs, … < n_tiles (one each, or, launched
-    persistent, one program per SM slot looping over its share)."""
+    persistent, one program per SM slot looping over its share; SCHEDULED: the share the host's
+    schedule in SCHED gives it)."""
     q_smem = gl.allocate_shared_memory(q_desc.dtype, [CONSUMERS, BLOCK_M, HEAD_DIM],
                                        q_desc.layout)
     o_smem = gl.allocate_shared_memory(o_desc.dtype, [CONSUMERS, BLOCK_M, HEAD_DIM],
@@ -457,29 +537,32 @@ def _attn_fwd_ws(q_desc, k_desc, v_desc, o_desc, LSE, qk_scale2, H, GROUP, N_Q, 
         mbarrier.init(v_empty.index(s), count=CONSUMERS)
 
     shared = (o_desc, q_smem, o_smem, k_smem, v_smem, q_ready, q_empty, k_ready, v_ready, k_empty,
-              v_empty, turn, LSE, N_Q, N_K, H, GROUP, n_tiles, band, qk_scale2)
+              v_empty, turn, LSE, N_Q, N_K, H, GROUP, n_tiles, band, qk_scale2, SCHED)
     loads = (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, v_ready,
-             k_empty, v_empty, N_Q, N_K, H, GROUP, n_tiles, band)
+             k_empty, v_empty, N_Q, N_K, H, GROUP, n_tiles, band, SCHED)
     if CONSUMERS == 1:
         gl.warp_specialize([(_consumer, (shared, 0, HEAD_DIM, BLOCK_M, BLOCK_N, STAGES, CAUSAL,
-                                         PIPELINE, CONSUMERS, PINGPONG)),
-                            (_loader, (loads, BLOCK_M, BLOCK_N, CONSUMERS, STAGES, CAUSAL))],
+                                         PIPELINE, CONSUMERS, PINGPONG, HALF, SCHEDULED)),
+                            (_loader, (loads, BLOCK_M, BLOCK_N, CONSUMERS, STAGES, CAUSAL,
+                                       SCHEDULED))],
                            [1], [_LOADER_REGS])
     elif CONSUMERS == 2:
         gl.warp_specialize([(_consumer, (shared, 0, HEAD_DIM, BLOCK_M, BLOCK_N, STAGES, CAUSAL,
-                                         PIPELINE, CONSUMERS, PINGPONG)),
+                                         PIPELINE, CONSUMERS, PINGPONG, HALF, SCHEDULED)),
                             (_consumer, (shared, 1, HEAD_DIM, BLOCK_M, BLOCK_N, STAGES, CAUSAL,
-                                         PIPELINE, CONSUMERS, PINGPONG)),
-                            (_loader, (loads, BLOCK_M, BLOCK_N, CONSUMERS, STAGES, CAUSAL))],
+                                         PIPELINE, CONSUMERS, PINGPONG, HALF, SCHEDULED)),
+                            (_loader, (loads, BLOCK_M, BLOCK_N, CONSUMERS, STAGES, CAUSAL,
+                                       SCHEDULED))],
                            [4, 1], [CONSUMER_REGS, _LOADER_REGS])
     else:
         gl.warp_specialize([(_consumer, (shared, 0, HEAD_DIM, BLOCK_M, BLOCK_N, STAGES, CAUSAL,
-                                         PIPELINE, CONSUMERS, PINGPONG)),
+                                         PIPELINE, CONSUMERS, PINGPONG, HALF, SCHEDULED)),
                             (_consumer, (shared, 1, HEAD_DIM, BLOCK_M, BLOCK_N, STAGES, CAUSAL,
-                                         PIPELINE, CONSUMERS, PINGPONG)),
+                                         PIPELINE, CONSUMERS, PINGPONG, HALF, SCHEDULED)),
                             (_consumer, (shared, 2, HEAD_DIM, BLOCK_M, BLOCK_N, STAGES, CAUSAL,
-                                         PIPELINE, CONSUMERS, PINGPONG)),
-                            (_loader, (loads, BLOCK_M, BLOCK_N, CONSUMERS, STAGES, CAUSAL))],
+                                         PIPELINE, CONSUMERS, PINGPONG, HALF, SCHEDULED)),
+                            (_loader, (loads, BLOCK_M, BLOCK_N, CONSUMERS, STAGES, CAUSAL,
+                                       SCHEDULED))],
                            [4, 4, 1], [CONSUMER_REGS, CONSUMER_REGS, _LOADER_REGS])
 # fmt: on
 
@@ -538,6 +621,57 @@ def tuned_configs(gpu: str | None = None) -> list[tuple[WsConfig, int]]:
 
 
 @lru_cache
+def _half(cfg: WsConfig, causal: bool) -> bool:
+    """Whether the kernel for `cfg` runs a causal tile's last step over half a block where
+    that is all the tile sees (`HALF_STEPS`)."""
+    return causal and HALF_STEPS and not cfg.pipeline and cfg.tile_m % cfg.block_n != 0
+
+
+def tile_costs(cfg: WsConfig, rows: int, n_q: int, n_k: int) -> np.ndarray:
+    """The causal tiles of a launch in launch order (`_tile`'s arithmetic, on the host), each
+    costed for `schedule`: its key blocks (a half step as half) and one more for the tile's
+    own work (its Q, O and LSE, the pipeline filling and draining)."""
+    t = np.arange(cfg.tiles(rows, n_q))
+    n_mb = -(-n_q // cfg.tile_m)
+    band = cfg.band or rows
+    first = t // (band * n_mb) * band
+    size = np.minimum(band, rows - first)
+    rank = (t - first * n_mb) // size
+    m0 = n_q - (rank + 1) * cfg.tile_m  # = N_Q − (n_mb − pid_m)·TILE_M
+    hi = np.clip(np.minimum(n_k, m0 + cfg.tile_m + n_k - n_q), 0, None)
+    steps = np.maximum(-(-hi // cfg.block_n), 1)
+    if _half(cfg, True):
+        full = np.minimum(np.clip(m0 + n_k - n_q + 1, 0, None) // cfg.block_n, hi // cfg.block_n)
+        half = (full < steps) & (hi - (steps - 1) * cfg.block_n <= cfg.block_n // 2)
+        return steps - 0.5 * half + 1.0
+    return steps + 1.0
+
+
+def schedule(costs: np.ndarray, programs: int) -> np.ndarray:
+    """Tiles (in launch order, with their costs) shared among `programs` programs as a dynamic
+    scheduler would share them if the costs were times: each tile, in order, to the program
+    that would be free first (ties to the lowest), so that every program's list keeps launch
+    order (bands of heads, heaviest first). Returned as one int32 array: programs + 1 offsets,
+    then the tiles program by program (the kernel's SCHED)."""
+    free = [(0.0, p) for p in range(programs)]
+    owner = np.empty(len(costs), dtype=np.int64)
+    for t, cost in enumerate(costs.tolist()):
+        at, p = heapq.heappop(free)
+        owner[t] = p
+        heapq.heappush(free, (at + cost, p))
+    order = np.argsort(owner, kind="stable")  # each program's tiles, in launch order
+    offsets = np.concatenate([[0], np.cumsum(np.bincount(owner, minlength=programs))])
+    return np.concatenate([offsets, order]).astype(np.int32)
+
+
+@lru_cache(maxsize=32)
+def _schedule_tensor(
+    cfg: WsConfig, rows: int, n_q: int, n_k: int, programs: int, device: torch.device
+) -> torch.Tensor:
+    sched = schedule(tile_costs(cfg, rows, n_q, n_k), programs)
+    return torch.from_numpy(sched).to(device)
+
+
 def _layout(rows: int, d: int, dtype: torch.dtype):
     """The swizzled shared-memory layout of a (rows, d) tile (the copy engine's and wgmma's)."""
     return gl.NVMMASharedLayout.get_default_for([rows, d], _GL_DTYPES[dtype])
@@ -561,10 +695,16 @@ def _descriptor(x: torch.Tensor, rows: int):
     return TensorDescriptor(x, [n, d], [x.stride(2), 1], [rows, d], _layout(rows, d, x.dtype))
 
 
-def _arguments(q, k, v, o, lse, causal: bool, scale: float, cfg: WsConfig) -> tuple:
-    """The kernel's (positional arguments, constexprs, launch options) for one call."""
+def _arguments(q, k, v, o, lse, causal: bool, scale: float, cfg: WsConfig, sms: int) -> tuple:
+    """The kernel's (positional arguments, constexprs, launch options) for one call on a GPU of
+    `sms` SMs."""
     h, n_q, n_k = q.shape[1], q.shape[2], k.shape[2]
     launch_regs, consumer_regs = cfg.registers()
+    rows = q.shape[0] * h
+    tiles = cfg.tiles(rows, n_q)
+    scheduled = causal and cfg.persistent and SCHEDULE_TILES and tiles <= MAX_SCHEDULED_TILES
+    programs = cfg.programs(tiles, sms)
+    sched = _schedule_tensor(cfg, rows, n_q, n_k, programs, q.device) if scheduled else lse
     args = (
         _descriptor(q, cfg.block_m),
         _descriptor(k, cfg.block_n),
@@ -576,8 +716,9 @@ def _arguments(q, k, v, o, lse, causal: bool, scale: float, cfg: WsConfig) -> tu
         h // k.shape[1],
         n_q,
         n_k,
-        cfg.tiles(q.shape[0] * h, n_q),
-        cfg.band or q.shape[0] * h,
+        tiles,
+        cfg.band or rows,
+        sched,
     )
     constexprs = dict(
         HEAD_DIM=q.shape[3],
@@ -588,6 +729,8 @@ def _arguments(q, k, v, o, lse, causal: bool, scale: float, cfg: WsConfig) -> tu
         CAUSAL=causal,
         PIPELINE=cfg.pipeline,
         PINGPONG=cfg.pingpong,
+        HALF=_half(cfg, causal),
+        SCHEDULED=scheduled,
         CONSUMER_REGS=consumer_regs,
     )
     return args, constexprs, {"num_warps": 4, "maxnreg": launch_regs}  # fmt: skip
@@ -613,8 +756,9 @@ def launch_forward_ws(
     b, h, n_q, _ = q.shape
     o = output(q.shape, q.dtype, q.device)
     lse = output((b, h, n_q), torch.float32, q.device)
-    programs = cfg.programs(cfg.tiles(b * h, n_q), _sms(q.device.index or 0))
-    launch(_attn_fwd_ws, (programs,), *_arguments(q, k, v, o, lse, causal, scale, cfg))
+    sms = _sms(q.device.index or 0)
+    programs = cfg.programs(cfg.tiles(b * h, n_q), sms)
+    launch(_attn_fwd_ws, (programs,), *_arguments(q, k, v, o, lse, causal, scale, cfg, sms))
     return o, lse
 
 
@@ -653,7 +797,8 @@ def compile_sm90(cfg: WsConfig, head_dim: int, causal: bool, dtype: torch.dtype 
 
     n = cfg.tile_m * cfg.block_n  # a multiple of both tiles
     q = torch.empty(1, 2, n, head_dim, dtype=dtype)
-    args, constexprs, options = _arguments(q, q, q, q, torch.empty(1, 2, n), causal, 0.1, cfg)
+    lse = torch.empty(1, 2, n)
+    args, constexprs, options = _arguments(q, q, q, q, lse, causal, 0.1, cfg, COMPILE_SMS)
     saved = driver._active
     driver.set_active(_Sm90Target())
     try:

@@ -22,7 +22,9 @@ from kernels.hopper_forward import (
     REGS_PER_SM,
     SHARED_LIMIT,
     WsConfig,
+    schedule,
     supports,
+    tile_costs,
     tuned,
     tuned_config,
     tuned_configs,
@@ -87,6 +89,76 @@ def test_a_launch_has_a_program_per_tile_or_per_cta_slot_when_persistent() -> No
     assert WsConfig(3, 128, 2, True, persistent=True).programs(1000, 132) == 132
     assert WsConfig(1, 128, 2, True, 2, persistent=True).programs(1000, 132) == 264
     assert WsConfig(persistent=True).programs(100, 132) == 100  # no program without a tile
+
+
+def _costs_by_masks(cfg: WsConfig, rows: int, n_q: int, n_k: int) -> list[float]:
+    """tile_costs' oracle from the causal mask itself: tiles in launch order (bands of rows,
+    within a band every row's heaviest query block first), each costing the key blocks its
+    rows see (rows above 0 of a head's top tile included: the kernel computes them), the last
+    one as half where no row sees past its first half and some row not all of it (unpipelined
+    kernels whose tiles are not whole blocks, `HALF_STEPS`), plus one."""
+    tile, bn = cfg.tile_m, cfg.block_n
+    n_mb, band = -(-n_q // tile), cfg.band or rows
+    costs = []
+    for first in range(0, rows, band):
+        for rank in range(n_mb):
+            for _ in range(first, min(first + band, rows)):
+                m0 = n_q - (rank + 1) * tile
+                seen = (
+                    torch.arange(n_k)[None, :] <= torch.arange(m0, m0 + tile)[:, None] + n_k - n_q
+                )
+                last = int(seen.any(0).nonzero().max()) if seen.any() else -1
+                blocks = max(last // bn + 1, 1)
+                start = (blocks - 1) * bn
+                masked = not seen[:, start : start + bn].all()
+                halves = not cfg.pipeline and tile % bn != 0
+                half = halves and masked and last < start + bn // 2
+                costs.append(blocks - 0.5 * half + 1)
+    return costs
+
+
+def test_tile_costs_follow_the_causal_mask() -> None:
+    for _ in range(12):
+        pipeline, band = random.random() < 0.5, random.choice((0, 1, 2, 5))
+        cfg = WsConfig(random.choice((1, 2, 3)), random.choice((64, 128, 256)), 2, pipeline,
+                       persistent=True, band=band)  # fmt: skip
+        rows, n_q = random.randint(1, 6), 64 * random.randint(1, 12)
+        n_k = cfg.block_n * random.randint(1, 1024 // cfg.block_n)
+        what = f"{cfg.as_list()} rows={rows} n_q={n_q} n_k={n_k}"
+        assert tile_costs(cfg, rows, n_q, n_k).tolist() == _costs_by_masks(cfg, rows, n_q, n_k), (
+            what
+        )
+    # 128-row tiles of 256-key blocks, N = 2048: every other tile ends half way into a block
+    cfg = WsConfig(2, 256, 2, False, persistent=True)
+    assert tile_costs(cfg, 1, 2048, 2048).tolist() == [9, 8.5, 8, 7.5, 7, 6.5, 6, 5.5, 5, 4.5,
+                                                       4, 3.5, 3, 2.5, 2, 1.5]  # fmt: skip
+
+
+def test_the_schedule_gives_each_tile_once_and_keeps_launch_order() -> None:
+    programs = random.randint(1, 40)
+    costs = torch.rand(random.randint(1, 500)).double().numpy() * 9 + 1
+    sched = schedule(costs, programs)
+    offsets, order = sched[: programs + 1], sched[programs + 1 :]
+    assert offsets[0] == 0 and offsets[-1] == len(costs) and (offsets[1:] >= offsets[:-1]).all()
+    assert sorted(order.tolist()) == list(range(len(costs)))
+    loads = []
+    for p in range(programs):
+        mine = order[offsets[p] : offsets[p + 1]]
+        assert (mine[1:] > mine[:-1]).all()  # launch order within a program
+        loads.append(costs[mine].sum())
+    # greedy list scheduling: nobody ends later than the mean load plus the largest tile
+    assert max(loads) <= costs.sum() / programs + costs.max() + 1e-9
+
+
+def test_the_schedule_balances_the_protocols_causal_tiles_better_than_turns() -> None:
+    cfg = WsConfig(2, 256, 2, False, persistent=True, band=8)
+    costs = tile_costs(cfg, 256, 2048, 2048)  # B·H = 256, N = 2048
+    sched = schedule(costs, 132)
+    offsets, order = sched[:133], sched[133:]
+    scheduled = max(costs[order[offsets[p] : offsets[p + 1]]].sum() for p in range(132))
+    in_turn = max(costs[p::132].sum() for p in range(132))
+    mean = costs.sum() / 132
+    assert scheduled < in_turn and scheduled / mean < 1.01 < in_turn / mean
 
 
 def test_configurations_round_trip_through_the_table_format() -> None:
@@ -197,9 +269,10 @@ def test_the_interpreter_never_takes_the_gluon_kernel(monkeypatch) -> None:
 
 @pytest.fixture(scope="module")
 def compiled() -> list[dict]:
-    """Every configuration the tuned tables name, and two more, compiled for sm_90a in a process
+    """Every configuration the tuned tables name, and a few more, compiled for sm_90a in a process
     of its own (Triton's compiler, not its interpreter)."""
-    extra = [([3, 128, 2, 1, 1], 64), ([2, 64, 3, 1, 1], 128), ([3, 128, 2, 1, 1, 1], 64)]
+    extra = [([3, 128, 2, 1, 1], 64), ([2, 64, 3, 1, 1], 128), ([3, 128, 2, 1, 1, 1], 64),
+             ([2, 256, 2, 0, 1, 0, 1, 32], 64)]  # fmt: skip
     wanted = extra + [(cfg.as_list(), d) for cfg, d in tuned_configs()]
     env = {**os.environ, "TRITON_INTERPRET": "0"}
     out = subprocess.run(
@@ -226,6 +299,10 @@ def test_the_tuned_configurations_compile_for_hopper_without_spilling(compiled) 
         assert row["shared"] <= SHARED_LIMIT, what
         # Each consumer's products: Q Kᵀ and P V per step, split by the compiler into
         # wgmma instructions of k = 16: (d + block_n) / 16 of them per step, times the loop
-        # copies (pipelined: prologue, loop and epilogue) and the consumers' copies.
+        # copies (pipelined: prologue, loop and epilogue) and the consumers' copies; an
+        # unpipelined causal kernel whose tiles block_n does not divide also has a half step,
+        # block_n / 32 fewer.
         per_step = (row["head_dim"] + cfg.block_n) // 16
-        assert row["wgmma"] % per_step == 0 and row["wgmma"] >= per_step * cfg.consumers, what
+        half = row["causal"] and not cfg.pipeline and cfg.tile_m % cfg.block_n != 0
+        wgmma = row["wgmma"] + (cfg.consumers * cfg.block_n // 32 if half else 0)
+        assert wgmma % per_step == 0 and wgmma >= per_step * cfg.consumers * (1 + half), what
