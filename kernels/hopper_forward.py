@@ -627,10 +627,11 @@ def _half(cfg: WsConfig, causal: bool) -> bool:
     return causal and HALF_STEPS and not cfg.pipeline and cfg.tile_m % cfg.block_n != 0
 
 
-def tile_costs(cfg: WsConfig, rows: int, n_q: int, n_k: int) -> np.ndarray:
+def tile_costs(cfg: WsConfig, rows: int, n_q: int, n_k: int, halves: bool) -> np.ndarray:
     """The causal tiles of a launch in launch order (`_tile`'s arithmetic, on the host), each
-    costed for `schedule`: its key blocks (a half step as half) and one more for the tile's
-    own work (its Q, O and LSE, the pipeline filling and draining)."""
+    costed for `schedule`: its key blocks (with `halves`, the kernel's HALF, a half step as
+    half) and one more for the tile's own work (its Q, O and LSE, the pipeline filling and
+    draining)."""
     t = np.arange(cfg.tiles(rows, n_q))
     n_mb = -(-n_q // cfg.tile_m)
     band = cfg.band or rows
@@ -640,7 +641,7 @@ def tile_costs(cfg: WsConfig, rows: int, n_q: int, n_k: int) -> np.ndarray:
     m0 = n_q - (rank + 1) * cfg.tile_m  # = N_Q − (n_mb − pid_m)·TILE_M
     hi = np.clip(np.minimum(n_k, m0 + cfg.tile_m + n_k - n_q), 0, None)
     steps = np.maximum(-(-hi // cfg.block_n), 1)
-    if _half(cfg, True):
+    if halves:
         full = np.minimum(np.clip(m0 + n_k - n_q + 1, 0, None) // cfg.block_n, hi // cfg.block_n)
         half = (full < steps) & (hi - (steps - 1) * cfg.block_n <= cfg.block_n // 2)
         return steps - 0.5 * half + 1.0
@@ -666,9 +667,9 @@ def schedule(costs: np.ndarray, programs: int) -> np.ndarray:
 
 @lru_cache(maxsize=32)
 def _schedule_tensor(
-    cfg: WsConfig, rows: int, n_q: int, n_k: int, programs: int, device: torch.device
+    cfg: WsConfig, rows: int, n_q: int, n_k: int, halves: bool, programs: int, device: torch.device
 ) -> torch.Tensor:
-    sched = schedule(tile_costs(cfg, rows, n_q, n_k), programs)
+    sched = schedule(tile_costs(cfg, rows, n_q, n_k, halves), programs)
     return torch.from_numpy(sched).to(device)
 
 
@@ -704,7 +705,8 @@ def _arguments(q, k, v, o, lse, causal: bool, scale: float, cfg: WsConfig, sms: 
     tiles = cfg.tiles(rows, n_q)
     scheduled = causal and cfg.persistent and SCHEDULE_TILES and tiles <= MAX_SCHEDULED_TILES
     programs = cfg.programs(tiles, sms)
-    sched = _schedule_tensor(cfg, rows, n_q, n_k, programs, q.device) if scheduled else lse
+    halves = _half(cfg, causal)
+    sched = _schedule_tensor(cfg, rows, n_q, n_k, halves, programs, q.device) if scheduled else lse
     args = (
         _descriptor(q, cfg.block_m),
         _descriptor(k, cfg.block_n),
@@ -729,7 +731,7 @@ def _arguments(q, k, v, o, lse, causal: bool, scale: float, cfg: WsConfig, sms: 
         CAUSAL=causal,
         PIPELINE=cfg.pipeline,
         PINGPONG=cfg.pingpong,
-        HALF=_half(cfg, causal),
+        HALF=halves,
         SCHEDULED=scheduled,
         CONSUMER_REGS=consumer_regs,
     )
