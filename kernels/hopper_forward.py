@@ -620,7 +620,6 @@ def tuned_configs(gpu: str | None = None) -> list[tuple[WsConfig, int]]:
     return [(WsConfig.from_list(list(c)), d) for c, d in sorted(found)]
 
 
-@lru_cache
 def _half(cfg: WsConfig, causal: bool) -> bool:
     """Whether the kernel for `cfg` runs a causal tile's last step over half a block where
     that is all the tile sees (`HALF_STEPS`)."""
@@ -673,6 +672,7 @@ def _schedule_tensor(
     return torch.from_numpy(sched).to(device)
 
 
+@lru_cache
 def _layout(rows: int, d: int, dtype: torch.dtype):
     """The swizzled shared-memory layout of a (rows, d) tile (the copy engine's and wgmma's)."""
     return gl.NVMMASharedLayout.get_default_for([rows, d], _GL_DTYPES[dtype])

@@ -135,6 +135,17 @@ def test_tile_costs_follow_the_causal_mask() -> None:
     assert costs.tolist() == [9, 8.5, 8, 7.5, 7, 6.5, 6, 5.5, 5, 4.5, 4, 3.5, 3, 2.5, 2, 1.5]
 
 
+def test_half_steps_follow_the_switch_at_every_launch(monkeypatch) -> None:
+    import kernels.hopper_forward as hopper_forward
+
+    halves = WsConfig(2, 256, 2, False)  # 128-row tiles of 256-key blocks, unpipelined
+    assert hopper_forward._half(halves, True) and not hopper_forward._half(halves, False)
+    assert not hopper_forward._half(WsConfig(2, 256, 2, True), True)  # pipelined: whole
+    assert not hopper_forward._half(WsConfig(2, 128, 2, False), True)  # whole blocks
+    monkeypatch.setattr(hopper_forward, "HALF_STEPS", False)  # read anew, not remembered
+    assert not hopper_forward._half(halves, True)
+
+
 def test_the_schedule_gives_each_tile_once_and_keeps_launch_order() -> None:
     programs = random.randint(1, 40)
     costs = torch.rand(random.randint(1, 500)).double().numpy() * 9 + 1
