@@ -210,7 +210,7 @@ def derive(observations: list[Observation]) -> dict[str, dict]:
     for k, obs in sorted(by_key.items()):
         if not any(o.load or o.store for o in obs):
             continue
-        x = np.array([[o.threads * o.steps, o.threads * o.ctas] for o in obs], dtype=np.float64)
+        x = _design(obs)
         fitted = {}
         worst = 0.0
         for name, y in (("load", [o.load for o in obs]), ("store", [o.store for o in obs])):
@@ -226,10 +226,14 @@ def derive(observations: list[Observation]) -> dict[str, dict]:
     return out
 
 
+def _design(obs: list[Observation]) -> np.ndarray:
+    """The per-thread fits' regressors: threads × loop steps and threads × CTAs."""
+    return np.array([[o.threads * o.steps, o.threads * o.ctas] for o in obs], dtype=np.float64)
+
+
 def _fit_per_thread(obs: list[Observation], y: list[float]) -> tuple[float, float]:
     """Least squares of y against threads × steps and threads × CTAs: (per step, per CTA)."""
-    x = np.array([[o.threads * o.steps, o.threads * o.ctas] for o in obs], dtype=np.float64)
-    c, *_ = np.linalg.lstsq(x, np.asarray(y, dtype=np.float64), rcond=None)
+    c, *_ = np.linalg.lstsq(_design(obs), np.asarray(y, dtype=np.float64), rcond=None)
     # whole numbers where the fit is exact (0.0, never −0.0)
     return round(float(c[0]), 4) + 0.0, round(float(c[1]), 4) + 0.0
 
