@@ -171,15 +171,17 @@ SHARED_PER_SM = 233472  # and all of an SM's CTAs together, 1 KiB of each reserv
 # fmt: off
 @gluon.jit
 def _tile(t, n_tiles, band, N_Q, N_K, H, GROUP, TILE_M: gl.constexpr, BLOCK_N: gl.constexpr,
-          CAUSAL: gl.constexpr):
+          CAUSAL: gl.constexpr, HALF: gl.constexpr):
     """Tile t of the launch order: (Q's first flattened row, K/V's, the tile's first query row
-    m0, the steps that need no mask, all steps). Tiles go head by head; causal heads in bands
-    of `band` (batch, head) rows, a band's heaviest query block of every row first, then the
-    next heaviest (band 1: head by head, heaviest first), so that a program's share of the
-    tiles, taken in turn, is balanced. Tiles end at row N_Q: where TILE_M does not divide N_Q
-    (a multiple of BLOCK_M), the top tile starts above row 0 and its first warpgroups have no
-    rows of this head (their Q copy reads the previous head's rows, or zeros before the
-    first)."""
+    m0, the steps that need no mask, the steps over whole blocks, all steps). HALF (causal): a
+    last, masked, step that sees no key past its block's first half is not a whole-block one
+    (steps [n_whole, n_steps) run over the half; without HALF n_whole = n_steps). Tiles go
+    head by head; causal heads in bands of `band` (batch, head) rows, a band's heaviest query
+    block of every row first, then the next heaviest (band 1: head by head, heaviest first),
+    so that a program's share of the tiles, taken in turn, is balanced. Tiles end at row N_Q:
+    where TILE_M does not divide N_Q (a multiple of BLOCK_M), the top tile starts above row 0
+    and its first warpgroups have no rows of this head (their Q copy reads the previous head's
+    rows, or zeros before the first)."""
     n_mb = gl.cdiv(N_Q, TILE_M)
     if CAUSAL:
         first = t // (band * n_mb) * band  # the band's first row
@@ -198,13 +200,18 @@ def _tile(t, n_tiles, band, N_Q, N_K, H, GROUP, TILE_M: gl.constexpr, BLOCK_N: g
         off = N_K - N_Q
         hi = gl.maximum(gl.minimum(N_K, m0 + TILE_M + off), 0)
         n_full = gl.minimum(gl.maximum(m0 + off + 1, 0) // BLOCK_N, hi // BLOCK_N)
-        n_steps = gl.cdiv(hi, BLOCK_N)
+        # A causal block that sees no key at all (N_q > N_k) still takes one step, its rows
+        # fully masked: every partition runs the same loop, of at least one tile.
+        n_steps = gl.maximum(gl.cdiv(hi, BLOCK_N), 1)
+        n_whole = n_steps
+        if HALF:
+            half = (n_full < n_steps) & (hi - (n_steps - 1) * BLOCK_N <= BLOCK_N // 2)
+            n_whole = n_steps - half.to(gl.int32)
     else:
         n_full = N_K // BLOCK_N
-        n_steps = n_full
-    # A causal block that sees no key at all (N_q > N_k) still takes one step, its rows fully
-    # masked: every partition runs the same loop, of at least one tile.
-    return q_row, kv_row, m0, n_full, gl.maximum(n_steps, 1)
+        n_steps = gl.maximum(n_full, 1)
+        n_whole = n_steps
+    return q_row, kv_row, m0, n_full, n_whole, n_steps
 
 
 @gluon.jit
@@ -243,8 +250,8 @@ def _loader(args, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, CONSUMERS: gl.co
     first, end, stride = _share(SCHED, n_tiles, SCHEDULED)
     for k in range(first, end, stride):
         t = _tile_at(k, SCHED, SCHEDULED)
-        q_row, kv_row, _, _, n_steps = _tile(t, n_tiles, band, N_Q, N_K, H, GROUP, TILE_M,
-                                             BLOCK_N, CAUSAL)
+        q_row, kv_row, _, _, _, n_steps = _tile(t, n_tiles, band, N_Q, N_K, H, GROUP, TILE_M,
+                                                BLOCK_N, CAUSAL, False)
         for c in gl.static_range(CONSUMERS):
             mbarrier.wait(q_empty.index(c), (i & 1) ^ 1)  # a fresh barrier counts as freed once
             mbarrier.expect(q_ready.index(c), q_desc.block_type.nbytes)
@@ -415,21 +422,14 @@ def _consumer(args, C: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constex
     first, end, stride = _share(SCHED, n_tiles, SCHEDULED)
     for k in range(first, end, stride):
         t = _tile_at(k, SCHED, SCHEDULED)
-        _, _, m0, n_full, n_steps = _tile(t, n_tiles, band, N_Q, N_K, H, GROUP, TILE_M, BLOCK_N,
-                                          CAUSAL)
+        _, _, m0, n_full, n_whole, n_steps = _tile(t, n_tiles, band, N_Q, N_K, H, GROUP, TILE_M,
+                                                   BLOCK_N, CAUSAL, HALF)
         diag = m0 + C * BLOCK_M + N_K - N_Q  # causal: key c visible to row r iff c ≤ diag + r
         m = gl.full([BLOCK_M], float("-inf"), gl.float32, row_s)
         l = gl.zeros([BLOCK_M], gl.float32, row_s)
         acc = gl.zeros([BLOCK_M, HEAD_DIM], gl.float32, o_layout)
         mbarrier.wait(q_ready.index(C), i & 1)
         r0 = g + i
-        # HALF (unpipelined): where the tile's last, masked, step sees no key past its block's
-        # first half, that step runs over the half alone (steps [n_last, n_steps)).
-        n_last = n_steps
-        if HALF:
-            hi = gl.maximum(gl.minimum(N_K, m0 + TILE_M + N_K - N_Q), 0)
-            half = (n_full < n_steps) & (hi - (n_steps - 1) * BLOCK_N <= BLOCK_N // 2)
-            n_last = n_steps - half.to(gl.int32)
         # Steps [0, n_full) need no mask; the causal diagonal's [n_full, n_steps) do (two
         # loops, so the unmasked one carries none of the mask's registers).
         if PIPELINE:
@@ -467,25 +467,25 @@ def _consumer(args, C: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constex
                                         s_layout, o_layout, p_layout, BLOCK_M, BLOCK_N, STAGES,
                                         False, dtype, BLOCK_N)
             if CAUSAL:
-                for j in range(n_full, n_last):
+                for j in range(n_full, n_whole):
                     acc, m, l = _plain_step(q, acc, m, l, j, g, diag, qk_scale2, ring,
                                             s_layout, o_layout, p_layout, BLOCK_M, BLOCK_N,
                                             STAGES, True, dtype, BLOCK_N)
-                tail_half = False
-                if HALF:
-                    tail_half = n_last < n_steps
-                if tail_half:
-                    acc, m_h, l_h = _plain_step(q, acc, gl.convert_layout(m, row_h),
-                                                gl.convert_layout(l, row_h), n_last, g, diag,
-                                                qk_scale2, ring, half_layout, o_layout, p_layout,
-                                                BLOCK_M, BLOCK_N, STAGES, True, dtype,
-                                                BLOCK_N // 2)
-                    m = gl.convert_layout(m_h, row_s)
-                    l = gl.convert_layout(l_h, row_s)
+                # (HALF, a constexpr, leaves the half step out of other kernels altogether)
+                if HALF:  # noqa: SIM102
+                    if n_whole < n_steps:
+                        acc, m_h, l_h = _plain_step(q, acc, gl.convert_layout(m, row_h),
+                                                    gl.convert_layout(l, row_h), n_whole, g, diag,
+                                                    qk_scale2, ring, half_layout, o_layout,
+                                                    p_layout, BLOCK_M, BLOCK_N, STAGES, True,
+                                                    dtype, BLOCK_N // 2)
+                        m = gl.convert_layout(m_h, row_s)
+                        l = gl.convert_layout(l_h, row_s)
             mbarrier.arrive(q_empty.index(C), count=1)
 
         # (recomputed here rather than held through the loops, which have no register to spare)
-        q_row, _, m0, _, _ = _tile(t, n_tiles, band, N_Q, N_K, H, GROUP, TILE_M, BLOCK_N, CAUSAL)
+        q_row, _, m0, _, _, _ = _tile(t, n_tiles, band, N_Q, N_K, H, GROUP, TILE_M, BLOCK_N,
+                                      CAUSAL, False)
         seen = l > 0
         l_safe = gl.where(seen, l, 1.0)
         o = acc / gl.convert_layout(l_safe, row_o)[:, None]
