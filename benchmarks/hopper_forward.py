@@ -25,7 +25,6 @@ file's GPU.
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import os
 import sys
@@ -38,6 +37,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.attention import attention_fn, flops, protocol_inputs  # noqa: E402
+from benchmarks.hostinfo import gpu_header  # noqa: E402
 from kernels import hopper_forward  # noqa: E402
 from kernels.forward import launch_forward  # noqa: E402
 from kernels.hopper_forward import WsConfig, launch_forward_ws, supports  # noqa: E402
@@ -163,15 +163,10 @@ def time_all(
                         rows.append(dict(impl=impl, dtype=name, head_dim=d, seq_len=n, batch=b,
                                          heads=h, causal=causal, ms=ms,
                                          tflops=f / ms / 1e9))  # fmt: skip
-    import triton
-
     out.write_text(
         json.dumps(
             {
-                "device": torch.cuda.get_device_name(),
-                "date": datetime.date.today().isoformat(),
-                "torch": torch.__version__,
-                "triton": triton.__version__,
+                **gpu_header(),
                 "protocol": "batch × N = 16384, heads = 2048 / d; median of do_bench, L2 flushed",
                 "rows": rows,
             },
