@@ -18,10 +18,14 @@ RUN if [ "$VARIANT" = "cuda" ]; then \
     else \
         pip install --index-url https://download.pytorch.org/whl/cpu torch==2.13.0; \
     fi
-COPY pyproject.toml README.md ./
+# The package carries its pages, static files (Plotly included) and shipped datasets as package
+# data, so the installed venv is all the final stage needs.
+COPY pyproject.toml README.md LICENSE ./
 COPY app ./app
 COPY simulator ./simulator
 COPY kernels ./kernels
+COPY templates ./templates
+COPY static ./static
 RUN pip install .
 
 FROM ${PYTHON_IMAGE}
@@ -35,17 +39,11 @@ RUN if [ "$VARIANT" = "cuda" ]; then \
     fi \
     && groupadd --gid 10001 flashscope \
     && useradd --create-home --uid 10001 --gid 10001 flashscope
+# Everything the app reads at run time is in the venv: the flashscope package with its pages,
+# assets and datasets.
 COPY --from=build /opt/venv /opt/venv
-# Everything the app reads at run time is in the image: Python packages (with simulator/data)
-# in the venv, pages and assets (Plotly included) and the measured results beside them.
-COPY templates /opt/flashscope/templates
-COPY static /opt/flashscope/static
-COPY benchmarks/results /opt/flashscope/results
 ENV PATH=/opt/venv/bin:$PATH \
-    PYTHONUNBUFFERED=1 \
-    FLASHSCOPE_TEMPLATES_DIR=/opt/flashscope/templates \
-    FLASHSCOPE_STATIC_DIR=/opt/flashscope/static \
-    FLASHSCOPE_RESULTS_DIR=/opt/flashscope/results
+    PYTHONUNBUFFERED=1
 USER 10001:10001
 WORKDIR /home/flashscope
 EXPOSE 8000

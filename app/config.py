@@ -86,7 +86,7 @@ class Settings(BaseSettings):
 
     # Live kernel runs (POST /api/runs).
     runs_executor: str = Field(
-        "app.runjobs:execute", description="module:function that executes one run."
+        "flashscope.app.runs.jobs:execute", description="module:function that executes one run."
     )
     runs_devices: list[str] = Field(
         default_factory=list, description="Devices to run on; empty: every GPU, else the CPU."
@@ -186,9 +186,9 @@ class Settings(BaseSettings):
 
     templates_dir: Path = Field(ROOT / "templates", description="Jinja2 templates of the pages.")
     static_dir: Path = Field(ROOT / "static", description="CSS, ES modules, vendored Plotly.")
-    results_dir: Path = Field(
-        ROOT / "benchmarks" / "results",
-        description="Measured results (benchmarks/results/*.json) the app may load.",
+    datasets_dir: Path = Field(
+        ROOT / "app" / "data",
+        description="Shipped measured datasets (validation, timelines) that the app reads.",
     )
 
 

@@ -1,6 +1,6 @@
 """The validation datasets the app ships (benchmarks/results/validation-<gpu>-<date>.json).
 
-`Datasets` lives on app.state: it lists the files of Settings.results_dir, keeps the newest file
+`Datasets` lives on app.state: it lists the files of Settings.datasets_dir, keeps the newest file
 per GPU preset, and re-reads a file only when it changed on disk. No GPU is needed: these are
 measurements made elsewhere (device, date and versions travel with each file).
 """
@@ -14,6 +14,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+# The datasets shipped with the app (package data: app/data/ in the repository).
+DATA_DIR = Path(__file__).resolve().parent / "data"
 PATTERN = "validation-*.json"
 
 
@@ -83,7 +85,7 @@ TIMELINE_PATTERN = "timeline-*.json.gz"
 
 class Timelines:
     """Measured schedules (benchmarks/timeline.py: each CTA's start, end and SM of one launch)
-    by (GPU preset key, configuration id), from the gzipped files of Settings.results_dir.
+    by (GPU preset key, configuration id), from the gzipped files of Settings.datasets_dir.
 
     Only records in the kernel's default launch order (band 1) are indexed: those are the
     runs the validation datasets time. Files are re-read when they change on disk.

@@ -8,8 +8,8 @@ from fastapi import Depends
 from fastapi.templating import Jinja2Templates
 from starlette.requests import HTTPConnection
 
-from .config import Settings
-from .traces import TraceStore
+from flashscope.app.config import Settings
+from flashscope.app.traces import TraceStore
 
 
 def get_settings_dep(conn: HTTPConnection) -> Settings:

@@ -10,14 +10,14 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
 
-from . import __version__
-from .bodylimit import BodyLimitMiddleware
-from .config import Settings, get_settings
-from .datasets import Datasets, Timelines
-from .errors import validation_handler, value_handler
-from .ratelimit import RateLimiter, RateLimitMiddleware, rates_from
-from .rooms import Rooms
-from .routes import (
+from flashscope.app import __version__
+from flashscope.app.config import Settings, get_settings
+from flashscope.app.datasets import Datasets, Timelines
+from flashscope.app.middleware.bodylimit import BodyLimitMiddleware
+from flashscope.app.middleware.errors import validation_handler, value_handler
+from flashscope.app.middleware.ratelimit import RateLimiter, RateLimitMiddleware, rates_from
+from flashscope.app.rooms.service import Rooms
+from flashscope.app.routes import (
     compare,
     exports,
     health,
@@ -32,8 +32,8 @@ from .routes import (
     trace,
     traffic,
 )
-from .runservice import RunService
-from .traces import TraceStore
+from flashscope.app.runs.service import RunService
+from flashscope.app.traces import TraceStore
 
 CSP = (
     "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; "
@@ -66,8 +66,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.backend = None
     app.state.runs = RunService(settings)
     app.state.rooms = Rooms(settings)
-    app.state.datasets = Datasets(settings.results_dir)
-    app.state.timelines = Timelines(settings.results_dir)
+    app.state.datasets = Datasets(settings.datasets_dir)
+    app.state.timelines = Timelines(settings.datasets_dir)
     app.state.rate_limiter = RateLimiter(rates_from(settings), settings.rate_max_clients)
     app.mount("/static", StaticFiles(directory=settings.static_dir), name="static")
     app.add_exception_handler(RequestValidationError, validation_handler)  # type: ignore[arg-type]

@@ -7,10 +7,9 @@ from collections import OrderedDict
 
 from starlette.concurrency import run_in_threadpool
 
-from simulator.trace import Trace
-from simulator.tracing import build_trace
-
-from .schemas import TraceParams
+from flashscope.app.schemas.trace import TraceParams
+from flashscope.simulator.core.trace import Trace
+from flashscope.simulator.teach.tracing import build_trace
 
 
 class TraceStore:

@@ -2,16 +2,16 @@
 
 Usage (on a GPU machine):  python benchmarks/attention.py [--out DIR] [--quick] [--repeats N]
 
-Protocol (the FlashAttention papers'): batch × N = 16384 tokens, hidden 2048 (heads = 2048 / d),
-d ∈ {64, 128}, N ∈ {512 … 16384}, causal and not, fp16 and bf16, forward and backward. Useful
-FLOPs 4·B·H·N²·d forward (halved when causal), backward 2.5× that. The backward is timed alone
+Protocol (the FlashAttention papers'): batch × N = 16384 tokens, hidden 2048 (heads = 2048 / d), d ∈
+{64, 128}, N ∈ {512 … 16384}, causal and not, fp16 and bf16, forward and backward. Useful FLOPs
+4·B·H·N²·d forward (halved when causal), backward 2.5× that. The backward is timed alone
 (torch.autograd.grad of a saved forward). Also: decode (batch 1, 32 heads, d = 128, a 65536-key
-cache) in bytes of K and V read per second against a measured device-to-device copy; forward
-peak memory at B = 1, H = 16, N = 65536, d = 64 against sdpa-flash; the instrumented forward's
-cost with its flag off and on; the matrix-product and copy ceilings. Every time is a median of
-do_bench (kernels.timing); the attention table is timed in --repeats passes (default 3, every
-other one in reverse order) and each row keeps every pass and reports their median.
-Writes DIR/attention-<gpu>-<date>.json.
+cache) in bytes of K and V read per second against a measured device-to-device copy; forward peak
+memory at B = 1, H = 16, N = 65536, d = 64 against sdpa-flash; the instrumented forward's cost with
+its flag off and on; the matrix-product and copy ceilings. Every time is a median of do_bench
+(flashscope.kernels.timing); the attention table is timed in --repeats passes (default 3, every
+other one in reverse order) and each row keeps every pass and reports their median. Writes
+DIR/attention-<gpu>-<date>.json.
 """
 
 from __future__ import annotations
@@ -31,15 +31,15 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-import kernels  # noqa: E402
-from benchmarks.hostinfo import gpu_header, result_path  # noqa: E402
-from benchmarks.workers import run_workers  # noqa: E402
-from kernels import flash_attention, flash_decode  # noqa: E402
-from kernels.config import KernelConfig  # noqa: E402
-from kernels.forward import launch_forward  # noqa: E402
-from kernels.launch import pad_dim  # noqa: E402
-from kernels.microbench import copy, matmul  # noqa: E402
-from kernels.timing import input_sets, median_ms, tensor_bytes  # noqa: E402
+from benchmarks.hostinfo import gpu_header, result_path
+from benchmarks.workers import run_workers
+from flashscope import kernels
+from flashscope.kernels import flash_attention, flash_decode
+from flashscope.kernels.config import KernelConfig
+from flashscope.kernels.forward import launch_forward
+from flashscope.kernels.launch import pad_dim
+from flashscope.kernels.microbench import copy, matmul
+from flashscope.kernels.timing import input_sets, median_ms, tensor_bytes
 
 SEQ_LENS = (512, 1024, 2048, 4096, 8192, 16384)
 HEAD_DIMS = (64, 128)
@@ -69,7 +69,7 @@ def flops(b: int, h: int, n: int, d: int, causal: bool, mode: str) -> float:
 
 def protocol_inputs(d: int, n: int, dtype: torch.dtype) -> list[tuple[torch.Tensor, ...]]:
     """Random (q, k, v) of the papers' shape (batch × N = 16384, heads = 2048 / d), as many sets
-    as it takes for consecutive calls not to find their inputs in L2 (kernels.timing)."""
+    as it takes for consecutive calls not to find their inputs in L2 (flashscope.kernels.timing)."""
     b, h = 16384 // n, 2048 // d
     sets = input_sets(4 * b * h * n * d * 2)
     return [

@@ -2,7 +2,7 @@
 
 The validation datasets time every kernel two ways: back to back (do_bench's median) and one
 launch alone (Nsight Compute). The ratio varies by tile configuration (0–22%), which the engine
-explains with a power cap (simulator/engine.py, `clock_share`). This script reads the clock
+explains with a power cap (simulator/timing/engine.py, `clock_share`). This script reads the clock
 itself: for each forward configuration of a sweep (default: the validation sweep's forward
 rows at one sequence length), it runs the kernel back to back for `--seconds` while
 `nvidia-smi` samples the SM clock and the board's power every 20 ms, and times
@@ -128,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
     if not torch.cuda.is_available():
         print("clocks.py: needs a CUDA GPU", file=sys.stderr)
         return 2
-    from kernels.measure import Case
+    from flashscope.kernels.measure import Case
 
     entries = json.loads(args.sweep.read_text())["entries"]
     chosen = [e for e in entries if e["config"]["algo"] == "fa2" and e["config"]["seq"] in args.seq]

@@ -1,14 +1,14 @@
 """Write simulator/data/compiled-kernels.json: the registers and spill traffic of flashscope's
 compiled kernels.
 
-Reads Nsight Compute's register and local-memory counts from validation datasets (the fit
-subset only, so the held-out rows stay a prediction), keeps per kernel and tile configuration
-its registers per thread (`simulator.compiled.derive_registers`) and the spill bytes per thread
-per loop step and per CTA (`simulator.compiled.derive`), and reports how well the table
-predicts the held-out rows. CPU only.
+Reads Nsight Compute's register and local-memory counts from validation datasets (the fit subset
+only, so the held-out rows stay a prediction), keeps per kernel and tile configuration its registers
+per thread (`flashscope.simulator.timing.compiled.derive_registers`) and the spill bytes per thread
+per loop step and per CTA (`flashscope.simulator.timing.compiled.derive`), and reports how well the
+table predicts the held-out rows. CPU only.
 
-    python benchmarks/compiled_kernels.py benchmarks/results/validation-h100-2026-11-21.json \
-        benchmarks/results/validation-h200-2026-11-21.json \
+    python benchmarks/compiled_kernels.py app/data/validation-h100-2026-11-21.json \
+        app/data/validation-h200-2026-11-21.json \
         benchmarks/results/register-cap-h200-2026-11-21.json
 """
 
@@ -23,8 +23,9 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from simulator import compiled, hardware  # noqa: E402
-from simulator.validation import compiled_observations  # noqa: E402
+from flashscope.simulator.calibrate.validation import compiled_observations
+from flashscope.simulator.core import hardware
+from flashscope.simulator.timing import compiled
 
 
 def observations(doc: dict, subset: str) -> list[compiled.Observation]:

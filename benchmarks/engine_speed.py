@@ -28,9 +28,9 @@ from hostinfo import cpu_model  # the module beside this script
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from simulator.engine import simulate  # noqa: E402
-from simulator.hardware import from_name  # noqa: E402
-from simulator.problem import AttentionProblem, TileConfig  # noqa: E402
+from flashscope.simulator.core.hardware import from_name
+from flashscope.simulator.core.problem import AttentionProblem, TileConfig
+from flashscope.simulator.timing.engine import simulate
 
 CASE = {"batch": 4, "heads": 32, "seq": 16384, "head_dim": 128, "block_m": 128, "block_n": 128}
 TARGET_IN_PROCESS_S = 0.5
@@ -65,7 +65,7 @@ def time_in_process(algo: str, p: AttentionProblem, t: TileConfig, repeats: int)
 
 def time_process(runs: int) -> dict:
     exe = shutil.which("flashscope", path=str(Path(sys.executable).parent))
-    cmd = [exe] if exe else [sys.executable, "-m", "app.cli"]
+    cmd = [exe] if exe else [sys.executable, "-m", "flashscope.app.cli.main"]
     cmd += ["simulate", "--gpu", "h100", "--algo", "fa2", "--batch", str(CASE["batch"])]
     cmd += ["--heads", str(CASE["heads"]), "--seq", str(CASE["seq"])]
     cmd += ["--head-dim", str(CASE["head_dim"]), "--block-m", str(CASE["block_m"])]
@@ -107,7 +107,7 @@ def main() -> None:
         ),
     ]
     process = time_process(args.process_runs)
-    import app
+    from flashscope import app
 
     today = dt.date.today().isoformat()
     result = {

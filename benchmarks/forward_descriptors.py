@@ -25,9 +25,9 @@ import triton
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.attention import attention_fn, protocol_inputs  # noqa: E402
-from kernels.forward import launch_forward  # noqa: E402
-from kernels.timing import median_ms  # noqa: E402
+from benchmarks.attention import attention_fn, protocol_inputs
+from flashscope.kernels.forward import launch_forward
+from flashscope.kernels.timing import median_ms
 
 SEQ_LENS = (1024, 2048, 4096, 8192, 16384)
 

@@ -28,11 +28,11 @@ import triton.language as tl
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.attention import attention_fn, protocol_inputs  # noqa: E402
-from kernels.config import KernelConfig  # noqa: E402
-from kernels.forward import LOG2E, describe_on_host, launch_forward, online_softmax_step  # noqa: E402
-from kernels.launch import dot_precision, pad_dim, upcast  # noqa: E402
-from kernels.timing import median_ms  # noqa: E402
+from benchmarks.attention import attention_fn, protocol_inputs
+from flashscope.kernels.config import KernelConfig
+from flashscope.kernels.forward import LOG2E, describe_on_host, launch_forward, online_softmax_step
+from flashscope.kernels.launch import dot_precision, pad_dim, upcast
+from flashscope.kernels.timing import median_ms
 
 
 # fmt: off

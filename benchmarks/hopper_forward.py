@@ -7,19 +7,18 @@ Usage (on a GPU machine):
                                              [--configs JSON] [--whole-too] [--turns-too]
     python benchmarks/hopper_forward.py choose FILE [--write]      (anywhere; reads a `time` file)
 
-`check` runs each candidate configuration on awkward and protocol shapes (GQA, N_q ≠ N_k,
-causal, fp16 and bf16, outputs poisoned first) against kernels.reference in float64, within
-twice the error of the same computation by PyTorch in the input dtype plus 2e-3. `time`
-times, in one process with the papers' protocol (batch × N = 16384, heads = 2048 / d), every
-candidate beside sdpa-cudnn, sdpa-flash and flashscope's Triton forward, and writes the rows
-as JSON with the device, date and versions; --whole-too also times each causal candidate
-computing the diagonal's last step whole (`HALF_STEPS` off; rows "ws[…]/whole"), --turns-too
-each persistent causal one sharing its tiles in turn rather than by the host's schedule
-(`SCHEDULE_TILES` off; rows "ws[…]/turns"); `choose` leaves those rows out. `choose` picks,
-per (head_dim, causal, length bucket), the faster of the best candidate and the Triton
-forward (times summed over the file's dtypes) and, with --write, stores the choice in
-kernels/tuned.json ("fwd-route/…" → "ws" or "triton", "ws/fwd/…" → the configuration) for the
-file's GPU.
+`check` runs each candidate configuration on awkward and protocol shapes (GQA, N_q ≠ N_k, causal,
+fp16 and bf16, outputs poisoned first) against flashscope.kernels.reference in float64, within twice
+the error of the same computation by PyTorch in the input dtype plus 2e-3. `time` times, in one
+process with the papers' protocol (batch × N = 16384, heads = 2048 / d), every candidate beside
+sdpa-cudnn, sdpa-flash and flashscope's Triton forward, and writes the rows as JSON with the device,
+date and versions; --whole-too also times each causal candidate computing the diagonal's last step
+whole (`HALF_STEPS` off; rows "ws[…]/whole"), --turns-too each persistent causal one sharing its
+tiles in turn rather than by the host's schedule (`SCHEDULE_TILES` off; rows "ws[…]/turns");
+`choose` leaves those rows out. `choose` picks, per (head_dim, causal, length bucket), the faster of
+the best candidate and the Triton forward (times summed over the file's dtypes) and, with --write,
+stores the choice in kernels/tuned.json ("fwd-route/…" → "ws" or "triton", "ws/fwd/…" → the
+configuration) for the file's GPU.
 """
 
 from __future__ import annotations
@@ -36,13 +35,13 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.attention import attention_fn, flops, protocol_inputs  # noqa: E402
-from benchmarks.hostinfo import gpu_header  # noqa: E402
-from kernels import hopper_forward  # noqa: E402
-from kernels.forward import launch_forward  # noqa: E402
-from kernels.hopper_forward import WsConfig, launch_forward_ws, supports  # noqa: E402
-from kernels.reference import attention_forward  # noqa: E402
-from kernels.timing import median_ms  # noqa: E402
+from benchmarks.attention import attention_fn, flops, protocol_inputs
+from benchmarks.hostinfo import gpu_header
+from flashscope.kernels import hopper_forward
+from flashscope.kernels.forward import launch_forward
+from flashscope.kernels.hopper_forward import WsConfig, launch_forward_ws, supports
+from flashscope.kernels.reference import attention_forward
+from flashscope.kernels.timing import median_ms
 
 W = WsConfig
 PP = partial(WsConfig, pipeline=True, pingpong=True)  # ping-pong (pipelined)
@@ -179,7 +178,7 @@ def time_all(
 def choose(path: Path, write: bool) -> dict[str, object]:
     """Per (head_dim, causal, N): the route and, for "ws", the configuration (see the module's
     docstring); printed, and merged into kernels/tuned.json with `write`."""
-    from kernels.config import merge_tuned, table_key
+    from flashscope.kernels.config import merge_tuned, table_key
 
     data = json.loads(path.read_text())
     totals: dict[tuple, dict[str, float]] = {}

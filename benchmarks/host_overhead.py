@@ -3,17 +3,16 @@
 Usage (on a GPU machine):
     python benchmarks/host_overhead.py [--out DIR]
 
-For small problems (the GPU's work is a few microseconds) the time of a call is the host's:
-argument checks, configuration lookup, descriptors, Triton's launcher. Per implementation and
-problem: `host_us`, the median over 5 passes of the wall time per call of 200 calls issued
-back to back (one synchronize at the end of each pass; the GPU keeps up, so this is the host's
-rate), and `gpu_us`, do_bench's median (its L2 flush before each call hides up to the flush's
-time of host work). A cProfile of flashscope's
-forward and backward calls (top functions by cumulative time) is written beside the JSON.
-`stages_us`: the host time of each step of a call alone (checks, configuration, outputs,
-descriptors, one launch), both ways. `flashscope-triton-launch` is flashscope with every
-launch bound by Triton's JIT (`kernels.fastlaunch.through_triton()`), as before the direct
-launches.
+For small problems (the GPU's work is a few microseconds) the time of a call is the host's: argument
+checks, configuration lookup, descriptors, Triton's launcher. Per implementation and problem:
+`host_us`, the median over 5 passes of the wall time per call of 200 calls issued back to back (one
+synchronize at the end of each pass; the GPU keeps up, so this is the host's rate), and `gpu_us`,
+do_bench's median (its L2 flush before each call hides up to the flush's time of host work). A
+cProfile of flashscope's forward and backward calls (top functions by cumulative time) is written
+beside the JSON. `stages_us`: the host time of each step of a call alone (checks, configuration,
+outputs, descriptors, one launch), both ways. `flashscope-triton-launch` is flashscope with every
+launch bound by Triton's JIT (`flashscope.kernels.fastlaunch.through_triton()`), as before the
+direct launches.
 """
 
 from __future__ import annotations
@@ -34,9 +33,9 @@ import triton
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.hostinfo import gpu_header, result_path  # noqa: E402
-from kernels import fastlaunch, flash_attention  # noqa: E402
-from kernels.timing import median_ms  # noqa: E402
+from benchmarks.hostinfo import gpu_header, result_path
+from flashscope.kernels import fastlaunch, flash_attention
+from flashscope.kernels.timing import median_ms
 
 CALLS = 200
 PASSES = 5  # the host's rate wanders by tens of per cent between passes: medians
@@ -106,7 +105,7 @@ def _calls(b: int, h: int, n: int, d: int):
 
         return fwd, bwd
 
-    def through_triton(fn):  # every launch bound by Triton, as before kernels.fastlaunch
+    def through_triton(fn):  # every launch bound by Triton, as before flashscope.kernels.fastlaunch
         def call():
             with fastlaunch.through_triton():
                 return fn()
@@ -125,9 +124,9 @@ def _calls(b: int, h: int, n: int, d: int):
 
 def _stages(b: int, h: int, n: int, d: int) -> dict[str, float]:
     """Host µs per call of each step of a causal fp16 call, each timed alone, back to back."""
-    from kernels import backward, forward
-    from kernels.inputs import check_attention
-    from kernels.launch import choose_config, output, pad_dim, use_tma_for
+    from flashscope.kernels import backward, forward
+    from flashscope.kernels.inputs import check_attention
+    from flashscope.kernels.launch import choose_config, output, pad_dim, use_tma_for
 
     q, k, v, do = (torch.randn(b, h, n, d, device="cuda", dtype=torch.float16) for _ in range(4))
     scale, d_pad = d**-0.5, pad_dim(d)

@@ -2,7 +2,7 @@
 
 Usage (on a GPU machine with Nsight Compute):  python benchmarks/l2_reuse_probe.py --out DIR
 
-The timing engine's L2 model (simulator/l2model.py) keeps a re-read in L2 while the distinct
+The timing engine's L2 model (simulator/timing/l2model.py) keeps a re-read in L2 while the distinct
 bytes referenced since its last use stay below a usable capacity, `l2_reuse_fraction` of the
 L2. An H100's L2 is two partitions; each caches the accesses of the SMs wired to it, so a line
 that SMs on both sides read can sit in both. This probe reads a buffer of S bytes twice in two
@@ -97,7 +97,7 @@ def main() -> int:
         child()
         return 0
     from benchmarks.hostinfo import gpu_header, result_path
-    from kernels.nsight import ncu_path, parse_raw_csv
+    from flashscope.kernels.nsight import ncu_path, parse_raw_csv
 
     ncu = ncu_path()
     if ncu is None or args.out is None:

@@ -28,11 +28,11 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.attention import DTYPES, HEAD_DIMS, attention_fn, flops  # noqa: E402
-from benchmarks.hostinfo import gpu_header, result_path  # noqa: E402
-from kernels.backward import launch_backward  # noqa: E402
-from kernels.forward import launch_forward  # noqa: E402
-from kernels.timing import input_sets, l2_bytes, median_ms  # noqa: E402
+from benchmarks.attention import DTYPES, HEAD_DIMS, attention_fn, flops
+from benchmarks.hostinfo import gpu_header, result_path
+from flashscope.kernels.backward import launch_backward
+from flashscope.kernels.forward import launch_forward
+from flashscope.kernels.timing import input_sets, l2_bytes, median_ms
 
 SEQ_LENS = (1024, 2048, 4096, 8192, 16384)
 

@@ -5,7 +5,7 @@
 
 Protocol (the FlashAttention papers'): batch × N = 16384 tokens, heads × d = 2048, fp16,
 N ∈ {512 … 16384}, d ∈ {64, 128}, causal and not, forward and backward; five tile
-configurations each: the three kernels.config.CANDIDATES ("candidate": they fit Hopper's
+configurations each: the three flashscope.kernels.config.CANDIDATES ("candidate": they fit Hopper's
 227 KiB of shared memory; the backward pairs the i-th dK/dV candidate with the i-th dQ
 candidate) and two of SPREAD below ("spread"). Calibration may be
 fitted on N ∈ {512, 2048, 8192} ("fit"); N ∈ {1024, 4096, 16384} are held out. Nsight Compute
@@ -28,7 +28,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from kernels.config import CANDIDATES, KernelConfig  # noqa: E402
+from flashscope.kernels.config import CANDIDATES, KernelConfig
 
 SEQS = (512, 1024, 2048, 4096, 8192, 16384)
 FIT = (512, 2048, 8192)

@@ -16,7 +16,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from kernels import flash_attention
+from flashscope.kernels import flash_attention
 
 
 def main() -> None:

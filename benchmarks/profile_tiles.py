@@ -45,7 +45,7 @@ METRICS = (
 def child(d: int, bm: int, bn: int, stages: int, warps: int, causal: bool) -> None:
     import torch
 
-    from kernels.measure import Case
+    from flashscope.kernels.measure import Case
 
     n = 4096
     config = {"algo": "fa2-bwd", "impl": "flashscope", "batch": 16384 // n, "heads": 2048 // d,
@@ -69,7 +69,7 @@ def main() -> int:
         child(*map(int, ints), causal == "1")  # type: ignore[call-arg]
         return 0
     from benchmarks.hostinfo import gpu_header, result_path
-    from kernels.nsight import ncu_path, parse_raw_csv
+    from flashscope.kernels.nsight import ncu_path, parse_raw_csv
 
     ncu = ncu_path()
     if ncu is None or args.out is None:

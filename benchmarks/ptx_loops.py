@@ -8,7 +8,7 @@ fresh Triton cache, and writes for each kernel the sequence of its loops' matrix
 (`wgmma` with its shape and where its A operand comes from: registers or shared memory;
 `mma.sync`), waits on them (`wgmma.wait_group N`), exponentials, bulk reduce-adds and copy
 waits, as the PTX has them, and each loop's FP32-pipe instructions per thread and iteration.
-The timing engine takes three facts from it (simulator/kernelplan.py): how many times an
+The timing engine takes three facts from it (simulator/timing/kernelplan.py): how many times an
 iteration waits on its products (`Launch.chain`), which products read both operands from
 shared memory (`Product.a_smem`), and the FP32 instructions per score element.
 """
@@ -40,7 +40,7 @@ def configs() -> list[dict]:
     """Every distinct kernel configuration of the shipped datasets (one problem size)."""
     seen, out = set(), []
     for name in ("validation-h100-2026-11-21.json", "validation-h200-2026-11-21.json"):
-        for r in json.loads((ROOT / "benchmarks" / "results" / name).read_text())["rows"]:
+        for r in json.loads((ROOT / "app" / "data" / name).read_text())["rows"]:
             c = r["config"]
             key = tuple(c.get(k) for k in TILE_KEYS)
             if key not in seen:
@@ -120,7 +120,7 @@ def main() -> int:
     import torch
 
     from benchmarks.hostinfo import gpu_header, result_path
-    from kernels.measure import Case
+    from flashscope.kernels.measure import Case
 
     if not torch.cuda.is_available():
         print("error: needs a CUDA GPU", file=sys.stderr)

@@ -80,7 +80,16 @@ def versions() -> dict:
 
 def start_server(port: int, env: dict[str, str]) -> subprocess.Popen:
     proc = subprocess.Popen(
-        [sys.executable, "-m", "app.cli", "serve", "--port", str(port), "--log-level", "warning"],
+        [
+            sys.executable,
+            "-m",
+            "flashscope.app.cli.main",
+            "serve",
+            "--port",
+            str(port),
+            "--log-level",
+            "warning",
+        ],
         cwd=ROOT,
         env={**os.environ, **env},
         stdout=subprocess.DEVNULL,

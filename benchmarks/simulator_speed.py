@@ -5,7 +5,7 @@
 (a) Numerics of one (batch, head) at N = 4096, d = 128, 64 × 64 tiles, fp16 rounding emulated:
     the FA-2 forward (with and without the per-block recording a trace keeps, causal too) and
     the FA-2 backward (recompute from LSE; with and without keeping P and dS).
-(b) Closed-form counts (simulator/traffic.py) at N = 131072, d = 128, 64 × 64 tiles, for every
+(b) Closed-form counts (simulator/teach/traffic.py) at N = 131072, d = 128, 64 × 64 tiles, for every
     algorithm, causal and not (decode: one query against 131072 keys).
 
 Each case runs once to warm up, then `repeats` times; the JSON keeps every raw time and the
@@ -32,11 +32,11 @@ from hostinfo import cpu_model  # the module beside this script
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from simulator import traffic  # noqa: E402
-from simulator.algorithms import ALGORITHMS  # noqa: E402
-from simulator.numerics import fa2_backward, fa2_forward  # noqa: E402
-from simulator.problem import AttentionProblem, TileConfig  # noqa: E402
-from simulator.tracing import random_inputs  # noqa: E402
+from flashscope.simulator.core.problem import AttentionProblem, TileConfig
+from flashscope.simulator.teach import traffic
+from flashscope.simulator.teach.algorithms import ALGORITHMS
+from flashscope.simulator.teach.numerics import fa2_backward, fa2_forward
+from flashscope.simulator.teach.tracing import random_inputs
 
 LIMIT_S = 1.0
 

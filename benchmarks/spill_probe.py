@@ -41,9 +41,9 @@ def main() -> int:
     ap.add_argument("sweep", type=Path)
     ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args()
-    from kernels import backward, forward
-    from kernels.measure import Case
-    from simulator.validation import read_sweep
+    from flashscope.kernels import backward, forward
+    from flashscope.kernels.measure import Case
+    from flashscope.simulator.calibrate.validation import read_sweep
 
     fns = {"dkdv": backward._attn_bwd_dkdv, "dq": backward._attn_bwd_dq, "fwd": forward._attn_fwd}
     seen: dict[str, dict] = {name: {} for name in fns}

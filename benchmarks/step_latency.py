@@ -34,7 +34,7 @@ from hostinfo import cpu_model, package_versions  # the module beside this scrip
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tests.browser.conftest import CHROMIUM, CHROMIUM_ARGS  # noqa: E402
+from tests.browser.conftest import CHROMIUM, CHROMIUM_ARGS
 
 SCENARIOS = (
     {"name": "n1024-tiles64", "query": "n=1024&d=64&bm=64&bn=64&seed=0"},
@@ -136,7 +136,16 @@ def main(argv: list[str] | None = None) -> int:
     port = _free_port()
     base = f"http://127.0.0.1:{port}"
     server = subprocess.Popen(
-        [sys.executable, "-m", "app.cli", "serve", "--port", str(port), "--log-level", "warning"],
+        [
+            sys.executable,
+            "-m",
+            "flashscope.app.cli.main",
+            "serve",
+            "--port",
+            str(port),
+            "--log-level",
+            "warning",
+        ],
         cwd=ROOT,
     )
     try:

@@ -1,7 +1,7 @@
 """Measured schedules of the forward kernel: when and on which SM each program ran.
 
 Usage (on a GPU machine):
-    python benchmarks/timeline.py --dataset benchmarks/results/validation-h200-2026-11-21.json \
+    python benchmarks/timeline.py --dataset app/data/validation-h200-2026-11-21.json \
         [--seq 1024 4096] [--out DIR]
 
 For every forward row of a validation dataset at the chosen sequence lengths (its problem and
@@ -30,13 +30,13 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.hostinfo import gpu_header, result_path  # noqa: E402
-from benchmarks.launch_order import l2_band  # noqa: E402
-from kernels.forward import launch_forward  # noqa: E402
-from kernels.measure import kernel_configs  # noqa: E402
-from kernels.timeline import forward_timeline  # noqa: E402
-from kernels.timing import median_ms  # noqa: E402
-from simulator.validation import problem_of  # noqa: E402
+from benchmarks.hostinfo import gpu_header, result_path
+from benchmarks.launch_order import l2_band
+from flashscope.kernels.forward import launch_forward
+from flashscope.kernels.measure import kernel_configs
+from flashscope.kernels.timeline import forward_timeline
+from flashscope.kernels.timing import median_ms
+from flashscope.simulator.calibrate.validation import problem_of
 
 
 def record(row: dict, band: int) -> dict:

@@ -2,13 +2,13 @@
 
 Usage (on a GPU machine):  python benchmarks/tune.py --out DIR [--workers 12] [--write]
 
-Every candidate is first compiled and checked against PyTorch SDPA in parallel worker
-processes (compilation dominates a sweep; a configuration that fails or crashes is dropped),
-then timed in this process with kernels.timing (median of do_bench). Shapes follow the papers'
-protocol at N = 4096 (batch 4, heads 2048 / d, fp16); decode uses batch 1, 32 heads, d = 128,
-a 65536-key cache. The backward's two dQ routes are timed whole with their best configurations
-and the faster is recorded per (head_dim, causal). Results: DIR/tune-<gpu>.json with every raw
-time; --write also merges the choices into kernels/tuned.json (16-bit dtypes share them).
+Every candidate is first compiled and checked against PyTorch SDPA in parallel worker processes
+(compilation dominates a sweep; a configuration that fails or crashes is dropped), then timed in
+this process with flashscope.kernels.timing (median of do_bench). Shapes follow the papers' protocol
+at N = 4096 (batch 4, heads 2048 / d, fp16); decode uses batch 1, 32 heads, d = 128, a 65536-key
+cache. The backward's two dQ routes are timed whole with their best configurations and the faster is
+recorded per (head_dim, causal). Results: DIR/tune-<gpu>.json with every raw time; --write also
+merges the choices into kernels/tuned.json (16-bit dtypes share them).
 """
 
 from __future__ import annotations
@@ -26,13 +26,13 @@ import torch.nn.functional as F
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-import kernels  # noqa: E402
-from benchmarks.workers import run_workers  # noqa: E402
-from kernels.backward import launch_backward, preprocess, run_dkdv, run_dq  # noqa: E402
-from kernels.config import KernelConfig, table_key  # noqa: E402
-from kernels.decode import flash_decode  # noqa: E402
-from kernels.forward import launch_forward  # noqa: E402
-from kernels.timing import median_ms  # noqa: E402
+from benchmarks.workers import run_workers
+from flashscope import kernels
+from flashscope.kernels.backward import launch_backward, preprocess, run_dkdv, run_dq
+from flashscope.kernels.config import KernelConfig, table_key
+from flashscope.kernels.decode import flash_decode
+from flashscope.kernels.forward import launch_forward
+from flashscope.kernels.timing import median_ms
 
 C = KernelConfig
 # Round 3 of the sweep (rounds 1 and 2's winners included, so a rerun keeps or beats them).

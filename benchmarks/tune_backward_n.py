@@ -17,7 +17,7 @@ N = 4096. This sweep does it at every N of the papers' protocol (batch × N = 16
    timed in the same process for the ratio.
 
 --write stores "bwd…/n<N>" and "bwd-route/…/n<N>" entries in kernels/tuned.json (used by
-kernels.launch.choose_config and backward.default_dq_mode for lengths up to that N).
+flashscope.kernels.launch.choose_config and backward.default_dq_mode for lengths up to that N).
 """
 
 from __future__ import annotations
@@ -33,12 +33,12 @@ import torch.nn.functional as F
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.attention import protocol_inputs  # noqa: E402
-from benchmarks.workers import tuning_main  # noqa: E402
-from kernels.backward import launch_backward, preprocess, run_dkdv, run_dq  # noqa: E402
-from kernels.config import KernelConfig, table_key  # noqa: E402
-from kernels.forward import launch_forward  # noqa: E402
-from kernels.timing import median_ms  # noqa: E402
+from benchmarks.attention import protocol_inputs
+from benchmarks.workers import tuning_main
+from flashscope.kernels.backward import launch_backward, preprocess, run_dkdv, run_dq
+from flashscope.kernels.config import KernelConfig, table_key
+from flashscope.kernels.forward import launch_forward
+from flashscope.kernels.timing import median_ms
 
 C = KernelConfig
 DKDV = {

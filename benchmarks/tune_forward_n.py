@@ -2,13 +2,14 @@
 
 Usage (on a GPU machine):  python benchmarks/tune_forward_n.py --out DIR [--workers 12] [--write]
 
-benchmarks/tune.py picks one forward configuration per (head_dim, causal) at N = 4096. With few
-key blocks per program (N ≤ 2048) a different tile can win: shorter loops make the pipeline's
-fill and the epilogue a larger share of each program. This sweep times every candidate at each
-N of the papers' protocol (batch × N = 16384, heads = 2048 / d, fp16), checks it against cuDNN's
-output, and records the ratio to sdpa-cudnn measured in the same process. --write stores the
-winner per N bucket in kernels/tuned.json as "fwd/16/d<d>/<full|causal>/n<N>" (used by
-kernels.launch.choose_config for sequence lengths up to that N, bf16 sharing fp16's choice).
+benchmarks/tune.py picks one forward configuration per (head_dim, causal) at N = 4096. With few key
+blocks per program (N ≤ 2048) a different tile can win: shorter loops make the pipeline's fill and
+the epilogue a larger share of each program. This sweep times every candidate at each N of the
+papers' protocol (batch × N = 16384, heads = 2048 / d, fp16), checks it against cuDNN's output, and
+records the ratio to sdpa-cudnn measured in the same process. --write stores the winner per N bucket
+in kernels/tuned.json as "fwd/16/d<d>/<full|causal>/n<N>" (used by
+flashscope.kernels.launch.choose_config for sequence lengths up to that N, bf16 sharing fp16's
+choice).
 """
 
 from __future__ import annotations
@@ -23,11 +24,11 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.attention import attention_fn, protocol_inputs  # noqa: E402
-from benchmarks.workers import tuning_main  # noqa: E402
-from kernels.config import KernelConfig, table_key  # noqa: E402
-from kernels.forward import launch_forward  # noqa: E402
-from kernels.timing import median_ms  # noqa: E402
+from benchmarks.attention import attention_fn, protocol_inputs
+from benchmarks.workers import tuning_main
+from flashscope.kernels.config import KernelConfig, table_key
+from flashscope.kernels.forward import launch_forward
+from flashscope.kernels.timing import median_ms
 
 C = KernelConfig
 # The last entries cap the registers per thread (maxnreg) so that one more CTA fits on an SM

@@ -55,7 +55,7 @@ def tuning_main(
     import torch
     import triton
 
-    from kernels import config
+    from flashscope.kernels import config
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", type=Path, required=True)

@@ -8,12 +8,12 @@ On a machine without a CUDA GPU the kernels run through Triton's interpreter on 
     KernelConfig(block_m, block_n, num_warps, num_stages): a fixed tile configuration
 """
 
-from .device import configure as _configure
+from flashscope.kernels.device import configure as _configure
 
 _configure()
 
-from .attention import flash_attention, flash_attention_lse  # noqa: E402
-from .config import KernelConfig  # noqa: E402
-from .decode import flash_decode  # noqa: E402
+from flashscope.kernels.attention import flash_attention, flash_attention_lse  # noqa: E402
+from flashscope.kernels.config import KernelConfig  # noqa: E402
+from flashscope.kernels.decode import flash_decode  # noqa: E402
 
 __all__ = ["KernelConfig", "flash_attention", "flash_attention_lse", "flash_decode"]

@@ -3,20 +3,20 @@
     flash_attention(q, k, v, causal=False, sm_scale=None, *, config=None, bwd_config=None) → O
     flash_attention_lse(...) → (O, LSE)
 
-q (B, H, N_q, d), k and v (B, H_kv, N_k, d); O (B, H, N_q, d) in q's dtype; LSE (B, H, N_q)
-fp32, natural log, −∞ for a row that sees no key (causal with N_q > N_k), whose O row is 0.
-`config` fixes the forward tiles, `bwd_config` the backward's (kernels.config); by default
-each comes from this GPU's tuned table or is autotuned.
+q (B, H, N_q, d), k and v (B, H_kv, N_k, d); O (B, H, N_q, d) in q's dtype; LSE (B, H, N_q) fp32,
+natural log, −∞ for a row that sees no key (causal with N_q > N_k), whose O row is 0. `config` fixes
+the forward tiles, `bwd_config` the backward's (flashscope.kernels.config); by default each comes
+from this GPU's tuned table or is autotuned.
 """
 
 from __future__ import annotations
 
 import torch
 
-from .backward import launch_backward
-from .config import KernelConfig
-from .forward import launch_forward
-from .inputs import check_attention, last_dim_contiguous
+from flashscope.kernels.backward import launch_backward
+from flashscope.kernels.config import KernelConfig
+from flashscope.kernels.forward import launch_forward
+from flashscope.kernels.inputs import check_attention, last_dim_contiguous
 
 
 def _check_config(name: str, value: object) -> None:

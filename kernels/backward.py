@@ -35,10 +35,10 @@ import torch
 import triton
 import triton.language as tl
 
-from .config import KernelConfig, route, table_key
-from .device import interpreting
-from .fastlaunch import launch
-from .forward import (
+from flashscope.kernels.config import KernelConfig, route, table_key
+from flashscope.kernels.device import interpreting
+from flashscope.kernels.fastlaunch import launch
+from flashscope.kernels.forward import (
     causal_order,
     check_band,
     describe_on_host,
@@ -47,7 +47,7 @@ from .forward import (
     make_source,
     store_rows,
 )
-from .launch import (
+from flashscope.kernels.launch import (
     LOG2E,
     choose_config,
     dot_precision,

@@ -6,7 +6,7 @@ per CTA and block_m query rows per inner step; for decode block_n keys per step 
 ignored: the rows are the query tokens of one K/V head). Defaults come from `tuned.json`, written
 on each GPU by `benchmarks/tune.py` and, per sequence length, `tune_forward_n.py` and
 `tune_backward_n.py` (the H200 and the H100 SXM so far); a GPU missing from it is autotuned on
-first use (`kernels.tuning`), and the interpreter uses small fixed tiles. A configuration
+first use (`flashscope.kernels.tuning`), and the interpreter uses small fixed tiles. A configuration
 may cap the registers per thread (`maxnreg`) to fit one more CTA per SM.
 """
 
@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from simulator.problem import MAX_REG_CAP, MIN_REG_CAP, REG_CAP_STEP
+from flashscope.simulator.core.problem import MAX_REG_CAP, MIN_REG_CAP, REG_CAP_STEP
 
 TUNED_FILE = Path(__file__).with_name("tuned.json")
 
@@ -88,9 +88,9 @@ def tuned_table() -> dict[str, dict[str, dict]]:
 
 def merge_tuned(gpu: str, chosen: dict[str, object]) -> None:
     """Add a sweep's choices for `gpu` to tuned.json: "bwd-route/…" keys are dQ routes and
-    "fwd-route/…" keys the forward's kernel ("triton" or "ws"), "ws/…" keys configurations of
-    the warp-specialized forward (kernels.hopper_forward.WsConfig lists; None removes one), the
-    rest tile configurations ([bm, bn, warps, stages, prefetch(, maxnreg)]); every other entry
+    "fwd-route/…" keys the forward's kernel ("triton" or "ws"), "ws/…" keys configurations of the
+    warp-specialized forward (flashscope.kernels.hopper_forward.WsConfig lists; None removes one),
+    the rest tile configurations ([bm, bn, warps, stages, prefetch(, maxnreg)]); every other entry
     stays."""
     table = json.loads(TUNED_FILE.read_text()) if TUNED_FILE.exists() else {"gpus": {}}
     entry = table["gpus"].setdefault(gpu, {})

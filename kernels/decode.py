@@ -8,13 +8,13 @@ q (B, H, N_q, d) with 1 ≤ N_q ≤ 16; k_cache and v_cache (B, H_kv, N_cache, d
 when None). Every query token sees every valid key (no causal mask); a batch with no valid key
 gets O = 0, the fully-masked-row convention of the other kernels.
 
-Loop order: the split kernel runs one program per (split s, batch · K/V head). It packs the
-group = H / H_kv query heads that share the K/V head, times N_q tokens, into one tile of
-R = group · N_q rows (padded to 16 on chip), so each K/V block is read once for all of them, and
-streams the key blocks [s·b, (s+1)·b) of its chunk (b = ⌈n_blocks / S⌉) with the online softmax.
-It writes a normalized fp32 partial O and the partial LSE for its R rows (−∞ for an empty chunk).
-The reduce kernel, one program per (batch · K/V head), merges the S partials of its rows by
-their LSE and writes O. S = simulator.problem.decode_splits(B · H_kv, n_blocks, SMs).
+Loop order: the split kernel runs one program per (split s, batch · K/V head). It packs the group =
+H / H_kv query heads that share the K/V head, times N_q tokens, into one tile of R = group · N_q
+rows (padded to 16 on chip), so each K/V block is read once for all of them, and streams the key
+blocks [s·b, (s+1)·b) of its chunk (b = ⌈n_blocks / S⌉) with the online softmax. It writes a
+normalized fp32 partial O and the partial LSE for its R rows (−∞ for an empty chunk). The reduce
+kernel, one program per (batch · K/V head), merges the S partials of its rows by their LSE and
+writes O. S = flashscope.simulator.core.problem.decode_splits(B · H_kv, n_blocks, SMs).
 
 Leaves out: paged caches (block tables), appending new keys to the cache, causal masking among
 the new tokens, rotary embeddings, fp8 caches.
@@ -26,14 +26,12 @@ import torch
 import triton
 import triton.language as tl
 
-from simulator.problem import decode_splits
-
-from .config import KernelConfig
-from .device import interpreting
-from .fastlaunch import launch
-from .forward import load_rows, make_source
-from .inputs import check_attention, last_dim_contiguous
-from .launch import (
+from flashscope.kernels.config import KernelConfig
+from flashscope.kernels.device import interpreting
+from flashscope.kernels.fastlaunch import launch
+from flashscope.kernels.forward import load_rows, make_source
+from flashscope.kernels.inputs import check_attention, last_dim_contiguous
+from flashscope.kernels.launch import (
     choose_config,
     dot_precision,
     output,
@@ -42,6 +40,7 @@ from .launch import (
     upcast,
     use_tma_for,
 )
+from flashscope.simulator.core.problem import decode_splits
 
 LOG2E = 1.4426950408889634
 MAX_QUERY_TOKENS = 16

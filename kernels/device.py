@@ -23,7 +23,8 @@ def configure() -> bool:
     """Set up the interpreter when there is no GPU; returns True when interpreting.
 
     TRITON_INTERPRET=0 set explicitly on a machine without a GPU keeps Triton's compiler: kernels
-    can then be compiled for a GPU target (kernels.hopper_forward.compile_sm90) but not run.
+    can then be compiled for a GPU target (flashscope.kernels.hopper_forward.compile_sm90) but not
+    run.
     """
     if os.environ.get("TRITON_INTERPRET") == "1":
         return True

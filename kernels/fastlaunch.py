@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-from .device import interpreting
+from flashscope.kernels.device import interpreting
 
 ENABLED = True
 MAX_SIGNATURES = 1024  # compiled kernels remembered; the table starts again when full

@@ -36,10 +36,10 @@ import triton
 import triton.language as tl
 from triton.language.extra import cuda
 
-from .config import KernelConfig
-from .fastlaunch import launch
-from .hopper_forward import launch_forward_ws, tuned
-from .launch import (
+from flashscope.kernels.config import KernelConfig
+from flashscope.kernels.fastlaunch import launch
+from flashscope.kernels.hopper_forward import launch_forward_ws, tuned
+from flashscope.kernels.launch import (
     LOG2E,
     choose_config,
     dot_precision,
@@ -374,18 +374,17 @@ def launch_forward(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Run the forward kernel on checked inputs: (O (B, H, N_q, d), LSE (B, H, N_q) fp32).
 
-    `trace=(bh, buffer)` compiles the TRACE variant and fills `buffer` for program row bh.
-    `band`: rows of a causal grid ordered together (`causal_order`; 1: row by row).
-    `timeline` (GPU only; int64, 4 per program): compiles the TIMELINE variant, which stores each
-    program's start and end (ns) and SM, and its (batch·head, block) as one index, in launch
-    order (`kernels.timeline`).
-    `host_desc` (default: where possible) describes Q, K, V and O to the copy engine once, on
-    the host, instead of in every program; it needs the tensor-memory path, whole tiles on both
-    sides and each tensor flattenable to (B·H·N, d).
-    `use_ws`: None runs the warp-specialized Gluon kernel (kernels.hopper_forward) where this
-    GPU's tuned table routes the call to it and nothing above asks for the Triton kernel (an
-    explicit `config`, a trace, a timeline, a band, no tensor-memory path, no host
-    descriptors); False always runs the Triton kernel.
+    `trace=(bh, buffer)` compiles the TRACE variant and fills `buffer` for program row bh. `band`:
+    rows of a causal grid ordered together (`causal_order`; 1: row by row). `timeline` (GPU only;
+    int64, 4 per program): compiles the TIMELINE variant, which stores each program's start and end
+    (ns) and SM, and its (batch·head, block) as one index, in launch order
+    (`flashscope.kernels.timeline`). `host_desc` (default: where possible) describes Q, K, V and O
+    to the copy engine once, on the host, instead of in every program; it needs the tensor-memory
+    path, whole tiles on both sides and each tensor flattenable to (B·H·N, d). `use_ws`: None runs
+    the warp-specialized Gluon kernel (flashscope.kernels.hopper_forward) where this GPU's tuned
+    table routes the call to it and nothing above asks for the Triton kernel (an explicit `config`,
+    a trace, a timeline, a band, no tensor-memory path, no host descriptors); False always runs the
+    Triton kernel.
     """
     plain = config is None and trace is None and timeline is None and band == 1
     if use_ws is not False and plain and use_tma is not False and host_desc is not False:

@@ -22,13 +22,13 @@ is written by hand, after FlashAttention-3:
 - the loader warp gives its registers up to the consumers (`warp_specialize`'s register
   budgets), which then hold S, P and the O accumulator without spilling.
 
-Limits (`supports` says why a call does not qualify; `kernels.forward` runs everything else):
-a Hopper GPU, fp16 or bf16, head_dim 64 or 128, N_q a multiple of a warpgroup's 64 rows (the
+Limits (`supports` says why a call does not qualify; `flashscope.kernels.forward` runs everything
+else): a Hopper GPU, fp16 or bf16, head_dim 64 or 128, N_q a multiple of a warpgroup's 64 rows (the
 top tile of a head may start above row 0: its warpgroups there store nothing), N_k of BLOCK_N,
-inputs that flatten to (B·H·N, d). Causal is aligned bottom-right as in the
-Triton kernel; grouped-query attention reads K/V head h // group. There is no interpreter path
-for Gluon: CI compiles this kernel for sm_90a on the CPU (tests/kernels/test_hopper_forward.py)
-and the GPU tests run it.
+inputs that flatten to (B·H·N, d). Causal is aligned bottom-right as in the Triton kernel;
+grouped-query attention reads K/V head h // group. There is no interpreter path for Gluon: CI
+compiles this kernel for sm_90a on the CPU (tests/kernels/test_hopper_forward.py) and the GPU tests
+run it.
 """
 
 from __future__ import annotations
@@ -50,10 +50,10 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     warpgroup_mma_wait,
 )
 
-from .config import route, table_key, ws_entry
-from .device import interpreting
-from .fastlaunch import launch
-from .launch import LOG2E, flat_rows, gpu_name, output, pad_dim, tuned_keys
+from flashscope.kernels.config import route, table_key, ws_entry
+from flashscope.kernels.device import interpreting
+from flashscope.kernels.fastlaunch import launch
+from flashscope.kernels.launch import LOG2E, flat_rows, gpu_name, output, pad_dim, tuned_keys
 
 _GL_DTYPES = {torch.float16: gl.float16, torch.bfloat16: gl.bfloat16}
 LOADER_REGS = 24  # the fewest registers a warp can be given
@@ -610,7 +610,7 @@ def tuned(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool) -> Ws
 
 def tuned_configs(gpu: str | None = None) -> list[tuple[WsConfig, int]]:
     """(configuration, head_dim) of every bucket a tuned table routes here: `gpu`'s, or all."""
-    from .config import tuned_table
+    from flashscope.kernels.config import tuned_table
 
     gpus = tuned_table() if gpu is None else {gpu: tuned_table().get(gpu, {})}
     found = {
@@ -789,8 +789,9 @@ def compile_sm90(cfg: WsConfig, head_dim: int, causal: bool, dtype: torch.dtype 
     """Compile the kernel for an H100/H200 on any machine (CPU tensors stand in for the inputs;
     nothing runs): Triton's CompiledKernel, with its PTX, cubin and shared-memory size.
 
-    Not under Triton's interpreter (TRITON_INTERPRET=1 turns the standard library's functions,
-    which Gluon calls, into interpreted ones): `python -m kernels.hopper_forward` runs it apart.
+    Not under Triton's interpreter (TRITON_INTERPRET=1 turns the standard library's functions, which
+    Gluon calls, into interpreted ones): `python -m flashscope.kernels.hopper_forward` runs it
+    apart.
     """
     from triton.runtime import driver
 

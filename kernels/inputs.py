@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .device import interpreting
+from flashscope.kernels.device import interpreting
 
 DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 MAX_HEAD_DIM = 256

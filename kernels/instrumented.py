@@ -7,12 +7,12 @@ unnormalized accumulator Õ after every inner iteration into an fp32 side buffer
 query block, key blocks in order, causal tiles past the diagonal skipped. With TRACE off (every
 other call) the stores are not compiled at all.
 
-The host turns the buffer into a simulator Trace: the ops, phases, counters and metadata come
-from the simulator's FA-2 tile program for the same problem, tiles and seed
-(simulator.tracing.build_trace), and the `state` of every event is built by the simulator's own
-state builder (simulator.trace_states.forward_states) from the kernel's numbers. m is given in
-natural units (the kernel keeps it in the log2 domain). Key blocks a query block skips keep its
-previous state with α = 1, as the simulator's numerics do.
+The host turns the buffer into a simulator Trace: the ops, phases, counters and metadata come from
+the simulator's FA-2 tile program for the same problem, tiles and seed
+(flashscope.simulator.teach.tracing.build_trace), and the `state` of every event is built by the
+simulator's own state builder (flashscope.simulator.teach.trace_states.forward_states) from the
+kernel's numbers. m is given in natural units (the kernel keeps it in the log2 domain). Key blocks a
+query block skips keep its previous state with α = 1, as the simulator's numerics do.
 
 Leaves out: backward and decode traces, and timing (events carry no cycles).
 """
@@ -25,20 +25,19 @@ import numpy as np
 import torch
 import triton
 
-from simulator import exactness
-from simulator.numerics_forward import ForwardRecording
-from simulator.problem import AttentionProblem, TileConfig
-from simulator.snapshots import block_mean
-from simulator.tiling import TileGrid
-from simulator.trace import Trace
-from simulator.trace_states import forward_states
-from simulator.tracing import build_trace, random_inputs
-
-from .config import KernelConfig
-from .device import describe, device
-from .forward import launch_forward
-from .inputs import check_attention, last_dim_contiguous
-from .launch import pad_dim
+from flashscope.kernels.config import KernelConfig
+from flashscope.kernels.device import describe, device
+from flashscope.kernels.forward import launch_forward
+from flashscope.kernels.inputs import check_attention, last_dim_contiguous
+from flashscope.kernels.launch import pad_dim
+from flashscope.simulator.core.problem import AttentionProblem, TileConfig
+from flashscope.simulator.core.tiling import TileGrid
+from flashscope.simulator.core.trace import Trace
+from flashscope.simulator.teach import exactness
+from flashscope.simulator.teach.numerics_forward import ForwardRecording
+from flashscope.simulator.teach.snapshots import block_mean
+from flashscope.simulator.teach.trace_states import forward_states
+from flashscope.simulator.teach.tracing import build_trace, random_inputs
 
 TORCH_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
 
@@ -118,8 +117,8 @@ def measured_trace(
 ) -> Trace:
     """The FA-2 trace of one head of `problem`, its state measured by the kernel.
 
-    Inputs are the simulator's own for `seed` (simulator.tracing.random_inputs), so the
-    simulated trace of the same arguments is directly comparable event by event.
+    Inputs are the simulator's own for `seed` (flashscope.simulator.teach.tracing.random_inputs), so
+    the simulated trace of the same arguments is directly comparable event by event.
     """
     simulated = build_trace("fa2", problem, tiles, seed, o_col_limit=o_col_limit)
     q, k, v = (

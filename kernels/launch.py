@@ -11,12 +11,11 @@ from functools import lru_cache
 import torch
 import triton
 
-from simulator.kernelplan import tuned_keys
-
-from .config import INTERPRETER, KernelConfig, lookup, table_key
-from .device import interpreting
-from .inputs import tma_ready
-from .tuning import autotuned
+from flashscope.kernels.config import INTERPRETER, KernelConfig, lookup, table_key
+from flashscope.kernels.device import interpreting
+from flashscope.kernels.inputs import tma_ready
+from flashscope.kernels.tuning import autotuned
+from flashscope.simulator.timing.kernelplan import tuned_keys
 
 LOG2E = 1.4426950408889634  # scores go to the log2 domain with one multiply (exp2, not exp)
 

@@ -1,18 +1,18 @@
 """One configuration of flashscope's kernels, measured: median time, throughput, bytes, memory.
 
-A configuration is the dict of `flashscope simulate`'s fields (simulator.validation.CONFIG_FIELDS):
-algo "fa2" (the forward kernel) or "fa2-bwd" (the backward: preprocess, then the route's
-kernels), the problem, the tile configuration (KernelConfig(block_m, block_n, warps, stages)),
-and for the backward the route and the dQ kernel's tiles. The kernels run exactly at that
-configuration: nothing is looked up or autotuned.
+A configuration is the dict of `flashscope simulate`'s fields
+(flashscope.simulator.calibrate.validation.CONFIG_FIELDS): algo "fa2" (the forward kernel) or
+"fa2-bwd" (the backward: preprocess, then the route's kernels), the problem, the tile configuration
+(KernelConfig(block_m, block_n, warps, stages)), and for the backward the route and the dQ kernel's
+tiles. The kernels run exactly at that configuration: nothing is looked up or autotuned.
 
     case = Case.build(config)          # inputs on the kernel's device, the call to time
     case.run()                         # one call (compiles on first use)
     time_case(case)                    # {"ms", "tflops", "gbs", "peak_extra_mib", …}
 
-Timing is kernels.timing's: median of do_bench, L2 flushed before each call, input sets rotated
-when one set fits in L2. TFLOP/s use the papers' convention (4·B·H·Nq·Nk·d, ½ causal, ×2.5
-backward); GB/s is the compulsory traffic (simulator.roofline) over the time.
+Timing is flashscope.kernels.timing's: median of do_bench, L2 flushed before each call, input sets
+rotated when one set fits in L2. TFLOP/s use the papers' convention (4·B·H·Nq·Nk·d, ½ causal, ×2.5
+backward); GB/s is the compulsory traffic (flashscope.simulator.timing.roofline) over the time.
 """
 
 from __future__ import annotations
@@ -22,17 +22,16 @@ from dataclasses import dataclass
 
 import torch
 
-from simulator.kernelplan import useful_flops
-from simulator.problem import AttentionProblem
-from simulator.roofline import compulsory_bytes
-from simulator.validation import problem_of
-
-from .backward import default_dq_mode, launch_backward
-from .config import KernelConfig
-from .device import device, interpreting
-from .forward import launch_forward
-from .launch import pad_dim
-from .timing import input_sets, median_ms
+from flashscope.kernels.backward import default_dq_mode, launch_backward
+from flashscope.kernels.config import KernelConfig
+from flashscope.kernels.device import device, interpreting
+from flashscope.kernels.forward import launch_forward
+from flashscope.kernels.launch import pad_dim
+from flashscope.kernels.timing import input_sets, median_ms
+from flashscope.simulator.calibrate.validation import problem_of
+from flashscope.simulator.core.problem import AttentionProblem
+from flashscope.simulator.timing.kernelplan import useful_flops
+from flashscope.simulator.timing.roofline import compulsory_bytes
 
 TORCH_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
 

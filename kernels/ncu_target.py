@@ -1,6 +1,6 @@
 """The program Nsight Compute profiles: each configuration's kernels launched once, marked.
 
-    ncu --profile-from-start off … python -m kernels.ncu_target CONFIGS.json DONE.json
+    ncu --profile-from-start off … python -m flashscope.kernels.ncu_target CONFIGS.json DONE.json
 
 For every configuration of CONFIGS.json (a list of `flashscope simulate` field dicts) it builds
 the inputs, runs the call once outside any profiled region (compiling and loading the kernels),
@@ -33,10 +33,8 @@ def expected_kernels(algo: str, route: str | None) -> list[str]:
 def main(argv: list[str]) -> int:
     import torch
 
-    import kernels  # noqa: F401  (configures the backend first)
-
-    from .measure import Case
-    from .timing import l2_bytes
+    from flashscope.kernels.measure import Case
+    from flashscope.kernels.timing import l2_bytes
 
     configs = json.loads(Path(argv[0]).read_text())  # list of config dicts
     done_path = Path(argv[1])

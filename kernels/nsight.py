@@ -1,11 +1,11 @@
 """DRAM and L2 bytes of each configuration's kernels, read with Nsight Compute (ncu).
 
-ncu runs `python -m kernels.ncu_target` with `--cache-control none --clock-control none` and
-`--profile-from-start off`, so only the one marked call per configuration is profiled (never a
-warm-up or compiling launch); the same launches sit inside the NVTX range "flashscope-profile".
-The report is read back as CSV (`--page raw --print-units base`: bytes and nanoseconds) and its
-rows, one per kernel in launch order, are handed back to the configurations in order, checked
-against the kernel names each configuration launches.
+ncu runs `python -m flashscope.kernels.ncu_target` with `--cache-control none --clock-control none`
+and `--profile-from-start off`, so only the one marked call per configuration is profiled (never a
+warm-up or compiling launch); the same launches sit inside the NVTX range "flashscope-profile". The
+report is read back as CSV (`--page raw --print-units base`: bytes and nanoseconds) and its rows,
+one per kernel in launch order, are handed back to the configurations in order, checked against the
+kernel names each configuration launches.
 
 Metrics: DRAM bytes read and written, L2 bytes (every request through the L2 tags) and the
 kernel's duration are required; the L2 sectors requested by the SMs per operation (read, write,
@@ -185,7 +185,7 @@ def profile(
     base = [ncu, "--profile-from-start", "off", "--cache-control", "none", "--clock-control",
             "none", "--metrics", ",".join(metrics), "--export", str(report), "--force-overwrite",
             "--log-file", str(log_path)]  # fmt: skip
-    target = [sys.executable, "-m", "kernels.ncu_target", str(cfg_path), str(done_path)]
+    target = [sys.executable, "-m", "flashscope.kernels.ncu_target", str(cfg_path), str(done_path)]
     attempts = [[base[0], "--nvtx", "--nvtx-include", "flashscope-profile/", *base[1:]], base]
     info: dict = {"metrics": metrics, "attempts": []}
     rows: list[dict] = []

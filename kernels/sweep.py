@@ -2,15 +2,17 @@
 
     measure_sweep(entries, workdir, ncu_timeout_s=300, progress=print) → {"env": …, "rows": …}
 
-1. Compile: worker processes (`python -m kernels.sweep WARM.json i n`) each run a small problem
+1. Compile: worker processes (`python -m flashscope.kernels.sweep WARM.json i n`) each run a small
+problem
    of their share of the configurations once; Triton's on-disk cache then serves this process.
    A small problem compiles the same kernels: sizes are run-time arguments, and every sweep
    size is a multiple of 16 (Triton specializes integers on that).
-2. Time: kernels.measure.time_case per entry (median of do_bench; one failing entry is
+2. Time: flashscope.kernels.measure.time_case per entry (median of do_bench; one failing entry is
    recorded as an error, the others go on). With `repeats` > 1, further passes over the whole
    sweep (alternately in reverse order) time every entry again; a row keeps every pass
    (`ms_passes`) and its time becomes their median.
-3. Bytes: Nsight Compute on the entries marked `ncu` (kernels.nsight), when ncu is installed;
+3. Bytes: Nsight Compute on the entries marked `ncu` (flashscope.kernels.nsight), when ncu is
+installed;
    then, as time allows, a second ncu pass of diagnostics (SM-side L2 traffic, register spills
    to local memory, tensor-pipe utilization) merged into each kernel's row.
 """
@@ -31,11 +33,9 @@ from pathlib import Path
 import torch
 import triton
 
-from .measure import Case, kernel_route, time_case
-from .nsight import DIAGNOSTICS, ncu_path, profile
-from .timing import median_ms
-
-ROOT = Path(__file__).resolve().parent.parent
+from flashscope.kernels.measure import Case, kernel_route, time_case
+from flashscope.kernels.nsight import DIAGNOSTICS, ncu_path, profile
+from flashscope.kernels.timing import median_ms
 
 
 def environment() -> dict:
@@ -65,10 +65,9 @@ def warm(configs: list[dict], workdir: Path, workers: int) -> float:
     unique = list({json.dumps(_small(c), sort_keys=True): _small(c) for c in configs}.values())
     path = workdir / "warm.json"
     path.write_text(json.dumps(unique))
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
     procs = [
         subprocess.Popen(
-            [sys.executable, "-m", "kernels.sweep", str(path), str(i), str(workers)], env=env
+            [sys.executable, "-m", "flashscope.kernels.sweep", str(path), str(i), str(workers)]
         )
         for i in range(workers)
     ]
@@ -200,6 +199,4 @@ def _ncu_version() -> str | None:
 
 
 if __name__ == "__main__":
-    import kernels  # noqa: F401  (configures the backend before any kernel compiles)
-
     _warm_worker(sys.argv[1], int(sys.argv[2]), int(sys.argv[3]))

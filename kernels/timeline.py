@@ -15,10 +15,10 @@ import numpy as np
 import torch
 import triton
 
-from .config import KernelConfig
-from .device import interpreting
-from .forward import launch_forward
-from .inputs import check_attention, last_dim_contiguous
+from flashscope.kernels.config import KernelConfig
+from flashscope.kernels.device import interpreting
+from flashscope.kernels.forward import launch_forward
+from flashscope.kernels.inputs import check_attention, last_dim_contiguous
 
 
 @dataclass(frozen=True)

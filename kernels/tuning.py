@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from .config import KernelConfig, candidates
+from flashscope.kernels.config import KernelConfig, candidates
 
 
 class _Choices:

@@ -10,7 +10,7 @@ from benchmarks.workers import run_workers
 def test_every_worker_runs_once_with_its_share_and_the_extra_arguments(tmp_path):
     script = tmp_path / "job.py"
     script.write_text(
-        "import sys, pathlib, kernels.config\n"  # the repository's packages import
+        "import sys, pathlib, flashscope.kernels.config\n"  # the repository's packages import
         "flag, share, out = sys.argv[1], sys.argv[2], sys.argv[4]\n"
         "i, n = share.split('/')\n"
         "pathlib.Path(out, f'{i}-of-{n}').write_text(flag + ' ' + sys.argv[3])\n"
@@ -27,7 +27,7 @@ def test_a_tuning_script_compiles_in_copies_sweeps_and_writes_its_choices(tmp_pa
 
     import torch
 
-    import kernels.config as config
+    import flashscope.kernels.config as config
     from benchmarks.workers import tuning_main
 
     table = tmp_path / "tuned.json"

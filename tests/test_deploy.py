@@ -19,7 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from app.config import Settings
+import flashscope.app
+from flashscope.app.config import Settings
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -114,44 +115,42 @@ def test_every_copy_source_exists_and_is_in_the_build_context():
             assert not ignored(src), f".dockerignore drops COPY source {src}"
 
 
-def test_every_directory_the_app_reads_is_copied_and_pointed_at():
+def test_the_app_reads_its_directories_from_the_installed_package():
+    """Pages, static files and datasets are package data: the image points at no folder."""
     env = " ".join(a for w, a in final_stage() if w == "ENV")
-    copied = {
-        shlex.split(a)[-1]: shlex.split(a)[0]
-        for w, a in final_stage()
-        if w == "COPY" and not a.startswith("--from=")
-    }
     dirs = [name for name in Settings.model_fields if name.endswith("_dir")]
-    assert {"templates_dir", "static_dir", "results_dir"} <= set(dirs)
+    assert {"templates_dir", "static_dir", "datasets_dir"} <= set(dirs)
+    package_root = Path(flashscope.app.__file__).resolve().parents[1]
     for name in dirs:
-        m = re.search(rf"FLASHSCOPE_{name.upper()}=(\S+)", env)
-        assert m, f"the image does not set FLASHSCOPE_{name.upper()}"
-        assert m.group(1) in copied, f"{m.group(1)} is not copied into the image"
-        assert (ROOT / copied[m.group(1)]) == getattr(Settings(), name), name
+        assert f"FLASHSCOPE_{name.upper()}" not in env, f"the image overrides {name}"
+        assert getattr(Settings(), name).is_relative_to(package_root), name
+    built = " ".join(shlex.split(a)[0] for w, a in instructions() if w == "COPY")
+    for folder in ("app", "simulator", "kernels", "templates", "static"):
+        assert folder in built.split(), f"the build stage does not copy {folder}/"
 
 
 def test_the_installed_package_holds_every_module_and_data_file():
     """The image installs the project (not editable): anything not declared is left behind."""
     cfg = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
     packages = set(cfg["packages"])
+    folders = {folder: package for package, folder in cfg["package-dir"].items()}
     globs = cfg.get("package-data", {})
-    for top in ("app", "simulator", "kernels"):
+    for top, package in folders.items():
+        assert package in packages, f"{package} is missing from [tool.setuptools] packages"
         for folder, _, files in os.walk(ROOT / top):
-            rel = Path(folder).relative_to(ROOT)
+            rel = Path(folder).relative_to(ROOT / top)
             if "__pycache__" in rel.parts:
                 continue
-            name = ".".join(rel.parts)
+            name = ".".join((package, *rel.parts))
             if "__init__.py" in files:
                 assert name in packages, f"{name} is missing from [tool.setuptools] packages"
                 continue
-            owner = next(
-                (p for p in sorted(packages, key=len, reverse=True) if name.startswith(p + ".")),
-                None,
-            )
+            owner = max((p for p in packages if name == p or name.startswith(p + ".")), key=len)
+            below = len(owner.split(".")) - len(package.split("."))  # owner's depth under top
             for f in files:
-                inner = str((rel / f).relative_to(*owner.split("."))) if owner else f
-                assert owner and any(fnmatch.fnmatch(inner, g) for g in globs.get(owner, [])), (
-                    f"{rel / f} would not be installed: add it to package-data"
+                inner = Path(*rel.parts[below:], f)
+                assert any(fnmatch.fnmatch(str(inner), g) for g in globs.get(owner, [])), (
+                    f"{top}/{rel / f} would not be installed: add it to package-data"
                 )
 
 

@@ -7,7 +7,7 @@ import random
 from pathlib import Path
 
 from benchmarks.make_validation_sweep import CAPPED, capped_entries, entries, pin_routes
-from simulator.validation import check_config, problem_key
+from flashscope.simulator.calibrate.validation import check_config, problem_key
 
 SWEEP = Path(__file__).resolve().parents[1] / "benchmarks" / "sweeps" / "validation.json"
 

@@ -1,9 +1,9 @@
 """Measured against simulated: GET /compare and its JSON twin GET /api/compare.
 
-The figures come from the validation datasets shipped in Settings.results_dir (measured on real
+The figures come from the validation datasets shipped in Settings.datasets_dir (measured on real
 GPUs, with device, date and versions), so the comparison works without a GPU. For the chosen
-configuration the engine runs again (same engine, same calibration as the shipped rows unless
-those changed since) to draw its SM timeline and to explain the gap (simulator/explain.py).
+configuration the engine runs again (same engine, same calibration as the shipped rows unless those
+changed since) to draw its SM timeline and to explain the gap (simulator/calibrate/explain.py).
 """
 
 from __future__ import annotations
@@ -15,16 +15,15 @@ from fastapi import APIRouter, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse
 from pydantic import BaseModel, ConfigDict, Field
 
-from simulator import hardware
-from simulator.explain import kernel_rows, notes
-from simulator.report import gantt, measured_gantt, resident_per_sm, running_comparison
-from simulator.results import SimResult
-from simulator.validation import ncu_kernels, simulate_config
-
-from ..datasets import Datasets
-from ..deps import SettingsDep, TemplatesDep
-from ..errors import limit_error, refuse
-from ..views import view_at
+from flashscope.app.datasets import Datasets
+from flashscope.app.deps import SettingsDep, TemplatesDep
+from flashscope.app.figures.report import gantt, measured_gantt, resident_per_sm, running_comparison
+from flashscope.app.middleware.errors import limit_error, refuse
+from flashscope.app.views import view_at
+from flashscope.simulator.calibrate.explain import kernel_rows, notes
+from flashscope.simulator.calibrate.validation import ncu_kernels, simulate_config
+from flashscope.simulator.core import hardware
+from flashscope.simulator.timing.results import SimResult
 
 router = APIRouter(tags=["views"])
 TILE_TEXT = "{block_m}×{block_n} · {warps} warps · {stages} stages"
@@ -81,7 +80,7 @@ def _choose(params: CompareParams, data: dict[str, dict]) -> tuple[dict, dict]:
     if not data:
         raise HTTPException(
             status_code=404,
-            detail="no validation dataset in the results folder (FLASHSCOPE_RESULTS_DIR)",
+            detail="no validation dataset in the results folder (FLASHSCOPE_DATASETS_DIR)",
         )
     choices = sorted(data)
     key = params.gpu

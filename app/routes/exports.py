@@ -11,12 +11,11 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Query
 
-from simulator.chrome_trace import from_tile_trace
-from simulator.trace import COUNTERS, PHASES
-
-from ..deps import SettingsDep, TracesDep
-from ..errors import refuse
-from ..schemas import TraceParams, check_trace_params
+from flashscope.app.deps import SettingsDep, TracesDep
+from flashscope.app.figures.chrome_trace import from_tile_trace
+from flashscope.app.middleware.errors import refuse
+from flashscope.app.schemas.trace import TraceParams, check_trace_params
+from flashscope.simulator.core.trace import COUNTERS, PHASES
 
 router = APIRouter(tags=["trace"])
 

@@ -5,14 +5,14 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from starlette.concurrency import run_in_threadpool
 
-from .. import __version__
-from ..schemas import Health
+from flashscope.app import __version__
+from flashscope.app.schemas.trace import Health
 
 router = APIRouter(tags=["health"])
 
 
 def _probe() -> tuple[str, str | None]:
-    from kernels.device import describe
+    from flashscope.kernels.device import describe
 
     info = describe()
     return info["backend"], info["gpu"]

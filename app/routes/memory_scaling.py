@@ -1,7 +1,7 @@
 """Memory scaling: GET /memory-scaling and its JSON twin GET /api/memory-scaling.
 
 Peak memory of one forward call of naive attention and of FlashAttention over N (closed forms of
-simulator/memory.py), against the memory of the chosen GPU, and where naive attention stops
+simulator/teach/memory.py), against the memory of the chosen GPU, and where naive attention stops
 fitting. When the problem is the one of the shipped measurements (B = 1, H = 16, d = 64, fp16 on
 an H100 or H200), the measured peaks come along, marked as such.
 """
@@ -13,8 +13,13 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import HTMLResponse
 
-from simulator import hardware
-from simulator.memory import (
+from flashscope.app.deps import SettingsDep, TemplatesDep
+from flashscope.app.middleware.errors import refuse
+from flashscope.app.schemas.views import MemoryScalingParams, check_memory_scaling
+from flashscope.app.views import view_at
+from flashscope.simulator.core import hardware
+from flashscope.simulator.core.problem import DTYPE_BYTES, AttentionProblem
+from flashscope.simulator.teach.memory import (
     PeakMemory,
     capacity,
     flash_peak,
@@ -22,12 +27,6 @@ from simulator.memory import (
     load_measured,
     naive_peak,
 )
-from simulator.problem import DTYPE_BYTES, AttentionProblem
-
-from ..deps import SettingsDep, TemplatesDep
-from ..errors import refuse
-from ..view_params import MemoryScalingParams, check_memory_scaling
-from ..views import view_at
 
 router = APIRouter(tags=["views"])
 
@@ -125,7 +124,7 @@ def memory_scaling(
             "key": gpu.key,
             "name": gpu.name,
             "capacity_bytes": cap,
-            "source": "simulator/hardware.py presets: device memory as sold (decimal GB)",
+            "source": "simulator/core/hardware.py presets: device memory as sold (decimal GB)",
         },
         "ns": ns,
         "naive": _series(naive, cap),

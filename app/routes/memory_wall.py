@@ -12,15 +12,21 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import HTMLResponse
 
-from simulator import traffic
-from simulator.chrome_trace import from_walks
-from simulator.memory_wall import KINDS, MATRICES, Walk, access_table, flash_walk, naive_walk
-from simulator.problem import AttentionProblem, TileConfig
-
-from ..deps import SettingsDep, TemplatesDep
-from ..errors import refuse
-from ..view_params import MemoryWallParams, check_memory_wall
-from ..views import view_at
+from flashscope.app.deps import SettingsDep, TemplatesDep
+from flashscope.app.figures.chrome_trace import from_walks
+from flashscope.app.middleware.errors import refuse
+from flashscope.app.schemas.views import MemoryWallParams, check_memory_wall
+from flashscope.app.views import view_at
+from flashscope.simulator.core.problem import AttentionProblem, TileConfig
+from flashscope.simulator.teach import traffic
+from flashscope.simulator.teach.memory_wall import (
+    KINDS,
+    MATRICES,
+    Walk,
+    access_table,
+    flash_walk,
+    naive_walk,
+)
 
 router = APIRouter(tags=["views"])
 

@@ -8,13 +8,12 @@ import numpy as np
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import HTMLResponse
 
-from simulator.softmax_walk import walk
-from simulator.trace import json_floats
-
-from ..deps import SettingsDep, TemplatesDep
-from ..errors import refuse
-from ..view_params import OnlineSoftmaxParams, check_online_softmax
-from ..views import view_at
+from flashscope.app.deps import SettingsDep, TemplatesDep
+from flashscope.app.middleware.errors import refuse
+from flashscope.app.schemas.views import OnlineSoftmaxParams, check_online_softmax
+from flashscope.app.views import view_at
+from flashscope.simulator.core.trace import json_floats
+from flashscope.simulator.teach.softmax_walk import walk
 
 router = APIRouter(tags=["views"])
 

@@ -8,12 +8,11 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse
 
-from simulator import hardware
-from simulator.problem import DTYPE_BYTES
-
-from ..config import Settings
-from ..deps import SettingsDep, TemplatesDep
-from ..views import VIEWS, view_at
+from flashscope.app.config import Settings
+from flashscope.app.deps import SettingsDep, TemplatesDep
+from flashscope.app.views import VIEWS, view_at
+from flashscope.simulator.core import hardware
+from flashscope.simulator.core.problem import DTYPE_BYTES
 
 router = APIRouter(tags=["pages"])
 

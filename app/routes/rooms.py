@@ -35,11 +35,11 @@ from fastapi import APIRouter, HTTPException, Path, Request, WebSocket, WebSocke
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ValidationError
 
-from ..config import Settings
-from ..deps import SettingsDep
-from ..errors import describe, limit_error, value_error
-from ..ratelimit import Bucket, Rate
-from ..rooms import (
+from flashscope.app.config import Settings
+from flashscope.app.deps import SettingsDep
+from flashscope.app.middleware.errors import describe, limit_error, value_error
+from flashscope.app.middleware.ratelimit import Bucket, Rate
+from flashscope.app.rooms.service import (
     CODE_PATTERN,
     SAFE_INT,
     Follower,
@@ -50,7 +50,7 @@ from ..rooms import (
     state_message,
     token_matches,
 )
-from ..roomstore import RoomFull, RoomGone, RoomRecord, RoomsUnavailable, StaleState
+from flashscope.app.rooms.store import RoomFull, RoomGone, RoomRecord, RoomsUnavailable, StaleState
 
 router = APIRouter(tags=["rooms"])
 

@@ -12,10 +12,10 @@ from fastapi import APIRouter, Depends, HTTPException, Path, Request
 from fastapi.responses import JSONResponse
 from fastapi.sse import EventSourceResponse, ServerSentEvent
 
-from ..deps import SettingsDep
-from ..errors import refuse
-from ..runqueue import QueueFull, Run, RunQueue
-from ..schemas import RunRequest, check_run_request
+from flashscope.app.deps import SettingsDep
+from flashscope.app.middleware.errors import refuse
+from flashscope.app.runs.queue import QueueFull, Run, RunQueue
+from flashscope.app.schemas.trace import RunRequest, check_run_request
 
 router = APIRouter(tags=["runs"])
 

@@ -14,11 +14,11 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import HTMLResponse
 from pydantic import ValidationError
 
-from simulator import hardware
-from simulator.chrome_trace import from_timeline
-from simulator.report import limiter_bars, roofline, summary
-from simulator.results import SimResult
-from simulator.schedule_report import (
+from flashscope.app.config import Settings
+from flashscope.app.deps import SettingsDep, TemplatesDep
+from flashscope.app.figures.chrome_trace import from_timeline
+from flashscope.app.figures.report import limiter_bars, roofline, summary
+from flashscope.app.figures.schedule import (
     cursor,
     gantt_by_wave,
     imbalance,
@@ -26,15 +26,14 @@ from simulator.schedule_report import (
     shown_sms,
     utilization,
 )
-from simulator.workload import ALGOS
-
-from ..config import Settings
-from ..deps import SettingsDep, TemplatesDep
-from ..errors import refuse
-from ..simulate_schemas import SimulateRequest
-from ..view_params import SCHEDULE_SPECS, ScheduleParams
-from ..views import view_at
-from .simulate import run_request
+from flashscope.app.middleware.errors import refuse
+from flashscope.app.routes.simulate import run_request
+from flashscope.app.schemas.simulate import SimulateRequest
+from flashscope.app.schemas.views import SCHEDULE_SPECS, ScheduleParams
+from flashscope.app.views import view_at
+from flashscope.simulator.core import hardware
+from flashscope.simulator.timing.results import SimResult
+from flashscope.simulator.timing.workload import ALGOS
 
 router = APIRouter(tags=["views"])
 

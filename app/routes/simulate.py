@@ -9,18 +9,18 @@ from typing import Any
 
 from fastapi import APIRouter
 
-from simulator import hardware, kernelplan
-from simulator.calibration import calibration_path
-from simulator.engine import simulate_workload
-from simulator.problem import AttentionProblem, TileConfig
-from simulator.report import gantt, summary
-from simulator.results import SimResult
-from simulator.workload import build, ctas_of
-
-from ..config import Settings
-from ..deps import SettingsDep
-from ..errors import limit_error, refuse, value_error
-from ..simulate_schemas import SimulateRequest, check_simulate_request
+from flashscope.app.config import Settings
+from flashscope.app.deps import SettingsDep
+from flashscope.app.figures.report import gantt, summary
+from flashscope.app.middleware.errors import limit_error, refuse, value_error
+from flashscope.app.schemas.simulate import SimulateRequest, check_simulate_request
+from flashscope.simulator.core import hardware
+from flashscope.simulator.core.calibration import calibration_path
+from flashscope.simulator.core.problem import AttentionProblem, TileConfig
+from flashscope.simulator.timing import kernelplan
+from flashscope.simulator.timing.engine import simulate_workload
+from flashscope.simulator.timing.results import SimResult
+from flashscope.simulator.timing.workload import build, ctas_of
 
 router = APIRouter(tags=["simulate"])
 

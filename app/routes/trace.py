@@ -17,10 +17,10 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query, WebSocket, WebSocketDisconnect
 from pydantic import ValidationError
 
-from ..deps import SettingsDep, TracesDep
-from ..errors import describe, limit_error, refuse, value_error
-from ..ratelimit import client_of
-from ..schemas import (
+from flashscope.app.deps import SettingsDep, TracesDep
+from flashscope.app.middleware.errors import describe, limit_error, refuse, value_error
+from flashscope.app.middleware.ratelimit import client_of
+from flashscope.app.schemas.trace import (
     StrictTraceParams,
     TraceEventModel,
     TraceParams,

@@ -6,11 +6,10 @@ from typing import Any
 
 from fastapi import APIRouter
 
-from simulator.traffic import summary
-
-from ..deps import SettingsDep
-from ..errors import refuse
-from ..traffic_schemas import TrafficRequest, check_traffic_request
+from flashscope.app.deps import SettingsDep
+from flashscope.app.middleware.errors import refuse
+from flashscope.app.schemas.traffic import TrafficRequest, check_traffic_request
+from flashscope.simulator.teach.traffic import summary
 
 router = APIRouter(tags=["traffic"])
 

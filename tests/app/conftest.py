@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from fastapi.testclient import TestClient
 
-from app.config import Settings
-from app.main import create_app
+from flashscope.app.config import Settings
+from flashscope.app.main import create_app
 
 
 @pytest.fixture

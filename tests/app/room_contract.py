@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from app.roomstore import RoomStore, StaleState
+from flashscope.app.rooms.store import RoomStore, StaleState
 
 
 async def stale_states_are_refused(store: RoomStore, code: str) -> None:

@@ -70,14 +70,21 @@ def redis_server() -> Iterator[str]:
 
 
 @contextmanager
-def flashscope_server(env: dict[str, str] | None = None) -> Iterator[str]:
-    """`flashscope serve` on a free port with extra FLASHSCOPE_* settings; yields its base URL."""
+def flashscope_server(
+    env: dict[str, str] | None = None, python: str = sys.executable, cwd: str | None = None
+) -> Iterator[str]:
+    """`flashscope serve` on a free port with extra FLASHSCOPE_* settings; yields its base URL.
+
+    `python` is the interpreter whose flashscope serves (an installed wheel's, say), `cwd` where.
+    """
     port = free_port()
+    argv = [python, "-m", "flashscope.app.cli.main", "serve", "--port", str(port)]
     proc = subprocess.Popen(
-        [sys.executable, "-m", "app.cli", "serve", "--port", str(port), "--log-level", "warning"],
+        [*argv, "--log-level", "warning"],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         env={**os.environ, **(env or {})},
+        cwd=cwd,
     )
     base = f"http://127.0.0.1:{port}"
 

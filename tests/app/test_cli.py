@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from app.cli import main
+from flashscope.app.cli.main import main
 
 
 @pytest.mark.parametrize(
@@ -28,7 +28,10 @@ def test_bad_arguments_exit_2_with_a_message(argv, needle, capsys):
 
 def test_console_script_runs():
     out = subprocess.run(
-        [sys.executable, "-m", "app.cli", "--version"], capture_output=True, text=True, check=True
+        [sys.executable, "-m", "flashscope.app.cli.main", "--version"],
+        capture_output=True,
+        text=True,
+        check=True,
     )
     assert out.stdout.startswith("flashscope ")
 

@@ -8,9 +8,9 @@ import sys
 
 import pytest
 
-from app.cli import main
-from simulator.problem import AttentionProblem, TileConfig
-from simulator.traffic import summary
+from flashscope.app.cli.main import main
+from flashscope.simulator.core.problem import AttentionProblem, TileConfig
+from flashscope.simulator.teach.traffic import summary
 
 BASE = ["traffic", "--seq", "512", "--head-dim", "64", "--block-m", "64", "--block-n", "128"]
 
@@ -72,7 +72,7 @@ def test_bad_arguments_one_line_exit_2(argv, needle, capsys):
 def test_traffic_imports_neither_torch_nor_triton_nor_fastapi():
     code = (
         "import io, contextlib, json, sys\n"
-        "from app.cli import main\n"
+        "from flashscope.app.cli.main import main\n"
         "with contextlib.redirect_stdout(io.StringIO()):\n"
         "    main(['traffic', '--algo', 'fa2', '--seq', '4096', '--head-dim', '64',\n"
         "          '--block-m', '128', '--block-n', '128', '--json'])\n"

@@ -10,15 +10,16 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from app.config import Settings
-from app.main import create_app
+from flashscope.app.config import Settings
+from flashscope.app.datasets import DATA_DIR
+from flashscope.app.main import create_app
 
 ROOT = Path(__file__).resolve().parents[2]
-SHIPPED = sorted((ROOT / "benchmarks" / "results").glob("validation-*.json"))
+SHIPPED = sorted(DATA_DIR.glob("validation-*.json"))
 
 
 def test_shipped_datasets_load_without_a_gpu(client):
-    assert SHIPPED, "the validation datasets must ship in benchmarks/results"
+    assert SHIPPED, "the validation datasets must ship in app/data"
     body = client.get("/api/compare").json()
     gpus = {d["gpu"] for d in body["datasets"]}
     assert gpus <= {"h100-sxm", "h200"} and gpus
@@ -100,9 +101,9 @@ def test_unknown_gpu_and_configuration_get_422(client):
 
 
 def test_without_datasets_the_page_says_so_and_the_api_is_404(tmp_path):
-    with TestClient(create_app(Settings(results_dir=tmp_path))) as c:
+    with TestClient(create_app(Settings(datasets_dir=tmp_path))) as c:
         r = c.get("/api/compare")
-        assert r.status_code == 404 and "FLASHSCOPE_RESULTS_DIR" in r.json()["detail"]
+        assert r.status_code == 404 and "FLASHSCOPE_DATASETS_DIR" in r.json()["detail"]
         page = c.get("/compare")
         assert page.status_code == 200 and "flashscope validate" in page.text
 
@@ -115,7 +116,7 @@ def test_the_newest_dataset_per_gpu_wins_and_bad_files_are_skipped(tmp_path):
     doc["rows"] = doc["rows"][:3]
     (tmp_path / "validation-h100-2999-01-01.json").write_text(json.dumps(doc))
     (tmp_path / "validation-broken.json").write_text("{not json")
-    with TestClient(create_app(Settings(results_dir=tmp_path))) as c:
+    with TestClient(create_app(Settings(datasets_dir=tmp_path))) as c:
         body = c.get("/api/compare").json()
         assert body["dataset"]["date"] == "2999-01-01" and len(body["rows"]) == 3
 
@@ -128,7 +129,7 @@ def test_a_recorded_schedule_is_shown_beside_the_simulated_one(client):
 
     import numpy as np
 
-    path = random.choice(sorted((ROOT / "benchmarks" / "results").glob("timeline-*.json.gz")))
+    path = random.choice(sorted(DATA_DIR.glob("timeline-*.json.gz")))
     records = json.loads(gzip.decompress(path.read_bytes()))["records"]
     rec = random.choice([r for r in records if r["band"] == 1])
     c = client.get(f"/api/compare?gpu={rec['config']['gpu']}&id={rec['id']}").json()["chosen"]

@@ -7,9 +7,9 @@ import json
 import pytest
 from fastapi.testclient import TestClient
 
-from app.config import Settings
-from app.main import create_app
-from app.ratelimit import Rate, RateLimiter, group_of
+from flashscope.app.config import Settings
+from flashscope.app.main import create_app
+from flashscope.app.middleware.ratelimit import Rate, RateLimiter, group_of
 
 
 def app_client(**overrides) -> TestClient:

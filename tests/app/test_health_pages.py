@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from app import __version__
+from flashscope.app import __version__
 
 
 def test_health_reports_backend(client):

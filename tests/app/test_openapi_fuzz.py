@@ -16,8 +16,8 @@ from schemathesis.specs.openapi.checks import (
     response_schema_conformance,
 )
 
-from app.config import Settings
-from app.main import create_app
+from flashscope.app.config import Settings
+from flashscope.app.main import create_app
 
 app = create_app(
     Settings(

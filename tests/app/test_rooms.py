@@ -10,10 +10,10 @@ import pytest
 from fastapi.testclient import TestClient
 from starlette.websockets import WebSocketDisconnect
 
-from app.config import Settings
-from app.main import create_app
-from app.rooms import CODE_ALPHABET, Follower
-from app.roomstore import MemoryRoomStore, RoomGone
+from flashscope.app.config import Settings
+from flashscope.app.main import create_app
+from flashscope.app.rooms.service import CODE_ALPHABET, Follower
+from flashscope.app.rooms.store import MemoryRoomStore, RoomGone
 
 from .room_contract import stale_states_are_refused
 from .servers import free_port
@@ -252,7 +252,7 @@ def test_bad_joins_are_closed_with_a_reason(client, path, first, close):
 
 
 def test_a_silent_client_is_closed(client, monkeypatch):
-    import app.routes.rooms as routes
+    import flashscope.app.routes.rooms as routes
 
     monkeypatch.setattr(routes, "JOIN_TIMEOUT_S", 0.2)
     code, _ = make_room(client)

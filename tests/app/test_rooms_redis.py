@@ -13,7 +13,7 @@ import pytest
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
-from app.roomredis import RedisRoomStore
+from flashscope.app.rooms.redisstore import RedisRoomStore
 
 from .room_contract import stale_states_are_refused
 from .servers import flashscope_server, redis_server

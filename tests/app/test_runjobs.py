@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
-from app.config import Settings
-from app.main import create_app
-from simulator.problem import AttentionProblem, TileConfig
-from simulator.tracing import build_trace
+from flashscope.app.config import Settings
+from flashscope.app.main import create_app
+from flashscope.simulator.core.problem import AttentionProblem, TileConfig
+from flashscope.simulator.teach.tracing import build_trace
 
 from .test_runs import _wait
 
@@ -19,7 +19,7 @@ from .test_runs import _wait
 @pytest.fixture(scope="module")
 def real_runs():
     settings = Settings(
-        runs_executor="app.runjobs:execute", runs_devices=["cpu"], runs_timeout_s=240
+        runs_executor="flashscope.app.runs.jobs:execute", runs_devices=["cpu"], runs_timeout_s=240
     )
     with TestClient(create_app(settings)) as c:
         yield c

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from app.config import Settings
+from flashscope.app.config import Settings
 
 
 def test_simulate_returns_the_summary(client):
@@ -102,7 +102,7 @@ def test_bad_requests_get_422_naming_field_and_limit(client, body, field, limit)
 def test_settings_bound_the_requests():
     from fastapi.testclient import TestClient
 
-    from app.main import create_app
+    from flashscope.app.main import create_app
 
     with TestClient(create_app(Settings(simulate_max_ctas=10))) as c:
         r = c.post("/api/simulate", json={"seq": 1024, "head_dim": 64, "block_m": 64})

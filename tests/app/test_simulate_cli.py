@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from app.cli import main
+from flashscope.app.cli.main import main
 
 BASE = ["simulate", "--seq", "2048", "--head-dim", "64"]
 
@@ -125,8 +125,8 @@ def test_bad_arguments_give_one_line_and_exit_2(argv, needle, capsys):
 
 
 def test_the_command_knows_every_algorithm_of_the_engine():
-    from app import cli_simulate
-    from simulator.workload import ALGOS
+    from flashscope.app.cli import simulate as cli_simulate
+    from flashscope.simulator.timing.workload import ALGOS
 
     assert cli_simulate.ALGOS == ALGOS
 
@@ -134,7 +134,7 @@ def test_the_command_knows_every_algorithm_of_the_engine():
 def test_simulate_imports_neither_torch_nor_triton_nor_fastapi():
     code = (
         "import sys, json\n"
-        "from app.cli import main\n"
+        "from flashscope.app.cli.main import main\n"
         "rc = main(['simulate', '--seq', '1024', '--head-dim', '64', '--json'])\n"
         "heavy = sorted(m for m in ('torch', 'triton', 'fastapi') if m in sys.modules)\n"
         "print(json.dumps({'rc': rc, 'heavy': heavy}), file=sys.stderr)\n"

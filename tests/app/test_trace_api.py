@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 from starlette.websockets import WebSocketDisconnect
 
-from simulator.numerics import naive_attention
-from simulator.problem import AttentionProblem
-from simulator.tracing import random_inputs
+from flashscope.simulator.core.problem import AttentionProblem
+from flashscope.simulator.teach.numerics import naive_attention
+from flashscope.simulator.teach.tracing import random_inputs
 
 
 def test_trace_json_twin_pages_through_events(client):
@@ -187,7 +187,7 @@ def test_bad_algorithm_parameters_get_422(client, params, field, limit):
 def test_state_model_checks_shapes():
     from pydantic import ValidationError
 
-    from app.schemas import TileStateModel
+    from flashscope.app.schemas.trace import TileStateModel
 
     ok = {"col_stride": 1, "final": False, "rows": [0, 2], "m": [0.0, None]}
     TileStateModel.model_validate(ok)

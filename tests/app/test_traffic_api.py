@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from simulator.problem import AttentionProblem, TileConfig
-from simulator.traffic import summary
+from flashscope.simulator.core.problem import AttentionProblem, TileConfig
+from flashscope.simulator.teach.traffic import summary
 
 
 def test_fa2_seed_figure_and_bytes(client):

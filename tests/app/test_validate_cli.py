@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from app.cli import main
-from simulator import hardware
-from simulator.validation import build_dataset, read_sweep, simulate_config
+from flashscope.app.cli.main import main
+from flashscope.simulator.calibrate.validation import build_dataset, read_sweep, simulate_config
+from flashscope.simulator.core import hardware
 
 ROOT = Path(__file__).resolve().parents[2]
 SWEEP = ROOT / "benchmarks" / "sweeps" / "validation.json"
@@ -31,8 +31,9 @@ CALIBRATION = ROOT / "simulator" / "data" / "calibration-h200.json"
 )
 def test_without_a_gpu_each_command_says_why_in_one_line(argv, needle, tmp_path):
     proc = subprocess.run(
-        [sys.executable, "-m", "app.cli", *argv], capture_output=True, text=True, cwd=tmp_path,
-        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "CUDA_VISIBLE_DEVICES": ""},
+        [sys.executable, "-m", "flashscope.app.cli.main", *argv], capture_output=True, text=True,
+        cwd=tmp_path, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "CUDA_VISIBLE_DEVICES":
+        ""},
     )  # fmt: skip
     assert proc.returncode == 2, proc.stderr
     lines = proc.stderr.strip().splitlines()
@@ -89,7 +90,7 @@ def test_calibrate_refits_from_ceilings_and_a_dataset(tmp_path):
     assert fit["fit"]["loss"] <= fit["fit"]["start_loss"] + 1e-12, seed
     assert fit["start"] == "preset defaults and ceilings"
     # the file is one the simulator accepts
-    from simulator.calibration import apply_calibration
+    from flashscope.simulator.core.calibration import apply_calibration
 
     gpu = apply_calibration(hardware.PRESETS["h200"], tmp_path)
     assert gpu.l2_gbs == 9000.0 and gpu.efficiency.overlap == fit["values"]["overlap"]
@@ -142,8 +143,8 @@ def test_calibrate_fits_on_the_rows_of_several_datasets(tmp_path, capsys):
 def test_calibrate_fits_the_power_cap_first_where_kernels_were_timed_alone(tmp_path, capsys):
     """Forward rows whose kernel Nsight Compute also timed alone: their slowdowns, made here by
     a known cap, are fitted before the rest, and the calibration carries the fitted cap."""
-    from simulator.engine import clock_share
-    from simulator.validation import workload_of
+    from flashscope.simulator.calibrate.validation import workload_of
+    from flashscope.simulator.timing.engine import clock_share
 
     seed = random.SystemRandom().randrange(2**31)
     doc = json.loads(_fake_dataset(tmp_path, seed).read_text())

@@ -8,7 +8,7 @@ import re
 import numpy as np
 import pytest
 
-from app.views import VIEWS
+from flashscope.app.views import VIEWS
 
 SEED_NAIVE = [327_680, 1_179_648, 4_456_448, 17_301_504, 68_157_440]
 SEED_FLASH = [98_304, 327_680, 1_179_648, 4_456_448, 17_301_504]

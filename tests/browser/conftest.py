@@ -47,7 +47,16 @@ def live_server() -> Iterator[str]:
     """A flashscope server on a free loopback port, started as `flashscope serve` would be."""
     port = _free_port()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "app.cli", "serve", "--port", str(port), "--log-level", "warning"],
+        [
+            sys.executable,
+            "-m",
+            "flashscope.app.cli.main",
+            "serve",
+            "--port",
+            str(port),
+            "--log-level",
+            "warning",
+        ],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
     )

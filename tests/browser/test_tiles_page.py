@@ -8,8 +8,8 @@ import urllib.request
 
 import pytest
 
-from simulator.algorithms import ALGORITHMS
-from simulator.problem import AttentionProblem, TileConfig
+from flashscope.simulator.core.problem import AttentionProblem, TileConfig
+from flashscope.simulator.teach.algorithms import ALGORITHMS
 
 from .conftest import screenshot, wait_step
 from .grid import grid_status

@@ -11,7 +11,7 @@ import random
 import pytest
 import torch
 
-from kernels.device import device
+from flashscope.kernels.device import device
 
 DEV = device()
 FLOOR = {torch.float32: 2e-5, torch.float16: 5e-4, torch.bfloat16: 4e-3}

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kernels import KernelConfig, flash_attention, flash_attention_lse
-from kernels.backward import launch_backward
-from kernels.reference import attention_backward, attention_forward
+from flashscope.kernels import KernelConfig, flash_attention, flash_attention_lse
+from flashscope.kernels.backward import launch_backward
+from flashscope.kernels.reference import attention_backward, attention_forward
 
 from .conftest import assert_close, rand
 

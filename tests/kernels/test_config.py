@@ -8,9 +8,9 @@ import random
 import pytest
 import torch
 
-import kernels.launch as launch
-from kernels.config import TUNED_FILE, KernelConfig, table_key
-from simulator.kernelplan import SEQ_BUCKETS
+import flashscope.kernels.launch as launch
+from flashscope.kernels.config import TUNED_FILE, KernelConfig, table_key
+from flashscope.simulator.timing.kernelplan import SEQ_BUCKETS
 
 
 @pytest.fixture
@@ -62,7 +62,7 @@ def test_backward_tiles_follow_the_sequence_length_bucket(on_h200, mode):
 
 
 def test_the_dq_route_follows_the_sequence_length_bucket(on_h200, monkeypatch):
-    import kernels.backward as backward
+    import flashscope.kernels.backward as backward
 
     monkeypatch.setattr(backward, "interpreting", lambda: False)
     monkeypatch.setattr(backward, "gpu_name", lambda: "NVIDIA H200")
@@ -84,7 +84,7 @@ def test_the_dq_route_follows_the_sequence_length_bucket(on_h200, monkeypatch):
 
 
 def test_a_sweep_merges_its_choices_into_the_table(tmp_path, monkeypatch):
-    import kernels.config as config
+    import flashscope.kernels.config as config
 
     path = tmp_path / "tuned.json"
     path.write_text(TUNED_FILE.read_text())

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kernels import KernelConfig, flash_decode
-from kernels.decode import sm_count
-from kernels.reference import attention_forward
-from simulator.problem import decode_splits
+from flashscope.kernels import KernelConfig, flash_decode
+from flashscope.kernels.decode import sm_count
+from flashscope.kernels.reference import attention_forward
+from flashscope.simulator.core.problem import decode_splits
 
 from .conftest import DEV, assert_close, rand
 

@@ -1,4 +1,5 @@
-"""kernels.fastlaunch: which calls go straight to a compiled kernel, and with what arguments.
+"""flashscope.kernels.fastlaunch: which calls go straight to a compiled kernel, and with what
+arguments.
 
 Triton is replaced by a fake JIT function that records how it was called, so the caching rules
 are checked on the CPU; tests/kernels/test_gpu.py checks real kernels launched both ways.
@@ -9,7 +10,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kernels import fastlaunch
+from flashscope.kernels import fastlaunch
 
 
 class _Kernel:
@@ -171,9 +172,9 @@ def test_the_table_starts_again_when_full(fake, monkeypatch):
 def test_every_kernel_launch_lines_up_for_the_direct_path(monkeypatch):
     """Each launch site passes the kernel's leading parameters in order and exactly its
     constexprs by name (else the direct path would silently stay with Triton's binding)."""
-    from kernels import backward, decode, forward
-    from kernels.attention import flash_attention_lse
-    from kernels.device import device
+    from flashscope.kernels import backward, decode, forward
+    from flashscope.kernels.attention import flash_attention_lse
+    from flashscope.kernels.device import device
 
     seen = set()
 

@@ -7,9 +7,9 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels import KernelConfig, flash_attention, flash_attention_lse
-from kernels.forward import causal_order, launch_forward
-from kernels.reference import attention_forward
+from flashscope.kernels import KernelConfig, flash_attention, flash_attention_lse
+from flashscope.kernels.forward import causal_order, launch_forward
+from flashscope.kernels.reference import attention_forward
 
 from .conftest import DEV, assert_close, rand
 

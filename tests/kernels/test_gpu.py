@@ -11,14 +11,14 @@ import numpy as np
 import pytest
 import torch
 
-from kernels import KernelConfig, flash_attention, flash_attention_lse, flash_decode
-from kernels.backward import launch_backward
-from kernels.forward import launch_forward
-from kernels.instrumented import measured_trace
-from kernels.reference import attention_backward, attention_forward
-from kernels.timeline import forward_timeline
-from simulator.problem import AttentionProblem, TileConfig
-from simulator.tracing import build_trace
+from flashscope.kernels import KernelConfig, flash_attention, flash_attention_lse, flash_decode
+from flashscope.kernels.backward import launch_backward
+from flashscope.kernels.forward import launch_forward
+from flashscope.kernels.instrumented import measured_trace
+from flashscope.kernels.reference import attention_backward, attention_forward
+from flashscope.kernels.timeline import forward_timeline
+from flashscope.simulator.core.problem import AttentionProblem, TileConfig
+from flashscope.simulator.teach.tracing import build_trace
 
 from .conftest import assert_close, rand
 
@@ -133,7 +133,7 @@ def test_fixed_config_matches_default(seed: int) -> None:
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 def test_host_descriptors_match_in_kernel_ones(seed: int, causal: bool) -> None:
     """Whole tiles, GQA (4 heads over 2), N_q ≠ N_k: both descriptor routes give the reference."""
-    from kernels.forward import host_descriptors, launch_forward
+    from flashscope.kernels.forward import host_descriptors, launch_forward
 
     cfg = KernelConfig(128, 64, 8, 3)
     q = rand(2, 4, 1024, 128, dtype=F16)
@@ -194,9 +194,10 @@ def test_timeline_records_every_program_once(seed: int, causal: bool, band: int)
 
 @pytest.mark.parametrize("route", ["separate", "atomic"])
 def test_repeated_calls_skip_tritons_binding_and_stay_right(seed: int, route: str) -> None:
-    """The second call of a signature goes straight to the compiled kernels (kernels.fastlaunch):
+    """The second call of a signature goes straight to the compiled kernels
+    (flashscope.kernels.fastlaunch):
     fresh inputs, the same answers as the reference, bit for bit the Triton path's output."""
-    from kernels import fastlaunch
+    from flashscope.kernels import fastlaunch
 
     def views(*shape: int, skew: int) -> torch.Tensor:  # skew: elements off a 16-byte address
         b, h, n, d = shape
@@ -230,14 +231,14 @@ def test_repeated_calls_skip_tritons_binding_and_stay_right(seed: int, route: st
 
 def _ws_configs() -> list:
     """(WsConfig, head_dim) pairs this GPU's tuned table routes to the Gluon forward."""
-    from kernels.hopper_forward import tuned_configs
+    from flashscope.kernels.hopper_forward import tuned_configs
 
     return tuned_configs(torch.cuda.get_device_name()) if torch.cuda.is_available() else []
 
 
 @pytest.mark.parametrize("dtype", [F16, BF16], ids=["fp16", "bf16"])
 def test_warp_specialized_forward_matches_the_reference(seed: int, dtype: torch.dtype) -> None:
-    from kernels.hopper_forward import WsConfig, launch_forward_ws, supports
+    from flashscope.kernels.hopper_forward import WsConfig, launch_forward_ws, supports
 
     configs = _ws_configs()
     if not configs:
@@ -270,7 +271,7 @@ def test_warp_specialized_forward_matches_the_reference(seed: int, dtype: torch.
 
 
 def test_the_tuned_route_runs_the_gluon_forward(seed: int, monkeypatch) -> None:
-    import kernels.forward as forward
+    import flashscope.kernels.forward as forward
 
     configs = _ws_configs()
     if not configs:
@@ -286,7 +287,7 @@ def test_the_tuned_route_runs_the_gluon_forward(seed: int, monkeypatch) -> None:
     o, lse = launch_forward(q, k, v, False, 128**-0.5)
     assert ran == [tuned]
     # a second call of the same signature goes straight to the compiled kernel, bit for bit
-    from kernels.fastlaunch import stats
+    from flashscope.kernels.fastlaunch import stats
 
     direct = stats()["direct"]
     o2, lse2 = launch_forward(q, k, v, False, 128**-0.5)

@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from kernels.config import TUNED_FILE
-from kernels.forward import launch_forward
-from kernels.hopper_forward import (
+from flashscope.kernels.config import TUNED_FILE
+from flashscope.kernels.forward import launch_forward
+from flashscope.kernels.hopper_forward import (
     LOADER_REGS,
     REGS_PER_SM,
     SHARED_LIMIT,
@@ -29,7 +29,7 @@ from kernels.hopper_forward import (
     tuned_config,
     tuned_configs,
 )
-from simulator.kernelplan import SEQ_BUCKETS
+from flashscope.simulator.timing.kernelplan import SEQ_BUCKETS
 
 ROOT = Path(__file__).resolve().parents[2]
 VALID = [
@@ -136,7 +136,7 @@ def test_tile_costs_follow_the_causal_mask() -> None:
 
 
 def test_half_steps_follow_the_switch_at_every_launch(monkeypatch) -> None:
-    import kernels.hopper_forward as hopper_forward
+    import flashscope.kernels.hopper_forward as hopper_forward
 
     halves = WsConfig(2, 256, 2, False)  # 128-row tiles of 256-key blocks, unpipelined
     assert hopper_forward._half(halves, True) and not hopper_forward._half(halves, False)
@@ -267,7 +267,7 @@ def test_the_tuned_configurations_are_listed_with_their_head_dims() -> None:
 
 
 def test_the_interpreter_never_takes_the_gluon_kernel(monkeypatch) -> None:
-    import kernels.forward as forward
+    import flashscope.kernels.forward as forward
 
     def refuse(*args, **kwargs):
         raise AssertionError("the Gluon kernel ran under the interpreter")
@@ -288,7 +288,7 @@ def compiled() -> list[dict]:
     wanted = extra + [(cfg.as_list(), d) for cfg, d in tuned_configs()]
     env = {**os.environ, "TRITON_INTERPRET": "0"}
     out = subprocess.run(
-        [sys.executable, "-m", "kernels.hopper_forward", json.dumps(wanted)],
+        [sys.executable, "-m", "flashscope.kernels.hopper_forward", json.dumps(wanted)],
         cwd=ROOT, env=env, capture_output=True, text=True, check=True, timeout=600,
     )  # fmt: skip
     return json.loads(out.stdout)

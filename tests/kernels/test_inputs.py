@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from kernels import KernelConfig, flash_attention, flash_decode
+from flashscope.kernels import KernelConfig, flash_attention, flash_decode
 
 from .conftest import DEV, rand
 

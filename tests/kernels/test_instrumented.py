@@ -6,13 +6,13 @@ import numpy as np
 import pytest
 import torch
 
-from kernels import KernelConfig
-from kernels.forward import launch_forward
-from kernels.instrumented import measured_trace, trace_forward
-from kernels.timeline import forward_timeline
-from simulator.problem import AttentionProblem, TileConfig
-from simulator.snapshots import block_mean
-from simulator.tracing import build_trace, random_inputs
+from flashscope.kernels import KernelConfig
+from flashscope.kernels.forward import launch_forward
+from flashscope.kernels.instrumented import measured_trace, trace_forward
+from flashscope.kernels.timeline import forward_timeline
+from flashscope.simulator.core.problem import AttentionProblem, TileConfig
+from flashscope.simulator.teach.snapshots import block_mean
+from flashscope.simulator.teach.tracing import build_trace, random_inputs
 
 from .conftest import rand
 

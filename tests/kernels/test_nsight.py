@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from kernels.ncu_target import expected_kernels
-from kernels.nsight import LAUNCH, REQUIRED, assign, parse_raw_csv, totals
+from flashscope.kernels.ncu_target import expected_kernels
+from flashscope.kernels.nsight import LAUNCH, REQUIRED, assign, parse_raw_csv, totals
 
 METRICS = [*REQUIRED, "lts__t_sectors_srcunit_tex_op_read.sum"]
 

@@ -6,7 +6,7 @@ import math
 
 import torch
 
-from kernels.reference import attention_backward, attention_forward, causal_mask
+from flashscope.kernels.reference import attention_backward, attention_forward, causal_mask
 
 
 def test_causal_mask_is_bottom_right() -> None:

@@ -7,7 +7,7 @@ import statistics
 
 import pytest
 
-from kernels.sweep import _take_median
+from flashscope.kernels.sweep import _take_median
 
 
 def test_the_median_of_the_passes_becomes_the_rows_time_and_rates_follow():

@@ -1,4 +1,5 @@
-"""A per-tile Python loop over every CTA and tile: the oracle of `simulator.workload`.
+"""A per-tile Python loop over every CTA and tile: the oracle of
+`flashscope.simulator.timing.workload`.
 
 Written straight from the counting convention, one visible tile at a time, with none of the
 workload module's prefix sums or broadcasting. Small sizes only.
@@ -8,7 +9,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from simulator.problem import AttentionProblem, TileConfig, cdiv, decode_splits
+from flashscope.simulator.core.problem import AttentionProblem, TileConfig, cdiv, decode_splits
 
 
 def _tile(p: AttentionProblem, t: TileConfig, i: int, j: int) -> tuple[bool, int, int]:

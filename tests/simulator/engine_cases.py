@@ -5,10 +5,10 @@ from __future__ import annotations
 from hypothesis import assume
 from hypothesis import strategies as st
 
-from simulator.engine import simulate
-from simulator.hardware import PRESETS
-from simulator.problem import AttentionProblem, TileConfig
-from simulator.workload import ALGOS
+from flashscope.simulator.core.hardware import PRESETS
+from flashscope.simulator.core.problem import AttentionProblem, TileConfig
+from flashscope.simulator.timing.engine import simulate
+from flashscope.simulator.timing.workload import ALGOS
 
 HEADS = st.sampled_from([(1, 1), (2, 2), (4, 1), (8, 2), (5, 5)])
 

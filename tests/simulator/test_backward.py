@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from simulator.numerics import attention_gradients, fa2_backward, naive_attention
-from simulator.oracle import attention_probs
-from simulator.precision import round_to_dtype
-from simulator.problem import AttentionProblem, TileConfig
+from flashscope.simulator.core.precision import round_to_dtype
+from flashscope.simulator.core.problem import AttentionProblem, TileConfig
+from flashscope.simulator.teach.numerics import attention_gradients, fa2_backward, naive_attention
+from flashscope.simulator.teach.oracle import attention_probs
 
 TOL = {"fp32": 2e-5, "fp16": 4 * 2.0**-10, "bf16": 4 * 2.0**-7}
 

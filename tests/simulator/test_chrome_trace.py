@@ -6,11 +6,11 @@ import json
 
 import numpy as np
 
-from simulator.chrome_trace import from_tile_trace, from_walks
-from simulator.memory_wall import flash_walk, naive_walk
-from simulator.problem import AttentionProblem, TileConfig
-from simulator.trace import COUNTERS, PHASES
-from simulator.tracing import build_trace
+from flashscope.app.figures.chrome_trace import from_tile_trace, from_walks
+from flashscope.simulator.core.problem import AttentionProblem, TileConfig
+from flashscope.simulator.core.trace import COUNTERS, PHASES
+from flashscope.simulator.teach.memory_wall import flash_walk, naive_walk
+from flashscope.simulator.teach.tracing import build_trace
 
 
 def _spans(doc: dict) -> list[dict]:

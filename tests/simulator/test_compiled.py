@@ -9,11 +9,18 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from simulator import compiled, hardware, kernelplan
-from simulator.engine import simulate_workload
-from simulator.fitting import SpillSample, fit_spill_miss, spill_loss
-from simulator.problem import AttentionProblem, TileConfig
-from simulator.validation import compiled_observations, ncu_kernels, sm_side_l2_bytes, workload_of
+from flashscope.app.datasets import DATA_DIR
+from flashscope.simulator.calibrate.fitting import SpillSample, fit_spill_miss, spill_loss
+from flashscope.simulator.calibrate.validation import (
+    compiled_observations,
+    ncu_kernels,
+    sm_side_l2_bytes,
+    workload_of,
+)
+from flashscope.simulator.core import hardware
+from flashscope.simulator.core.problem import AttentionProblem, TileConfig
+from flashscope.simulator.timing import compiled, kernelplan
+from flashscope.simulator.timing.engine import simulate_workload
 
 RESULTS = Path(__file__).resolve().parents[2] / "benchmarks" / "results"
 DATASETS = (
@@ -28,7 +35,8 @@ SPILLING = TileConfig(64, 64, 2, 4)
 
 
 def _rows(name: str) -> tuple[list[dict], hardware.GPU]:
-    doc = json.loads((RESULTS / name).read_text())
+    shipped = DATA_DIR / name
+    doc = json.loads((shipped if shipped.exists() else RESULTS / name).read_text())
     return doc["rows"], hardware.from_name(doc["gpu"])
 
 

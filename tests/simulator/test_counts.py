@@ -10,11 +10,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from simulator import traffic
-from simulator.algorithms import ALGORITHMS
-from simulator.oracle import causal_mask
-from simulator.problem import AttentionProblem, TileConfig, decode_splits
-from simulator.trace import COUNTERS
+from flashscope.simulator.core.problem import AttentionProblem, TileConfig, decode_splits
+from flashscope.simulator.core.trace import COUNTERS
+from flashscope.simulator.teach import traffic
+from flashscope.simulator.teach.algorithms import ALGORITHMS
+from flashscope.simulator.teach.oracle import causal_mask
 
 GLOBAL = ("hbm_read", "hbm_write", "stats_read", "stats_write", "acc_read", "acc_write")
 

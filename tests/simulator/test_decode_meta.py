@@ -6,10 +6,10 @@ from itertools import pairwise
 
 import numpy as np
 
-from simulator.oracle import attention_probs
-from simulator.problem import AttentionProblem, TileConfig
-from simulator.tiling import split_plan
-from simulator.tracing import build_trace, random_inputs
+from flashscope.simulator.core.problem import AttentionProblem, TileConfig
+from flashscope.simulator.core.tiling import split_plan
+from flashscope.simulator.teach.oracle import attention_probs
+from flashscope.simulator.teach.tracing import build_trace, random_inputs
 
 
 def test_split_weights_are_each_splits_share_of_the_softmax_mass():

@@ -12,12 +12,12 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from simulator import traffic
-from simulator.engine import simulate
-from simulator.hardware import custom, from_name
-from simulator.occupancy import PIPELINE_SMEM, RESERVED_SMEM
-from simulator.problem import STATS_BYTES, AttentionProblem, TileConfig
-from simulator.roofline import compulsory_bytes
+from flashscope.simulator.core.hardware import custom, from_name
+from flashscope.simulator.core.problem import STATS_BYTES, AttentionProblem, TileConfig
+from flashscope.simulator.teach import traffic
+from flashscope.simulator.timing.engine import simulate
+from flashscope.simulator.timing.occupancy import PIPELINE_SMEM, RESERVED_SMEM
+from flashscope.simulator.timing.roofline import compulsory_bytes
 
 from .brute_workload import brute
 from .engine_cases import cases, run
@@ -205,7 +205,7 @@ def test_a_register_cap_trades_spills_for_ctas_per_sm():
     """Closed form: regs = min(estimate, cap); under a cap the fixed overhead is slack, so it
     spills only when the tiles alone exceed the cap; the register limit on CTAs per SM is
     regs_per_sm // (regs · threads)."""
-    from simulator.occupancy import footprint, occupancy
+    from flashscope.simulator.timing.occupancy import footprint, occupancy
 
     gpu = from_name("h200")
     d, bm, bn, warps, e = 64, 128, 128, 8, 2

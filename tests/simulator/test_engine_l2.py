@@ -10,10 +10,10 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from simulator.engine import simulate
-from simulator.hardware import custom, from_name
-from simulator.l2model import fit_probe
-from simulator.problem import AttentionProblem, TileConfig
+from flashscope.simulator.core.hardware import custom, from_name
+from flashscope.simulator.core.problem import AttentionProblem, TileConfig
+from flashscope.simulator.timing.engine import simulate
+from flashscope.simulator.timing.l2model import fit_probe
 
 from .engine_cases import cases, run
 

@@ -9,13 +9,18 @@ from pathlib import Path
 
 import pytest
 
-from simulator import kernelplan
-from simulator.compiled import KERNEL_LAUNCH
-from simulator.engine import mma_factor, product_rows, simulate_workload, warpgroup_layout
-from simulator.hardware import custom, from_name
-from simulator.launch import Product
-from simulator.problem import AttentionProblem, TileConfig
-from simulator.validation import workload_of
+from flashscope.simulator.calibrate.validation import workload_of
+from flashscope.simulator.core.hardware import custom, from_name
+from flashscope.simulator.core.problem import AttentionProblem, TileConfig
+from flashscope.simulator.timing import kernelplan
+from flashscope.simulator.timing.compiled import KERNEL_LAUNCH
+from flashscope.simulator.timing.engine import (
+    mma_factor,
+    product_rows,
+    simulate_workload,
+    warpgroup_layout,
+)
+from flashscope.simulator.timing.launch import Product
 
 
 def _feed(rho: float, n: float, a_smem: bool) -> float:
@@ -324,7 +329,7 @@ def test_dkdv_registers_count_products_at_least_64_rows_tall():
     """The dK/dV kernel's accumulators and scores are BN rows tall, padded to a warpgroup's
     64-row instruction: 32-key tiles hold as many registers as 64-key ones (they compiled to
     168–204 registers, where 32 rows would give 88)."""
-    from simulator.occupancy import footprint
+    from flashscope.simulator.timing.occupancy import footprint
 
     gpu = from_name("h200", calibrated=False)
     d, r = random.choice([64, 128]), random.choice([16, 32, 64])

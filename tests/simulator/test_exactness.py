@@ -6,9 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from simulator.exactness import UNIT_ROUNDOFF, compare
-from simulator.problem import AttentionProblem, TileConfig
-from simulator.tracing import build_trace
+from flashscope.simulator.core.problem import AttentionProblem, TileConfig
+from flashscope.simulator.teach.exactness import UNIT_ROUNDOFF, compare
+from flashscope.simulator.teach.tracing import build_trace
 
 BOUND = {"fa2": 4.0, "decode": 4.0, "fa2-bwd": 8.0}  # observed worst: 2.0, 1.4, 3.5
 

@@ -1,11 +1,13 @@
-"""simulator.explain: the notes on why a configuration's prediction differs from its measurement."""
+"""flashscope.simulator.calibrate.explain: the notes on why a configuration's prediction differs
+from its measurement."""
 
 from __future__ import annotations
 
 import random
 
-from simulator.explain import notes
-from simulator.validation import simulate_config
+from flashscope.app.datasets import DATA_DIR
+from flashscope.simulator.calibrate.explain import notes
+from flashscope.simulator.calibrate.validation import simulate_config
 
 LOCKSTEP = {"algo": "fa2", "impl": "flashscope", "seq": 4096, "head_dim": 64, "batch": 4,
             "heads": 32, "block_m": 128, "block_n": 128, "stages": 2, "warps": 8,
@@ -30,7 +32,7 @@ def test_lockstep_is_named_with_the_share_of_ctas_that_recover_it():
 
 
 def test_a_two_buffer_ring_outside_lockstep_is_named_with_its_share():
-    from simulator.hardware import custom, from_name
+    from flashscope.simulator.core.hardware import custom, from_name
 
     config = {**LOCKSTEP, "block_n": 64, "warps": 4}  # one warpgroup, two stages
     gpu = custom(from_name("h200"), two_stage=0.25)
@@ -42,7 +44,7 @@ def test_a_two_buffer_ring_outside_lockstep_is_named_with_its_share():
 
 
 def test_a_kernel_held_at_the_power_cap_is_named_with_the_measured_slowdown():
-    from simulator.hardware import custom, from_name
+    from flashscope.simulator.core.hardware import custom, from_name
 
     config = {**LOCKSTEP, "block_n": 64, "warps": 4, "stages": 3, "head_dim": 128}
     capped = custom(from_name("h200", calibrated=False), power_tflops=300.0, power_l2_tbs=5.0,
@@ -63,9 +65,8 @@ def test_a_kernel_held_at_the_power_cap_is_named_with_the_measured_slowdown():
 
 def test_a_spilling_kernel_is_named_with_the_spill_bytes_the_engine_moves():
     import json
-    from pathlib import Path
 
-    shipped = Path(__file__).resolve().parents[2] / "benchmarks" / "results"
+    shipped = DATA_DIR
     rows = json.loads((shipped / "validation-h100-2026-11-21.json").read_text())["rows"]
     row = next(r for r in rows if r["id"] == "bwd-d128-causal-n4096-t0")
     result = simulate_config(row["config"])

@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from simulator import traffic
-from simulator.numerics import fa2_forward, naive_attention, online_softmax
-from simulator.problem import AttentionProblem, TileConfig
-from simulator.tracing import build_trace, random_inputs
+from flashscope.simulator.core.problem import AttentionProblem, TileConfig
+from flashscope.simulator.teach import traffic
+from flashscope.simulator.teach.numerics import fa2_forward, naive_attention, online_softmax
+from flashscope.simulator.teach.tracing import build_trace, random_inputs
 
 SIZES = [  # (seq_q, seq_k, head_dim, block_m, block_n): square, ragged, tiny, blocks > N
     (256, 256, 64, 64, 64),
@@ -71,7 +71,7 @@ def test_recording_matches_a_per_block_loop():
 
 
 def test_event_sums_equal_closed_form_on_random_shapes():
-    from simulator.algorithms import fa2
+    from flashscope.simulator.teach.algorithms import fa2
 
     rng = np.random.default_rng()
     for _ in range(25):

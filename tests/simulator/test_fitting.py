@@ -7,8 +7,7 @@ import random
 
 import pytest
 
-from simulator import kernelplan
-from simulator.fitting import (
+from flashscope.simulator.calibrate.fitting import (
     DRAM_TOLERANCE,
     DRAM_WEIGHT,
     ORDER_TIE,
@@ -19,8 +18,9 @@ from simulator.fitting import (
     fit,
     loss_of,
 )
-from simulator.hardware import from_name
-from simulator.problem import AttentionProblem, TileConfig
+from flashscope.simulator.core.hardware import from_name
+from flashscope.simulator.core.problem import AttentionProblem, TileConfig
+from flashscope.simulator.timing import kernelplan
 
 
 def _samples(truth, seed):
@@ -38,7 +38,7 @@ def _samples(truth, seed):
 
 
 def loss_of_time(gpu, w):
-    from simulator.engine import simulate_workload
+    from flashscope.simulator.timing.engine import simulate_workload
 
     return simulate_workload(w, gpu).time_s
 
@@ -71,7 +71,7 @@ def test_measured_dram_bytes_join_the_loss_where_they_exist():
     gpu = from_name("h200")
     p = AttentionProblem(seq_q=2048, head_dim=64, batch=2, heads=8, causal=random.random() < 0.5)
     w = kernelplan.build("fa2", p, TileConfig(128, 64, 3, 4), gpu_key="h200")
-    from simulator.engine import simulate_workload
+    from flashscope.simulator.timing.engine import simulate_workload
 
     r = simulate_workload(w, gpu)
     dram = sum(k.dram_read_bytes + k.dram_write_bytes for k in r.kernels)
@@ -91,7 +91,7 @@ def test_measured_dram_bytes_join_the_loss_where_they_exist():
 def test_the_loss_charges_tiles_of_one_problem_that_are_off_unequally():
     """Samples sharing a problem add the spread of their log errors about the problem's mean:
     zero when every tile is off by the same factor, more when they are off differently."""
-    from simulator.engine import simulate_workload
+    from flashscope.simulator.timing.engine import simulate_workload
 
     gpu = from_name("h200")
     p = AttentionProblem(seq_q=2048, head_dim=64, batch=2, heads=8)
@@ -123,7 +123,7 @@ def test_the_loss_charges_tiles_of_one_problem_that_are_off_unequally():
 def test_the_loss_charges_pairs_the_engine_orders_wrongly():
     """A pair measured in one order and simulated in the other adds ORDER_WEIGHT × the log gap
     of the simulated pair; the measured order adds nothing, nor do measured ties."""
-    from simulator.engine import simulate_workload
+    from flashscope.simulator.timing.engine import simulate_workload
 
     gpu = from_name("h100-sxm")
     p = AttentionProblem(seq_q=1024, head_dim=128, batch=4, heads=8, causal=random.random() < 0.5)
@@ -156,9 +156,9 @@ def test_kernels_timed_alone_join_the_loss(weight):
     """A sample's kernels timed one by one (Nsight Compute) add `alone_weight` × the mean |log|
     of their alone simulations against those times: nothing where they match, log(f) where all
     are off by f. The shipped default fits whole calls only."""
-    from simulator.engine import alone_time_s, simulate_workload
-    from simulator.fitting import ALONE_WEIGHT
-    from simulator.workload import alone
+    from flashscope.simulator.calibrate.fitting import ALONE_WEIGHT
+    from flashscope.simulator.timing.engine import alone_time_s, simulate_workload
+    from flashscope.simulator.timing.workload import alone
 
     assert ALONE_WEIGHT == 0.0
     gpu = from_name("h100-sxm")

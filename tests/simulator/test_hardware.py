@@ -6,9 +6,13 @@ import json
 
 import pytest
 
-from simulator import hardware
-from simulator.calibration import apply_calibration, efficiency_from_ceilings, read_calibration
-from simulator.hardware import PRESETS, custom, from_name
+from flashscope.simulator.core import hardware
+from flashscope.simulator.core.calibration import (
+    apply_calibration,
+    efficiency_from_ceilings,
+    read_calibration,
+)
+from flashscope.simulator.core.hardware import PRESETS, custom, from_name
 
 
 def test_presets_are_sane():

@@ -12,9 +12,9 @@ import math
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from simulator import traffic
-from simulator.problem import AttentionProblem, TileConfig, decode_splits
-from simulator.tracing import ALGORITHMS, build_trace
+from flashscope.simulator.core.problem import AttentionProblem, TileConfig, decode_splits
+from flashscope.simulator.teach import traffic
+from flashscope.simulator.teach.tracing import ALGORITHMS, build_trace
 
 # Anything a JSON body or a careless caller could hand over, small valid counts most often.
 ANY = st.one_of(

@@ -11,12 +11,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from simulator import kernelplan, traffic
-from simulator.engine import simulate_workload
-from simulator.hardware import custom, from_name
-from simulator.launch import COUNTS
-from simulator.problem import AttentionProblem, TileConfig
-from simulator.workload import build
+from flashscope.simulator.core.hardware import custom, from_name
+from flashscope.simulator.core.problem import AttentionProblem, TileConfig
+from flashscope.simulator.teach import traffic
+from flashscope.simulator.timing import kernelplan
+from flashscope.simulator.timing.engine import simulate_workload
+from flashscope.simulator.timing.launch import COUNTS
+from flashscope.simulator.timing.workload import build
 
 ROOT = Path(__file__).resolve().parents[2]
 BLOCKS = st.sampled_from([16, 32, 64, 128])
@@ -98,7 +99,9 @@ def test_the_default_route_is_the_kernels_choice_in_tuned_json():
     for name, entry in tuned.items():
         routes = entry.get("routes", {})
         for key, route in routes.items():
-            if not key.startswith("bwd-route/"):  # the forward's kernel (kernels.hopper_forward)
+            if not key.startswith(
+                "bwd-route/"
+            ):  # the forward's kernel (flashscope.kernels.hopper_forward)
                 continue
             _, _bits, d, mask, *bucket = key.split("/")
             if bucket:  # a length in that bucket takes it
@@ -118,7 +121,7 @@ def test_the_default_route_is_the_kernels_choice_in_tuned_json():
 
 
 def test_the_simulator_buckets_lengths_as_the_kernels_do():
-    from kernels import launch
+    from flashscope.kernels import launch
 
     assert launch.tuned_keys is kernelplan.tuned_keys  # one rule for tiles and routes
 

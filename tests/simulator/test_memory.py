@@ -5,15 +5,15 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from simulator import hardware
-from simulator.memory import (
+from flashscope.simulator.core import hardware
+from flashscope.simulator.core.problem import AttentionProblem
+from flashscope.simulator.teach.memory import (
     capacity,
     flash_peak,
     largest_fitting,
     load_measured,
     naive_peak,
 )
-from simulator.problem import AttentionProblem
 
 MIB = 2**20
 ANCHOR = {"batch": 1, "heads": 16, "head_dim": 64, "dtype": "fp16"}

@@ -5,8 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from simulator import traffic
-from simulator.memory_wall import (
+from flashscope.simulator.core.problem import AttentionProblem, TileConfig
+from flashscope.simulator.teach import traffic
+from flashscope.simulator.teach.memory_wall import (
     KINDS,
     MATRICES,
     access_table,
@@ -14,7 +15,6 @@ from simulator.memory_wall import (
     naive_walk,
     walk_length,
 )
-from simulator.problem import AttentionProblem, TileConfig
 
 SEED_TABLE = {  # N: (naive, flash) at d = 64, 128 × 128 tiles (the seed's table)
     256: (327_680, 98_304),

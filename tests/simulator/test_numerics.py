@@ -5,7 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from simulator.numerics import (
+from flashscope.simulator.core.precision import round_to_dtype
+from flashscope.simulator.core.problem import AttentionProblem, TileConfig
+from flashscope.simulator.teach.numerics import (
     decode_forward,
     fa1_forward,
     fa2_forward,
@@ -13,9 +15,7 @@ from simulator.numerics import (
     naive_forward,
     online_softmax,
 )
-from simulator.oracle import attention_lse
-from simulator.precision import round_to_dtype
-from simulator.problem import AttentionProblem, TileConfig
+from flashscope.simulator.teach.oracle import attention_lse
 
 # Max |error| allowed, relative to max(1, max |O|): fp32 accumulates in fp32; fp16 and bf16
 # round P (and FA-1 its O after every tile) to 10 or 7 mantissa bits.

@@ -5,11 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from simulator.hardware import from_name
-from simulator.occupancy import footprint
-from simulator.problem import AttentionProblem, TileConfig
-from simulator.tiling import SKIPPED, TileGrid
-from simulator.tracing import build_trace
+from flashscope.simulator.core.hardware import from_name
+from flashscope.simulator.core.problem import AttentionProblem, TileConfig
+from flashscope.simulator.core.tiling import SKIPPED, TileGrid
+from flashscope.simulator.teach.tracing import build_trace
+from flashscope.simulator.timing.occupancy import footprint
 
 KIND = {"fa2": "fwd", "fa1": "fa1", "fa2-bwd": "bwd"}
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from simulator.problem import AttentionProblem, TileConfig
-from simulator.tracing import build_trace
+from flashscope.simulator.core.problem import AttentionProblem, TileConfig
+from flashscope.simulator.teach.tracing import build_trace
 
 
 @pytest.mark.parametrize("algo", ["fa2", "fa1", "decode"])

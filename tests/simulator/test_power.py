@@ -10,12 +10,12 @@ import random
 import numpy as np
 import pytest
 
-from simulator import kernelplan
-from simulator.engine import boost, clock_share, simulate_workload
-from simulator.fitting import ClockSample, fit_power, power_loss
-from simulator.hardware import custom, from_name
-from simulator.problem import AttentionProblem, TileConfig
-from simulator.validation import clock_samples
+from flashscope.simulator.calibrate.fitting import ClockSample, fit_power, power_loss
+from flashscope.simulator.calibrate.validation import clock_samples
+from flashscope.simulator.core.hardware import custom, from_name
+from flashscope.simulator.core.problem import AttentionProblem, TileConfig
+from flashscope.simulator.timing import kernelplan
+from flashscope.simulator.timing.engine import boost, clock_share, simulate_workload
 
 
 def _capped(gpu, tflops: float, l2_tbs: float, exp: float):

@@ -7,11 +7,11 @@ import json
 import numpy as np
 import pytest
 
-from simulator.engine import simulate
-from simulator.hardware import from_name
-from simulator.problem import AttentionProblem, TileConfig
-from simulator.report import gantt, limiter_bars, roofline, summary
-from simulator.results import LIMITERS
+from flashscope.app.figures.report import gantt, limiter_bars, roofline, summary
+from flashscope.simulator.core.hardware import from_name
+from flashscope.simulator.core.problem import AttentionProblem, TileConfig
+from flashscope.simulator.timing.engine import simulate
+from flashscope.simulator.timing.results import LIMITERS
 
 
 @pytest.fixture(scope="module")

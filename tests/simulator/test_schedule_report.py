@@ -8,11 +8,8 @@ import math
 import numpy as np
 import pytest
 
-from simulator.chrome_trace import from_timeline
-from simulator.engine import simulate
-from simulator.hardware import custom, from_name
-from simulator.problem import AttentionProblem, TileConfig
-from simulator.schedule_report import (
+from flashscope.app.figures.chrome_trace import from_timeline
+from flashscope.app.figures.schedule import (
     cursor,
     gantt_by_wave,
     imbalance,
@@ -20,6 +17,9 @@ from simulator.schedule_report import (
     shown_sms,
     waves,
 )
+from flashscope.simulator.core.hardware import custom, from_name
+from flashscope.simulator.core.problem import AttentionProblem, TileConfig
+from flashscope.simulator.timing.engine import simulate
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from simulator.scheduler import coresidency, list_schedule, share_tail
+from flashscope.simulator.timing.scheduler import coresidency, list_schedule, share_tail
 
 
 def heap_schedule(durations, slots, free_at=None):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from simulator.hardware import from_name
+from flashscope.simulator.core.hardware import from_name
 
 
 def test_the_shipped_h200_calibration_predicts_the_clocks_read_on_the_gpu():
@@ -13,7 +13,7 @@ def test_the_shipped_h200_calibration_predicts_the_clocks_read_on_the_gpu():
     import json
     from pathlib import Path
 
-    from simulator.validation import simulate_config
+    from flashscope.simulator.calibrate.validation import simulate_config
 
     results = Path(__file__).resolve().parents[2] / "benchmarks" / "results"
     path = results / "clocks-NVIDIA-H200-2026-11-21.json"

@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
-from simulator.explain import measured_kernel, ncu_occupancy
-from simulator.hardware import from_name
-from simulator.occupancy import RESERVED_SMEM
-from simulator.validation import ncu_kernels, simulate_config
+from flashscope.app.datasets import DATA_DIR
+from flashscope.simulator.calibrate.explain import measured_kernel, ncu_occupancy
+from flashscope.simulator.calibrate.validation import ncu_kernels, simulate_config
+from flashscope.simulator.core.hardware import from_name
+from flashscope.simulator.timing.occupancy import RESERVED_SMEM
 
-RESULTS = Path(__file__).resolve().parents[2] / "benchmarks" / "results"
+RESULTS = DATA_DIR
 DATASETS = {
     "h200": "validation-h200-2026-11-21.json",
     "h100-sxm": "validation-h100-2026-11-21.json",

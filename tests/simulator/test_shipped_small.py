@@ -7,8 +7,8 @@ from pathlib import Path
 
 import numpy as np
 
-from simulator.hardware import from_name
-from simulator.validation import simulate_config
+from flashscope.simulator.calibrate.validation import simulate_config
+from flashscope.simulator.core.hardware import from_name
 
 PATH = (
     Path(__file__).resolve().parents[2]

@@ -4,16 +4,16 @@ from __future__ import annotations
 
 import gzip
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-from simulator.hardware import from_name
-from simulator.report import resident_per_sm
-from simulator.validation import simulate_config
+from flashscope.app.datasets import DATA_DIR
+from flashscope.app.figures.report import resident_per_sm
+from flashscope.simulator.calibrate.validation import simulate_config
+from flashscope.simulator.core.hardware import from_name
 
-RESULTS = Path(__file__).resolve().parents[2] / "benchmarks" / "results"
+RESULTS = DATA_DIR
 RECORDED = {  # file → (GPU preset, forward rows recorded in the default launch order)
     "timeline-NVIDIA-H200-2026-11-21-n1024-n4096.json.gz": ("h200", 40),
     "timeline-NVIDIA-H100-80GB-HBM3-2026-11-21-n512-n1024-n4096.json.gz": ("h100-sxm", 60),

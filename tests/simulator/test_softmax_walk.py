@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from simulator.softmax_walk import standard_softmax, walk
+from flashscope.simulator.teach.softmax_walk import standard_softmax, walk
 
 
 def test_seed_example():

@@ -7,9 +7,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from simulator.oracle import causal_mask
-from simulator.problem import AttentionProblem, TileConfig
-from simulator.tiling import FULL, PARTIAL, SKIPPED, TileGrid, split_plan
+from flashscope.simulator.core.problem import AttentionProblem, TileConfig
+from flashscope.simulator.core.tiling import FULL, PARTIAL, SKIPPED, TileGrid, split_plan
+from flashscope.simulator.teach.oracle import causal_mask
 
 
 def _brute_kinds(nq: int, nk: int, bm: int, bn: int, causal: bool) -> np.ndarray:

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from simulator.problem import AttentionProblem, TileConfig
-from simulator.tiling import SKIPPED, TileGrid
-from simulator.tracing import build_trace
+from flashscope.simulator.core.problem import AttentionProblem, TileConfig
+from flashscope.simulator.core.tiling import SKIPPED, TileGrid
+from flashscope.simulator.teach.tracing import build_trace
 
 
 def _case(algo: str):

@@ -5,12 +5,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from simulator import traffic
-from simulator.algorithms import ALGORITHMS
-from simulator.problem import AttentionProblem, TileConfig
-from simulator.tiling import PARTIAL, SKIPPED, TileGrid
-from simulator.trace import COUNTERS
-from simulator.tracing import build_trace
+from flashscope.simulator.core.problem import AttentionProblem, TileConfig
+from flashscope.simulator.core.tiling import PARTIAL, SKIPPED, TileGrid
+from flashscope.simulator.core.trace import COUNTERS
+from flashscope.simulator.teach import traffic
+from flashscope.simulator.teach.algorithms import ALGORITHMS
+from flashscope.simulator.teach.tracing import build_trace
 
 CASES = [  # algo, problem kwargs, tiles
     ("naive", {"seq_q": 50, "seq_k": 70, "causal": True}, (16, 16)),

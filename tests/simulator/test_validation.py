@@ -9,8 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from simulator import hardware
-from simulator.validation import (
+from flashscope.simulator.calibrate.validation import (
     Entry,
     build_dataset,
     check_config,
@@ -23,6 +22,7 @@ from simulator.validation import (
     spearman,
     summarize,
 )
+from flashscope.simulator.core import hardware
 
 ROOT = Path(__file__).resolve().parents[2]
 SWEEP = ROOT / "benchmarks" / "sweeps" / "validation.json"
@@ -213,8 +213,8 @@ def test_the_backwards_kernels_are_compared_alone_with_nsights_durations(route):
     """Each backward kernel Nsight Compute timed is simulated alone (its own stream, the boost
     clock) and set against that duration, per row and per kernel in the summary; the atomic
     route's dK/dV kernel apart from the separate one's; the forward has no such entries."""
-    from simulator.engine import alone_time_s, simulate_workload
-    from simulator.validation import alone, measured_alone, workload_of
+    from flashscope.simulator.calibrate.validation import alone, measured_alone, workload_of
+    from flashscope.simulator.timing.engine import alone_time_s, simulate_workload
 
     rng = random.Random()
     gpu = hardware.from_name("h200")

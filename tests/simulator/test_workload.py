@@ -8,10 +8,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from simulator import traffic
-from simulator.launch import COUNTS
-from simulator.problem import AttentionProblem, TileConfig
-from simulator.workload import ALGOS, build, ctas_of
+from flashscope.simulator.core.problem import AttentionProblem, TileConfig
+from flashscope.simulator.teach import traffic
+from flashscope.simulator.timing.launch import COUNTS
+from flashscope.simulator.timing.workload import ALGOS, build, ctas_of
 
 from .brute_workload import brute
 
@@ -60,7 +60,7 @@ def test_per_cta_counts_equal_a_per_tile_loop(algo, data):
 @settings(max_examples=40, deadline=None)
 @given(data=st.data())
 def test_totals_equal_the_closed_forms_of_traffic(algo, data):
-    """The counting convention's closed forms (simulator/traffic.py), on larger sizes too."""
+    """The counting convention's closed forms (simulator/teach/traffic.py), on larger sizes too."""
     p, t = data.draw(problems(algo))
     scale = data.draw(st.sampled_from([1, 37]))  # ×37: beyond what the per-tile loop could do
     p = AttentionProblem(**{**p.__dict__, "seq_q": p.seq_q * scale, "seq_k": p.seq_k * scale})

@@ -1,0 +1,1 @@
+"""The `flashscope` command line: one module per subcommand, `main` dispatches."""

@@ -1,0 +1,241 @@
+"""`flashscope simulate`: predict an attention kernel's time on a GPU with the timing engine.
+
+    flashscope simulate --gpu h100 --algo fa2 --batch 4 --heads 32 --seq 16384 --head-dim 128 \\
+        --block-m 128 --block-n 128 --json
+
+prints the engine's summary as one JSON object (or a table without --json). `--impl flashscope`
+simulates flashscope's own kernels (simulator/timing/kernelplan.py) instead of the papers'
+algorithm: the causal forward heaviest block first, the backward's route (`--route`, default the
+kernels' choice on that GPU) and the dQ kernel's tiles (`--dq-block-m` …). `--set NAME=VALUE`
+(repeatable) changes any hardware or efficiency field first, e.g. `--set smem_per_sm_kib=456`. Bad
+arguments print one line naming the argument and exit with code 2. The simulator (NumPy) is imported
+when the command runs; torch, triton and FastAPI never are.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from dataclasses import replace
+
+from flashscope.app.cli.traffic import positive_int, power_of_two
+
+# The same as simulator.timing.workload.ALGOS (tested); kept here so the CLI starts fast.
+ALGOS = ("naive", "fa1", "fa2", "fa2-bwd", "decode")
+MAX_CTAS = 4_194_304  # beyond this a simulation takes seconds: refuse rather than hang
+FLAGS = {
+    "seq_q": "--seq",
+    "seq_k": "--seq-k",
+    "head_dim": "--head-dim",
+    "batch": "--batch",
+    "heads": "--heads",
+    "kv_heads": "--kv-heads",
+    "dtype": "--dtype",
+    "causal": "--causal",
+    "block_m": "--block-m",
+    "block_n": "--block-n",
+    "stages": "--stages",
+    "warps": "--warps",
+    "maxnreg": "--maxnreg",
+    "splits": "--splits",
+    "route": "--route",
+    "impl": "--impl",
+}
+
+
+TILE_NAMES = ("block_m", "block_n", "stages", "warps")  # the dQ kernel's own, if given
+
+
+def gpu_name(text: str) -> str:
+    from flashscope.simulator.core import hardware
+
+    try:
+        return hardware.resolve(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def hardware_change(text: str) -> tuple[str, int | float]:
+    name, sep, raw = text.partition("=")
+    if not sep or not name:
+        raise argparse.ArgumentTypeError(f"expected NAME=VALUE, got {text!r}")
+    try:
+        value: int | float = int(raw)
+    except ValueError:
+        try:
+            value = float(raw)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{name}: not a number: {raw!r}") from None
+    return name.strip(), value
+
+
+def add_command(sub: argparse._SubParsersAction) -> None:
+    """Register `simulate` on the CLI's subcommands."""
+    p = sub.add_parser(
+        "simulate",
+        help="predict a kernel's time on a GPU (the timing engine)",
+        description="Simulate an attention algorithm on a GPU: time, bytes per memory level, "
+        "occupancy, waves and what limits it.",
+    )
+    p.add_argument("--gpu", type=gpu_name, default="h100-sxm", help="preset or alias (h100, …)")
+    p.add_argument("--algo", choices=ALGOS, default="fa2")
+    p.add_argument("--batch", type=positive_int, default=1)
+    p.add_argument("--heads", type=positive_int, default=1)
+    p.add_argument("--kv-heads", type=positive_int, default=None, help="default: --heads")
+    p.add_argument("--seq", type=positive_int, required=True, help="query length N")
+    p.add_argument("--seq-k", type=positive_int, default=None, help="key/value length (default N)")
+    p.add_argument("--head-dim", type=positive_int, required=True)
+    p.add_argument("--causal", action="store_true")
+    p.add_argument("--dtype", choices=("fp16", "bf16", "fp32"), default="fp16")
+    p.add_argument("--block-m", type=power_of_two, default=128)
+    p.add_argument("--block-n", type=power_of_two, default=64)
+    p.add_argument("--stages", type=positive_int, default=2)
+    p.add_argument("--warps", type=power_of_two, default=8)
+    p.add_argument(
+        "--maxnreg",
+        type=positive_int,
+        default=None,
+        help="cap on registers per thread (Triton's maxnreg, a multiple of 8 from 24 to 248)",
+    )
+    p.add_argument("--splits", type=positive_int, default=None, help="decode: KV splits")
+    p.add_argument(
+        "--impl",
+        choices=("convention", "flashscope"),
+        default="convention",
+        help="the papers' algorithm (counting convention) or flashscope's own kernels",
+    )
+    p.add_argument(
+        "--route",
+        choices=("separate", "atomic"),
+        default=None,
+        help="flashscope fa2-bwd: dQ route (default: the kernels' choice on this GPU)",
+    )
+    for name in ("block-m", "block-n", "stages", "warps"):
+        p.add_argument(
+            f"--dq-{name}",
+            type=positive_int,
+            default=None,
+            help=f"flashscope fa2-bwd, separate route: the dQ kernel's {name} (default: --{name})",
+        )
+    p.add_argument(
+        "--set",
+        type=hardware_change,
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="change a hardware or efficiency field (repeatable)",
+    )
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(func=run)
+
+
+def _fail(flag: str, message: str) -> int:
+    print(f"flashscope simulate: error: argument {flag}: {message}", file=sys.stderr)
+    return 2
+
+
+def _flag_for(message: str, default: str) -> str:
+    """The CLI flag of the field a ValueError message starts with."""
+    m = re.match(r"(\w+)", message)
+    return FLAGS.get(m.group(1), default) if m else default
+
+
+def run(args: argparse.Namespace) -> int:
+    from flashscope.app.figures.report import summary
+    from flashscope.simulator.core import hardware
+    from flashscope.simulator.core.problem import AttentionProblem, TileConfig
+    from flashscope.simulator.timing import kernelplan
+    from flashscope.simulator.timing.engine import simulate_workload
+    from flashscope.simulator.timing.workload import build, ctas_of
+
+    try:
+        problem = AttentionProblem(
+            seq_q=args.seq,
+            seq_k=args.seq_k,
+            head_dim=args.head_dim,
+            batch=args.batch,
+            heads=args.heads,
+            kv_heads=args.kv_heads,
+            causal=args.causal,
+            dtype=args.dtype,
+        )
+        tiles = TileConfig(args.block_m, args.block_n, args.stages, args.warps, args.maxnreg)
+    except ValueError as exc:
+        return _fail(_flag_for(str(exc), "--seq"), str(exc))
+    try:
+        gpu = hardware.from_name(args.gpu)
+        if args.set:
+            gpu = hardware.custom(gpu, **dict(args.set))
+    except ValueError as exc:
+        return _fail("--set", str(exc))
+    dq_fields = (args.dq_block_m, args.dq_block_n, args.dq_stages, args.dq_warps)
+    try:
+        dq_tiles = (
+            replace(tiles, **{k: v for k, v in zip(TILE_NAMES, dq_fields, strict=True) if v})
+            if any(dq_fields)
+            else None
+        )
+    except ValueError as exc:
+        return _fail("--dq-" + _flag_for(str(exc), "--block-m").lstrip("-"), str(exc))
+    try:
+        if args.impl == "flashscope":
+            kw = {"gpu_key": gpu.key, "route": args.route, "dq_tiles": dq_tiles}
+            ctas = kernelplan.ctas_of(args.algo, problem, tiles, **kw)
+        else:
+            if args.route or dq_tiles:
+                raise ValueError("route and the dQ tiles need --impl flashscope")
+            ctas = ctas_of(args.algo, problem, tiles, sms=gpu.sms, splits=args.splits)
+    except ValueError as exc:
+        return _fail(_flag_for(str(exc), "--algo"), str(exc))
+    if ctas > MAX_CTAS:
+        return _fail("--seq", f"{ctas} CTAs to simulate; the limit is {MAX_CTAS}")
+    try:
+        if args.impl == "flashscope":
+            workload = kernelplan.build(args.algo, problem, tiles, **kw)
+        else:
+            workload = build(args.algo, problem, tiles, sms=gpu.sms, splits=args.splits)
+        result = simulate_workload(workload, gpu)
+    except ValueError as exc:
+        return _fail(_flag_for(str(exc), "--block-m/--block-n/--stages"), str(exc))
+    out = summary(result)
+    if args.json:
+        print(json.dumps(out))
+    else:
+        print(table(out))
+    return 0
+
+
+def _bytes(n: float) -> str:
+    for unit, size in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if n >= size:
+            return f"{n / size:,.2f} {unit}"
+    return f"{n:,.0f} B"
+
+
+def table(s: dict) -> str:
+    """The summary as a few aligned lines for a terminal."""
+    p = s["problem"]
+    lim = " · ".join(f"{k} {v:.1%}" for k, v in s["limiter"].items() if v and v >= 0.0005)
+    lines = [
+        f"{s['algo']} on {s['gpu_name']}: batch {p['batch']}, heads {p['heads']}/"
+        f"{p['kv_heads']} kv, N {p['seq']}×{p['seq_k']}, d {p['head_dim']}, "
+        f"{'causal, ' if p['causal'] else ''}{p['dtype']}",
+        f"  time        {s['time_us']:,.1f} µs   (floor {s['floor_us']:,.1f} µs, "
+        f"{s['floors']['bound']})",
+        f"  throughput  {s['tflops']:,.1f} TFLOP/s useful, {s['tflops_executed']:,.1f} executed",
+        f"  DRAM        read {_bytes(s['dram_read_bytes'])}, write {_bytes(s['dram_write_bytes'])}",
+        f"  L2          {_bytes(s['l2_bytes'])} requested",
+        f"  occupancy   {s['ctas_per_sm']} CTA/SM ({s['occupancy_limiter']}), "
+        f"{s['waves']:,.2f} waves of {s['main_kernel']}",
+        f"  limiters    {lim}",
+        "  kernels",
+    ]
+    for k in s["kernels"]:
+        lines.append(
+            f"    {k['name']:<16} {k['ctas']:>8,} CTAs  {k['time_us']:>12,.1f} µs  "
+            f"{k['ctas_per_sm']} CTA/SM  smem {k['smem_bytes'] / 1024:,.0f} KiB  "
+            f"{k['regs_per_thread']} regs{' (spills)' if k['register_spill'] else ''}"
+        )
+    return "\n".join(lines)

@@ -1,0 +1,177 @@
+"""`flashscope validate`: measure flashscope's kernels over a sweep and compare with the engine.
+
+    flashscope validate --sweep benchmarks/sweeps/validation.json --out RESULT.json
+
+On a GPU: compiles the sweep's kernels, times every configuration (median of do_bench) with the
+kernels at exactly its tile configuration, reads DRAM and L2 bytes with Nsight Compute for the
+entries marked `ncu` where `ncu` is installed, simulates each configuration on the matching GPU
+preset (calibrated), and writes {device, date, torch, triton, rows, summary}
+(simulator/calibrate/validation.py says what the summary holds). `--measured DATASET` re-simulates
+the measurements of an existing dataset instead (no GPU needed): after the engine or a calibration
+changes. Without a GPU and without --measured it prints one line and exits with code 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from flashscope.app.cli.simulate import gpu_name
+from flashscope.app.cli.traffic import positive_int
+
+MAX_REPEATS = 9
+
+
+def add_command(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "validate",
+        help="measure the kernels over a sweep and compare with the timing engine (GPU)",
+        description="Measure flashscope's kernels over a sweep of configurations on this GPU, "
+        "simulate each, and write measured against simulated with error statistics.",
+    )
+    p.add_argument("--sweep", type=Path, default=None, help="sweep file (see benchmarks/sweeps)")
+    p.add_argument("--out", type=Path, required=True, help="dataset file to write")
+    p.add_argument(
+        "--gpu", type=gpu_name, default=None, help="preset to simulate (default: this GPU)"
+    )
+    p.add_argument(
+        "--measured", type=Path, default=None, help="re-simulate this dataset's measurements"
+    )
+    p.add_argument("--only", default=None, help="comma-separated entry ids to run")
+    p.add_argument(
+        "--repeats",
+        type=positive_int,
+        default=1,
+        help=f"timing passes over the sweep; a row's time is their median (at most {MAX_REPEATS})",
+    )
+    p.add_argument("--no-ncu", action="store_true", help="skip Nsight Compute")
+    p.add_argument("--ncu-timeout", type=float, default=300.0, help="seconds for Nsight Compute")
+    p.add_argument("--work", type=Path, default=None, help="folder for compile lists and ncu files")
+    p.set_defaults(func=run)
+
+
+def _fail(flag: str, message: str) -> int:
+    print(f"flashscope validate: error: {flag}: {message}", file=sys.stderr)
+    return 2
+
+
+def _say(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def run(args: argparse.Namespace) -> int:
+    from flashscope.simulator.calibrate.validation import Entry, build_dataset, read_sweep
+    from flashscope.simulator.core import hardware
+
+    old = None
+    if args.measured is not None:
+        try:
+            old = json.loads(args.measured.read_text())
+            if not isinstance(old, dict) or not isinstance(old.get("rows"), list):
+                raise ValueError("expected a dataset object with rows")
+        except (OSError, ValueError) as exc:
+            return _fail("--measured", f"{args.measured}: {exc}")
+    if args.repeats > MAX_REPEATS:
+        return _fail("--repeats", f"at most {MAX_REPEATS}, got {args.repeats}")
+    if args.sweep is not None:
+        try:
+            entries = read_sweep(args.sweep)
+        except ValueError as exc:
+            return _fail("--sweep", str(exc))
+    elif old is not None:
+        entries = [
+            Entry(
+                r["id"], r["subset"], r["config"], bool(r.get("ncu")), r.get("tiles", "candidate")
+            )
+            for r in old["rows"]
+        ]
+    else:
+        return _fail("--sweep", "a sweep file is needed (or --measured DATASET)")
+    if args.only:
+        wanted = set(args.only.split(","))
+        entries = [e for e in entries if e.id in wanted]
+        if not entries:
+            return _fail("--only", "no entry of the sweep has those ids")
+
+    if old is not None:
+        by_id = {r["id"]: r for r in old["rows"]}
+        missing = [e.id for e in entries if e.id not in by_id]
+        if missing:
+            return _fail("--measured", f"no measurement for {len(missing)} entries: {missing[:3]}")
+        measured = [{"id": e.id, **by_id[e.id].get("measured", {})} for e in entries]
+        env = {k: old.get(k) for k in ("device", "sms", "l2_bytes", "date", "python", "torch",
+                                        "triton", "cuda")}  # fmt: skip
+        seconds = old.get("seconds") or {}
+        env.update(compile_s=seconds.get("compile"), timing_s=seconds.get("timing"))
+        env["timing_passes"] = old.get("timing_passes")
+        ncu = old.get("ncu", {})
+        key = args.gpu or old.get("gpu")
+    else:
+        from flashscope.kernels.device import has_cuda
+
+        if not has_cuda():
+            return _fail(
+                "gpu",
+                "no CUDA GPU here: measuring needs one (--measured DATASET re-simulates a "
+                "dataset measured elsewhere)",
+            )
+        from flashscope.kernels.sweep import measure_sweep
+
+        work = args.work or args.out.parent / f"{args.out.stem}-work"
+        got = measure_sweep(
+            entries,
+            work,
+            ncu_timeout_s=args.ncu_timeout,
+            use_ncu=not args.no_ncu,
+            repeats=args.repeats,
+            progress=_say,
+        )
+        measured, env, ncu = got["rows"], got["env"], got["ncu"]
+        key = args.gpu
+        if key is None:
+            try:
+                key = hardware.resolve(env["device"])
+            except ValueError as exc:
+                return _fail("--gpu", f"{exc} (name the preset to simulate)")
+    try:
+        gpu = hardware.from_name(key)
+    except ValueError as exc:
+        return _fail("--gpu", str(exc))
+    data = build_dataset(entries, measured, env, gpu, ncu)
+    if old is not None:
+        data["resimulated_from"] = str(args.measured)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(data, indent=1) + "\n")
+    s = data["summary"]["all"]
+    t = s["time"]
+    _say(
+        f"{len(data['rows'])} configurations on {data['device']}: time MAPE "
+        f"{_pct(t['mape_pct'])}, worst {_pct(t['worst_pct'])} ({t['worst_id']}); "
+        f"held out {_pct(data['summary']['holdout']['time']['mape_pct'])}; "
+        f"DRAM bytes MAPE {_pct(s['dram_bytes']['mape_pct'])}, "
+        f"L2 {_pct(s['l2_bytes']['mape_pct'])}; Spearman "
+        f"{_num(s['ranking']['spearman_mean'])} → {args.out}"
+    )
+    return 0
+
+
+def _pct(x: float | None) -> str:
+    return "–" if x is None else f"{x:.1f}%"
+
+
+def _num(x: float | None) -> str:
+    return "–" if x is None else f"{x:.2f}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """This command alone (`python -m flashscope.app.cli.validate`): needs no web-app dependency."""
+    parser = argparse.ArgumentParser(prog="flashscope")
+    add_command(parser.add_subparsers(required=True))
+    args = parser.parse_args(["validate", *(sys.argv[1:] if argv is None else argv)])
+    return int(args.func(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Figure builders: pure functions from simulator results to Plotly-ready dicts and exports."""

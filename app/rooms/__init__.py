@@ -1,0 +1,1 @@
+"""Instructor-synced rooms: the service, and where rooms live (this process or Redis)."""

@@ -1,0 +1,357 @@
+"""Request and response models of the API; limits come from settings, checked in `check_*`."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from flashscope.app.config import Settings
+from flashscope.app.middleware.errors import limit_error, value_error
+from flashscope.app.schemas.simulate import RegisterCap
+from flashscope.simulator.core.problem import AttentionProblem, TileConfig, is_power_of_two
+from flashscope.simulator.core.trace import PHASES, TRACE_VERSION
+from flashscope.simulator.teach.algorithms import ALGORITHMS
+
+Algo = Literal["naive", "fa1", "fa2", "fa2-bwd", "decode"]
+Dtype = Literal["fp32", "fp16", "bf16"]
+
+
+class TraceParams(BaseModel):
+    """What the tile stepper traces: one (batch, head) — decode: one (batch, kv_head) — on
+    random data."""
+
+    algo: Algo = Field("fa2", description="Tile program to trace.")
+    n: int = Field(256, ge=1, description="Sequence length N (query rows).")
+    nk: int | None = Field(None, ge=1, description="Key/value length; default N.")
+    d: int = Field(64, ge=1, description="Head dimension.")
+    bm: int = Field(64, ge=1, description="block_m: query rows per tile (power of two).")
+    bn: int = Field(64, ge=1, description="block_n: keys per tile (power of two).")
+    seed: int = Field(0, ge=0, description="Seed of the random Q, K, V (and dO).")
+    causal: bool = Field(False, description="Causal mask, aligned bottom-right.")
+    dtype: Dtype = Field("fp32", description="Storage dtype whose rounding is emulated.")
+    group: int = Field(1, ge=1, description="decode: query heads sharing the K/V head.")
+    splits: int | None = Field(
+        None, ge=1, description="decode: KV splits; default the occupancy rule."
+    )
+
+    def cache_key(self) -> tuple:
+        return tuple(self.model_dump().values())
+
+    def problem(self) -> tuple[AttentionProblem, TileConfig, dict]:
+        """The simulator's problem, tiles and extra program arguments for these parameters."""
+        problem = AttentionProblem(
+            seq_q=self.n,
+            seq_k=self.nk,
+            head_dim=self.d,
+            heads=self.group,
+            kv_heads=1,
+            causal=self.causal,
+            dtype=self.dtype,
+        )
+        kw = {"splits": self.splits} if self.algo == "decode" else {}
+        return problem, TileConfig(block_m=self.bm, block_n=self.bn), kw
+
+
+class StrictTraceParams(TraceParams):
+    """TraceParams that refuse unknown fields (WebSocket messages carry nothing else)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+def over_limit(field: str, value: int, limit: int, where: str) -> dict:
+    return limit_error(field, f"{field} must be ≤ {limit}, got {value}", value, limit, where)
+
+
+def block_errors(fields: dict[str, int], s: Settings, where: str) -> list[dict]:
+    errs = []
+    for field, value in fields.items():
+        if not is_power_of_two(value) or not s.min_block <= value <= s.max_block:
+            errs.append(
+                limit_error(
+                    field,
+                    f"{field} must be a power of two from {s.min_block} to {s.max_block}, "
+                    f"got {value}",
+                    value,
+                    [s.min_block, s.max_block],
+                    where,
+                )
+            )
+    return errs
+
+
+def check_trace_params(p: TraceParams, s: Settings, where: str = "query") -> list[dict]:
+    """Errors for every field beyond a server limit (empty when all is well)."""
+    nk = p.nk if p.nk is not None else p.n
+    # Decoding has few query rows: its cache may be far longer than a forward trace's keys.
+    nk_limit = s.max_decode_cache if p.algo == "decode" else s.max_seq
+    errs = [
+        over_limit(field, value, limit, where)
+        for field, value, limit in (
+            ("n", p.n, s.max_seq),
+            ("nk", nk, nk_limit),
+            ("d", p.d, s.max_head_dim),
+            ("seed", p.seed, s.max_seed),
+            ("group", p.group, s.max_group),
+            ("splits", p.splits or 0, s.max_splits),
+        )
+        if value > limit
+    ]
+    errs += block_errors({"bm": p.bm, "bn": p.bn}, s, where)
+    if p.algo == "decode":
+        if p.causal:
+            errs.append(
+                value_error("causal", "decode has no causal mask: set causal=false", True, where)
+            )
+        if p.group * p.n > s.max_decode_rows:
+            errs.append(
+                limit_error(
+                    "n",
+                    f"decode packs group × n = {p.group * p.n} query rows into one CTA; "
+                    f"the limit is {s.max_decode_rows}",
+                    p.n,
+                    s.max_decode_rows,
+                    where,
+                )
+            )
+    if not errs:
+        problem, tiles, kw = p.problem()
+        n_events = ALGORITHMS[p.algo].n_events(problem, tiles, **kw)
+        if n_events > s.max_trace_events:
+            errs.append(
+                limit_error(
+                    "bn",
+                    f"these sizes make a trace of {n_events} steps; the limit is "
+                    f"{s.max_trace_events}: use larger blocks or a smaller N",
+                    p.bn,
+                    s.max_trace_events,
+                    where,
+                )
+            )
+    return errs
+
+
+def check_step(step: int, n_events: int, where: str = "query") -> list[dict]:
+    if not 0 <= step < n_events:
+        return [
+            value_error("step", f"step must be in [0, {n_events - 1}], got {step}", step, where)
+        ]
+    return []
+
+
+# --- responses --------------------------------------------------------------------------------
+
+Floats = list[float | None]
+
+
+Matrix = list[Floats]
+Span = Annotated[list[int], Field(min_length=2, max_length=2)]
+
+
+class TileStateModel(BaseModel):
+    """The numeric state an event leaves behind; keys that do not apply are null.
+
+    forward: rows, m, l, alpha, o, o_hat; backward: rows, cols, lse, delta, p, ds (tile_stride),
+    dq, dk, dv; decode: rows, split, m, l, alpha, o, o_hat, partial_o, partial_lse, weight, lse.
+    Row vectors have one entry per row of `rows`; dk and dv one row per key of `cols`.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    col_stride: int = Field(ge=1)
+    final: bool
+    rows: Span | None = None
+    cols: Span | None = None
+    m: Floats | None = None
+    l: Floats | None = None
+    alpha: Floats | None = None
+    o: Matrix | None = None
+    o_hat: Matrix | None = None
+    lse: Floats | None = None
+    delta: Floats | None = None
+    p: Matrix | None = None
+    ds: Matrix | None = None
+    tile_stride: int | None = Field(None, ge=1)
+    dq: Matrix | None = None
+    dk: Matrix | None = None
+    dv: Matrix | None = None
+    split: int | None = Field(None, ge=0)
+    partial_o: Matrix | None = None
+    partial_lse: Floats | None = None
+    weight: Floats | None = None
+
+    @model_validator(mode="after")
+    def _shapes_agree(self) -> TileStateModel:
+        for name in ("rows", "cols"):
+            span = getattr(self, name)
+            if span is not None and not 0 <= span[0] <= span[1]:
+                raise ValueError(f"{name} must be [start, stop] with 0 ≤ start ≤ stop")
+        per_row = ("m", "l", "alpha", "lse", "delta", "partial_lse", "o", "o_hat", "dq")
+        per_row += ("partial_o", "weight")
+        checks = [(self.rows, per_row), (self.cols, ("dk", "dv"))]
+        for span, names in checks:
+            for name in names:
+                value = getattr(self, name)
+                if value is None:
+                    continue
+                if span is None:
+                    raise ValueError(f"{name} needs {'cols' if name in ('dk', 'dv') else 'rows'}")
+                if len(value) != span[1] - span[0]:
+                    raise ValueError(f"{name} has {len(value)} entries for {span[1] - span[0]}")
+        for name in ("o", "o_hat", "p", "ds", "dq", "dk", "dv", "partial_o"):
+            value = getattr(self, name)
+            if value and len({len(row) for row in value}) > 1:
+                raise ValueError(f"{name} rows must all have the same length")
+        return self
+
+
+Phase = Literal[PHASES]  # type: ignore[valid-type]
+
+
+class OnChipBuffer(BaseModel):
+    """One tile or vector a CTA holds on chip (simulator/teach/onchip.py)."""
+
+    name: str
+    where: Literal["smem", "regs"]
+    shape: Span
+    elem_bytes: int = Field(ge=1)
+    bytes: int = Field(ge=0)
+    what: str
+
+
+class OnChip(BaseModel):
+    """What the CTA holds on chip during one op: buffers and their bytes by storage."""
+
+    buffers: list[OnChipBuffer]
+    smem_bytes: int = Field(ge=0)
+    reg_bytes: int = Field(ge=0)
+
+
+class TraceEventModel(BaseModel):
+    """One event of the tile trace (see simulator/core/trace.py for the meaning of each field)."""
+
+    step: int = Field(ge=0)
+    phase: Phase
+    cta: int = Field(ge=0)
+    q_block: int | None
+    kv_block: int | None
+    masked: bool
+    line: int
+    hbm_read: int = Field(ge=0)
+    hbm_write: int = Field(ge=0)
+    stats_read: int = Field(ge=0)
+    stats_write: int = Field(ge=0)
+    acc_read: int = Field(ge=0)
+    acc_write: int = Field(ge=0)
+    sram_read: int = Field(ge=0)
+    sram_write: int = Field(ge=0)
+    flops: int = Field(ge=0)
+    exps: int = Field(ge=0)
+    totals: dict[str, int]
+    state: TileStateModel
+    onchip: OnChip | None = None
+    sm: int | None = None
+    t_start: float | None = None
+    t_end: float | None = None
+
+
+class TraceMeta(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    trace_version: Literal[TRACE_VERSION]  # type: ignore[valid-type]
+    n_events: int = Field(ge=0)
+    algo: str
+    title: str
+    pseudocode: list[str]
+    max_abs_err: float
+
+
+class TraceResponse(BaseModel):
+    meta: TraceMeta
+    start: int
+    events: list[TraceEventModel]
+
+
+class Health(BaseModel):
+    status: Literal["ok"]
+    version: str
+    backend: Literal["cpu", "cuda"]
+    gpu: str | None
+
+
+# --- live runs --------------------------------------------------------------------------------
+
+
+class RunRequest(BaseModel):
+    """A live run of flashscope's kernel on one problem and tile configuration."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    batch: int = Field(1, ge=1)
+    heads: int = Field(1, ge=1)
+    kv_heads: int | None = Field(None, ge=1, description="Default: heads (no grouping).")
+    seq: int = Field(256, ge=1, description="Query length N.")
+    seq_k: int | None = Field(None, ge=1, description="Key/value length; default N.")
+    head_dim: int = Field(64, ge=8, le=256, multiple_of=8)
+    causal: bool = False
+    dtype: Literal["fp16", "bf16", "fp32"] = "fp16"
+    block_m: int = Field(64, ge=16, le=256)
+    block_n: int = Field(64, ge=16, le=256)
+    stages: int = Field(2, ge=1, le=8)
+    warps: int = Field(4, ge=1, le=16)
+    maxnreg: RegisterCap = None
+    mode: Literal["fwd", "bwd"] = "fwd"
+    what: Literal["time", "trace", "both"] = "time"
+    seed: int = Field(0, ge=0, le=2**32 - 1)
+
+
+def check_run_request(r: RunRequest, s: Settings, backend: str) -> list[dict]:
+    """Errors for a run beyond the server's limits on this backend (empty when all is well)."""
+    errs: list[dict] = []
+    where = "body"
+    for field in ("block_m", "block_n", "warps"):
+        value = getattr(r, field)
+        if not is_power_of_two(value):
+            errs.append(
+                value_error(field, f"{field} must be a power of two, got {value}", value, where)
+            )
+    kv = r.kv_heads if r.kv_heads is not None else r.heads
+    if r.heads % kv:
+        errs.append(
+            value_error("kv_heads", f"kv_heads must divide heads ({r.heads}), got {kv}", kv, where)
+        )
+    if r.batch > s.runs_max_batch:
+        errs.append(
+            limit_error(
+                "batch",
+                f"batch must be ≤ {s.runs_max_batch}, got {r.batch}",
+                r.batch,
+                s.runs_max_batch,
+                where,
+            )
+        )
+    if r.heads > s.runs_max_heads:
+        errs.append(
+            limit_error(
+                "heads",
+                f"heads must be ≤ {s.runs_max_heads}, got {r.heads}",
+                r.heads,
+                s.runs_max_heads,
+                where,
+            )
+        )
+    if backend == "cpu":
+        limit, why = s.runs_max_seq_cpu, "in Triton's interpreter (no GPU here)"
+    elif r.what != "time":
+        limit, why = s.runs_max_seq_trace, "for an instrumented trace"
+    else:
+        limit, why = s.runs_max_seq_gpu, "on the GPU"
+    for field in ("seq", "seq_k"):
+        value = getattr(r, field)
+        if value is not None and value > limit:
+            errs.append(
+                limit_error(
+                    field, f"{field} must be ≤ {limit} {why}, got {value}", value, limit, where
+                )
+            )
+    return errs

@@ -1,0 +1,3 @@
+"""Calibration and validation of the timing engine against measured kernels.
+
+Imports `simulator.core` and `simulator.timing`."""

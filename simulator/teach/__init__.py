@@ -1,0 +1,3 @@
+"""The teaching side: tile programs on real numbers, their traces, on-chip state and traffic.
+
+Imports only `simulator.core`."""

@@ -1,0 +1,89 @@
+"""Flash-Decoding as a tile program: split the KV cache, attend per split, then reduce.
+
+For one (batch, kv_head). Decoding has few query rows and a long KV cache, so one CTA per query
+block would leave most SMs idle; instead the key blocks are cut into splits (the occupancy rule
+of problem.decode_splits unless given), one CTA per (batch, kv_head, split). The `group` query
+heads that share the K/V head are packed into that CTA as R = group · seq_q rows, so K and V are
+read once per kv head. Each split CTA writes an fp32 partial output and its LSE; a reduce CTA
+per (batch, kv_head) merges them into O. No causal mask (a new token sees the whole cache);
+block_m is not used (the CTA holds all R rows).
+"""
+
+from __future__ import annotations
+
+from flashscope.simulator.core.problem import AttentionProblem, TileConfig
+from flashscope.simulator.core.tiling import TileGrid, split_plan
+from flashscope.simulator.core.trace import OpTable
+
+NAME = "decode"
+TITLE = "Flash-Decoding (split-KV + reduce)"
+ORDER = "splits"
+
+PSEUDOCODE = (
+    "cut the key blocks into S splits;  pack the g query heads of a K/V head as R = g·Nq rows",
+    "for each split s  (one CTA per (batch, kv_head, split), in parallel):",
+    "    load Q (R rows) into SRAM;  m ← −∞,  ℓ ← 0,  Õ ← 0",
+    "    for each key/value block j of split s:",
+    "        load Kⱼ, Vⱼ into SRAM",
+    "        S ← Q Kⱼᵀ · scale",
+    "        m′ ← max(m, rowmax S);  α ← e^(m − m′);  P ← e^(S − m′);  ℓ ← α·ℓ + rowsum P",
+    "        Õ ← α·Õ + P Vⱼ;  m ← m′",
+    "    write Oₛ ← Õ / ℓ and LSEₛ ← m + log ℓ  (fp32 partials)",
+    "reduce (one CTA per (batch, kv_head)):  LSE ← −∞,  O ← 0",
+    "    for each split s: read Oₛ, LSEₛ;  L ← log(e^LSE + e^LSEₛ);"
+    "  O ← e^(LSE − L)·O + e^(LSEₛ − L)·Oₛ;  LSE ← L",
+    "    write O in the dtype",
+)
+LINE = {
+    "load_q": 2,
+    "load_kv": 4,
+    "qk": 5,
+    "softmax": 6,
+    "pv": 7,
+    "store_partial": 8,
+    "reduce": 10,
+    "store": 11,
+}
+
+
+def n_events(p: AttentionProblem, t: TileConfig, splits: int | None = None, sms: int = 132) -> int:
+    """Per used split: load_q, store_partial and one reduce step; 4 per key block; 1 store."""
+    plan = split_plan(p, t, splits, sms)
+    return 3 * plan.used + 4 * plan.n_kv + 1
+
+
+def program(
+    p: AttentionProblem, t: TileConfig, splits: int | None = None, sms: int = 132
+) -> OpTable:
+    """The ops of one (batch, kv_head): the split CTAs (cta = s), then the reduce CTA.
+
+    `snapshot`: state after key block j for split ops (−1: the split's initial state); the split
+    index merged so far for reduce ops.
+    """
+    plan = split_plan(p, t, splits, sms)
+    cols = TileGrid(p, t).cols
+    d, rows = p.head_dim, plan.rows
+    ops = OpTable(LINE)
+    for s in range(plan.used):
+        blocks = plan.blocks(s)
+        ops.add("load_q", cta=s, q_block=0, hbm_read=rows * d, sram_write=rows * d)
+        for j in blocks:
+            c = int(cols[j])
+            before = j - 1 if j > blocks.start else -1
+            tile = {"cta": s, "q_block": 0, "kv_block": j}
+            ops.add("load_kv", **tile, snapshot=before, hbm_read=2 * c * d, sram_write=2 * c * d)
+            ops.add("qk", **tile, snapshot=before, sram_read=(rows + c) * d, flops=2 * rows * c * d)
+            ops.add("softmax", **tile, snapshot=j, exps=rows * c + rows)
+            ops.add("pv", **tile, snapshot=j, sram_read=c * d, flops=2 * rows * c * d)
+        ops.add(
+            "store_partial",
+            cta=s,
+            q_block=0,
+            snapshot=blocks.stop - 1,
+            acc_write=rows * d,
+            stats_write=rows,
+        )
+    for s in range(plan.used):
+        ops.add("reduce", cta=plan.used, q_block=0, snapshot=s, acc_read=rows * d, stats_read=rows)
+    ops.add("store", cta=plan.used, q_block=0, snapshot=plan.used - 1, hbm_write=rows * d)
+    return ops.freeze()

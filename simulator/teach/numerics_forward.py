@@ -1,0 +1,194 @@
+"""Forward tile programs on real numbers: FlashAttention-2, FlashAttention-1 and naive attention.
+
+Rows of different query blocks never interact in a forward pass, so each recurrence runs once
+per key block j for every row that a visible tile (i, j) covers, all query blocks at once; the
+snapshot after key block j holds, row by row, exactly the state the owning CTA has after its
+tile (i, j). Rows of query blocks that skip tile j keep their state unchanged, as the kernel does.
+
+Precision follows the kernels: inputs arrive rounded to the dtype, scores and statistics are
+fp32, P is rounded to the dtype before P·V (fp32 accumulation), and whatever is written to HBM
+is rounded to the dtype (FA-1 writes its normalized O after every tile, so it rounds each time).
+
+Rows that see no key at all (causal, seq_q > seq_k) end with O = 0 and LSE = −∞.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from flashscope.simulator.core.precision import round_to_dtype
+from flashscope.simulator.core.problem import AttentionProblem, TileConfig
+from flashscope.simulator.core.tiling import TileGrid
+from flashscope.simulator.teach.snapshots import block_mean, shown_columns
+
+NEG_INF = np.float32(-np.inf)
+
+
+@dataclass
+class ForwardRecording:
+    """State of every query row after each key block: arrays indexed [j, row].
+
+    `acc` is the unnormalized accumulator Õ for FA-2 and the normalized O as stored in HBM for
+    FA-1 (`normalized` says which), averaged over groups of `col_stride` head-dim columns.
+    Without recording, the per-block arrays are empty and only `o` and `lse` are filled.
+    """
+
+    m: np.ndarray  # (n_kv, Nq)
+    l: np.ndarray  # (n_kv, Nq)
+    alpha: np.ndarray  # (n_kv, Nq)
+    acc: np.ndarray  # (n_kv, Nq, d_shown)
+    o: np.ndarray  # (Nq, d) final output, rounded to the dtype
+    lse: np.ndarray  # (Nq,)
+    col_stride: int
+    normalized: bool = False
+
+
+@dataclass
+class NaiveRecording:
+    """Naive attention's row statistics and output (S and P are whole matrices in HBM)."""
+
+    m: np.ndarray  # (Nq,) row max of S
+    l: np.ndarray  # (Nq,) row sum of e^(S − m)
+    o: np.ndarray  # (Nq, d) rounded to the dtype
+    o_shown: np.ndarray  # (Nq, d_shown)
+    lse: np.ndarray  # (Nq,)
+    col_stride: int
+
+
+def _as32(*xs: np.ndarray) -> list[np.ndarray]:
+    return [np.asarray(x, dtype=np.float32) for x in xs]
+
+
+def row_starts(grid: TileGrid) -> np.ndarray:
+    """First query row of the first query block that sees key block j (Nq if none does)."""
+    first_block = np.searchsorted(grid.visible, np.arange(grid.n_kv), side="right")  # (n_kv,)
+    return np.minimum(first_block * grid.tiles.block_m, grid.problem.seq_q)
+
+
+def tile_scores(grid: TileGrid, q: np.ndarray, k: np.ndarray, j: int, lo: int) -> np.ndarray:
+    """S = Q[lo:] Kⱼᵀ · scale in fp32, causal-masked pairs at −∞."""
+    bn = grid.tiles.block_n
+    s = (q[lo:] @ k[j * bn : (j + 1) * bn].T) * np.float32(grid.problem.scale)  # (rows, c)
+    mask = grid.key_mask(j, lo)
+    return s if mask is None else np.where(mask, s, NEG_INF)
+
+
+def finite_or_zero(m: np.ndarray) -> np.ndarray:
+    """The max to subtract: a row that has seen only −∞ subtracts 0 (so e^(−∞ − 0) = 0)."""
+    return np.where(np.isneginf(m), np.float32(0), m)
+
+
+def _finish(acc: np.ndarray, m: np.ndarray, l: np.ndarray, normalized: bool, dtype: str):
+    with np.errstate(divide="ignore", invalid="ignore"):
+        o = acc if normalized else np.where(l[:, None] > 0, acc / l[:, None], np.float32(0))
+        lse = np.where(l > 0, finite_or_zero(m) + np.log(l), NEG_INF).astype(np.float32)
+    return round_to_dtype(o, dtype), lse
+
+
+def flash_forward(
+    q: np.ndarray,
+    k: np.ndarray,
+    v: np.ndarray,
+    problem: AttentionProblem,
+    tiles: TileConfig,
+    *,
+    algo: str = "fa2",
+    o_col_limit: int = 64,
+    col_stride: int | None = None,
+    record: bool = True,
+) -> ForwardRecording:
+    """FA-2 (`algo="fa2"`) or FA-1 (`algo="fa1"`) forward of one head, recording each block.
+
+    q: (Nq, d), k and v: (Nk, d), already rounded to problem.dtype.
+    """
+    if algo not in ("fa1", "fa2"):
+        raise ValueError(f"algo must be fa1 or fa2, got {algo!r}")
+    q, k, v = _as32(q, k, v)
+    grid = TileGrid(problem, tiles)
+    nq, d = q.shape
+    n_kv, bn, dtype = grid.n_kv, tiles.block_n, problem.dtype
+    stride = col_stride or shown_columns(d, o_col_limit)
+    d_shown = -(-d // stride)
+    m = np.full(nq, NEG_INF)
+    l = np.zeros(nq, np.float32)
+    alpha = np.ones(nq, np.float32)
+    acc = np.zeros((nq, d), np.float32)  # FA-2: Õ in registers; FA-1: O in HBM
+    rec_n = n_kv if record else 0
+    ms, ls, alphas = (np.empty((rec_n, nq), np.float32) for _ in range(3))
+    accs = np.empty((rec_n, nq, d_shown), np.float32)
+    starts = row_starts(grid)
+    for j in range(n_kv):
+        lo = int(starts[j])
+        if lo < nq:
+            vj = v[j * bn : (j + 1) * bn]  # (c, d)
+            s = tile_scores(grid, q, k, j, lo)  # (rows, c)
+            if algo == "fa2":
+                m_new = np.maximum(m[lo:], s.max(axis=1))
+                m_sub = finite_or_zero(m_new)
+                a = np.exp(m[lo:] - m_sub)  # e^(−∞) = 0 on a row's first visible block
+                p = np.exp(s - m_sub[:, None])  # (rows, c)
+                l[lo:] = a * l[lo:] + p.sum(axis=1)
+                acc[lo:] = a[:, None] * acc[lo:] + round_to_dtype(p, dtype) @ vj
+            else:
+                m_blk = s.max(axis=1)
+                p = np.exp(s - finite_or_zero(m_blk)[:, None])  # P̃ of this block
+                m_new = np.maximum(m[lo:], m_blk)
+                m_sub = finite_or_zero(m_new)
+                a = np.exp(m[lo:] - m_sub)
+                b = np.exp(m_blk - m_sub)
+                l_new = a * l[lo:] + b * p.sum(axis=1)
+                num = (l[lo:] * a)[:, None] * acc[lo:] + b[:, None] * (
+                    round_to_dtype(p, dtype) @ vj
+                )
+                with np.errstate(divide="ignore", invalid="ignore"):
+                    o_new = np.where(l_new[:, None] > 0, num / l_new[:, None], np.float32(0))
+                acc[lo:] = round_to_dtype(o_new, dtype)
+                l[lo:] = l_new
+            alpha[:lo] = 1.0
+            alpha[lo:] = a
+            m[lo:] = m_new
+        if record:
+            ms[j], ls[j], alphas[j] = m, l, alpha
+            accs[j] = block_mean(acc, stride)
+    o, lse = _finish(acc, m, l, algo == "fa1", dtype)
+    return ForwardRecording(ms, ls, alphas, accs, o, lse, stride, normalized=algo == "fa1")
+
+
+def fa2_forward(q, k, v, problem, tiles, **kw) -> ForwardRecording:  # type: ignore[no-untyped-def]
+    """FlashAttention-2 forward: deferred normalization, one LSE per row at the end."""
+    return flash_forward(q, k, v, problem, tiles, algo="fa2", **kw)
+
+
+def fa1_forward(q, k, v, problem, tiles, **kw) -> ForwardRecording:  # type: ignore[no-untyped-def]
+    """FlashAttention-1 forward: O normalized and written back (in the dtype) after every tile."""
+    return flash_forward(q, k, v, problem, tiles, algo="fa1", **kw)
+
+
+def naive_forward(
+    q: np.ndarray,
+    k: np.ndarray,
+    v: np.ndarray,
+    problem: AttentionProblem,
+    *,
+    o_col_limit: int = 64,
+    col_stride: int | None = None,
+) -> NaiveRecording:
+    """The three naive kernels: S = QKᵀ·scale stored in the dtype, softmax → P stored in the
+    dtype, O = P·V with fp32 accumulation. A causal mask sets S to −∞ before the softmax."""
+    q, k, v = _as32(q, k, v)
+    nq, nk, d = q.shape[0], k.shape[0], q.shape[1]
+    dtype = problem.dtype
+    s = round_to_dtype((q @ k.T) * np.float32(problem.scale), dtype)  # (Nq, Nk) in HBM
+    if problem.causal:
+        s = np.where(np.arange(nk)[None, :] <= np.arange(nq)[:, None] + nk - nq, s, NEG_INF)
+    m = s.max(axis=1)
+    e = np.exp(s - finite_or_zero(m)[:, None])  # (Nq, Nk)
+    l = e.sum(axis=1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        p = round_to_dtype(np.where(l[:, None] > 0, e / l[:, None], np.float32(0)), dtype)
+    o = round_to_dtype(p @ v, dtype)  # (Nq, d)
+    _, lse = _finish(o, m, l, True, dtype)
+    stride = col_stride or shown_columns(d, o_col_limit)
+    return NaiveRecording(m, l, o, block_mean(o, stride), lse, stride)

@@ -1,0 +1,3 @@
+"""The timing side: occupancy, per-CTA workloads, launches, the L2 model and the engine.
+
+Imports only `simulator.core`."""

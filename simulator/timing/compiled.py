@@ -1,0 +1,265 @@
+"""What flashscope's compiled kernels do that the engine cannot derive: their registers and
+their spill traffic.
+
+A kernel whose live values outgrow the 255 registers a thread may hold spills: the compiler
+stores some of them to local memory and reloads them, in every loop step or once per CTA. How
+much is the compiler's choice, not a function of the tile sizes: among the measured kernels the
+same register estimate (255, capped) spilled nothing in one kernel and 84–104 bytes of reloads
+per thread and step in another, and a kernel spills more with the causal mask than without. So
+the engine takes these bytes from Nsight Compute's counts of the compiled kernels
+(`l1tex__t_bytes_pipe_lsu_mem_local_op_ld` / `_st`) in the validation datasets, per kernel and
+tile configuration, as bytes per thread per loop step plus bytes per thread per CTA (`derive`:
+least squares over rows of different sequence lengths, fitted on the datasets' fit subset
+only). The table (`data/compiled-kernels.json`) holds for the kernels as Triton 3.6 compiles
+them for sm_90 (the H100 and the H200 run the same binaries: their counts agree to the byte)
+at the sizes measured; a kernel or tile configuration without an entry moves no local bytes,
+and neither does a GPU preset of another architecture (`ARCH_PRESETS`).
+
+Where the bytes go is the engine's part: every spill store reaches L2 (L1 writes through) and
+a reload only when it misses L1, a fitted share `Efficiency.spill_l1_miss`. Some spilled lines
+also leave L2 dirty and reach DRAM: a spilling kernel writes more to DRAM than the same
+problem's kernels that do not spill (on the H100, 14–29 bytes per thread per CTA for the d = 128
+64×64 dK/dV kernel without the mask, growing with its steps, 49–53 for the causal d = 128 dQ
+kernel whatever the length; less on the H200's larger L2). The table keeps that write-back per
+GPU (`writeback`: bytes per thread per step and per CTA, least squares over the fit rows'
+excess of each spilling kernel's DRAM writes over the mean of its non-spilling siblings').
+
+The table also keeps every measured kernel's registers per thread (Nsight Compute's
+`launch__registers_per_thread`: one count per key in every dataset, whatever the length, batch
+or GPU), which decide how many CTAs share an SM. The engine's estimate from the tiles
+(`occupancy.footprint`) is one occupancy step off for some tiles (the d = 64 dK/dV kernel's
+32×64 tile compiles to 128 registers without the causal mask, four CTAs, where the estimate's
+144 fit three; its 32×32 tile to 195–204, two, not three); a key the table has takes its
+compiled count, any other the estimate.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import NamedTuple
+
+import numpy as np
+
+from flashscope.simulator.core.problem import AttentionProblem, TileConfig
+from flashscope.simulator.timing.occupancy import pad_head_dim
+
+TABLE_PATH = Path(__file__).resolve().parents[1] / "data" / "compiled-kernels.json"
+FORMAT = 1
+LOCAL_LOAD = "l1tex__t_bytes_pipe_lsu_mem_local_op_ld.sum"
+LOCAL_STORE = "l1tex__t_bytes_pipe_lsu_mem_local_op_st.sum"
+DRAM_WRITE = "dram__bytes_write.sum"  # the spills' write-back is an excess of this
+REGISTERS = "launch__registers_per_thread"
+# Nsight Compute's duration of one kernel launch, in ns
+NCU_DURATION = "gpu__time_duration.sum"
+# Nsight Compute's kernel names → the engine's launch names (kernelplan)
+KERNEL_LAUNCH = {"_attn_fwd": "fa2", "_attn_bwd_dq": "bwd_dq", "_attn_bwd_dkdv": "bwd_dkdv"}
+LAUNCH_KERNEL = {"fa2": "fwd", "bwd_dq": "dq", "bwd_dkdv": "dkdv"}
+# Triton specializes integer arguments on divisibility by 16: another binary, other spills
+INT_DIVISOR = 16
+# The GPU presets that run the table's binaries (sm_90); another architecture compiles other
+# code (no tensor-memory copies, other register files), for which nothing was measured.
+ARCH_PRESETS = ("h100-sxm", "h100-pcie", "h200")
+
+
+class PerThread(NamedTuple):
+    """Bytes one thread moves: per loop step and per CTA (its set-up and epilogue)."""
+
+    step: float
+    cta: float
+
+    def bytes(self, iters: np.ndarray, threads: int) -> np.ndarray:
+        """Bytes of every CTA of a launch with `iters` loop steps each (never below 0: a
+        negative per-CTA term is a fit's, for masked steps that spill less)."""
+        it = np.asarray(iters, dtype=np.float64)
+        return np.maximum(threads * (self.step * it + self.cta), 0.0)
+
+    def total(self, steps: float, ctas: int, threads: int) -> float:
+        """Bytes of a launch of `ctas` CTAs running `steps` loop steps in all."""
+        return float(self.bytes(np.array([steps / ctas]), threads)[0]) * ctas
+
+
+@dataclass(frozen=True)
+class LocalTraffic:
+    """Local-memory bytes of one thread: per loop step and per CTA (its set-up and epilogue)."""
+
+    load_step: float
+    load_cta: float
+    store_step: float
+    store_cta: float
+
+    @classmethod
+    def from_entry(cls, entry: dict) -> LocalTraffic:
+        """From one of the table file's (or `derive`'s) entries."""
+        return cls(*(float(entry[f]) for f in ("load_step", "load_cta", "store_step", "store_cta")))
+
+    @property
+    def load(self) -> PerThread:
+        return PerThread(self.load_step, self.load_cta)
+
+    @property
+    def store(self) -> PerThread:
+        return PerThread(self.store_step, self.store_cta)
+
+    def totals(self, steps: float, ctas: int, threads: int) -> tuple[float, float]:
+        """(loaded, stored) bytes of a launch of `ctas` CTAs running `steps` loop steps in all."""
+        return self.load.total(steps, ctas, threads), self.store.total(steps, ctas, threads)
+
+    def bytes(self, iters: np.ndarray, threads: int) -> tuple[np.ndarray, np.ndarray]:
+        """(loaded, stored) bytes of every CTA of a launch with `iters` loop steps each."""
+        return self.load.bytes(iters, threads), self.store.bytes(iters, threads)
+
+
+def key(launch: str, p: AttentionProblem, t: TileConfig, route: str | None = None) -> str:
+    """The table's key of the kernel behind engine launch `launch` run with tiles `t`: which
+    kernel and every constexpr that changes its code ("dkdv-atomic/d64/32x128/w4/s3/full",
+    "fwd/d64/128x128/w8/s2/causal/r128")."""
+    atomic = launch == "bwd_dkdv" and route == "atomic"
+    kernel = LAUNCH_KERNEL[launch] + ("-atomic" if atomic else "")
+    # the head dim and its padded width are both compile-time constants: d = 80 is its own
+    # binary (d80p128), not d = 128's
+    d, pad = p.head_dim, pad_head_dim(p.head_dim)
+    dims = f"d{d}" if d == pad else f"d{d}p{pad}"
+    out = f"{kernel}/{dims}/{t.block_m}x{t.block_n}/w{t.warps}/s{t.stages}"
+    out += "/causal" if p.causal else "/full"
+    if p.seq_q % INT_DIVISOR or (p.seq_k or p.seq_q) % INT_DIVISOR:
+        out += "/ragged"  # Triton compiles lengths not divisible by 16 apart
+    return out + (f"/r{t.maxnreg}" if t.maxnreg else "")
+
+
+@functools.cache
+def _document(path: Path) -> dict:
+    if not path.exists():
+        return {}
+    doc = json.loads(path.read_text())
+    if doc.get("format") != FORMAT:
+        raise ValueError(f"{path}: format {doc.get('format')!r}, expected {FORMAT}")
+    return doc
+
+
+@functools.cache
+def table(path: Path = TABLE_PATH) -> dict[str, LocalTraffic]:
+    """The shipped table's spill entries: key → LocalTraffic (an absent file: no entries)."""
+    return {k: LocalTraffic.from_entry(e) for k, e in _document(path).get("kernels", {}).items()}
+
+
+@functools.cache
+def register_table(path: Path = TABLE_PATH) -> dict[str, int]:
+    """The shipped table's compiled register counts: key → registers per thread."""
+    return {k: int(v) for k, v in _document(path).get("registers", {}).items()}
+
+
+def _sm90(gpu_key: str) -> bool:
+    return gpu_key.removesuffix("+custom") in ARCH_PRESETS
+
+
+def lookup(k: str, gpu_key: str = "h100-sxm") -> LocalTraffic | None:
+    """The spill entry for key `k` on GPU preset `gpu_key` (a custom GPU counts as its base)."""
+    return table().get(k) if _sm90(gpu_key) else None
+
+
+@functools.cache
+def writeback_table(path: Path = TABLE_PATH) -> dict[str, dict[str, PerThread]]:
+    """The shipped table's spill write-backs: GPU preset → key → bytes per thread."""
+    doc = _document(path).get("writeback", {})
+    return {g: {k: per_thread(e) for k, e in v.items()} for g, v in doc.items()}
+
+
+def per_thread(entry: dict) -> PerThread:
+    """A write-back entry of the table file (or of `derive_writeback`)."""
+    return PerThread(float(entry["step"]), float(entry["cta"]))
+
+
+def writeback(k: str, gpu_key: str = "h100-sxm") -> PerThread | None:
+    """DRAM bytes per thread that key `k`'s spills write back on `gpu_key` (a custom GPU
+    counts as its base; None: not measured on that GPU)."""
+    return writeback_table().get(gpu_key.removesuffix("+custom"), {}).get(k)
+
+
+def registers(k: str, gpu_key: str = "h100-sxm") -> int | None:
+    """The compiled register count for key `k` on `gpu_key` (None: not measured there)."""
+    return register_table().get(k) if _sm90(gpu_key) else None
+
+
+@dataclass(frozen=True)
+class Observation:
+    """One compiled kernel measured once: its key, its loop steps and CTAs, its local bytes."""
+
+    key: str
+    steps: float  # loop steps of all its CTAs
+    ctas: int
+    threads: int  # per CTA
+    load: float
+    store: float
+    regs: int | None = None
+    gpu: str = ""  # the GPU preset it ran on
+    writeback: float | None = None  # DRAM writes beyond its non-spilling siblings' (None: none)
+
+
+def derive(observations: list[Observation]) -> dict[str, dict]:
+    """Per key with any local traffic: bytes per thread per step and per CTA (least squares
+    over its observations, loads and stores apart), how many observations and the largest
+    relative miss of the fit on them. The per-CTA term may come out negative: the causal
+    kernels' masked steps (a fixed number per CTA) spill less than the others."""
+    by_key: dict[str, list[Observation]] = {}
+    for o in observations:
+        by_key.setdefault(o.key, []).append(o)
+    out = {}
+    for k, obs in sorted(by_key.items()):
+        if not any(o.load or o.store for o in obs):
+            continue
+        x = _design(obs)
+        fitted = {}
+        worst = 0.0
+        for name, y in (("load", [o.load for o in obs]), ("store", [o.store for o in obs])):
+            y_arr = np.asarray(y, dtype=np.float64)
+            c = _fit_per_thread(obs, y)
+            fitted[f"{name}_step"], fitted[f"{name}_cta"] = c
+            pred = x @ np.array(c)
+            miss = np.abs(pred - y_arr) / np.maximum(y_arr, 1.0)
+            worst = max(worst, float(miss[y_arr > 0].max(initial=0.0)))
+        regs = sorted({o.regs for o in obs if o.regs is not None})
+        out[k] = {**fitted, "observations": len(obs), "worst_fit_pct": 100 * worst,
+                  "registers": regs}  # fmt: skip
+    return out
+
+
+def _design(obs: list[Observation]) -> np.ndarray:
+    """The per-thread fits' regressors: threads × loop steps and threads × CTAs."""
+    return np.array([[o.threads * o.steps, o.threads * o.ctas] for o in obs], dtype=np.float64)
+
+
+def _fit_per_thread(obs: list[Observation], y: list[float]) -> tuple[float, float]:
+    """Least squares of y against threads × steps and threads × CTAs: (per step, per CTA)."""
+    c, *_ = np.linalg.lstsq(_design(obs), np.asarray(y, dtype=np.float64), rcond=None)
+    # whole numbers where the fit is exact (0.0, never −0.0)
+    return round(float(c[0]), 4) + 0.0, round(float(c[1]), 4) + 0.0
+
+
+def derive_writeback(observations: list[Observation]) -> dict[str, dict[str, dict]]:
+    """Per GPU and key: the DRAM bytes a spilling kernel's spills write back, per thread per
+    step and per CTA (least squares over its observations with a measured `writeback`)."""
+    by: dict[tuple[str, str], list[Observation]] = {}
+    for o in observations:
+        if o.writeback is not None and o.gpu:
+            by.setdefault((o.gpu, o.key), []).append(o)
+    out: dict[str, dict[str, dict]] = {}
+    for (gpu, k), obs in sorted(by.items()):
+        step, cta = _fit_per_thread(obs, [o.writeback for o in obs])
+        out.setdefault(gpu, {})[k] = {"step": step, "cta": cta, "observations": len(obs)}
+    return out
+
+
+def derive_registers(observations: list[Observation]) -> dict[str, int]:
+    """Per key, the registers per thread its kernel compiled to. ValueError where the
+    observations of one key disagree (two binaries under one key: the key misses a constexpr)."""
+    seen: dict[str, set[int]] = {}
+    for o in observations:
+        if o.regs is not None:
+            seen.setdefault(o.key, set()).add(o.regs)
+    split = {k: sorted(v) for k, v in seen.items() if len(v) > 1}
+    if split:
+        raise ValueError(f"one key, several register counts: {split}")
+    return {k: v.pop() for k, v in sorted(seen.items())}

@@ -1,0 +1,583 @@
+"""The cycle-approximate timing engine: a workload's launches on a GPU, CTA by CTA, vectorized.
+
+For each launch, in order (each waits for the previous one, after a launch gap; a launch marked
+`concurrent` runs on a second stream instead: it starts one launch gap after the previous
+launch, and its CTAs take the SMs' slots as that launch's CTAs leave them):
+
+1. Occupancy: CTAs per SM from shared memory, registers and warps (`occupancy.py`); an SM
+   is that many slots. Registers are the compiled kernel's where they were measured
+   (`compiled.py`: Nsight Compute's count for that kernel and tile configuration), the
+   estimate from the tiles elsewhere.
+2. Duration of every CTA given c, the CTAs sharing its SM. Per CTA, at the whole SM's rates:
+   tensor T = FLOPs / tensor rate (slower where shared memory cannot feed a narrow product
+   whose operands both sit there: `smem_feed`, for tiles of fewer than 64 rows per warpgroup
+   and for warpgroups that split columns: `mma_factor`), SFU S =
+   exps / exp rate, ALU A = other FLOPs / FP32 rate, loads X = loop bytes / L2→SM rate. The
+   tensor cores overlap the warps' own instructions (S + A, one instruction stream) partly: the
+   larger of T and S + A plus (1 − h) of the smaller, where h grows from `overlap` (one CTA
+   alone; less by `lockstep` / c^`lockstep_fill` where its warpgroups split the rows on a ring
+   of two K/V buffers and c CTAs share the SM; by `two_stage` / c for any other CTA on such a
+   ring) with the other CTAs on the SM (`cta_overlap`; on a ring of three or more buffers a
+   CTA's warpgroups along the rows drift apart and count as CTAs too); a CTA whose registers
+   spill is slower by `spill_penalty`. With stages ≥ 2 loads run ahead of compute (max of the
+   two), with one stage they add. Sharing the SM with b CTAs in their loops and too few warps
+   to saturate it (u = min(1, b·warps / warps_to_saturate)) stretches this by b / u, where b
+   counts the other c − 1 CTAs for the share of their lives they spend in their loops, not in
+   set-up (a fixed point: b = 1 + (c − 1)·loop / (loop + set-up wait)). Load latency (L2 hit or
+   DRAM, by this CTA's hit rate) and the tile's transfer bound each iteration from below:
+   stages − 1 loads in flight give at least (latency + transfer) / (stages − 1) per iteration;
+   one stage pays it every time. And a CTA's warps wait on their products: each of an
+   iteration's `chain` waits (as its PTX has them) adds a latency `mma_chain_ns` that its
+   warpgroup cannot fill itself, at least (work / warpgroups along the rows) + iterations ·
+   chain · latency (plus, for bulk reduce-adds, what `bulk_read_ns` and the tile's transfer
+   take beyond an iteration's work: the copy engine must have read the tile out of its
+   shared-memory buffer before the next iteration's tile goes there; each reduce-add also
+   costs the warps `reduce_op_ns`). Before the loop: CTA set-up, the latency of the first load
+   and the edge bytes. c is the residency a full GPU has (CTAs per SM), or ⌈CTAs / SMs⌉
+   when the grid cannot fill every slot; the load latency here counts only compulsory misses
+   (see below), shared alike by the CTAs of one stream (they wait on the same first fetches).
+3. Schedule in launch order as slots free up (`scheduler.py`): waves, the tail of the last
+   wave and causal imbalance (light query blocks finish first) come out of it. A slot takes
+   `cta_dispatch_ns` to pass from a CTA to the next, and the first wave's CTAs, which all start
+   at once, take `cold_start_ns` longer (both measured from recorded schedules). Once the last
+   CTA has started, the CTAs left on an SM share it among fewer: as each ends, the others run
+   at their durations for the residency left (`scheduler.share_tail`), unless the next launch
+   runs beside this one and takes the freed slots.
+4. L2 (`l2model.py`): which requests hit, which reach DRAM, from the schedule.
+5. DRAM bandwidth shared by all the CTAs of the launch (a fluid model at launch granularity):
+   when the launch asks for more bytes than bandwidth × its span, its whole timeline stretches
+   until the bytes fit; every CTA running then waits alike. The L2's reduce units are shared
+   the same way: a launch's reduce-adds need their bytes at `l2_reduce` of the L2 rate, and
+   stretch it likewise.
+6. The power cap (before the DRAM stretch): the rates above are at the boost clock (the
+   tensor ceiling, measured on a long matrix product held at the cap, is raised by `boost`);
+   a launch whose tensor rate and L2 traffic over its span would draw more than the cap runs
+   at a lower clock (`clock_share`), and its SM-side time stretches by 1 / clock.
+7. Breakdown: each CTA's time split among limiters, weighted by its share of the SM (1/c),
+   summed over SMs; idle SM time until the launch ends is `tail`; the DRAM stretch is `memory`.
+
+Monotone by construction: durations depend on the GPU only through its rates and residency,
+list scheduling never gets slower with more slots or shorter CTAs (but for which CTAs share
+an SM at a launch's end: paired differently, CTAs of unequal work speed up at different times,
+a list-scheduling anomaly of a few per cent), and bandwidth enters only
+the stretch — so more DRAM bandwidth is never slower, and more SMs are slower only when the
+L2 model predicts more DRAM traffic (more CTAs in flight reference more distinct data).
+
+Knowingly left out: DRAM
+demand is not resolved within a launch (a per-instant fluid warp was tried: perfectly fair
+sharing finishes a memory-bound wave in lockstep and then charges latency-bound stragglers,
+which real GPUs, whose CTAs finish staggered, largely overlap); capacity misses do not add
+latency (their bandwidth is charged); register spills beyond their L2 bytes and DRAM
+write-back (the local traffic `compiled.py` measured) and a fitted `spill_penalty`; bank
+conflicts, instruction issue, TLB and DRAM page effects are not modelled; the power cap is
+one figure per launch (phases of different demand within it, and the budget concurrent
+launches share, are not resolved);
+concurrent launches share SMs but not L2 capacity nor DRAM bandwidth (each is split as if it
+ran alone).
+
+The engine returns dataclasses and arrays (`results.py`); it never formats output.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+
+from flashscope.simulator.core.hardware import GPU, Efficiency
+from flashscope.simulator.core.problem import AttentionProblem, TileConfig
+from flashscope.simulator.timing.l2model import L2Split, split_traffic
+from flashscope.simulator.timing.launch import Launch, Product, stream_groups
+from flashscope.simulator.timing.occupancy import (
+    REG_UNIT,
+    WGMMA_ROWS,
+    Occupancy,
+    footprint,
+    occupancy,
+)
+from flashscope.simulator.timing.results import LIMITERS, KernelResult, SimResult
+from flashscope.simulator.timing.roofline import floors
+from flashscope.simulator.timing.scheduler import coresidency, list_schedule, share_tail
+from flashscope.simulator.timing.workload import Workload, build
+
+_PARTS = ("tensor", "sfu", "alu", "memory", "latency")
+_BUSY_STEPS = 4  # fixed-point steps for the CTAs sharing the SM in their loops (_durations)
+
+
+def _pad_rows(rows: int) -> int:
+    return max(16, 1 << (rows - 1).bit_length())
+
+
+class _Rates:
+    """Per-SM rates of one GPU for one dtype, efficiencies applied."""
+
+    def __init__(self, gpu: GPU, dtype: str) -> None:
+        eff = gpu.efficiency
+        self.boost = boost(gpu)
+        self.tensor = gpu.tensor_flops(dtype) * eff.tensor * self.boost / gpu.sms
+        self.sfu = gpu.sfu_exps * eff.sfu / gpu.sms
+        self.alu = gpu.fp32_tflops * 1e12 * eff.fp32 / gpu.sms
+        self.l2 = gpu.l2_gbs * 1e9 * eff.l2 / gpu.sms
+        self.dram = gpu.hbm_bytes_per_s * eff.hbm
+        self.eff = eff
+
+
+def boost(gpu: GPU) -> float:
+    """How much faster the tensor cores run at the boost clock than the measured ceiling.
+
+    The ceiling is a long matrix product's sustained rate R, itself held at the power cap: at
+    the boost clock it would run b·R, a demand of b·R / power_tflops, so the cap holds it at
+    b^-1 = (b·R / power_tflops)^-power_exp of the boost clock: b = (R / power_tflops)^(γ/(1−γ)).
+    1 where no cap is modelled or the product stays under it.
+    """
+    eff = gpu.efficiency
+    ratio = gpu.tensor_flops("fp16") * eff.tensor / (eff.power_tflops * 1e12)
+    if eff.power_exp == 0 or ratio <= 1:
+        return 1.0
+    return float(ratio ** (eff.power_exp / (1.0 - eff.power_exp)))
+
+
+def spill_bytes(w: Launch, eff: Efficiency) -> np.ndarray:
+    """Local-memory bytes each CTA moves through L2: every spill store (L1 writes through)
+    and the share `spill_l1_miss` of its reloads that miss L1."""
+    return w.local_store + eff.spill_l1_miss * w.local_load
+
+
+def power_counts(w: Launch, eff: Efficiency) -> tuple[float, float]:
+    """(tensor FLOPs, L2 ↔ SM bytes) of a launch: what `clock_share` weighs."""
+    l2 = w.read_bytes.sum() + w.write_bytes.sum() + spill_bytes(w, eff).sum()
+    return float(w.flops.sum()), float(l2)
+
+
+def clock_share(eff: Efficiency, flops: float, l2_bytes: float, span: float) -> float:
+    """The share of the boost clock a launch sustains under the power cap (1: under it).
+
+    Its demand relative to the cap: tensor rate / `power_tflops` + L2 traffic / `power_l2_tbs`,
+    both over its span at the boost clock; above 1 the clock falls to demand^-`power_exp`.
+    """
+    if eff.power_exp == 0 or span <= 0:
+        return 1.0
+    demand = flops / span / (eff.power_tflops * 1e12) + l2_bytes / span / (eff.power_l2_tbs * 1e12)
+    return float(max(1.0, demand) ** -eff.power_exp)
+
+
+def _edge_bytes(w: Launch) -> np.ndarray:
+    """Bytes each CTA moves outside its loop, `spread_read` shared evenly in its group."""
+    edge = w.edge_read + w.edge_write
+    spread = w.spread_read
+    if spread.any():
+        inv, _ = stream_groups(w.stream)
+        share = np.bincount(inv, weights=spread) / np.bincount(inv)
+        edge = edge - spread + share[inv]
+    return edge
+
+
+def product_rows(w: Launch, t: TileConfig) -> int:
+    """The M of a CTA's matrix products: its keys in the dK/dV kernel, else its query rows."""
+    return t.block_n if w.kind == "bwd" else _pad_rows(w.rows)
+
+
+def warpgroup_layout(rows: int, warps: int) -> tuple[int, int, float]:
+    """(warpgroups along the rows, warpgroups splitting the columns, row padding factor).
+
+    A CTA's warpgroups (4 warps each) go along the rows while the tile has 64-row slices for
+    them, then across the columns; a tile of fewer than 64 rows still issues 64-row
+    instructions (padding > 1).
+    """
+    groups = max(1, warps // 4)
+    along_m = max(1, min(groups, rows // WGMMA_ROWS))
+    return along_m, max(1, groups // along_m), max(1.0, WGMMA_ROWS * along_m / rows)
+
+
+def mma_factor(
+    shapes: tuple[Product, ...],
+    feed: float,
+    rows: int | None = None,
+    warps: int = 4,
+    split: float = 0.0,
+) -> float:
+    """Tensor time multiplier of products `shapes` against the ceiling.
+
+    With rows (the product's own, else `rows`) the warpgroups are placed as `warpgroup_layout`
+    says: padded rows cost their instructions, and each of gn warpgroups splitting the columns
+    takes 1/gn of the product's width (and a surcharge `split` per extra warpgroup for the
+    operands they exchange through shared memory). Shared memory must feed each 64-row step
+    its B operand (N rows of 16) and, where A is not in registers, A's 64 rows as well: with
+    `feed` (ρ, `Efficiency.smem_feed`) the time that takes against the tensor time is
+    ρ·(1 + 64/N) or ρ, and the product runs at the slower of the two.
+    """
+    if not shapes:
+        return 1.0
+    total = 0.0
+    for p in shapes:
+        m = p.rows if p.rows is not None else rows
+        pad, gn = 1.0, 1
+        if m is not None:
+            _, gn, pad = warpgroup_layout(m, warps)
+        width = p.n / gn
+        smem = feed * (1.0 + WGMMA_ROWS / width) if p.a_smem else feed
+        total += p.share * pad * (1.0 + split * (gn - 1)) * max(1.0, smem)
+    return float(total)
+
+
+def lockstep(w: Launch, t: TileConfig) -> bool:
+    """Do the CTA's warpgroups split its rows (≥ 2 slices of 64) and share a two-buffer ring?
+
+    Then no warpgroup can run ahead of another by a tile: they wait on the same buffers, their
+    softmax and matrix phases coincide, and the overlap within the CTA shrinks (`lockstep`).
+    """
+    along_m, _, _ = warpgroup_layout(product_rows(w, t), t.warps)
+    return bool(w.mma_shapes) and t.stages == 2 and along_m >= 2
+
+
+def two_stage(w: Launch, t: TileConfig) -> bool:
+    """A CTA of matrix products on a ring of two K/V buffers, not in lockstep: the next tile's
+    copy into a buffer waits until this tile's products reading it are done, so the products of
+    consecutive tiles overlap the softmax less (`two_stage`)."""
+    return bool(w.mma_shapes) and t.stages == 2 and not lockstep(w, t)
+
+
+def _durations(
+    w: Launch, t: TileConfig, r: _Rates, c: np.ndarray, loop_hit: np.ndarray, spills: bool
+):
+    """(duration, time before the loop, components (5, n)) of every CTA at co-residency c."""
+    eff = r.eff
+    tensor = w.flops / r.tensor * mma_factor(w.mma_shapes, eff.smem_feed, product_rows(w, t),
+                                             t.warps, eff.wg_split)  # fmt: skip
+    sfu, alu = w.exps / r.sfu, w.alu / r.alu
+    # a bulk reduce-add also costs the CTA's warps its issue: the tile stored to shared
+    # memory, a fence and a barrier before the copy engine may read it (one per tile)
+    alu = alu + w.reduce_ops * (eff.reduce_op_ns * 1e-9)
+    edge_bytes = _edge_bytes(w)
+    loads = (w.read_bytes + w.write_bytes - w.edge_read - w.edge_write + spill_bytes(w, eff)) / r.l2
+    if spills:  # spilled registers: every iteration waits on local-memory reloads
+        tensor, sfu, alu = (x * (1.0 + eff.spill_penalty) for x in (tensor, sfu, alu))
+    # The tensor cores run beside the warps' own instructions (exponentials on the SFUs, the
+    # rest on the FP32 units: one stream of instructions, so these two add up). A CTA hides a
+    # share `overlap` of the shorter side; what it leaves serial, other CTAs resident on its SM
+    # can fill, as their phases differ (`cta_overlap`, growing with their number).
+    vector = sfu + alu
+    # Lockstep warpgroups lose a share of their own overlap; a co-resident CTA's warpgroups
+    # run in their common stalls, so with c CTAs on the SM only 1 / c**lockstep_fill of that
+    # share is lost (1: each CTA fills its share; more: the stalls seldom coincide).
+    if lockstep(w, t):
+        own = eff.overlap * (1.0 - eff.lockstep / c**eff.lockstep_fill)
+    elif two_stage(w, t):
+        own = eff.overlap * (1.0 - eff.two_stage / c)
+    else:
+        own = eff.overlap
+    # Warpgroups on their own row slices of a ring of three or more buffers drift apart like
+    # separate CTAs: each fills the others' serial phases as a co-resident CTA would.
+    along_m, _, _ = warpgroup_layout(product_rows(w, t), t.warps)
+    drift = along_m if (t.stages >= 3 and w.mma_shapes) else 1
+    hidden = own + (1.0 - own) * eff.cta_overlap * (1.0 - 1.0 / (c * drift))  # (n,)
+    longer = np.maximum(tensor, vector)
+    compute = longer + (1.0 - hidden) * np.minimum(tensor, vector)
+    t_w = np.where(tensor >= vector, tensor, (1.0 - hidden) * tensor)
+    v_w = np.where(tensor >= vector, (1.0 - hidden) * vector, vector)
+    v_share = np.divide(sfu, vector, out=np.zeros_like(sfu), where=vector > 0)
+    weights = np.stack([t_w, v_w * v_share, v_w * (1.0 - v_share)])  # (3, n)
+    if t.stages >= 2:
+        thr = np.maximum(compute, loads)
+        mem_part = np.where(loads > compute, loads, 0.0)
+    else:
+        thr = compute + loads
+        mem_part = loads
+    comp_part = thr - mem_part
+    latency = (loop_hit * eff.l2_latency_ns + (1.0 - loop_hit) * eff.dram_latency_ns) * 1e-9
+    if w.chain:
+        # Each of the iteration's `chain` waits on its products (the softmax needs S, the next
+        # product its operands): a warpgroup pays their latency on top of its work, which only
+        # other warpgroups (on their own row slices, or in other CTAs) can fill. A bulk reduce-add
+        # (the atomic route's dQ tile) must have been read out of shared memory before the
+        # next tile's goes there (the kernel waits on that read, not on the reduce's
+        # completion, and only just before the next store: an iteration later): what the
+        # copy engine's start and the tile's transfer take beyond that iteration's work.
+        wait = w.iters * (w.chain * eff.mma_chain_ns * 1e-9)
+        if w.reduce_write.any():
+            it = np.maximum(w.iters, 1)
+            bulk = eff.bulk_read_ns * 1e-9 + w.reduce_write / it / r.l2
+            wait = wait + w.iters * np.maximum(bulk - thr / it, 0.0)
+
+    def loop_with(busy: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(k, loop time) when `busy` CTAs (this one included) run their loops on the SM."""
+        k = busy / np.minimum(1.0, busy * t.warps / eff.warps_to_saturate)
+        # stages − 1 tile loads in flight, each taking the latency plus its transfer at this
+        # SM's share of the L2 → SM bandwidth: at least (latency + transfer) / (stages − 1)
+        # per iteration; one stage waits for every load before computing.
+        fetch = w.iters * latency + busy * loads
+        floor = fetch / (t.stages - 1) if t.stages >= 2 else fetch + thr
+        loop = np.maximum(k * thr, floor)
+        if w.chain:
+            loop = np.maximum(loop, thr / along_m + wait)
+        return k, loop
+
+    # Before its loop a CTA waits (set-up, its first load's latency) without using the SM's
+    # throughput, which the other c − 1 CTAs there take meanwhile: each CTA's loop shares the
+    # SM with the others' loops only for the part of their lives they spend in them. A fixed
+    # point (the share depends on the loop's length); it decreases monotonically from c.
+    edge_wait = eff.cta_setup_ns * 1e-9 + np.where(w.edge_read > 0, eff.dram_latency_ns * 1e-9, 0.0)
+    busy = c
+    for _ in range(_BUSY_STEPS):
+        _, loop = loop_with(busy)
+        busy = 1.0 + (c - 1.0) * loop / (loop + edge_wait)
+    k, loop = loop_with(busy)
+    edge = edge_wait + k * edge_bytes / r.l2
+    share = np.divide(weights, weights.sum(axis=0), out=np.zeros_like(weights), where=weights > 0)
+    parts = np.empty((5, w.n_ctas))
+    parts[:3] = busy * comp_part * share
+    parts[3] = busy * mem_part + k * edge_bytes / r.l2
+    parts[4] = (k - busy) * thr + (loop - k * thr) + edge_wait
+    return edge + loop, edge, parts
+
+
+def _shared_hits(w: Launch, hit: np.ndarray) -> np.ndarray:
+    """Loop hit rates for load latency: CTAs of one stream share its compulsory misses.
+
+    CTAs reading the same stream at about the same time wait on the same first fetch of each
+    block (later requests merge into the pending miss), so for latency each CTA of a stream
+    sees the stream's average hit rate rather than the first CTA taking every miss.
+    """
+    if not w.stream_read.any():
+        return hit
+    inv, k = stream_groups(w.stream)
+    loop_read = np.maximum(w.read_bytes - w.edge_read, 0.0)
+    num = np.bincount(inv, weights=hit * loop_read, minlength=k)
+    den = np.bincount(inv, weights=loop_read, minlength=k)
+    group = np.divide(num, den, out=np.ones(k), where=den > 0)
+    return np.where(w.stream >= 0, group[inv], hit)
+
+
+def _schedule(dur: np.ndarray, slots: int, sms: int, free_at: np.ndarray | None = None):
+    start, slot = list_schedule(dur, slots, free_at)
+    end = start + dur
+    sm = slot % sms
+    return start, end, sm
+
+
+def _slots_freed(prev: KernelResult, begin: float, sms: int, per_sm: int) -> np.ndarray:
+    """When each slot of a launch that may begin at `begin` beside `prev` first frees (s, from
+    `begin`).
+
+    Per SM, the previous kernel's slots empty as its last CTAs there end (its `occ` latest ends
+    stand for its slots). Slot k of the new kernel (of per_sm on the SM) needs (k + 1) / per_sm
+    of the SM, so it waits until few enough of the previous kernel's slots there are still busy;
+    equal occupancies pair slot with slot. Slot k·sms + s of the new launch sits on SM s.
+    """
+    occ = prev.ctas_per_sm
+    order = np.lexsort((prev.end, prev.sm))
+    sm_sorted, end_sorted = prev.sm[order], prev.end[order]
+    rank = np.arange(len(order)) - np.searchsorted(sm_sorted, sm_sorted, side="left")
+    count = np.bincount(sm_sorted, minlength=sms)
+    from_top = count[sm_sorted] - 1 - rank  # 0 for the latest end on its SM
+    keep = from_top < occ
+    last = np.zeros((occ, sms))  # row m: the (m + 1)-th latest end on each SM
+    last[from_top[keep], sm_sorted[keep]] = end_sorted[keep]
+    k = np.arange(per_sm)
+    still_busy = np.floor(occ * (1.0 - (k + 1) / per_sm) + 1e-9).astype(np.int64)  # (per_sm,)
+    free = np.where((still_busy < occ)[:, None], last[np.minimum(still_busy, occ - 1)], 0.0)
+    return np.maximum(free.reshape(-1) - begin, 0.0)  # (per_sm · sms,)
+
+
+def _tail(w, t, r, hits, spills, schedule, dur, extra, busy_cta, c):
+    """The launch's last CTAs, once none is left to start: as CTAs on an SM end, the others
+    there run at the residency left (their durations at k co-resident CTAs, plus `extra`, the
+    first wave's cold start, never slower than with more). Returns (end, busy_cta) with those
+    CTAs' ends and SM-time shares re-timed."""
+    start, end, sm = schedule
+    t0 = float(start.max())
+    tail = np.flatnonzero(end > t0)
+    if tail.size == 0:
+        return end, busy_cta
+    kmax = max(int(c[0]), int(np.bincount(sm[tail]).max()))
+    if kmax <= 1:
+        return end, busy_cta
+    sub = w.reordered(tail)
+    runs = []  # (duration, parts) of each tail CTA with k = 1 … kmax CTAs on its SM
+    for k in range(1, kmax + 1):
+        d, _, parts = _durations(sub, t, r, np.full(tail.size, float(k)), hits[tail], spills)
+        parts[4] += extra[tail]
+        runs.append((d + extra[tail], parts))
+    levels = np.minimum.accumulate(np.stack([d for d, _ in runs], axis=1)[:, ::-1], axis=1)
+    levels = levels[:, ::-1]  # (m, kmax): alone is never slower than shared
+    done = (t0 - start[tail]) / dur[tail]
+    new_end, work = share_tail(sm[tail], 1.0 - done, levels, t0)
+    end = end.copy()
+    end[tail] = new_end
+    busy_cta = busy_cta.copy()
+    busy_cta[:, tail] *= done  # the share before t0, at the launch's residency
+    for k, (d, parts) in enumerate(runs, start=1):
+        # at k resident: the work done then, at its time per unit of work (levels) over k
+        busy_cta[:, tail] += parts / d * (work[:, k - 1] * levels[:, k - 1] / k)
+    return end, busy_cta
+
+
+def _run_launch(
+    w: Launch,
+    p: AttentionProblem,
+    t: TileConfig,
+    gpu: GPU,
+    r: _Rates,
+    carry: L2Split | None,
+    beside: tuple[KernelResult, float] | None = None,
+    alone_at_end: bool = True,
+    power_cap: bool = True,
+):
+    e = p.dtype_bytes
+    fp = footprint(
+        w.kind, _pad_rows(w.rows), t.block_n, p.head_dim, t.stages, t.warps, e, gpu, t.maxnreg
+    )
+    if w.regs is not None:  # the compiled kernel's count (compiled.py), and its spills
+        spills = bool(w.local_load.any() or w.local_store.any())
+        regs = -(-w.regs // REG_UNIT) * REG_UNIT  # allocated in whole units
+        fp = dataclasses.replace(fp, regs_per_thread=regs, spills=spills)
+    occ: Occupancy = occupancy(fp, gpu)
+    n, sms, per_sm = w.n_ctas, gpu.sms, occ.ctas_per_sm
+    slots = sms * per_sm
+    free_at = _slots_freed(beside[0], beside[1], sms, per_sm) if beside else None
+    cap = gpu.l2_bytes * r.eff.l2_reuse_fraction
+    gamma = r.eff.l2_reuse_exponent
+
+    # Every CTA shares its SM with c others: a full GPU's residency, or fewer when the grid is
+    # too small to fill every slot. No SM ever holds more, so no SM outruns its throughput.
+    c = np.full(n, float(min(per_sm, math.ceil(n / sms))))
+    ideal = split_traffic(w, np.zeros(n), np.zeros(n), np.zeros(n), math.inf, gamma, None)
+    hits = _shared_hits(w, ideal.loop_hit)
+    dur, edge, parts = _durations(w, t, r, c, hits, fp.spills)
+    # The first CTAs of a launch start together and wait longer (cold caches, every first
+    # load at once); a slot takes a moment to pass from one CTA to the next.
+    cold = r.eff.cold_start_ns * 1e-9
+    first_wave = min(n, slots)
+    dur[:first_wave] += cold
+    edge[:first_wave] += cold
+    parts[4, :first_wave] += cold
+    gap = r.eff.cta_dispatch_ns * 1e-9
+    start, end, sm = _schedule(dur + gap, slots, sms, free_at)
+    end = end - gap
+    busy_cta = parts / c  # (5, n) each CTA's share of its SM's time, by limiter
+    if alone_at_end:
+        extra = np.where(np.arange(n) < first_wave, cold, 0.0)
+        end, busy_cta = _tail(w, t, r, hits, fp.spills, (start, end, sm), dur, extra, busy_cta, c)
+    l2 = split_traffic(w, start, end, edge, cap, gamma, carry, r.eff.l2_shared_copies)
+    first = float(start.min())  # > 0 only beside a kernel that still holds every slot
+    span = float(end.max()) - first
+    # The power cap: the durations above are at the boost clock; a launch that demands more
+    # than the cap runs at a lower clock, and all of its SM-side time stretches alike (beside
+    # another kernel, so do the offsets at which that kernel's slots freed: a small error).
+    clock = clock_share(r.eff, *power_counts(w, r.eff), span) if power_cap else 1.0
+    span /= clock
+    # spilled lines that leave L2 dirty (measured per compiled kernel and GPU)
+    writeback = float(w.local_writeback.sum())
+    dram = float(l2.dram_read.sum() + l2.dram_write.sum()) + writeback
+    # The L2's reduce units serve every SM: a launch's reduce-adds take at least their bytes
+    # at `l2_reduce` of the L2 rate.
+    reduce = float(w.reduce_write.sum()) / (r.l2 * sms * r.eff.l2_reduce)
+    stretch = max(1.0, dram / r.dram / span, reduce / span) if span > 0 else 1.0
+    warped = span * stretch
+
+    # Breakdown: SM-time by limiter, idle SM time as tail, the DRAM stretch as memory.
+    busy = busy_cta.sum(axis=1) / sms / clock  # (5,)
+    total_busy = float(busy.sum())
+    if total_busy > span:  # rounding only: co-residency never exceeds c here
+        busy *= span / total_busy
+        total_busy = span
+    breakdown = dict(zip(_PARTS, busy.tolist(), strict=True))
+    breakdown["memory"] += warped - span
+    # the slots' hand-overs between CTAs (each later CTA waited `gap` for its slot)
+    handover = min(span - total_busy, (n - first_wave) * gap / (c[0] * sms) / clock)
+    breakdown["tail"] = span - total_busy - handover
+    breakdown["launch"] = r.eff.launch_us * 1e-6 + handover
+    result = {
+        "occupancy": occ,
+        "waves": n / slots,
+        "sm": sm,
+        "start": (start - first) * stretch / clock,  # from the launch's first CTA start
+        "end": (end - first) * stretch / clock,
+        "clock": clock,
+        "coresidency": coresidency(start, end, sm),
+        "dram_read_bytes": float(l2.dram_read.sum()),
+        "dram_write_bytes": float(l2.dram_write.sum()) + writeback,
+        "l2_read_bytes": float(w.read_bytes.sum() + r.eff.spill_l1_miss * w.local_load.sum()),
+        "l2_write_bytes": float(w.write_bytes.sum() + w.local_store.sum()),
+        "spill_l2_bytes": float(spill_bytes(w, r.eff).sum()),
+        "spill_dram_bytes": writeback,
+        "breakdown": {lim: breakdown[lim] for lim in LIMITERS},
+        "span": warped,
+        "first": first,
+    }
+    return result, l2
+
+
+def simulate_workload(workload: Workload, gpu: GPU, power_cap: bool = True) -> SimResult:
+    """Run every launch of `workload` on `gpu`: one after another, or beside the previous one
+    where a launch is `concurrent` (another stream). `power_cap` False: every launch at the
+    boost clock (as a single launch after idle runs: Nsight Compute's durations)."""
+    p, t = workload.problem, workload.tiles
+    rates = _Rates(gpu, p.dtype)
+    kernels: list[KernelResult] = []
+    groups: list[list[int]] = []
+    clock = 0.0
+    carry = None
+    gap = rates.eff.launch_us * 1e-6
+    for i, launch in enumerate(workload.launches):
+        beside = None
+        if launch.concurrent and kernels:
+            begin = kernels[-1].offset_s + gap  # issued right after the previous launch
+            beside = (kernels[-1], begin)
+            groups[-1].append(len(kernels))
+        else:
+            begin = clock + gap
+            groups.append([len(kernels)])
+        # A launch followed by one on another stream hands its SMs over as its CTAs end: its
+        # last CTAs never run with their SMs to themselves.
+        handed_over = i + 1 < len(workload.launches) and workload.launches[i + 1].concurrent
+        res, carry = _run_launch(
+            launch, p, launch.tiles or t, gpu, rates, carry, beside,
+            alone_at_end=not handed_over, power_cap=power_cap,
+        )  # fmt: skip
+        span = res.pop("span")
+        begin += res.pop("first")  # beside a busy kernel: when its first slot frees
+        res["start"] = res["start"] + begin
+        res["end"] = res["end"] + begin
+        kernels.append(
+            KernelResult(
+                name=launch.name,
+                grid=launch.grid,
+                offset_s=begin - gap,
+                time_s=gap + span,
+                end_s=begin + span,
+                counts=launch.totals(),
+                **res,
+            )
+        )
+        clock = max(clock, begin + span)
+    for members in groups:
+        if len(members) > 1:  # the group's wall time, shared in proportion to each kernel's
+            lo = min(kernels[m].offset_s for m in members)
+            hi = max(kernels[m].end_s for m in members)
+            total = sum(kernels[m].time_s for m in members)
+            for m in members:
+                kernels[m] = dataclasses.replace(kernels[m], share=(hi - lo) / total)
+    totals = workload.totals()
+    fl = floors(workload.algo, p, gpu, totals["flops"], totals["exps"])
+    return SimResult(gpu, workload, tuple(kernels), fl)
+
+
+def simulate(
+    algo: str,
+    problem: AttentionProblem,
+    tiles: TileConfig,
+    gpu: GPU,
+    splits: int | None = None,
+) -> SimResult:
+    """Simulate `algo` on `problem` with `tiles` on `gpu` (decode: optional `splits`)."""
+    return simulate_workload(build(algo, problem, tiles, sms=gpu.sms, splits=splits), gpu)
+
+
+def alone_time_s(workload: Workload, gpu: GPU) -> float:
+    """The duration of a one-launch workload's kernel, from its first CTA's start to its last
+    one's end (no launch gap), at the boost clock: as a single launch after idle runs (what
+    Nsight Compute times)."""
+    (k,) = simulate_workload(workload, gpu, power_cap=False).kernels
+    return k.time_s - gpu.efficiency.launch_us * 1e-6

@@ -1,0 +1,338 @@
+"""What flashscope's own Triton kernels launch, as workloads of the timing engine.
+
+The counting convention's algorithms (`workload.py`) are the papers' algorithms. The kernels in
+kernels/forward.py and kernels/backward.py (see benchmarks/NOTES-attention.md) differ from them
+in ways a timing shows, so `impl="flashscope"` builds these launches instead:
+
+    fa2       one launch, CTA per (query block, batch·head); causal query blocks are launched
+              heaviest first (program 0 runs the last query block). Counts equal fa2's.
+    fa2-bwd   preprocess D = rowsum(dO∘O) in 64-row blocks (32 beyond d = 128), then a route:
+      separate  the dQ kernel (CTA per (query block, batch·head), heaviest first; per visible
+                tile reads Kⱼ, Vⱼ; 3 products: S, dP, dQ += dS K; writes dQ in the dtype) on a
+                side stream, concurrently with the dK/dV kernel (CTA per (key block, batch ·
+                kv_head); the group's query heads and their visible query blocks inside; per
+                tile reads Qᵢ, dOᵢ, LSEᵢ, Dᵢ; 4 products: Sᵀ, dPᵀ, dV += Pᵀ dO, dK += dSᵀ Q)
+      atomic    PyTorch zero-fills an fp32 dQ buffer; the dK/dV kernel adds a 5th product dS K
+                per tile and reduce-adds its fp32 (BM × d) result into that buffer inside L2
+                (a bulk reduction: the kernel never reads the buffer); PyTorch then scales it
+                (fp32 → fp32) and casts it (fp32 → dtype): two more passes over Nq·d per head.
+
+The dQ kernel may have its own tiles (`dq_tiles`, default the main tiles); the preprocess and
+the PyTorch passes have fixed 64-row blocks of 4 warps. `kernel_route` reads the route the
+kernels choose per GPU and sequence-length bucket from kernels/tuned.json ("routes"; a test
+holds the two lookups equal); elsewhere "separate".
+
+Byte classes, beyond fa2's (see launch.py): the atomic route's reduce-adds are L2 write
+requests that a write-back L2 absorbs while the line stays (merge_write), and the first CTA of a
+head (key block 0, which every query block sees) fetches the zeroed buffer into L2 (an acc_read
+carried from the fill): so the buffer reaches DRAM about once each way. Closed forms:
+`traffic.flashscope`. SRAM counts are not modelled here. The forward, dQ and dK/dV launches
+carry the local-memory traffic of their compiled kernels where `compiled.py` has measured it
+(register spills: outside the counts above).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+
+from flashscope.simulator.core.problem import STATS_BYTES, AttentionProblem, TileConfig, cdiv
+from flashscope.simulator.timing import compiled
+from flashscope.simulator.timing.engine import warpgroup_layout
+from flashscope.simulator.timing.launch import ACC_BYTES, Launch, Product
+from flashscope.simulator.timing.workload import Workload, _fa2, _heads, _kv_stream, _query_grid
+
+IMPLS = ("convention", "flashscope")
+KERNEL_ALGOS = ("fa2", "fa2-bwd")
+BWD_ROUTES = ("separate", "atomic")
+TUNED_FILE = Path(__file__).resolve().parents[2] / "kernels" / "tuned.json"
+# The GPU presets whose kernels were tuned, by the name the GPU reports (kernels/tuned.json).
+TUNED_GPUS = {"NVIDIA H200": "h200", "NVIDIA H100 80GB HBM3": "h100-sxm"}
+# Sequence-length buckets of the tuned table: an entry ".../n2048" holds 1025–2048 (the kernels look
+# their tiles and routes up with the same rule: flashscope.kernels.launch imports `tuned_keys`).
+SEQ_BUCKETS = (1024, 2048, 4096, 8192, 16384)
+HELPER_WARPS = 4
+# FP32-pipe instructions per score element in the unmasked loop, counted in the compiled
+# kernels' PTX (benchmarks/ptx_loops.py; the same for every tile configuration the datasets
+# measured but the dK/dV kernel's 4-warp 32-row tiles at 32 and 128 keys, 5.25): the dQ kernel's
+# S·scale − LSE, dP − D, P·(dP − D) and dS's conversion; the dK/dV kernel's the same, Pᵀ's
+# conversion and the compares and selects (setp, selp) its PTX has beside them. The forward's
+# count follows its formula in workload._fa2, 4 + d / BN per element, within 10% of the PTX's.
+# (Both were 6 before they were counted.)
+DQ_FP32 = 3.5
+DKDV_FP32 = 6.5
+
+
+@lru_cache
+def tuned_routes() -> dict[str, dict[str, str]]:
+    """GPU preset → the kernels' measured dQ routes ("bwd-route/16/d64/full[/n2048]" → name)."""
+    if not TUNED_FILE.exists():
+        return {}
+    gpus = json.loads(TUNED_FILE.read_text())["gpus"]
+    return {TUNED_GPUS[name]: e.get("routes", {}) for name, e in gpus.items() if name in TUNED_GPUS}
+
+
+def pad_head_dim(d: int) -> int:
+    return max(16, 1 << (d - 1).bit_length())
+
+
+def tuned_keys(key: str, seq_len: int | None) -> list[str]:
+    """The tuned table's keys to try, most specific first: the length bucket's ("…/n2048" holds
+    1025–2048; beyond the last bucket, the last), then the key tuned at one length."""
+    if seq_len is None:
+        return [key]
+    bucket = next((b for b in SEQ_BUCKETS if seq_len <= b), SEQ_BUCKETS[-1])
+    return [f"{key}/n{bucket}", key]
+
+
+def kernel_route(gpu_key: str, p: AttentionProblem) -> str:
+    """The backward route flashscope's kernels take for `p` on GPU preset `gpu_key`: the one
+    measured for its sequence-length bucket, else for its (head_dim, causal), else separate."""
+    if p.dtype == "fp32":
+        return "separate"
+    routes = tuned_routes().get(gpu_key.removesuffix("+custom"), {})
+    key = f"bwd-route/16/d{pad_head_dim(p.head_dim)}/{'causal' if p.causal else 'full'}"
+    found = (routes[k] for k in tuned_keys(key, max(p.seq_q, p.seq_k or p.seq_q)) if k in routes)
+    return next(found, "separate")
+
+
+def preprocess_rows(p: AttentionProblem) -> int:
+    """Rows per CTA of the preprocess kernel (kernels/backward.preprocess)."""
+    return 64 if pad_head_dim(p.head_dim) <= 128 else 32
+
+
+def check(algo: str, route: str | None, dq_tiles: TileConfig | None) -> None:
+    if algo not in KERNEL_ALGOS:
+        raise ValueError(f"algo must be one of {', '.join(KERNEL_ALGOS)} with impl flashscope")
+    if route is not None and route not in BWD_ROUTES:
+        raise ValueError(f"route must be one of {', '.join(BWD_ROUTES)}, got {route!r}")
+    if algo != "fa2-bwd" and (route is not None or dq_tiles is not None):
+        raise ValueError("route and the dQ tiles apply to fa2-bwd only")
+
+
+def _heavy_first(launch: Launch, per_head: int, heads: int) -> Launch:
+    """Program 0 of each head runs its last (heaviest) query block."""
+    order = (np.arange(heads)[:, None] * per_head + np.arange(per_head)[::-1]).reshape(-1)
+    return launch.reordered(order)
+
+
+def _rowwise(name: str, p: AttentionProblem, rows_per_cta: int, **per_row) -> Launch:
+    """A pass over the Nq rows of every head in blocks of `rows_per_cta` (per-row counts × r)."""
+    n_q = cdiv(p.seq_q, rows_per_cta)
+    rows = np.minimum(rows_per_cta, p.seq_q - np.arange(n_q, dtype=np.int64) * rows_per_cta)
+    rows = np.tile(rows, p.batch * p.heads)  # (n_q · B·H,)
+    cols = {k: v * rows for k, v in per_row.items()}
+    tiles = TileConfig(rows_per_cta, 64, 3, HELPER_WARPS)
+    return Launch.make(
+        name, "rowwise", rows_per_cta, (n_q, p.batch * p.heads), p.dtype_bytes, iters=1,
+        tiles=tiles, **cols,
+    )  # fmt: skip
+
+
+def _dq_kernel(p: AttentionProblem, t: TileConfig) -> Launch:
+    e, d, bh_n = p.dtype_bytes, p.head_dim, p.batch * p.heads
+    rows, vis, vcols, _ = _query_grid(p, t)
+    n_q = len(rows)
+    area = rows * vcols
+    _, kv = _heads(p, n_q)
+
+    def tile(x):
+        return np.tile(x, bh_n)
+
+    launch = Launch.make(
+        "bwd_dq", "bwd_dq", t.block_m, (n_q, bh_n), e,
+        iters=tile(vis),
+        hbm_read=tile(2 * rows * d + 2 * d * vcols),
+        hbm_write=tile(rows * d),
+        stats_read=tile(2 * rows),
+        flops=tile(6 * d * area),
+        exps=tile(area),
+        alu=tile(DQ_FP32 * area),
+        edge_read=tile(2.0 * rows * d * e + 2 * rows * STATS_BYTES),
+        edge_write=tile(1.0 * rows * d * e),
+        stream_read=tile(2.0 * d * vcols * e),
+        kv_head=kv,
+        stream=np.where(tile(vis) > 0, kv, -1),
+        stream_hi=tile(vis),
+        tiles=t,
+        concurrent=False,
+        # S and dP read both operands from shared memory; dQ += dS K takes dS from registers
+        mma_shapes=(Product(2 / 3, t.block_n, a_smem=True), Product(1 / 3, pad_head_dim(d))),
+        # the compiled loop (PTX) waits on S (with the previous tile's dQ product, left in
+        # flight across iterations), then on dP: two waits
+        chain=2,
+        **_kv_stream(p, t),
+    )  # fmt: skip
+    return _heavy_first(launch, n_q, bh_n) if p.causal else launch
+
+
+def _dkdv_kernel(p: AttentionProblem, t: TileConfig, atomic: bool) -> Launch:
+    e, d, nk = p.dtype_bytes, p.head_dim, p.seq_k
+    g = p.group
+    hk_n = p.batch * p.kv_heads  # type: ignore[operator]
+    rows, vis, _, n_kv = _query_grid(p, t)
+    n_q = len(rows)
+    bn = t.block_n
+    cols = np.minimum(bn, nk - np.arange(n_kv, dtype=np.int64) * bn)  # (n_kv,)
+    lo = np.searchsorted(vis, np.arange(n_kv), side="right")  # first query block seeing j
+    suffix = np.concatenate([np.cumsum(rows[::-1])[::-1], [0]])  # Σ r_i for i ≥ k
+    sr = g * suffix[lo]  # (n_kv,) query rows met, over the group's heads
+    products = 5 if atomic else 4
+    stream_bytes = sr * (2 * d * e + 2 * STATS_BYTES)
+
+    def tk(x):
+        return np.tile(x, hk_n)
+
+    steps = tk(g * (n_q - lo))  # query steps of each CTA, over the group's heads
+    cols_extra: dict = {}
+    if atomic:
+        acc = d * sr  # reduce-added elements
+        first = np.zeros(n_kv, dtype=np.int64)
+        first[0] = d * sr[0]  # key block 0 meets every row that any key block meets
+        cols_extra = {
+            "acc_write": tk(acc),
+            "acc_read": tk(first),
+            "carry_read": tk(first * float(ACC_BYTES)),
+            "merge_write": tk((acc - first) * float(ACC_BYTES)),
+            "reduce_write": tk(acc * float(ACC_BYTES)),
+            "reduce_ops": steps,  # one block_m × d tile per query step
+        }
+    kv = np.repeat(np.arange(hk_n, dtype=np.int64), n_kv)
+    return Launch.make(
+        "bwd_dkdv", "bwd", t.block_m, (n_kv, hk_n), e,
+        iters=steps,
+        hbm_read=tk(2 * cols * d + 2 * d * sr),
+        hbm_write=tk(2 * cols * d),
+        stats_read=tk(2 * sr),
+        flops=tk(2 * products * d * cols * sr),
+        exps=tk(cols * sr),
+        # FP32 work per score element, ×gn where warpgroups split the keys' columns (each
+        # then holds the whole tile's elementwise work: the PTX's count doubles)
+        alu=tk(DKDV_FP32 * warpgroup_layout(bn, t.warps)[1] * cols * sr),
+        edge_read=tk(2.0 * cols * d * e),
+        edge_write=tk(2.0 * cols * d * e),
+        stream_read=tk(stream_bytes.astype(np.float64)),
+        kv_head=kv,
+        stream=kv,
+        stream_lo=tk(lo),
+        stream_hi=n_q,
+        stream_blocks=n_q,
+        stream_tail=float(rows[-1]) / t.block_m,
+        tiles=t,
+        concurrent=not atomic,
+        # Sᵀ and dPᵀ are BM wide, both operands in shared memory; dV and dK are d wide with
+        # Pᵀ and dSᵀ in registers (all BN rows); the atomic route's dQ = dS K is d wide with
+        # BM rows, dS in registers
+        mma_shapes=(Product(2 / products, t.block_m, a_smem=True),
+                    Product(2 / products, pad_head_dim(d)))
+        + ((Product(1 / products, pad_head_dim(d), t.block_m),) if atomic else ()),
+        # the compiled loop (PTX) waits on Sᵀ (with the previous tile's dV and dK products,
+        # left in flight), then on dPᵀ; the atomic route once more, on dQ, whose tile it stores
+        # for the reduce-add
+        chain=3 if atomic else 2,
+        **cols_extra,
+    )  # fmt: skip
+
+
+def _backward(p: AttentionProblem, t: TileConfig, route: str, dq_tiles: TileConfig):
+    d = p.head_dim
+    pre = _rowwise(
+        "bwd_preprocess", p, preprocess_rows(p),
+        hbm_read=2 * d, stats_write=1, alu=2.0 * d,
+    )  # fmt: skip
+    if route == "separate":
+        return pre, _dq_kernel(p, dq_tiles), _dkdv_kernel(p, t, atomic=False)
+    fill = _rowwise("dq_zero_fill", p, 64, acc_write=d)
+    scale = _rowwise(
+        "dq_scale", p, 64, acc_read=d, acc_write=d, alu=1.0 * d, carry_read=float(d * ACC_BYTES)
+    )
+    cast = _rowwise(
+        "dq_cast", p, 64, acc_read=d, hbm_write=d, alu=1.0 * d, carry_read=float(d * ACC_BYTES)
+    )
+    return pre, fill, _dkdv_kernel(p, t, atomic=True), scale, cast
+
+
+def with_local_traffic(
+    launch: Launch, p: AttentionProblem, t: TileConfig, route: str | None, gpu_key: str
+) -> Launch:
+    """`launch` with its compiled kernel's registers, spill loads and stores, and the spills'
+    DRAM write-back, where they were measured."""
+    tiles = launch.tiles or t
+    if launch.name not in compiled.LAUNCH_KERNEL:
+        return launch
+    k = compiled.key(launch.name, p, tiles, route)
+    launch = dataclasses.replace(launch, regs=compiled.registers(k, gpu_key))
+    traffic = compiled.lookup(k, gpu_key)
+    if traffic is None:
+        return launch
+    threads = 32 * tiles.warps
+    load, store = traffic.bytes(launch.iters, threads)
+    cols = {"local_load": load, "local_store": store}
+    back = compiled.writeback(k, gpu_key)
+    if back is not None:
+        cols["local_writeback"] = back.bytes(launch.iters, threads)
+    return dataclasses.replace(launch, **cols)
+
+
+def useful_flops(algo: str, p: AttentionProblem) -> float:
+    """The papers' convention: 4·B·H·Nq·Nk·d, halved when causal, × 2.5 for the backward."""
+    useful = 4.0 * p.batch * p.heads * p.seq_q * p.seq_k * p.head_dim  # type: ignore[operator]
+    if p.causal:
+        useful /= 2
+    return 2.5 * useful if algo == "fa2-bwd" else useful
+
+
+def build(
+    algo: str,
+    p: AttentionProblem,
+    t: TileConfig,
+    *,
+    gpu_key: str = "h100-sxm",
+    route: str | None = None,
+    dq_tiles: TileConfig | None = None,
+) -> Workload:
+    """The launches flashscope's kernels make for `algo` (fa2 or fa2-bwd) on `p` with `t`.
+
+    fa2-bwd: `route` None takes the kernels' choice on `gpu_key`; `dq_tiles` None: `t`.
+    """
+    check(algo, route, dq_tiles)
+    if algo == "fa2":
+        (launch,) = _fa2(p, t)
+        d = pad_head_dim(p.head_dim)
+        # one wait per iteration (PTX): on S, with the previous tile's P·V, left in flight
+        shapes = (Product(0.5, t.block_n, a_smem=True), Product(0.5, d))  # S (smem), P·V (regs)
+        launch = dataclasses.replace(launch, mma_shapes=shapes, chain=1)
+        if p.causal:
+            launch = _heavy_first(launch, cdiv(p.seq_q, t.block_m), p.batch * p.heads)
+        launches: tuple[Launch, ...] = (launch,)
+        chosen = None
+    else:
+        chosen = route or kernel_route(gpu_key, p)
+        launches = _backward(p, t, chosen, dq_tiles or t)
+    launches = tuple(with_local_traffic(w, p, t, chosen, gpu_key) for w in launches)
+    return Workload(algo, p, t, launches, useful_flops(algo, p), impl="flashscope", route=chosen)
+
+
+def ctas_of(
+    algo: str,
+    p: AttentionProblem,
+    t: TileConfig,
+    *,
+    gpu_key: str = "h100-sxm",
+    route: str | None = None,
+    dq_tiles: TileConfig | None = None,
+) -> int:
+    """How many CTAs `build` would launch in all, without building anything (for limits)."""
+    check(algo, route, dq_tiles)
+    bh = p.batch * p.heads
+    if algo == "fa2":
+        return cdiv(p.seq_q, t.block_m) * bh
+    dkdv = cdiv(p.seq_k, t.block_n) * p.batch * p.kv_heads  # type: ignore[arg-type, operator]
+    pre = cdiv(p.seq_q, preprocess_rows(p)) * bh
+    if (route or kernel_route(gpu_key, p)) == "separate":
+        return pre + cdiv(p.seq_q, (dq_tiles or t).block_m) * bh + dkdv
+    return pre + 3 * cdiv(p.seq_q, 64) * bh + dkdv

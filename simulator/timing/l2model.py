@@ -1,0 +1,258 @@
+"""Which global requests of a launch hit in L2 and which reach DRAM, from its schedule.
+
+Every request goes through L2 (L2 bytes are exactly the launch's requests); the question is
+which reads miss and which writes reach DRAM. A re-reference hits when little enough other data
+passed through L2 since the last reference: the reuse distance, estimated as
+
+    distance = ρ · gap,     ρ = distinct bytes the whole GPU references per second
+
+and the hit chance is min(1, (C / distance)^γ) with C the usable capacity (L2 size ×
+`l2_reuse_fraction`) and γ `l2_reuse_exponent` (1: a random-replacement-like fall-off past the
+capacity; large: an LRU-like cliff; the default 2 lies between). ρ counts each CTA's cold
+reads, writes (less rewrites of lines it already holds) and self re-reads, and for a shared
+stream only the one frontier its CTAs advance together (CTAs reading the same K/V block at
+the same time fetch it once: near-simultaneous misses to a line merge), times
+`l2_shared_copies`: a Hopper or Ampere L2 is two partitions, each caching what the SMs on its
+side read, so a line that CTAs on both sides read takes more room than one a single CTA reads
+(benchmarks/l2_reuse_probe.py measures C with lines of one reader each, and shows the misses
+of lines that every SM read starting at a smaller size).
+
+Reference classes (see `workload.py`):
+    cold     first touch in the launch → DRAM (unless carried: see below)
+    stream   CTAs sorted by start within their stream; block j of CTA B was last read by the
+             previous CTA P around gap = |t_B(j) − t_P(j)| (each CTA walks its range at a steady
+             pace through its loop); blocks no earlier CTA covered are compulsory misses
+    self     re-reads of a CTA's own data one outer pass later (gap = loop time / passes)
+    carry    reads of the previous launch's output: distance = what the producer referenced
+             after writing it plus what this launch referenced before reading it
+    merge    rewrites of a recently touched line reach DRAM only when it was evicted in between
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from flashscope.simulator.core.hardware import MAX_SHARED_COPIES
+from flashscope.simulator.timing.launch import Launch, stream_groups
+
+
+@dataclass(frozen=True)
+class L2Split:
+    """Per-CTA DRAM traffic of a launch and what the next launch needs to know."""
+
+    dram_read: np.ndarray  # (n,) bytes
+    dram_write: np.ndarray  # (n,) bytes
+    loop_hit: np.ndarray  # (n,) fraction of the loop's reads served by L2
+    refs: np.ndarray  # (n,) distinct bytes each CTA referenced (for the next launch's carry)
+    footprint: float  # distinct bytes the whole launch touched
+
+
+def hit_chance(distance: np.ndarray, capacity: float, exponent: float) -> np.ndarray:
+    """min(1, (capacity / distance)^exponent), 1 at distance 0 or infinite capacity."""
+    out = np.ones_like(distance, dtype=np.float64)
+    if math.isinf(capacity):
+        return out
+    far = distance > capacity
+    out[far] = (capacity / distance[far]) ** exponent
+    return out
+
+
+def _shift(x: np.ndarray, fill: float) -> np.ndarray:
+    """x moved one place later (the previous element of each), `fill` first."""
+    out = np.empty_like(x)
+    out[0] = fill
+    out[1:] = x[:-1]
+    return out
+
+
+def _grouped_cummax(group: np.ndarray, value: np.ndarray) -> np.ndarray:
+    """Running max of `value` within runs of equal `group` (groups sorted, values ≥ 0)."""
+    big = float(value.max(initial=0)) + 1.0
+    shifted = group * big + value
+    return np.maximum.accumulate(shifted) - group * big
+
+
+def _stream_split(w: Launch, loop_start, loop_time):
+    """(new bytes, re-referenced bytes, gap to the previous reference in s) per CTA.
+
+    Start times never decrease in launch order (list scheduling starts CTAs in order), so
+    "sorted by start within a stream" is a stable sort by stream id. Every block of a stream
+    holds the same bytes but its last one (`stream_tail` of a full block: ragged lengths).
+    """
+    n = w.n_ctas
+    new = np.zeros(n)
+    reacc = np.zeros(n)
+    gap = np.zeros(n)
+    idx = np.flatnonzero((w.stream >= 0) & (w.stream_hi > w.stream_lo))
+    if idx.size == 0:
+        return new, reacc, gap
+    sid = w.stream[idx]
+    if np.any(sid[1:] < sid[:-1]):
+        idx = idx[np.argsort(sid, kind="stable")]
+        sid = w.stream[idx]
+    g = sid.astype(np.float64)
+    lo, hi = w.stream_lo[idx].astype(np.float64), w.stream_hi[idx].astype(np.float64)
+    first = np.ones(idx.size, dtype=bool)
+    first[1:] = sid[1:] != sid[:-1]
+    # Union of the ranges of earlier CTAs of the same stream (an interval: prefixes/suffixes).
+    top = float(hi.max()) + 1.0
+    prev_hi = np.where(first, 0.0, _shift(_grouped_cummax(g, hi), 0.0))
+    prev_lo = np.where(first, top, top - _shift(_grouped_cummax(g, top - lo), 0.0))
+    # Blocks no earlier CTA read lie below the union or above it (one side or both).
+    last, short = float(w.stream_blocks), 1.0 - w.stream_tail
+
+    def blocks(a, b):  # full-block equivalents of the block ranges [a, b)
+        return np.maximum(b - a, 0.0) - short * ((b >= last) & (b > a))
+
+    unit = w.stream_read[idx] / blocks(lo, hi)  # bytes of one full block
+    fresh = blocks(lo, np.minimum(hi, prev_lo)) + blocks(np.maximum(lo, prev_hi), hi)
+    new[idx] = unit * np.where(first, blocks(lo, hi), fresh)
+    reacc[idx] = w.stream_read[idx] - new[idx]
+    # Gap to the previous CTA of the stream at the middle of the blocks they share.
+    a = loop_start[idx]
+    tb = loop_time[idx] / (hi - lo)  # seconds per block
+    p_lo, p_hi, p_a, p_tb = _shift(lo, 0.0), _shift(hi, 0.0), _shift(a, 0.0), _shift(tb, 0.0)
+    both_lo, both_hi = np.maximum(lo, p_lo), np.minimum(hi, p_hi)
+    mid = np.where(both_hi > both_lo, 0.5 * (both_lo + both_hi), 0.5 * (lo + hi))
+    gap[idx] = np.where(first, 0.0, np.abs((a + (mid - lo) * tb) - (p_a + (mid - p_lo) * p_tb)))
+    return new, reacc, gap
+
+
+def split_traffic(
+    w: Launch,
+    start: np.ndarray,
+    end: np.ndarray,
+    edge_time: np.ndarray,
+    capacity: float,
+    exponent: float,
+    carry: L2Split | None = None,
+    copies: float = 1.0,
+) -> L2Split:
+    """DRAM reads and writes per CTA of launch `w` run on the schedule (start, end).
+
+    `capacity` in bytes (np.inf: every re-reference hits); `carry` is the previous launch's
+    split (None: nothing carried over); `copies` the room a shared stream's line takes
+    (`l2_shared_copies`). A reuse distance never exceeds the footprint: the room all the
+    distinct bytes touched take (so a launch whose data fits in L2 misses only once).
+    """
+    read, write = w.read_bytes, w.write_bytes
+    loop_start = start + edge_time
+    loop_time = np.maximum(end - loop_start, 0.0)
+    span = float(end.max() - start.min()) if w.n_ctas else 0.0
+
+    # The rate of distinct references: cold + writes + self per CTA, one frontier per stream.
+    frontier = np.zeros(w.n_ctas)
+    if w.stream_read.any():
+        inv, k = stream_groups(w.stream)
+        busy = np.bincount(inv, weights=end - start, minlength=k)
+        s_lo = np.full(k, np.inf)
+        s_hi = np.full(k, -np.inf)
+        np.minimum.at(s_lo, inv, start)
+        np.maximum.at(s_hi, inv, end)
+        sharers = busy / np.maximum(s_hi - s_lo, 1e-300)  # mean CTAs on the stream at once
+        frontier = w.stream_read / np.maximum(sharers[inv], 1.0)
+    cold = w.cold_read
+    # Rewrites of lines already referenced (merge_write) bring no new data into L2.
+    refs = cold + (write - w.merge_write) + w.self_read + copies * frontier
+    rho = float(refs.sum()) / span if span > 0 else 0.0
+    cap, gamma = capacity, exponent
+
+    new, reacc, gap = _stream_split(w, loop_start, loop_time)
+    footprint = float(cold.sum() + (write - w.merge_write).sum() + copies * new.sum())
+
+    def chance(distance: np.ndarray) -> np.ndarray:
+        return hit_chance(np.minimum(distance, footprint), cap, gamma)
+
+    p_stream = chance(rho * gap)
+    dram_stream = new + reacc * (1.0 - p_stream)
+
+    p_self = chance(rho * loop_time / w.passes)
+    dram_self = w.self_read * (1.0 - p_self)
+
+    carried = w.carry_read
+    dram_carry = carried
+    if carry is not None and carried.any():
+        n, m = w.n_ctas, len(carry.refs)
+        after = np.concatenate([np.cumsum(carry.refs[::-1])[::-1], [0.0]])  # producer suffix
+        pos = np.minimum(np.ceil((np.arange(n) + 0.5) * m / n).astype(np.int64), m)
+        before = np.concatenate([[0.0], np.cumsum(read + write)[:-1]])  # this launch, earlier
+        distance = np.minimum(after[pos] + before, carry.footprint + footprint)
+        dram_carry = carried * (1.0 - hit_chance(distance, cap, gamma))
+
+    dram_read = (cold - carried) + dram_carry + dram_stream + dram_self
+    p_merge = np.where(w.self_read > 0, p_self, p_stream)
+    dram_write = write - w.merge_write * p_merge
+    loop_read = np.maximum(read - w.edge_read, 0.0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        loop_miss = np.clip(dram_read - w.edge_read, 0.0, None) / loop_read
+    loop_hit = np.where(loop_read > 0, 1.0 - np.minimum(loop_miss, 1.0), 1.0)
+    return L2Split(dram_read, dram_write, loop_hit, refs, footprint)
+
+
+# The probe's cases (benchmarks/l2_reuse_probe.py): lines of one reader each, and a scan of
+# lines every SM reads in both launches.
+PROBE_ONE_READER = ("same", "shuffled")
+PROBE_SHARED = "shared-twice"
+
+
+@dataclass(frozen=True)
+class ProbeFit:
+    """The L2 room a probe of re-reads measured, in the engine's hit-chance curve."""
+
+    fraction: float  # usable capacity / L2 size for lines of one reader (`l2_reuse_fraction`)
+    exponent: float  # the probe's own fall-off past it (sharper than a launch's spread of gaps)
+    worst: float  # largest |curve − measured hit share| over those sizes
+    sizes: int  # measured points fitted
+    shared_fraction: float | None  # the same for the scan of shared lines (None: not probed)
+    ratio: float | None  # fraction / shared_fraction: how much more room a shared line takes
+    copies: float  # `l2_shared_copies`: the ratio, at least 1 (1 where not probed)
+
+
+def _curve(size: list[float], hit: list[float], l2_bytes: int) -> tuple[float, float, float]:
+    """(fraction, exponent, worst deviation) of min(1, (C / S)^γ), C = fraction × `l2_bytes`,
+    nearest (least squares) to the hit shares `hit` at sizes `size`, on a grid."""
+    s, h = np.array(size), np.array(hit)
+    fractions = np.arange(0.2, 1.0 + 1e-9, 0.0025)
+    exponents = 2.0 ** np.arange(0.0, 6.0 + 1e-9, 0.125)
+    cap = fractions[:, None, None] * l2_bytes
+    curve = np.where(s > cap, (cap / s) ** exponents[None, :, None], 1.0)
+    sse = ((curve - h) ** 2).sum(axis=2)
+    i, j = np.unravel_index(int(np.argmin(sse)), sse.shape)
+    return round(float(fractions[i]), 4), float(exponents[j]), float(np.abs(curve[i, j] - h).max())
+
+
+def fit_probe(doc: dict, l2_bytes: int) -> ProbeFit:
+    """The usable capacity a probe measured: the hit-chance curve nearest to the hit shares of
+    its second reads of S bytes over its rows of one-reader lines, and the same over its scan
+    of shared lines where it has one. ValueError naming what is wrong where `doc` is not such
+    a probe of this L2."""
+    if not isinstance(doc, dict) or not isinstance(doc.get("rows"), list):
+        raise ValueError('not an L2 reuse probe: expected an object with "rows"')
+    if doc.get("l2_bytes") != l2_bytes:
+        raise ValueError(
+            f"the probe ran on a GPU with {doc.get('l2_bytes')!r} B of L2, this one has {l2_bytes}"
+        )
+    points: dict[bool, tuple[list[float], list[float]]] = {False: ([], []), True: ([], [])}
+    for r in doc["rows"]:
+        order = r.get("order") if isinstance(r, dict) else None
+        if order not in (*PROBE_ONE_READER, PROBE_SHARED):
+            continue
+        b, miss = r.get("bytes"), r.get("second_miss_share")
+        if not all(isinstance(x, int | float) and math.isfinite(x) for x in (b, miss)) or b <= 0:
+            raise ValueError(f"probe row without positive bytes and a miss share: {r}")
+        size, hit = points[order == PROBE_SHARED]
+        size.append(float(b))
+        hit.append(1.0 - min(1.0, max(0.0, float(miss))))
+    one, shared = points[False], points[True]
+    if len(one[0]) < 4:
+        raise ValueError(f"the probe has {len(one[0])} rows of one-reader lines; 4 are needed")
+    fraction, exponent, worst = _curve(*one, l2_bytes)
+    shared_fraction = ratio = None
+    if len(shared[0]) >= 4:
+        shared_fraction = _curve(*shared, l2_bytes)[0]
+        ratio = fraction / shared_fraction
+    copies = 1.0 if ratio is None else min(MAX_SHARED_COPIES, max(1.0, ratio))
+    return ProbeFit(fraction, exponent, worst, len(one[0]), shared_fraction, ratio, copies)

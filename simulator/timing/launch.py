@@ -1,0 +1,196 @@
+"""One kernel launch as the timing engine sees it: per-CTA work in launch order (arrays).
+
+Per CTA: the counting convention's counts (hbm/stats/acc elements read and written, tensor FLOPs,
+exponentials; their sums equal `simulator/teach/traffic.py`), inner-loop iterations, non-matmul
+FLOPs, the K/V head it reads, and where each byte sits in the CTA's life and who else touches it,
+for the L2 model.
+
+Byte classes of a CTA (bytes; dtype size for Q/K/V/O/S/P, 4 for stats and acc):
+    edge_read / edge_write   outside the inner loop (Q tile before it, O and LSE after it)
+    stream_read              loop reads of a block range [stream_lo, stream_hi) of a stream that
+                             other CTAs of the launch read too (fa2: K/V of a kv head; fa2-bwd
+                             main: Q, dO, LSE, D and the dQ accumulator of a head; fa1: K/V)
+    self_read                loop re-reads of data this CTA touched before (fa1's Q, O, ℓ, m on
+                             every outer pass after the first; `passes` outer passes)
+    carry_read               reads of what the previous launch wrote (naive S and P, dQ
+                             accumulator, decode partials)
+    merge_write              rewrites of recently touched lines (fa1's O, ℓ, m; the dQ
+                             accumulator), which a write-back L2 may absorb
+    reduce_write             part of the loop's writes that are reduce-adds performed in L2
+                             (the atomic backward route's dQ), slower than plain writes
+    reduce_ops               how many bulk reduce-adds carry those bytes (one per tile)
+    spread_read              part of edge_read the convention charges to this CTA although
+                             every CTA of its stream group loads it (naive attention's K and V,
+                             charged to the first CTA of each head): for timing, each CTA of
+                             the group moves an equal share; the counts stay as charged
+    local_load / local_store spilled registers reloaded and stored (local memory) by flashscope's
+                             compiled kernels (`compiled.py`): outside the convention's counts,
+                             they stay in L1 and L2 (the engine's `spill_l1_miss`)
+    local_writeback          of those, the bytes written back to DRAM (measured per kernel and
+                             GPU, `compiled.writeback`)
+Everything else read is cold (first touch in this launch).
+
+A launch may carry its own tile configuration (`tiles`: the kernels' helper passes, whose
+blocks are fixed), may run `concurrent` with the launch before it (a second CUDA stream: it
+starts when the previous one starts, and its CTAs take SMs as that launch's CTAs leave them),
+and may say what its matrix products are (`mma_shapes`, `Product`s: how wide, how tall, and
+whether their A operand comes from shared memory) and how many times an iteration waits on
+them (`chain`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import numpy as np
+
+from flashscope.simulator.core.problem import TileConfig
+
+COUNTS = (
+    "hbm_read",
+    "hbm_write",
+    "stats_read",
+    "stats_write",
+    "acc_read",
+    "acc_write",
+    "flops",
+    "exps",
+)
+ACC_BYTES = 4
+_SCALARS = (
+    "stream_blocks", "stream_tail", "tiles", "concurrent", "mma_shapes", "chain", "regs",
+)  # fmt: skip
+_FLOAT = (
+    "alu",
+    "edge_read",
+    "edge_write",
+    "stream_read",
+    "self_read",
+    "carry_read",
+    "merge_write",
+    "spread_read",
+    "reduce_write",
+    "local_load",
+    "local_store",
+    "local_writeback",
+)
+
+
+class Product(NamedTuple):
+    """One matrix product of a CTA's iteration, as the engine prices it (engine.mma_factor)."""
+
+    share: float  # of the launch's tensor FLOPs
+    n: int  # its width N
+    rows: int | None = None  # its M where not the CTA's (the atomic route's dQ += dS K)
+    a_smem: bool = False  # A read from shared memory (wgmma with both operands there)
+
+
+@dataclass(frozen=True, eq=False)
+class Launch:
+    """One kernel launch: per-CTA arrays of length n_ctas, in launch order."""
+
+    name: str
+    kind: str  # footprint profile (occupancy.footprint)
+    rows: int  # query rows one CTA holds (block_m, or the packed rows of decode)
+    grid: tuple[int, ...]
+    dtype_bytes: int
+    iters: np.ndarray
+    hbm_read: np.ndarray
+    hbm_write: np.ndarray
+    stats_read: np.ndarray
+    stats_write: np.ndarray
+    acc_read: np.ndarray
+    acc_write: np.ndarray
+    flops: np.ndarray
+    exps: np.ndarray
+    alu: np.ndarray
+    edge_read: np.ndarray
+    edge_write: np.ndarray
+    stream_read: np.ndarray
+    self_read: np.ndarray
+    carry_read: np.ndarray
+    merge_write: np.ndarray
+    spread_read: np.ndarray
+    reduce_write: np.ndarray
+    reduce_ops: np.ndarray
+    local_load: np.ndarray
+    local_store: np.ndarray
+    local_writeback: np.ndarray
+    kv_head: np.ndarray  # the K/V head (batch · kv_heads + kv head) it reads, −1 for none
+    stream: np.ndarray  # stream id, −1 for none
+    stream_lo: np.ndarray
+    stream_hi: np.ndarray
+    passes: np.ndarray
+    stream_blocks: int = 0  # blocks of every stream of the launch
+    stream_tail: float = 1.0  # the last block's bytes as a fraction of a full block's
+    tiles: TileConfig | None = None  # None: the workload's tile configuration
+    concurrent: bool = False  # runs beside the previous launch, on another stream
+    mma_shapes: tuple[Product, ...] = ()  # its iteration's matrix products: engine.mma_factor
+    chain: int = 0  # waits on matrix products per iteration (each exposes their latency)
+    regs: int | None = None  # registers per thread of the compiled kernel (None: estimated)
+
+    @classmethod
+    def make(cls, name: str, kind: str, rows: int, grid: tuple[int, ...], e: int, **cols):
+        """Fill absent columns with zeros (stream with −1, passes with 1) and fix dtypes."""
+        n = int(np.prod(grid))
+        out: dict = {
+            "stream_blocks": int(cols.pop("stream_blocks", 0)),
+            "stream_tail": float(cols.pop("stream_tail", 1.0)),
+            "tiles": cols.pop("tiles", None),
+            "concurrent": bool(cols.pop("concurrent", False)),
+            "mma_shapes": tuple(cols.pop("mma_shapes", ())),
+            "chain": int(cols.pop("chain", 0)),
+            "regs": cols.pop("regs", None),
+        }
+        for f in cls.__dataclass_fields__:
+            if f in ("name", "kind", "rows", "grid", "dtype_bytes", *_SCALARS):
+                continue
+            default = -1 if f in ("stream", "kv_head") else (1 if f == "passes" else 0)
+            value = cols.pop(f, default)
+            dtype = np.float64 if f in _FLOAT else np.int64
+            arr = np.asarray(value, dtype=dtype)
+            out[f] = arr if arr.shape == (n,) else np.broadcast_to(arr, (n,))
+        if cols:
+            raise TypeError(f"unknown launch columns {sorted(cols)}")
+        return cls(name, kind, rows, grid, e, **out)
+
+    @property
+    def n_ctas(self) -> int:
+        return len(self.iters)
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        """Every per-CTA column by name."""
+        skip = ("name", "kind", "rows", "grid", "dtype_bytes", *_SCALARS)
+        return {f: getattr(self, f) for f in self.__dataclass_fields__ if f not in skip}
+
+    def reordered(self, order: np.ndarray) -> Launch:
+        """The same CTAs launched in another order (`order[k]`: which CTA goes k-th)."""
+        cols = {k: v[order] for k, v in self.arrays().items()}
+        return dataclasses.replace(self, **cols)
+
+    @property
+    def read_bytes(self) -> np.ndarray:
+        return self.hbm_read * self.dtype_bytes + (self.stats_read + self.acc_read) * 4.0
+
+    @property
+    def write_bytes(self) -> np.ndarray:
+        return self.hbm_write * self.dtype_bytes + (self.stats_write + self.acc_write) * 4.0
+
+    @property
+    def cold_read(self) -> np.ndarray:
+        """Reads that are neither stream nor self re-reads (carried reads included)."""
+        return self.read_bytes - self.stream_read - self.self_read
+
+    def totals(self) -> dict[str, int]:
+        return {k: int(getattr(self, k).sum()) for k in COUNTS}
+
+
+def stream_groups(stream: np.ndarray) -> tuple[np.ndarray, int]:
+    """(group index of every CTA, number of groups) for the stream ids of a launch (−1 too)."""
+    if stream.size and np.all(stream[1:] >= stream[:-1]):  # the usual case: contiguous ids
+        inv = np.concatenate([[0], np.cumsum(stream[1:] != stream[:-1])])
+        return inv, int(inv[-1]) + 1
+    _, inv = np.unique(stream, return_inverse=True)
+    return inv, int(inv.max(initial=-1)) + 1

@@ -1,0 +1,131 @@
+"""How many CTAs of a kernel fit on one SM: shared memory, registers, warps, CTA slots.
+
+Shared memory per CTA is the tiles the kernel keeps there, with `stages` buffers for the tiles
+it streams (Triton's software pipeline: one buffer per stage), for the forward and dQ kernels
+with two stages or more 1 KiB of Triton's own (`PIPELINE_SMEM`), plus the 1 KiB per CTA that
+CUDA reserves on compute capability 8.0 and later. Register use is an estimate: the fp32 tiles
+a kernel keeps in registers (accumulators and score tiles), spread over the CTA's threads, plus
+a fixed overhead per thread (`Efficiency.reg_overhead`: addresses, loop state, m and ℓ),
+rounded up to the allocation unit of 8 and capped at 255 — beyond that a compiler spills, which
+the result flags (`spills`; the engine charges `spill_penalty` for it). The tiles' `maxnreg`
+(Triton's register cap, which lets more CTAs share an SM) caps it lower; under such a cap the
+fixed overhead counts as slack the compiler gives up first, so the flag is raised only when
+the tiles alone exceed the cap. The head dimension is padded to a power of two ≥ 16 for these
+estimates, as Triton pads it. The dK/dV kernel's accumulators and score tiles are BN rows tall,
+and a warpgroup's products are at least 64 rows: with 32-key tiles they hold 64 rows' worth
+(such tiles compiled to 168–204 registers where BN rows would give 88).
+
+Footprints by kernel kind (e = dtype bytes, d = padded head dim, R = rows per CTA):
+    fwd            smem (R·d + stages·2·BN·d)·e          regs R·d + R·BN·(1 + e/4)
+    fa1            smem (2·BN·d + stages·2·R·d)·e        regs R·d + R·BN·(1 + e/4)
+    bwd            smem (2·BN·d + stages·2·R·d + R·BN)·e regs 2·M·d + 3·R·M, M = max(BN, 64)
+    bwd_dq         smem (2·R·d + stages·2·BN·d)·e        regs R·d + 2·R·BN
+    naive_qk       smem (R·d + stages·BN·d)·e            regs R·BN
+    naive_softmax  smem 0                                regs R·BN
+    naive_pv       smem stages·(R·BN + BN·d)·e           regs R·d
+    rowwise        smem 0                                regs R·d
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from flashscope.simulator.core.hardware import GPU
+
+RESERVED_SMEM = 1024  # bytes per CTA that CUDA keeps for itself (CC ≥ 8.0)
+# Triton's own shared memory beside the tiles of a pipelined loop (the copy engine's barriers,
+# and the padding that keeps swizzled tiles 1 KiB-aligned after them): ncu measured the
+# forward's and the dQ kernel's dynamic shared memory at the tiles' + 16 to 1024 bytes; the
+# model takes the larger (it decides the d = 64 64×64 three-stage forward: 3 CTAs, not 4).
+PIPELINE_SMEM = 1024
+PIPELINED_KINDS = ("fwd", "bwd_dq")
+REG_UNIT = 8  # registers per thread are allocated in multiples of this
+MAX_REGS = 255
+WGMMA_ROWS = 64  # rows of one warpgroup's matrix-multiply instruction on Hopper
+
+
+def pad_head_dim(d: int) -> int:
+    return max(16, 1 << (d - 1).bit_length())
+
+
+@dataclass(frozen=True)
+class Footprint:
+    """What one CTA of a kernel asks of an SM."""
+
+    smem_bytes: int
+    regs_per_thread: int
+    warps: int
+    spills: bool
+
+
+@dataclass(frozen=True)
+class Occupancy:
+    """Resident CTAs per SM and the resource that sets the number."""
+
+    ctas_per_sm: int
+    limiter: str  # "smem", "regs", "warps" or "ctas"
+    limits: dict[str, int]
+    footprint: Footprint
+
+
+def footprint(
+    kind: str,
+    rows: int,
+    block_n: int,
+    head_dim: int,
+    stages: int,
+    warps: int,
+    dtype_bytes: int,
+    gpu: GPU,
+    maxnreg: int | None = None,
+) -> Footprint:
+    """Shared memory and registers of one CTA of `kind` (see the module docstring)."""
+    d, r, bn, e, s = pad_head_dim(head_dim), rows, block_n, dtype_bytes, stages
+    bm = max(bn, WGMMA_ROWS)  # the dK/dV kernel's products are BN rows tall, padded
+    smem_elems, reg_elems = {
+        "fwd": (r * d + s * 2 * bn * d, r * d + r * bn * (1 + e / 4)),
+        "fa1": (2 * bn * d + s * 2 * r * d, r * d + r * bn * (1 + e / 4)),
+        "bwd": (2 * bn * d + s * 2 * r * d + r * bn, 2 * bm * d + 3 * r * bm),
+        "bwd_dq": (2 * r * d + s * 2 * bn * d, r * d + 2 * r * bn),
+        "naive_qk": (r * d + s * bn * d, r * bn),
+        "naive_softmax": (0, r * bn),
+        "naive_pv": (s * (r * bn + bn * d), r * d),
+        "rowwise": (0, r * d),
+    }[kind]
+    smem = int(smem_elems * e)
+    if kind in PIPELINED_KINDS and stages >= 2:  # a loop pipelined through the copy engine
+        smem += PIPELINE_SMEM
+    threads = 32 * warps
+    overhead = gpu.efficiency.reg_overhead
+    want = int(-(-(overhead + -(-reg_elems // threads)) // REG_UNIT) * REG_UNIT)
+    # The compiler never asks for more than fits one CTA on the SM, nor more than 255.
+    limit = min(MAX_REGS, gpu.regs_per_sm // threads // REG_UNIT * REG_UNIT)
+    if maxnreg is not None and maxnreg < limit:
+        # Under an explicit cap it first gives up the slack the estimate keeps (the fixed
+        # overhead: addresses and loop state are recomputed), and spills only beyond that: the
+        # forward estimated at 144–160 registers compiled to 122–128 under a cap of 128 with
+        # little or no local traffic (benchmarks/results/register-cap-h200-*.json).
+        return Footprint(smem, min(want, maxnreg), warps, want - overhead > maxnreg)
+    return Footprint(smem, min(want, limit), warps, want > limit)
+
+
+def occupancy(fp: Footprint, gpu: GPU) -> Occupancy:
+    """CTAs per SM; ValueError when one CTA's tiles do not fit in shared memory at all."""
+    if fp.smem_bytes > gpu.smem_per_block:
+        raise ValueError(
+            f"the tiles need {fp.smem_bytes / 1024:.0f} KiB of shared memory per CTA, more than "
+            f"the {gpu.smem_per_block_kib} KiB a CTA may use on {gpu.name}: use smaller "
+            "block_m/block_n, fewer stages or a smaller head_dim"
+        )
+    threads = 32 * fp.warps
+    if threads > 1024 or fp.warps > gpu.max_warps_per_sm:
+        raise ValueError(f"warps: {fp.warps} warps exceed the 1024 threads a CTA may have")
+    smem = fp.smem_bytes + RESERVED_SMEM if fp.smem_bytes else 0
+    limits = {
+        "smem": gpu.smem_per_sm // smem if smem else gpu.max_ctas_per_sm,
+        "regs": gpu.regs_per_sm // (fp.regs_per_thread * threads),
+        "warps": gpu.max_warps_per_sm // fp.warps,
+        "ctas": gpu.max_ctas_per_sm,
+    }
+    limiter = min(limits, key=limits.__getitem__)
+    return Occupancy(max(1, limits[limiter]), limiter, limits, fp)
