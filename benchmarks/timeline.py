@@ -11,7 +11,7 @@ heaviest blocks of a band of heads first (`band`, benchmarks/launch_order.py's L
 Each record keeps, per program in launch order, start and end in µs from the first start, the
 SM, and the (batch·head, query block), beside the do_bench median of the same call (the
 timeline's own span includes the global timer's reads and stores). The simulator's schedule of
-the same configuration is compared with it in tests/simulator/test_shipped_timeline.py.
+the same configuration is compared with it in tests/simulator/timing/test_shipped_timeline.py.
 Writes DIR/timeline-<gpu>-<date>-n<seq>….json.gz (gzip: the per-program arrays are large).
 """
 

@@ -149,7 +149,7 @@ def test_a_recorded_schedule_is_shown_beside_the_simulated_one(client):
     assert r["measured"] == pytest.approx((end - start).sum() / ((end.max() - start.min()) * sms))
     assert (
         abs(r["simulated"] / r["measured"] - 1) < 0.05
-    )  # as tests/simulator/test_shipped_timeline
+    )  # as tests/simulator/timing/test_shipped_timeline
     bars = m["gantt"]["data"][0]
     shown = m["gantt"]["layout"]["meta"]["sms_shown"]
     assert len(bars["y"]) == int((np.array(rec["sm"]) < shown).sum())

@@ -11,7 +11,7 @@ from flashscope.simulator.calibrate.validation import simulate_config
 from flashscope.simulator.core.hardware import from_name
 
 PATH = (
-    Path(__file__).resolve().parents[2]
+    Path(__file__).resolve().parents[3]
     / "benchmarks"
     / "results"
     / "small-problems-h100-2026-11-21.json"

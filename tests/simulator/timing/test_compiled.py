@@ -22,7 +22,7 @@ from flashscope.simulator.core.problem import AttentionProblem, TileConfig
 from flashscope.simulator.timing import compiled, kernelplan
 from flashscope.simulator.timing.engine import simulate_workload
 
-RESULTS = Path(__file__).resolve().parents[2] / "benchmarks" / "results"
+RESULTS = Path(__file__).resolve().parents[3] / "benchmarks" / "results"
 DATASETS = (
     "validation-h100-2026-11-21.json",
     "validation-h200-2026-11-21.json",

@@ -24,7 +24,7 @@ from flashscope.simulator.calibrate.validation import (
 )
 from flashscope.simulator.core import hardware
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 SWEEP = ROOT / "benchmarks" / "sweeps" / "validation.json"
 
 

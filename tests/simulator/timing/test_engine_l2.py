@@ -18,7 +18,7 @@ from flashscope.simulator.timing.l2model import fit_probe
 from .engine_cases import cases, run
 
 H100 = from_name("h100")
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 DATA = ROOT / "simulator" / "data"
 RESULTS = ROOT / "benchmarks" / "results"
 

@@ -15,7 +15,7 @@ def test_the_shipped_h200_calibration_predicts_the_clocks_read_on_the_gpu():
 
     from flashscope.simulator.calibrate.validation import simulate_config
 
-    results = Path(__file__).resolve().parents[2] / "benchmarks" / "results"
+    results = Path(__file__).resolve().parents[3] / "benchmarks" / "results"
     path = results / "clocks-NVIDIA-H200-2026-11-21.json"
     doc = json.loads(path.read_text())
     top = float(doc["max_sm_mhz"])

@@ -341,7 +341,7 @@ def test_dkdv_registers_count_products_at_least_64_rows_tall():
 
 
 PTX = sorted(
-    (Path(__file__).resolve().parents[2] / "benchmarks" / "results").glob("ptx-loops-*.json")
+    (Path(__file__).resolve().parents[3] / "benchmarks" / "results").glob("ptx-loops-*.json")
 )
 
 

@@ -19,7 +19,7 @@ from flashscope.simulator.timing.engine import simulate_workload
 from flashscope.simulator.timing.launch import COUNTS
 from flashscope.simulator.timing.workload import build
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 BLOCKS = st.sampled_from([16, 32, 64, 128])
 
 
