@@ -3,7 +3,7 @@
 Usage (on a GPU machine):  python benchmarks/forward_persistent.py --out DIR
 
 Why: the validation rows show every forward program paying a fixed 3–8 µs beside its loop
-(loading Q, filling the K/V ring, normalising and storing O: benchmarks/NOTES-attention.md).
+(loading Q, filling the K/V ring, normalising and storing O: docs/kernels.md).
 With d = 128 and 128 × 128 tiles one program fills an SM, so nothing hides that cost, and at
 N = 2048 (16 key blocks per program) it is about 14% of a program's time; sdpa-cudnn's kernel is
 persistent. This script runs, non-causal, whole tiles only, a variant of `kernels/forward.py`'s

@@ -9,7 +9,7 @@ each with and without the causal mask, one launch after two warm-up calls, with
 issue rate, cycles per issued instruction, warps eligible per scheduler, occupancy, tensor pipe
 activity and the L2-side against SM-side read bytes. Written for the question the validation
 raised: why some compiled dK/dV kernels take longer per FLOP without the mask than with it
-(benchmarks/NOTES-validation.md).
+(docs/timing-model.md, "Known misses").
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Render the README's attention table (markdown) from a benchmarks/attention.py result.
+"""Render the attention table of docs/kernels.md (markdown) from a benchmarks/attention.py result.
 
 Usage: python benchmarks/render_attention.py [RESULT.json] [--dtype fp16] [--min-n 512]
 (default: the newest benchmarks/results/attention-*.json). Prints markdown to stdout.

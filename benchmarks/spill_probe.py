@@ -3,8 +3,8 @@
 For every entry: run it once (kernels/measure.py), then list the dK/dV, dQ and forward kernels
 Triton compiled for it: registers, spill stores/loads per thread as ptxas reports them
 (`n_spills`), and a hash of the binary, so entries that share a binary can be told apart from
-entries whose code differs. Written for benchmarks/NOTES-validation.md, "Register spills
-through L2".
+entries whose code differs. Written for the spill table's checks (docs/timing-model.md, "Register
+spills").
 
     python benchmarks/spill_probe.py benchmarks/sweeps/spills-causal.json --out probe.json
 """

@@ -2,7 +2,7 @@
 
 Why a second forward: Triton 3.6 compiles `forward._attn_fwd` into warpgroups that run in
 lockstep (shared K/V stages, barriers around them), so the softmax of one warpgroup never
-overlaps the tensor-core work of another (benchmarks/NOTES-attention.md). Here the schedule
+overlaps the tensor-core work of another (docs/kernels.md). Here the schedule
 is written by hand, after FlashAttention-3:
 
 - one *loader* warp moves each tile's Q and, step by step, K and V into a ring of shared-memory

@@ -86,7 +86,7 @@ REDUCE: tuple[Param, ...] = (
 # The weight of the kernels timed alone (`Sample.alone`) beside the whole calls' times. 0 by
 # default: with 1, the shipped datasets' fits got the dQ and dK/dV kernels nearer Nsight
 # Compute's durations but ranked tile configurations worse (Spearman under 0.9 on both GPUs;
-# benchmarks/NOTES-validation.md), so the shipped calibrations fit whole calls only and the
+# docs/timing-model.md), so the shipped calibrations fit whole calls only and the
 # datasets report the kernels alone beside them. `flashscope calibrate --alone-weight` sets it.
 ALONE_WEIGHT = 0.0
 

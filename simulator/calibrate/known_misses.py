@@ -78,7 +78,7 @@ _ALONE_LACKS = (
     "moved them nearer but took the tile ranking below 0.9"
 )
 _SEPARATE = {"algo": "fa2-bwd", "route": "separate"}
-_ALONE_SOURCE = "README.md; the datasets' kernels_alone (Nsight Compute)"
+_ALONE_SOURCE = "docs/validation.md; the datasets' kernels_alone (Nsight Compute)"
 
 KNOWN_MISSES: tuple[KnownMiss, ...] = (
     KnownMiss(
@@ -97,7 +97,7 @@ KNOWN_MISSES: tuple[KnownMiss, ...] = (
         error_pct=(-35.0, -8.0),
         lacks="warpgroups that wait on the same two buffers run in lockstep, so their softmax "
         "and matrix phases overlap less",
-        source="benchmarks/NOTES-validation.md (lockstep warpgroups)",
+        source="docs/timing-model.md (lockstep)",
         note="structure",
         modelled="lockstep",
     ),

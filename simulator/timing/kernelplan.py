@@ -1,7 +1,7 @@
 """What flashscope's own Triton kernels launch, as workloads of the timing engine.
 
 The counting convention's algorithms (`workload.py`) are the papers' algorithms. The kernels in
-kernels/forward.py and kernels/backward.py (see benchmarks/NOTES-attention.md) differ from them
+kernels/forward.py and kernels/backward.py (see docs/kernels.md) differ from them
 in ways a timing shows, so `impl="flashscope"` builds these launches instead:
 
     fa2       one launch, CTA per (query block, batch·head); causal query blocks are launched

@@ -204,7 +204,7 @@ def test_the_shipped_calibration_keeps_every_datasets_l2_bytes_within_ten_percen
     assert len(with_spills) == len(rows)
     assert np.abs(with_spills).max() <= 0.10
     # without the spill bytes the spilling kernels' rows fall short by up to 9–10% (more with
-    # the kernels measured before the twelfth session): the bytes make the misses smaller
+    # an earlier build of the causal kernels): the bytes make the misses smaller
     assert np.abs(with_spills).max() < np.abs(without).max()
     assert np.mean(np.abs(with_spills)) < 0.5 * np.mean(np.abs(without))
 

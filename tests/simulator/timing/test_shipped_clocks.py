@@ -28,5 +28,5 @@ def test_the_shipped_h200_calibration_predicts_the_clocks_read_on_the_gpu():
     assert len(errs) == 40
     # worst: the d = 128 64×128 two-stage tile, which the GPU runs at its top clock and the
     # engine at 0.91-0.95 of it (its boost-clock span is short and the clock makes up for it);
-    # 5.6% before the fourteenth session's engine, 8.4% after (benchmarks/NOTES-validation.md)
+    # 5.6% before the engine took its loops' waits from the PTX, 8.4% after (docs/timing-model.md)
     assert errs.mean() < 0.03 and errs.max() < 0.09, (errs.mean(), errs.max())
