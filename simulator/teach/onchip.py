@@ -27,9 +27,8 @@ from typing import Any
 import numpy as np
 
 from flashscope.simulator.core.problem import STATS_BYTES, AttentionProblem, TileConfig
-from flashscope.simulator.core.tiling import TileGrid, split_plan
+from flashscope.simulator.core.tiling import TileGrid
 from flashscope.simulator.core.trace import PHASES, OpTable
-from flashscope.simulator.teach.algorithms.naive import K_LINE
 
 SMEM, REGS = "smem", "regs"
 F32 = 4
@@ -66,8 +65,8 @@ Contents = tuple[Buffer, ...]
 Layout = Callable[[str, int, int, int], Contents]
 
 
-def _forward(d: int, e: int, q_name: str = "Qᵢ") -> Layout:
-    """FA-2 forward and the split CTAs of Flash-Decoding."""
+def forward_layout(d: int, e: int, q_name: str = "Qᵢ") -> Layout:
+    """FA-2 forward and the split CTAs of Flash-Decoding: head dim `d`, `e` bytes an element."""
 
     def layout(phase: str, _line: int, r: int, c: int) -> Contents:
         q = Buffer(q_name, SMEM, r, d, e, "query tile, loaded once")
@@ -93,7 +92,9 @@ def _forward(d: int, e: int, q_name: str = "Qᵢ") -> Layout:
     return layout
 
 
-def _fa1(d: int, e: int) -> Layout:
+def fa1_layout(d: int, e: int) -> Layout:
+    """FA-1 forward: K/V of the outer loop, the query block's rows read back from HBM."""
+
     def layout(phase: str, _line: int, r: int, c: int) -> Contents:
         kv = (
             Buffer("Kⱼ", SMEM, c, d, e, "key tile (outer loop)"),
@@ -123,7 +124,8 @@ def _fa1(d: int, e: int) -> Layout:
     return layout
 
 
-def _backward(d: int, e: int) -> Layout:
+def backward_layout(d: int, e: int) -> Layout:
+    """FA-2 backward: the row-wise pre- and postprocess, and the main kernel's K/V-resident CTA."""
     steps = ("load_q_bwd", "recompute_p", "dv", "dp", "ds", "dq", "dk")
 
     def layout(phase: str, _line: int, r: int, c: int) -> Contents:
@@ -165,6 +167,8 @@ def _backward(d: int, e: int) -> Layout:
 
 
 def _decode_reduce(d: int) -> Layout:
+    """The reduce CTA of Flash-Decoding: the merged output and one split's partial."""
+
     def layout(phase: str, _line: int, r: int, _c: int) -> Contents:
         merged = (
             Buffer("O", REGS, r, d, F32, "merged output so far"),
@@ -181,12 +185,26 @@ def _decode_reduce(d: int) -> Layout:
     return layout
 
 
-def _naive(d: int, e: int, nk: int) -> Layout:
+def decode_layout(d: int, e: int) -> Layout:
+    """Flash-Decoding: the split CTAs as the FA-2 forward (Q of all R rows), then the reduce."""
+    split, reduce = forward_layout(d, e, "Q"), _decode_reduce(d)
+    reducing = {"reduce", "store"}
+
+    def layout(phase: str, line: int, r: int, c: int) -> Contents:
+        return (reduce if phase in reducing else split)(phase, line, r, c)
+
+    return layout
+
+
+def naive_layout(d: int, e: int, nk: int, k_line: int) -> Layout:
+    """Naive attention's three kernels over `nk` keys; `k_line`: the pseudocode line of the load
+    of K (the other load is V's)."""
+
     def layout(phase: str, line: int, r: int, _c: int) -> Contents:
         k_all = Buffer("K", SMEM, nk, d, e, "all keys (kernel 1)")
         v_all = Buffer("V", SMEM, nk, d, e, "all values (kernel 3)")
         if phase == "load_kv":
-            return (k_all,) if line == K_LINE else (v_all,)
+            return (k_all,) if line == k_line else (v_all,)
         if phase == "load_q":
             return (k_all, Buffer("Qᵢ", SMEM, r, d, e, "query rows"))
         if phase == "naive_qk":
@@ -246,35 +264,20 @@ class OnChip:
 
 
 def onchip(
-    algo: str,
     problem: AttentionProblem,
     tiles: TileConfig,
     ops: OpTable,
-    splits: int | None = None,
-    sms: int = 132,
+    layout: Layout,
+    rows: int | None = None,
 ) -> OnChip:
-    """The on-chip contents of every op of `algo`'s tile program `ops` on `problem`."""
+    """The on-chip contents of every op of the tile program `ops` on `problem`, laid out by
+    `layout` (each algorithm's trace hook picks it); `rows`: the query rows every CTA holds,
+    where they do not follow the query blocks (Flash-Decoding's packed rows)."""
     grid = TileGrid(problem, tiles)
-    d, e = problem.head_dim, problem.dtype_bytes
     qb, kb = ops.columns["q_block"], ops.columns["kv_block"]
-    rows = np.where(qb >= 0, grid.rows[np.clip(qb, 0, grid.n_q - 1)], 0)  # (n,)
-    cols = np.where(kb >= 0, grid.cols[np.clip(kb, 0, grid.n_kv - 1)], 0)  # (n,)
-    if algo == "fa2":
-        layout = _forward(d, e)
-    elif algo == "fa1":
-        layout = _fa1(d, e)
-    elif algo == "fa2-bwd":
-        layout = _backward(d, e)
-    elif algo == "naive":
-        layout = _naive(d, e, int(problem.seq_k))  # type: ignore[arg-type]
-    elif algo == "decode":
-        plan = split_plan(problem, tiles, splits, sms)
-        rows = np.full(len(ops), plan.rows, dtype=np.int64)
-        split, reduce = _forward(d, e, "Q"), _decode_reduce(d)
-        reducing = {"reduce", "store"}
-
-        def layout(phase: str, line: int, r: int, c: int) -> Contents:
-            return (reduce if phase in reducing else split)(phase, line, r, c)
+    if rows is None:
+        sizes = np.where(qb >= 0, grid.rows[np.clip(qb, 0, grid.n_q - 1)], 0)  # (n,)
     else:
-        raise ValueError(f"no on-chip layout for algo {algo!r}")
-    return OnChip(ops, rows, cols, layout)
+        sizes = np.full(len(ops), rows, dtype=np.int64)  # (n,)
+    cols = np.where(kb >= 0, grid.cols[np.clip(kb, 0, grid.n_kv - 1)], 0)  # (n,)
+    return OnChip(ops, sizes, cols, layout)

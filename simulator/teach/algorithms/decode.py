@@ -11,9 +11,19 @@ block_m is not used (the CTA holds all R rows).
 
 from __future__ import annotations
 
+from typing import Any
+
+import numpy as np
+
 from flashscope.simulator.core.problem import AttentionProblem, TileConfig
-from flashscope.simulator.core.tiling import TileGrid, split_plan
+from flashscope.simulator.core.tiling import FULL, SplitPlan, TileGrid, split_plan
 from flashscope.simulator.core.trace import OpTable
+from flashscope.simulator.teach import exactness, traffic
+from flashscope.simulator.teach.algorithms.hook import TraceParts, TraceRequest
+from flashscope.simulator.teach.numerics import DecodeRecording, decode_forward, naive_attention
+from flashscope.simulator.teach.onchip import decode_layout, onchip
+from flashscope.simulator.teach.snapshots import fit_stride
+from flashscope.simulator.teach.trace_states import decode_states
 
 NAME = "decode"
 TITLE = "Flash-Decoding (split-KV + reduce)"
@@ -70,7 +80,7 @@ def program(
         for j in blocks:
             c = int(cols[j])
             before = j - 1 if j > blocks.start else -1
-            tile = {"cta": s, "q_block": 0, "kv_block": j}
+            tile: dict[str, Any] = {"cta": s, "q_block": 0, "kv_block": j}
             ops.add("load_kv", **tile, snapshot=before, hbm_read=2 * c * d, sram_write=2 * c * d)
             ops.add("qk", **tile, snapshot=before, sram_read=(rows + c) * d, flops=2 * rows * c * d)
             ops.add("softmax", **tile, snapshot=j, exps=rows * c + rows)
@@ -87,3 +97,67 @@ def program(
         ops.add("reduce", cta=plan.used, q_block=0, snapshot=s, acc_read=rows * d, stats_read=rows)
     ops.add("store", cta=plan.used, q_block=0, snapshot=plan.used - 1, hbm_write=rows * d)
     return ops.freeze()
+
+
+def trace_parts(request: TraceRequest) -> TraceParts:
+    """Flash-Decoding of one (batch, kv_head) on the request's random inputs (the `group`
+    query heads packed as R rows): each split's m, ℓ, α after every key block and its partial,
+    then the running merge; O against the float64 reference; the split plan and table in the
+    grid metadata."""
+    p, t, splits, sms = request.problem, request.tiles, request.splits, request.sms
+    plan = split_plan(p, t, splits, sms)
+    d, rows = p.head_dim, plan.rows
+    snapshots = plan.n_kv * rows
+    fixed = 3 * snapshots + (plan.used + 4) * rows * d
+    shown = snapshots + plan.used * rows  # accumulator rows recorded, the partials' included
+    stride = fit_stride(d, request.o_col_limit, shown, fixed, request.budget_bytes)
+    q, k, v = request.inputs(q_rows=rows)
+    rec = decode_forward(q, k, v, p, t, splits=splits, sms=sms, col_stride=stride)
+    ops = program(p, t, splits, sms)
+    o_ref = naive_attention(q, k, v, p.scale)
+    grid = {
+        "q_blocks": 1,
+        "kinds": [[FULL] * plan.n_kv],
+        "rows": rows,
+        "splits": plan.used,
+        "splits_requested": plan.requested,
+        "chunk": plan.chunk,
+        "sms": sms,
+        "split_table": _split_table(plan, rec, t.block_n, p.seq_k, sms),
+    }
+    return TraceParts(
+        ops=ops,
+        state_of=decode_states(ops, rec),
+        onchip=onchip(p, t, ops, decode_layout(d, p.dtype_bytes), rows=rows),
+        extras={"o": rec.o, "o_ref": o_ref},
+        compared=[exactness.compare("O", rec.o, o_ref, p.dtype)],
+        col_stride=stride,
+        traffic=traffic.decode_head(p, t, splits, sms),
+        heads=p.group,  # a decode trace covers the `group` query heads of one K/V head
+        grid=grid,
+    )
+
+
+def _split_table(
+    plan: SplitPlan, rec: DecodeRecording, block_n: int, seq_k: int, sms: int
+) -> list[dict[str, Any]]:
+    """Per used split of Flash-Decoding: its key blocks and keys, the SM its CTA starts on (the
+    block scheduler hands out CTAs breadth-first: CTA s → SM s mod sms), and its weight in the
+    final output, e^(LSEₛ − LSE), as mean, min and max over the query rows."""
+    weights = np.exp(rec.partial_lse - rec.lse[None, :])  # (S', R)
+    out: list[dict[str, Any]] = []
+    for s in range(plan.used):
+        blocks = plan.blocks(s)
+        out.append(
+            {
+                "split": s,
+                "blocks": [blocks.start, blocks.stop],
+                "keys": [blocks.start * block_n, min(blocks.stop * block_n, seq_k)],
+                "sm": s % sms,
+                "weight_mean": float(weights[s].mean()),
+                "weight_min": float(weights[s].min()),
+                "weight_max": float(weights[s].max()),
+                "lse_mean": float(rec.partial_lse[s].mean()),
+            }
+        )
+    return out

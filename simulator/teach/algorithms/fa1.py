@@ -16,6 +16,10 @@ from __future__ import annotations
 from flashscope.simulator.core.problem import AttentionProblem, TileConfig
 from flashscope.simulator.core.tiling import PARTIAL, TileGrid
 from flashscope.simulator.core.trace import OpTable
+from flashscope.simulator.teach import traffic
+from flashscope.simulator.teach.algorithms.fa2 import forward_parts
+from flashscope.simulator.teach.algorithms.hook import TraceParts, TraceRequest
+from flashscope.simulator.teach.onchip import fa1_layout
 
 NAME = "fa1"
 TITLE = "FlashAttention-1 forward"
@@ -75,3 +79,11 @@ def program(p: AttentionProblem, t: TileConfig, **_: object) -> OpTable:
             ops.add("pv", **tile, snapshot=j, sram_read=c * d, flops=2 * r * c * d)
             ops.add("store", **tile, snapshot=j, hbm_write=r * d, stats_write=2 * r)
     return ops.freeze()
+
+
+def trace_parts(request: TraceRequest) -> TraceParts:
+    """FA-1 on the request's random inputs: as FA-2's forward (fa2.forward_parts), with FA-1's
+    program, numerics and on-chip layout."""
+    p, t = request.problem, request.tiles
+    layout = fa1_layout(p.head_dim, p.dtype_bytes)
+    return forward_parts(request, NAME, program(p, t), layout, traffic.fa1_head(p, t))

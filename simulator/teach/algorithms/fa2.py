@@ -12,9 +12,17 @@ Ragged last blocks move only the rows and keys that exist. GQA changes nothing p
 
 from __future__ import annotations
 
+from typing import Any
+
 from flashscope.simulator.core.problem import AttentionProblem, TileConfig
 from flashscope.simulator.core.tiling import PARTIAL, TileGrid
 from flashscope.simulator.core.trace import OpTable
+from flashscope.simulator.teach import exactness, traffic
+from flashscope.simulator.teach.algorithms.hook import TraceParts, TraceRequest
+from flashscope.simulator.teach.numerics import flash_forward, naive_attention
+from flashscope.simulator.teach.onchip import Layout, forward_layout, onchip
+from flashscope.simulator.teach.snapshots import fit_stride
+from flashscope.simulator.teach.trace_states import forward_states
 
 NAME = "fa2"
 TITLE = "FlashAttention-2 forward"
@@ -54,7 +62,12 @@ def program(p: AttentionProblem, t: TileConfig, **_: object) -> OpTable:
         ops.add("load_q", cta=i, q_block=i, snapshot=-1, hbm_read=r * d, sram_write=r * d)
         for j in range(int(g.visible[i])):
             c = int(g.cols[j])
-            tile = {"cta": i, "q_block": i, "kv_block": j, "masked": bool(kinds[i, j] == PARTIAL)}
+            tile: dict[str, Any] = {
+                "cta": i,
+                "q_block": i,
+                "kv_block": j,
+                "masked": bool(kinds[i, j] == PARTIAL),
+            }
             ops.add("load_kv", **tile, snapshot=j - 1, hbm_read=2 * c * d, sram_write=2 * c * d)
             ops.add("qk", **tile, snapshot=j - 1, sram_read=(r + c) * d, flops=2 * r * c * d)
             ops.add("softmax", **tile, snapshot=j, exps=r * c + r)
@@ -68,3 +81,36 @@ def program(p: AttentionProblem, t: TileConfig, **_: object) -> OpTable:
             stats_write=r,
         )
     return ops.freeze()
+
+
+def trace_parts(request: TraceRequest) -> TraceParts:
+    """FA-2 on the request's random inputs (see `forward_parts`)."""
+    p, t = request.problem, request.tiles
+    layout = forward_layout(p.head_dim, p.dtype_bytes)
+    return forward_parts(request, NAME, program(p, t), layout, traffic.fa2_head(p, t))
+
+
+def forward_parts(
+    request: TraceRequest, algo: str, ops: OpTable, layout: Layout, counts: traffic.Traffic
+) -> TraceParts:
+    """The trace parts of a flash forward, FA-2 or FA-1 (`algo`), given its program `ops`,
+    on-chip layout and traffic `counts`: m, ℓ, α per row after every key block and the
+    accumulator in as many shown columns as the budget allows; O against the reference."""
+    p, t = request.problem, request.tiles
+    grid = TileGrid(p, t)
+    nq, d = p.seq_q, p.head_dim
+    snapshots = grid.n_kv * nq
+    fixed = 3 * snapshots + 4 * nq * d  # m, ℓ, α of each snapshot row; four Nq × d tensors
+    stride = fit_stride(d, request.o_col_limit, snapshots, fixed, request.budget_bytes)
+    q, k, v = request.inputs()
+    rec = flash_forward(q, k, v, p, t, algo=algo, col_stride=stride)
+    o_ref = naive_attention(q, k, v, p.scale, p.causal)
+    return TraceParts(
+        ops=ops,
+        state_of=forward_states(ops, grid, rec),
+        onchip=onchip(p, t, ops, layout),
+        extras={"o": rec.o, "o_ref": o_ref},
+        compared=[exactness.compare("O", rec.o, o_ref, p.dtype)],
+        col_stride=stride,
+        traffic=counts,
+    )

@@ -18,6 +18,12 @@ from __future__ import annotations
 from flashscope.simulator.core.problem import AttentionProblem, TileConfig
 from flashscope.simulator.core.tiling import PARTIAL, TileGrid
 from flashscope.simulator.core.trace import OpTable
+from flashscope.simulator.teach import exactness, traffic
+from flashscope.simulator.teach.algorithms.hook import TraceParts, TraceRequest
+from flashscope.simulator.teach.numerics import attention_gradients, fa2_backward
+from flashscope.simulator.teach.onchip import backward_layout, onchip
+from flashscope.simulator.teach.snapshots import FLOAT_BYTES, shown_columns
+from flashscope.simulator.teach.trace_states import backward_states
 
 NAME = "fa2-bwd"
 TITLE = "FlashAttention-2 backward"
@@ -97,3 +103,30 @@ def program(p: AttentionProblem, t: TileConfig, **_: object) -> OpTable:
         r = int(g.rows[i])
         ops.add("convert_dq", cta=g.n_q + g.n_kv + i, q_block=i, acc_read=r * d, hbm_write=r * d)
     return ops.freeze()
+
+
+def trace_parts(request: TraceRequest) -> TraceParts:
+    """The FA-2 backward on the request's random inputs and upstream gradient: its fp32 P and
+    dS (Nq × Nk each) kept whole, partial sums rebuilt on request; dQ, dK and dV against the
+    float64 gradients."""
+    p, t = request.problem, request.tiles
+    nq, nk, d = p.seq_q, p.seq_k, p.head_dim
+    request.check_budget((2 * nq * nk + 8 * (nq + nk) * d) * FLOAT_BYTES)  # P, dS, the tensors
+    stride = shown_columns(d, request.o_col_limit)
+    q, k, v, do = request.inputs(grad=True)
+    rec = fa2_backward(q, k, v, do, p, t)
+    ops = program(p, t)
+    ref = attention_gradients(q, k, v, do, p.scale, p.causal)
+    got = {"dq": rec.dq, "dk": rec.dk, "dv": rec.dv}
+    return TraceParts(
+        ops=ops,
+        state_of=backward_states(ops, rec, request.o_col_limit, stride),
+        onchip=onchip(p, t, ops, backward_layout(d, p.dtype_bytes)),
+        extras={**got, "ref": ref, "recording": rec},
+        compared=[
+            exactness.compare(name, got[x], ref[x], p.dtype)
+            for name, x in (("dQ", "dq"), ("dK", "dk"), ("dV", "dv"))
+        ],
+        col_stride=stride,
+        traffic=traffic.fa2_bwd_head(p, t),
+    )

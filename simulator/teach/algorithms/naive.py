@@ -16,6 +16,12 @@ from __future__ import annotations
 from flashscope.simulator.core.problem import AttentionProblem, TileConfig
 from flashscope.simulator.core.tiling import TileGrid
 from flashscope.simulator.core.trace import OpTable
+from flashscope.simulator.teach import exactness, traffic
+from flashscope.simulator.teach.algorithms.hook import TraceParts, TraceRequest
+from flashscope.simulator.teach.numerics import naive_attention, naive_forward
+from flashscope.simulator.teach.onchip import naive_layout, onchip
+from flashscope.simulator.teach.snapshots import FLOAT_BYTES, shown_columns
+from flashscope.simulator.teach.trace_states import naive_states
 
 NAME = "naive"
 TITLE = "Naive attention (S and P in HBM)"
@@ -85,3 +91,25 @@ def program(p: AttentionProblem, t: TileConfig, **_: object) -> OpTable:
             hbm_write=r * d,
         )
     return ops.freeze()
+
+
+def trace_parts(request: TraceRequest) -> TraceParts:
+    """Naive attention on the request's random inputs: S, e^S and P kept whole (Nq × Nk each),
+    the row statistics and O per row block; O against the float64 reference."""
+    p, t = request.problem, request.tiles
+    nq, nk, d = p.seq_q, p.seq_k, p.head_dim
+    request.check_budget((3 * nq * nk + 4 * nq * d) * FLOAT_BYTES)  # S, exp(S), P, the tensors
+    stride = shown_columns(d, request.o_col_limit)
+    q, k, v = request.inputs()
+    rec = naive_forward(q, k, v, p, col_stride=stride)
+    ops = program(p, t)
+    o_ref = naive_attention(q, k, v, p.scale, p.causal)
+    return TraceParts(
+        ops=ops,
+        state_of=naive_states(ops, TileGrid(p, t), rec),
+        onchip=onchip(p, t, ops, naive_layout(d, p.dtype_bytes, nk, K_LINE)),
+        extras={"o": rec.o, "o_ref": o_ref},
+        compared=[exactness.compare("O", rec.o, o_ref, p.dtype)],
+        col_stride=stride,
+        traffic=traffic.naive_head(p, t),
+    )
