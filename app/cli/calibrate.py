@@ -22,10 +22,18 @@ import argparse
 import dataclasses
 import json
 import sys
+from collections.abc import Collection
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from flashscope.app.cli.simulate import gpu_name
 from flashscope.app.cli.traffic import positive_int
+
+if TYPE_CHECKING:
+    from flashscope.simulator.core.hardware import GPU
+
+Json = dict[str, Any]  # a JSON object as read or written
 
 DEFAULT_SWEEP = Path(__file__).resolve().parents[2] / "benchmarks" / "sweeps" / "validation.json"
 
@@ -44,7 +52,8 @@ def alone_weight(text: str) -> float:
     return value
 
 
-def add_command(sub: argparse._SubParsersAction) -> None:
+def add_command(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """The `calibrate` subcommand and its flags."""
     p = sub.add_parser(
         "calibrate",
         help="measure this GPU's ceilings and fit the timing engine (GPU)",
@@ -88,121 +97,71 @@ def add_command(sub: argparse._SubParsersAction) -> None:
 
 
 def _fail(flag: str, message: str) -> int:
+    """Say on stderr, in one line, what is wrong with `flag`; the exit code of a refusal."""
     print(f"flashscope calibrate: error: {flag}: {message}", file=sys.stderr)
     return 2
 
 
 def _say(message: str) -> None:
+    """One line of progress on stderr, at once."""
     print(message, file=sys.stderr, flush=True)
 
 
-def _read(path: Path) -> dict:
+def _read(path: Path) -> Json:
+    """The JSON object in `path`; ValueError where it holds something else."""
     doc = json.loads(path.read_text())
     if not isinstance(doc, dict):
         raise ValueError(f"{path}: expected a JSON object")
     return doc
 
 
+class _Refused(Exception):
+    """A step that cannot go on: the flag at fault and why (`run` exits with code 2)."""
+
+    def __init__(self, flag: str, message: str) -> None:
+        super().__init__(f"{flag}: {message}")
+        self.flag = flag
+        self.message = message
+
+
+@dataclass(frozen=True)
+class _Inputs:
+    """The files the command reads instead of measuring; None where a flag is not given."""
+
+    ceilings: Json | None  # --ceilings: an earlier calibration, for its micro-benchmarks
+    dataset: Json | None  # --measured: the rows of one or several datasets, merged
+    start: Json | None  # --start: a calibration whose fitted values the fit starts from
+    probe: Json | None  # --l2-probe: a run of benchmarks/l2_reuse_probe.py
+
+
 def run(args: argparse.Namespace) -> int:
-    from flashscope.simulator.core import hardware
-    from flashscope.simulator.core.calibration import (
-        calibration_path,
-        document,
-        efficiency_from_ceilings,
-        hardware_from_ceilings,
-    )
-
+    """The command: 0 once the calibration file is written, or 2 with one line on stderr
+    that names the flag at fault."""
     try:
-        ceil_doc = _read(args.ceilings) if args.ceilings else None
-        data_doc = _merge_datasets(args.measured) if args.measured else None
-        start_doc = _read(args.start) if args.start else None
-        probe_doc = _read(args.l2_probe) if args.l2_probe else None
-    except (OSError, ValueError) as exc:
-        return _fail("--ceilings/--measured/--start/--l2-probe", str(exc))
-    need_gpu = ceil_doc is None or (data_doc is None and not args.no_fit)
-    env: dict = {}
-    if need_gpu:
-        from flashscope.kernels.device import has_cuda
+        _calibrate(args)
+    except _Refused as exc:
+        return _fail(exc.flag, exc.message)
+    return 0
 
-        if not has_cuda():
-            return _fail(
-                "gpu",
-                "no CUDA GPU here: calibration measures this GPU (to refit without one, pass "
-                "--ceilings CALIBRATION.json and --measured DATASET.json)",
-            )
-        from flashscope.kernels.sweep import environment
 
-        env = environment()
-    key = args.gpu or (ceil_doc or {}).get("gpu") or (data_doc or {}).get("gpu")
-    try:
-        key = key or hardware.resolve(env["device"])
-        base = hardware.from_name(key, calibrated=False)
-    except (KeyError, ValueError) as exc:
-        return _fail("--gpu", f"{exc} (name the preset)")
+def _calibrate(args: argparse.Namespace) -> None:
+    """Read the inputs, measure (or read) the ceilings, take the L2 probe, fit, write."""
+    from flashscope.simulator.core.calibration import calibration_path, document
 
-    if ceil_doc is not None:
-        ceilings = ceil_doc.get("measured", {}).get("ceilings")
-        if not isinstance(ceilings, dict):
-            return _fail("--ceilings", f'{args.ceilings}: no "measured": {{"ceilings": …}}')
-        env = {**{k: ceil_doc.get(k) for k in ("device", "date")}, **env}
-        env.setdefault("versions", ceil_doc.get("versions", {}))
-    else:
-        from flashscope.kernels.microbench import measure_all
-
-        _say(f"micro-benchmarks on {env['device']} …")
-        ceilings = measure_all()
-    eff = efficiency_from_ceilings(base, ceilings)
-    hw = hardware_from_ceilings(base, ceilings)
-    try:
-        gpu = dataclasses.replace(
-            base, efficiency=dataclasses.replace(base.efficiency, **eff), **hw
-        )
-    except ValueError as exc:
-        return _fail("ceilings", str(exc))
-    _say("ceilings: " + ", ".join(f"{k} {v:.3g}" for k, v in {**eff, **hw}.items()))
-    measured: dict = {"ceilings": ceilings}
-    probed: dict = {}  # the fields the probe measured: the fit keeps them
-    if probe_doc is not None:
-        from flashscope.simulator.timing.l2model import fit_probe
-
-        try:
-            probe = fit_probe(probe_doc, base.l2_bytes)
-        except ValueError as exc:
-            return _fail("--l2-probe", f"{args.l2_probe}: {exc}")
-        probed = {"l2_reuse_fraction": probe.fraction, "l2_shared_copies": probe.copies}
-        measured["l2_probe"] = {
-            "file": str(args.l2_probe),
-            "device": probe_doc.get("device"),
-            "date": probe_doc.get("date"),
-            **dataclasses.asdict(probe),
-        }
+    inputs = _read_inputs(args)
+    env = _environment(args, inputs)
+    base = _preset(args, inputs, env)
+    ceilings, env = _ceilings(args, inputs, env)
+    gpu, eff, hw = _from_ceilings(base, ceilings)
+    measured: Json = {"ceilings": ceilings}
+    probed: dict[str, Any] = {}  # the fields the probe measured: the fit keeps them
+    if inputs.probe is not None:
+        probed, measured["l2_probe"] = _probe(args.l2_probe, inputs.probe, base)
         eff.update(probed)
         gpu = dataclasses.replace(gpu, efficiency=dataclasses.replace(gpu.efficiency, **probed))
-        _say(
-            f"L2 probe: usable capacity {probe.fraction:.3f} of the L2 (worst {probe.worst:.2f}), "
-            f"a shared line's room {probe.copies:.2f}"
-        )
-
     fit_doc = None
     if not args.no_fit:
-        try:
-            rows = _attention_rows(args, data_doc, gpu)
-        except ValueError as exc:
-            return _fail("--measured/--sweep", str(exc))
-        if start_doc is not None:
-            try:
-                gpu = _start_from(gpu, start_doc, keep=set(probed))
-            except ValueError as exc:
-                return _fail("--start", str(exc))
-        fit_doc, values, fitted_hw = _fit(gpu, rows, args.max_evals, args.alone_weight)
-        fit_doc["start"] = str(args.start) if args.start else "preset defaults and ceilings"
-        if args.measured:
-            fit_doc["measured"] = [str(m) for m in args.measured]
-        if start_doc is not None:
-            carried = _carried(start_doc, args.start, {*values, *fitted_hw, *probed})
-            if carried:
-                fit_doc["carried"] = carried
-                values = {**carried["fields"], **values}
+        fit_doc, values, fitted_hw = _fit_step(args, inputs, gpu, set(probed))
         eff.update(values)
         hw.update(fitted_hw)
     versions = env.get("versions") or {k: env.get(k) for k in ("torch", "triton", "cuda")}
@@ -216,22 +175,156 @@ def run(args: argparse.Namespace) -> int:
         hardware=hw,
         fit=fit_doc,
     )
-    out = args.out or calibration_path(base.key)
+    _write(args.out or calibration_path(base.key), doc, base.key)
+
+
+def _read_inputs(args: argparse.Namespace) -> _Inputs:
+    """The files the flags name, read; _Refused where one is unreadable or not an object."""
+    try:
+        return _Inputs(
+            ceilings=_read(args.ceilings) if args.ceilings else None,
+            dataset=_merge_datasets(args.measured) if args.measured else None,
+            start=_read(args.start) if args.start else None,
+            probe=_read(args.l2_probe) if args.l2_probe else None,
+        )
+    except (OSError, ValueError) as exc:
+        raise _Refused("--ceilings/--measured/--start/--l2-probe", str(exc)) from None
+
+
+def _environment(args: argparse.Namespace, inputs: _Inputs) -> Json:
+    """This GPU's device name and software versions where the command must measure on it
+    (no ceilings given, or a fit without a dataset); {} where the files suffice."""
+    if inputs.ceilings is not None and (inputs.dataset is not None or args.no_fit):
+        return {}
+    from flashscope.kernels.device import has_cuda
+
+    if not has_cuda():
+        raise _Refused(
+            "gpu",
+            "no CUDA GPU here: calibration measures this GPU (to refit without one, pass "
+            "--ceilings CALIBRATION.json and --measured DATASET.json)",
+        )
+    from flashscope.kernels.sweep import environment
+
+    env: Json = environment()
+    return env
+
+
+def _preset(args: argparse.Namespace, inputs: _Inputs, env: Json) -> GPU:
+    """The uncalibrated preset to calibrate: --gpu, else the files' GPU, else this device's."""
+    from flashscope.simulator.core import hardware
+
+    key = args.gpu or (inputs.ceilings or {}).get("gpu") or (inputs.dataset or {}).get("gpu")
+    try:
+        key = key or hardware.resolve(env["device"])
+        return hardware.from_name(key, calibrated=False)
+    except (KeyError, ValueError) as exc:
+        raise _Refused("--gpu", f"{exc} (name the preset)") from None
+
+
+def _ceilings(args: argparse.Namespace, inputs: _Inputs, env: Json) -> tuple[Json, Json]:
+    """(micro-benchmark ceilings, environment): the --ceilings file's, its device, date and
+    versions filling what `env` lacks; or measured here."""
+    if inputs.ceilings is None:
+        from flashscope.kernels.microbench import measure_all
+
+        _say(f"micro-benchmarks on {env['device']} …")
+        measured: Json = measure_all()
+        return measured, env
+    doc = inputs.ceilings
+    ceilings = doc.get("measured", {}).get("ceilings")
+    if not isinstance(ceilings, dict):
+        raise _Refused("--ceilings", f'{args.ceilings}: no "measured": {{"ceilings": …}}')
+    env = {**{k: doc.get(k) for k in ("device", "date")}, **env}
+    env.setdefault("versions", doc.get("versions", {}))
+    return ceilings, env
+
+
+def _from_ceilings(base: GPU, ceilings: Json) -> tuple[GPU, dict[str, Any], dict[str, Any]]:
+    """(`base` with the ceilings' efficiencies and hardware fields, those efficiencies, those
+    fields), said in one line; _Refused where the ceilings make no valid GPU."""
+    from flashscope.simulator.core.calibration import (
+        efficiency_from_ceilings,
+        hardware_from_ceilings,
+    )
+
+    eff: dict[str, Any] = efficiency_from_ceilings(base, ceilings)
+    hw: dict[str, Any] = hardware_from_ceilings(base, ceilings)
+    try:
+        gpu = dataclasses.replace(
+            base, efficiency=dataclasses.replace(base.efficiency, **eff), **hw
+        )
+    except ValueError as exc:
+        raise _Refused("ceilings", str(exc)) from None
+    _say("ceilings: " + ", ".join(f"{k} {v:.3g}" for k, v in {**eff, **hw}.items()))
+    return gpu, eff, hw
+
+
+def _probe(path: Path, doc: Json, base: GPU) -> tuple[dict[str, Any], Json]:
+    """(the L2 fields the probe in `doc` measured, its record for the file's "measured"),
+    said in one line; _Refused where the probe is not one of this GPU's L2."""
+    from flashscope.simulator.timing.l2model import fit_probe
+
+    try:
+        probe = fit_probe(doc, base.l2_bytes)
+    except ValueError as exc:
+        raise _Refused("--l2-probe", f"{path}: {exc}") from None
+    record = {
+        "file": str(path),
+        "device": doc.get("device"),
+        "date": doc.get("date"),
+        **dataclasses.asdict(probe),
+    }
+    _say(
+        f"L2 probe: usable capacity {probe.fraction:.3f} of the L2 (worst {probe.worst:.2f}), "
+        f"a shared line's room {probe.copies:.2f}"
+    )
+    return {"l2_reuse_fraction": probe.fraction, "l2_shared_copies": probe.copies}, record
+
+
+def _fit_step(
+    args: argparse.Namespace, inputs: _Inputs, gpu: GPU, keep: set[str]
+) -> tuple[Json, dict[str, Any], dict[str, Any]]:
+    """(fit record, fitted efficiencies, fitted hardware fields) on the dataset's rows or a
+    sweep measured here, from --start's values where given (but for the fields in `keep`);
+    the --start file's values of fields not fitted here are carried, and recorded."""
+    try:
+        rows = _attention_rows(args, inputs.dataset, gpu)
+    except ValueError as exc:
+        raise _Refused("--measured/--sweep", str(exc)) from None
+    if inputs.start is not None:
+        try:
+            gpu = _start_from(gpu, inputs.start, keep=keep)
+        except ValueError as exc:
+            raise _Refused("--start", str(exc)) from None
+    fit_doc, values, fitted_hw = _fit(gpu, rows, args.max_evals, args.alone_weight)
+    fit_doc["start"] = str(args.start) if args.start else "preset defaults and ceilings"
+    if args.measured:
+        fit_doc["measured"] = [str(m) for m in args.measured]
+    if inputs.start is not None:
+        carried = _carried(inputs.start, args.start, {*values, *fitted_hw, *keep})
+        if carried:
+            fit_doc["carried"] = carried
+            values = {**carried["fields"], **values}
+    return fit_doc, values, fitted_hw
+
+
+def _write(out: Path, doc: Json, key: str) -> None:
+    """Write the calibration file `doc` of preset `key` to `out`, and say where."""
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(doc, indent=1) + "\n")
-    _say(f"calibration of {base.key} → {out}")
-    return 0
+    _say(f"calibration of {key} → {out}")
 
 
-def _merge_datasets(paths: list[Path]) -> dict:
+def _merge_datasets(paths: list[Path]) -> Json:
     """One dataset of the rows of `paths` (the first file's header); ValueError where they are
     of different GPUs or repeat a row id."""
     docs = [_read(p) for p in paths]
     gpus = {d.get("gpu") for d in docs}
     if len(gpus) > 1:
         raise ValueError(f"datasets of different GPUs: {sorted(map(str, gpus))}")
-    rows: list = []
-    seen: set = set()
+    rows: list[Json] = []
+    seen: set[object] = set()
     for path, d in zip(paths, docs, strict=True):
         for r in d.get("rows", []):
             if r.get("id") in seen:
@@ -241,7 +334,7 @@ def _merge_datasets(paths: list[Path]) -> dict:
     return {**docs[0], "rows": rows}
 
 
-def _attention_rows(args: argparse.Namespace, data_doc: dict | None, gpu) -> list[dict]:
+def _attention_rows(args: argparse.Namespace, data_doc: Json | None, gpu: GPU) -> list[Json]:
     """Dataset-style rows (id, subset, config, measured_us) to fit on and to hold out."""
     if data_doc is not None:
         rows = [r for r in data_doc.get("rows", []) if r.get("measured_us")]
@@ -264,7 +357,7 @@ def _attention_rows(args: argparse.Namespace, data_doc: dict | None, gpu) -> lis
     return [r for r in rows if r["measured_us"]]
 
 
-def observed_l2_gbs(rows: list[dict]) -> float | None:
+def observed_l2_gbs(rows: list[Json]) -> float | None:
     """The highest L2 → SM rate any measured kernel reached (ncu bytes over its duration)."""
     from flashscope.simulator.calibrate.validation import SM_L2_READ, ncu_kernels
     from flashscope.simulator.timing.compiled import NCU_DURATION
@@ -278,7 +371,7 @@ def observed_l2_gbs(rows: list[dict]) -> float | None:
     return max(rates) if rates else None
 
 
-def _start_from(gpu, doc: dict, keep: set[str] = frozenset()):
+def _start_from(gpu: GPU, doc: Json, keep: Collection[str] = frozenset()) -> GPU:
     """`gpu` with the fitted values of another calibration (a warm start: the search is local,
     so where it starts decides which of several near-optimal fits it finds; another preset's
     calibration may serve, e.g. an H100's for an H200, whose SMs are alike; parameters the file
@@ -295,14 +388,14 @@ def _start_from(gpu, doc: dict, keep: set[str] = frozenset()):
     return apply(gpu, {k: v for k, v in values.items() if k not in keep})
 
 
-def _start_values(doc: dict) -> dict:
+def _start_values(doc: Json) -> Json:
     """The values a calibration fitted, and those it carried from another, by field."""
     fit = doc.get("fit") or {}
     carried = (fit.get("carried") or {}).get("fields") or {}
     return {**carried, **(fit.get("values") or {})}
 
 
-def _carried(start_doc: dict, start: Path, fitted: set[str]) -> dict | None:
+def _carried(start_doc: Json, start: Path, fitted: set[str]) -> Json | None:
     """The --start calibration's values of the fields this fit did not fit (its dataset has
     no rows that exercise them, e.g. the reduce-adds without atomic-route rows), to keep in
     the new file with where they came from; None when there are none."""
@@ -314,7 +407,7 @@ def _carried(start_doc: dict, start: Path, fitted: set[str]) -> dict | None:
     }  # fmt: skip
     if not fields:
         return None
-    record = {
+    record: Json = {
         "from": str(start),
         "fields": fields,
         "why": "not fitted here (no rows of these datasets exercise them): the --start "
@@ -328,8 +421,8 @@ def _carried(start_doc: dict, start: Path, fitted: set[str]) -> dict | None:
 
 
 def _fit(
-    gpu, rows: list[dict], max_evals: int, weight: float | None = None
-) -> tuple[dict, dict, dict]:
+    gpu: GPU, rows: list[Json], max_evals: int, weight: float | None = None
+) -> tuple[Json, dict[str, Any], dict[str, Any]]:
     """(fit record, fitted efficiencies, fitted hardware fields) of `gpu` on `rows`."""
     from flashscope.simulator.calibrate.fitting import (
         ALONE_WEIGHT,
@@ -360,7 +453,7 @@ def _fit(
     power_doc, gpu = _fit_power(gpu, rows)
     spill_doc, gpu = _fit_spill(gpu, rows)
 
-    def sample(r: dict) -> Sample:
+    def sample(r: Json) -> Sample:
         workload = workload_of(r["config"], gpu)
         return Sample(
             r["id"],
@@ -410,7 +503,7 @@ def _fit(
     return doc, values, hw
 
 
-def _fit_spill(gpu, rows: list[dict]) -> tuple[dict | None, object]:
+def _fit_spill(gpu: GPU, rows: list[Json]) -> tuple[Json | None, GPU]:
     """(record, `gpu` with `spill_l1_miss` fitted) from the fit subset's rows whose L2 bytes
     were measured and whose kernels reload spilled registers; (None, `gpu`) where none does."""
     from flashscope.simulator.calibrate.fitting import apply, fit_spill_miss, spill_loss
@@ -444,7 +537,7 @@ def _fit_spill(gpu, rows: list[dict]) -> tuple[dict | None, object]:
 MIN_CLOCK_SAMPLES = 8
 
 
-def _fit_power(gpu, rows: list[dict]) -> tuple[dict | None, object]:
+def _fit_power(gpu: GPU, rows: list[Json]) -> tuple[Json | None, GPU]:
     """(record, `gpu` with the power cap fitted) from the fit subset's single-kernel rows that
     Nsight Compute also timed alone; (None, `gpu`) where there are too few."""
     from flashscope.simulator.calibrate.fitting import apply, fit_power, power_loss

@@ -288,3 +288,25 @@ def test_calibrate_takes_the_l2_capacity_from_a_probe_and_the_fit_keeps_it(tmp_p
     junk.write_text(json.dumps({"l2_bytes": l2, "rows": [{"order": "same", "bytes": -1}]}))
     assert main([*args[:-1], str(junk)]) == 2
     assert "--l2-probe" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("doc", "flag"),
+    [
+        (None, "--ceilings/--measured/--start/--l2-probe"),  # no such file
+        ([1, 2], "--ceilings/--measured/--start/--l2-probe"),
+        ({"gpu": "h200", "measured": {}}, "--ceilings"),
+        ({"measured": {"ceilings": {}}}, "--gpu"),  # no GPU named, none here to ask
+        ({"gpu": "h200", "measured": {"ceilings": {"copy": {"gbs": -1.0}}}}, "ceilings"),
+    ],
+)
+def test_calibrate_refuses_a_bad_ceilings_file_in_one_line_naming_the_flag(
+    doc, flag, tmp_path, capsys
+):
+    path = tmp_path / "ceilings.json"
+    if doc is not None:
+        path.write_text(json.dumps(doc))
+    out = tmp_path / "c.json"
+    assert main(["calibrate", "--ceilings", str(path), "--no-fit", "--out", str(out)]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith(f"flashscope calibrate: error: {flag}: ") and not out.exists()
