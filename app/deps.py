@@ -13,15 +13,18 @@ from flashscope.app.traces import TraceStore
 
 
 def get_settings_dep(conn: HTTPConnection) -> Settings:
-    return conn.app.state.settings
+    settings: Settings = conn.app.state.settings
+    return settings
 
 
 def get_templates(conn: HTTPConnection) -> Jinja2Templates:
-    return conn.app.state.templates
+    templates: Jinja2Templates = conn.app.state.templates
+    return templates
 
 
 def get_traces(conn: HTTPConnection) -> TraceStore:
-    return conn.app.state.traces
+    traces: TraceStore = conn.app.state.traces
+    return traces
 
 
 SettingsDep = Annotated[Settings, Depends(get_settings_dep)]

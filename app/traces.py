@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
+from typing import Any
 
 from starlette.concurrency import run_in_threadpool
 
@@ -19,9 +20,9 @@ class TraceStore:
         self._size = size
         self._o_col_limit = o_col_limit
         self._state_bytes = state_bytes
-        self._items: OrderedDict[tuple, Trace] = OrderedDict()
+        self._items: OrderedDict[tuple[Any, ...], Trace] = OrderedDict()
         self._lock = threading.Lock()
-        self._building: dict[tuple, threading.Lock] = {}
+        self._building: dict[tuple[Any, ...], threading.Lock] = {}
 
     def _build(self, p: TraceParams) -> Trace:
         key = p.cache_key()

@@ -26,7 +26,7 @@ def _check_config(name: str, value: object) -> None:
 
 class _FlashAttention(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q, k, v, causal, scale, config, bwd_config, use_tma):  # type: ignore[override]
+    def forward(ctx, q, k, v, causal, scale, config, bwd_config, use_tma):
         o, lse = launch_forward(q, k, v, causal, scale, config, use_tma=use_tma)
         # An output nobody differentiates comes back as None, not as a tensor of zeros (which
         # would cost an allocation, a fill and a subtraction per backward).
@@ -37,7 +37,7 @@ class _FlashAttention(torch.autograd.Function):
 
     @staticmethod
     @torch.autograd.function.once_differentiable
-    def backward(ctx, do, dlse):  # type: ignore[override]
+    def backward(ctx, do, dlse):
         q, k, v, o, lse = ctx.saved_tensors
         if do is None:
             do = torch.zeros_like(o)

@@ -55,10 +55,10 @@ from flashscope.kernels.launch import (
     output,
     pad_dim,
     prepare_tma,
-    tuned_keys,
     upcast,
     use_tma_for,
 )
+from flashscope.simulator.timing.kernelplan import tuned_keys
 
 
 # Triton kernels keep compact argument lists, as in Triton's own tutorials.
@@ -332,7 +332,7 @@ def _common(q: torch.Tensor, causal: bool, tma: bool) -> dict[str, object]:
     }
 
 
-def run_dkdv(  # type: ignore[no-untyped-def]
+def run_dkdv(
     q,
     k,
     v,
@@ -379,9 +379,7 @@ def run_dkdv(  # type: ignore[no-untyped-def]
     return dk, dv
 
 
-def run_dq(  # type: ignore[no-untyped-def]
-    q, k, v, do, lse, delta, causal, scale, cfg, *, use_tma=None, host_desc=None, band=1
-):
+def run_dq(q, k, v, do, lse, delta, causal, scale, cfg, *, use_tma=None, host_desc=None, band=1):
     """The separate dQ kernel: one program per (query block, batch · head)."""
     b, h, n_q, _ = q.shape
     h_kv, n_k = k.shape[1], k.shape[2]

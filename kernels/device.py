@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 from functools import lru_cache
+from typing import TypedDict
 
 
 @lru_cache
@@ -40,7 +41,12 @@ def interpreting() -> bool:
     return os.environ.get("TRITON_INTERPRET") == "1"
 
 
-def describe() -> dict[str, str | None]:
+class DeviceInfo(TypedDict):
+    backend: str  # "cuda" or "cpu"
+    gpu: str | None  # the device's name; None on the CPU
+
+
+def describe() -> DeviceInfo:
     """{"backend": "cuda" | "cpu", "gpu": device name or None}."""
     if has_cuda():
         import torch

@@ -20,7 +20,7 @@ options' values and the current device. An argument of any other kind, Triton's 
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from typing import Any
 
@@ -39,7 +39,7 @@ class _Unkeyed(Exception):
     """An argument whose specialisation this module does not know."""
 
 
-def _descriptor_types() -> tuple[type, ...]:
+def _descriptor_types() -> tuple[Any, ...]:  # Triton's classes (it ships no types)
     """Triton's host tensor descriptor and Gluon's (which also carries a shared-memory layout)."""
     found = []
     with suppress(ImportError):  # every Triton this project pins has both
@@ -76,7 +76,12 @@ def _spec(a: object) -> object:
     raise _Unkeyed
 
 
-def signature(fn: object, args: Sequence[object], constexprs: dict, options: dict) -> tuple:
+def signature(
+    fn: object,
+    args: Sequence[object],
+    constexprs: Mapping[str, object],
+    options: Mapping[str, object],
+) -> tuple:
     """The key under which a compiled kernel is kept (raises _Unkeyed for unknown arguments)."""
     return (
         id(fn),
@@ -113,7 +118,9 @@ def _hooks_set() -> bool:
     return _active(knobs.runtime.launch_enter_hook) or _active(knobs.runtime.launch_exit_hook)
 
 
-def _direct_form(fn: Any, kernel: Any, n_args: int, constexprs: dict) -> tuple[Any, tuple] | None:
+def _direct_form(
+    fn: Any, kernel: Any, n_args: int, constexprs: Mapping[str, object]
+) -> tuple[Any, tuple] | None:
     """(compiled kernel, the constexprs' values in parameter order), or None where the
     kernel's parameters are not exactly the positional arguments followed by the constexprs."""
     if hasattr(kernel, "result"):  # a future, when Triton compiles asynchronously
@@ -131,8 +138,8 @@ def launch(
     fn: Any,
     grid: tuple[int, ...],
     args: Sequence[object],
-    constexprs: dict[str, object],
-    options: dict[str, object],
+    constexprs: Mapping[str, object],
+    options: Mapping[str, object],
 ) -> None:
     """`fn[grid](*args, **constexprs, **options)`, past Triton's binding for a known signature.
 

@@ -53,7 +53,8 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 from flashscope.kernels.config import route, table_key, ws_entry
 from flashscope.kernels.device import interpreting
 from flashscope.kernels.fastlaunch import launch
-from flashscope.kernels.launch import LOG2E, flat_rows, gpu_name, output, pad_dim, tuned_keys
+from flashscope.kernels.launch import LOG2E, flat_rows, gpu_name, output, pad_dim
+from flashscope.simulator.timing.kernelplan import tuned_keys
 
 _GL_DTYPES = {torch.float16: gl.float16, torch.bfloat16: gl.bfloat16}
 LOADER_REGS = 24  # the fewest registers a warp can be given

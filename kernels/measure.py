@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 
 import torch
 
@@ -92,7 +93,7 @@ class Case:
         q_shape = (p.batch, p.heads, p.seq_q, p.head_dim)
         kv_shape = (p.batch, p.kv_heads, p.seq_k, p.head_dim)
         q_bytes = p.batch * p.heads * p.seq_q * p.head_dim * p.dtype_bytes
-        kv_bytes = p.batch * p.kv_heads * p.seq_k * p.head_dim * p.dtype_bytes  # type: ignore[operator]
+        kv_bytes = p.batch * p.kv_heads * p.seq_k * p.head_dim * p.dtype_bytes
         # forward: Q, K, V in, O out; backward: Q, K, V, O, dO in, dQ, dK, dV out
         set_bytes = (2 if algo == "fa2" else 4) * (q_bytes + kv_bytes)
         count = sets or (1 if interpreting() else input_sets(set_bytes))
@@ -105,15 +106,26 @@ class Case:
         for _ in range(count):
             q, k, v = rand(q_shape), rand(kv_shape), rand(kv_shape)  # (B, H, N, d)
             if algo == "fa2":
-                calls.append(lambda q=q, k=k, v=v: launch_forward(q, k, v, p.causal, p.scale, main))
+                calls.append(partial(launch_forward, q, k, v, p.causal, p.scale, main))
                 continue
             o, lse = launch_forward(
                 q, k, v, p.causal, p.scale, _forward_config(pad_dim(p.head_dim))
             )
             do = rand(q_shape)  # (B, H, N_q, d)
             calls.append(
-                lambda q=q, k=k, v=v, o=o, lse=lse, do=do: launch_backward(
-                    q, k, v, o, lse, do, p.causal, p.scale, main, dq_mode=route, dq_config=dq
+                partial(
+                    launch_backward,
+                    q,
+                    k,
+                    v,
+                    o,
+                    lse,
+                    do,
+                    p.causal,
+                    p.scale,
+                    main,
+                    dq_mode=route,
+                    dq_config=dq,
                 )
             )
         return cls(config, p, route, calls, set_bytes)

@@ -151,9 +151,8 @@ def totals(kernels: list[dict]) -> dict:
         else out["dram_read_bytes"] + out["dram_write_bytes"]
     )
     sectors = [total(f"lts__t_sectors_srcunit_tex_op_{op}.sum") for op in ("read", "write", "red")]
-    out["l2_bytes_sm"] = (
-        None if any(s is None for s in sectors) else SECTOR_BYTES * sum(sectors)  # type: ignore[misc]
-    )
+    known = [s for s in sectors if s is not None]
+    out["l2_bytes_sm"] = SECTOR_BYTES * sum(known) if len(known) == len(sectors) else None
     return out
 
 
@@ -197,7 +196,7 @@ def profile(
         t0 = time.monotonic()
         try:
             proc = subprocess.run(cmd + target, capture_output=True, text=True, timeout=left)
-            status = proc.returncode
+            status: int | str = proc.returncode
         except subprocess.TimeoutExpired:
             status = "timeout"
         attempt = {"nvtx": "--nvtx" in cmd, "status": status, "s": time.monotonic() - t0}

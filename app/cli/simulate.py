@@ -19,6 +19,7 @@ import json
 import re
 import sys
 from dataclasses import replace
+from typing import Any
 
 from flashscope.app.cli.traffic import positive_int, power_of_two
 
@@ -71,7 +72,7 @@ def hardware_change(text: str) -> tuple[str, int | float]:
     return name.strip(), value
 
 
-def add_command(sub: argparse._SubParsersAction) -> None:
+def add_command(sub: argparse._SubParsersAction[Any]) -> None:
     """Register `simulate` on the CLI's subcommands."""
     p = sub.add_parser(
         "simulate",
@@ -214,7 +215,7 @@ def _bytes(n: float) -> str:
     return f"{n:,.0f} B"
 
 
-def table(s: dict) -> str:
+def table(s: dict[str, Any]) -> str:
     """The summary as a few aligned lines for a terminal."""
     p = s["problem"]
     lim = " · ".join(f"{k} {v:.1%}" for k, v in s["limiter"].items() if v and v >= 0.0005)

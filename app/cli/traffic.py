@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from typing import Any
 
 ALGOS = ("naive", "fa1", "fa2", "fa2-bwd", "decode")
 
@@ -28,7 +29,7 @@ def power_of_two(text: str) -> int:
     return value
 
 
-def add_command(sub: argparse._SubParsersAction) -> None:
+def add_command(sub: argparse._SubParsersAction[Any]) -> None:
     """Register `traffic` on the CLI's subcommands."""
     cmd = sub.add_parser(
         "traffic",
@@ -81,7 +82,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def table(out: dict) -> str:
+def table(out: dict[str, Any]) -> str:
     """A readable table: elements and bytes per counter, then FLOPs."""
     p = out["problem"]
     head = (

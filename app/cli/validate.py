@@ -17,6 +17,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 from flashscope.app.cli.simulate import gpu_name
 from flashscope.app.cli.traffic import positive_int
@@ -24,7 +25,7 @@ from flashscope.app.cli.traffic import positive_int
 MAX_REPEATS = 9
 
 
-def add_command(sub: argparse._SubParsersAction) -> None:
+def add_command(sub: argparse._SubParsersAction[Any]) -> None:
     p = sub.add_parser(
         "validate",
         help="measure the kernels over a sweep and compare with the timing engine (GPU)",

@@ -8,8 +8,10 @@ Plotly.newPlot; the browser draws them as they are. Times are in microseconds.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from flashscope.simulator.timing.results import LIMITERS, KernelResult, SimResult
 
@@ -20,7 +22,7 @@ def _f(x: float) -> float | None:
     return x if math.isfinite(x) else None
 
 
-def _kernel(k: KernelResult) -> dict:
+def _kernel(k: KernelResult) -> dict[str, Any]:
     fp = k.occupancy.footprint
     total = k.time_s
     return {
@@ -46,7 +48,7 @@ def _kernel(k: KernelResult) -> dict:
     }
 
 
-def summary(r: SimResult) -> dict:
+def summary(r: SimResult) -> dict[str, Any]:
     """The run's figures: time, throughput, bytes per level, occupancy, limiters, floors."""
     main = r.main
     fl = r.floors
@@ -104,7 +106,9 @@ def _shown_sms(sm: np.ndarray, sms: int, max_ctas: int) -> int:
     return max(1, int(np.searchsorted(np.cumsum(per_sm), max_ctas, side="right")))
 
 
-def _cta_bars(name: str, sm: np.ndarray, start_us: np.ndarray, end_us: np.ndarray, shown: int):
+def _cta_bars(
+    name: str, sm: np.ndarray, start_us: np.ndarray, end_us: np.ndarray, shown: int
+) -> dict[str, Any]:
     keep = sm < shown
     return {
         "type": "bar",
@@ -118,7 +122,7 @@ def _cta_bars(name: str, sm: np.ndarray, start_us: np.ndarray, end_us: np.ndarra
     }
 
 
-def _gantt_layout(shown: int, sms: int, ctas: int) -> dict:
+def _gantt_layout(shown: int, sms: int, ctas: int) -> dict[str, Any]:
     return {
         "barmode": "overlay",
         "xaxis": {"title": {"text": "time (µs)"}},
@@ -127,7 +131,7 @@ def _gantt_layout(shown: int, sms: int, ctas: int) -> dict:
     }
 
 
-def gantt(r: SimResult, max_ctas: int = 20000) -> dict:
+def gantt(r: SimResult, max_ctas: int = 20000) -> dict[str, Any]:
     """SM Gantt chart: one horizontal bar per CTA (y = SM, from start to end, µs), one trace
     per kernel. Beyond `max_ctas` CTAs only the first SMs are shown (all of their CTAs)."""
     n_total = sum(k.n_ctas for k in r.kernels)
@@ -136,7 +140,14 @@ def gantt(r: SimResult, max_ctas: int = 20000) -> dict:
     return {"data": data, "layout": _gantt_layout(shown, r.gpu.sms, n_total)}
 
 
-def measured_gantt(name: str, start_us, end_us, sm, sms: int, max_ctas: int = 20000) -> dict:
+def measured_gantt(
+    name: str,
+    start_us: npt.ArrayLike,
+    end_us: npt.ArrayLike,
+    sm: npt.ArrayLike,
+    sms: int,
+    max_ctas: int = 20000,
+) -> dict[str, Any]:
     """The same chart for a measured schedule (each CTA's start and end on the GPU's timer,
     µs, and its SM), from the first start."""
     start, end, on = (np.asarray(x) for x in (start_us, end_us, sm))
@@ -148,13 +159,13 @@ def measured_gantt(name: str, start_us, end_us, sm, sms: int, max_ctas: int = 20
     }
 
 
-def resident_per_sm(start, end, sms: int) -> float:
+def resident_per_sm(start: npt.ArrayLike, end: npt.ArrayLike, sms: int) -> float:
     """CTAs resident per SM on average over a launch: Σ durations / (span · SMs)."""
     start, end = np.asarray(start, dtype=float), np.asarray(end, dtype=float)
     return float((end - start).sum() / ((end.max() - start.min()) * sms))
 
 
-def running(start, end) -> tuple[np.ndarray, np.ndarray]:
+def running(start: npt.ArrayLike, end: npt.ArrayLike) -> tuple[np.ndarray, np.ndarray]:
     """CTAs running over time, a step function from the first start: (times, count from each
     time on); an end before a start at the same instant."""
     start, end = np.asarray(start, dtype=float), np.asarray(end, dtype=float)
@@ -164,7 +175,11 @@ def running(start, end) -> tuple[np.ndarray, np.ndarray]:
     return t[order], np.cumsum(delta[order])
 
 
-def running_comparison(measured: tuple, simulated: tuple, points: int = 2000) -> dict:
+def running_comparison(
+    measured: tuple[npt.ArrayLike, npt.ArrayLike],
+    simulated: tuple[npt.ArrayLike, npt.ArrayLike],
+    points: int = 2000,
+) -> dict[str, Any]:
     """CTAs running on the whole GPU over time, measured against simulated: two step lines
     (µs from each launch's first start; `measured` and `simulated` are (start, end) in µs),
     each sampled at no more than `points` steps."""
@@ -195,7 +210,7 @@ def running_comparison(measured: tuple, simulated: tuple, points: int = 2000) ->
     return {"data": data, "layout": layout}
 
 
-def limiter_bars(r: SimResult) -> dict:
+def limiter_bars(r: SimResult) -> dict[str, Any]:
     """Stacked horizontal bars: the share of each kernel's time (and the run's) by limiter."""
     rows = [k.name for k in r.kernels] + ["total"]
     shares = [{lim: v / k.time_s for lim, v in k.breakdown.items()} for k in r.kernels] + [
@@ -215,7 +230,7 @@ def limiter_bars(r: SimResult) -> dict:
     return {"data": data, "layout": layout}
 
 
-def roofline(r: SimResult) -> dict:
+def roofline(r: SimResult) -> dict[str, Any]:
     """Log-log roofline of the GPU (datasheet peaks) with the run as one point.
 
     x: FLOPs per DRAM byte the engine predicts; y: executed tensor TFLOP/s.

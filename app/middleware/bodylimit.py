@@ -7,12 +7,14 @@ limit, an HTTPException that FastAPI turns into the same 413.
 
 from __future__ import annotations
 
-from starlette.exceptions import HTTPException
+from typing import Any
+
+from fastapi import HTTPException
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 
-def _detail(limit: int, size: int | None) -> list[dict]:
+def _detail(limit: int, size: int | None) -> list[dict[str, Any]]:
     got = f"{size} bytes" if size is not None else "more"
     return [
         {

@@ -8,6 +8,7 @@ client or a person reading the response sees at once what to change.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from fastapi import Request
@@ -19,7 +20,9 @@ from pydantic import ValidationError
 _LIMIT_KEYS = ("limit", "le", "lt", "ge", "gt", "multiple_of", "max_length", "min_length")
 
 
-def limit_error(field: str, message: str, value: Any, limit: Any, where: str = "query") -> dict:
+def limit_error(
+    field: str, message: str, value: Any, limit: Any, where: str = "query"
+) -> dict[str, Any]:
     """A validation error entry for a value beyond a server limit."""
     return {
         "type": "limit",
@@ -30,7 +33,7 @@ def limit_error(field: str, message: str, value: Any, limit: Any, where: str = "
     }
 
 
-def value_error(field: str, message: str, value: Any, where: str = "query") -> dict:
+def value_error(field: str, message: str, value: Any, where: str = "query") -> dict[str, Any]:
     return {"type": "value_error", "loc": [where, field], "msg": message, "input": value}
 
 
@@ -45,7 +48,7 @@ def _finite(value: Any) -> Any:
     return value
 
 
-def describe(errors: list[dict]) -> list[dict]:
+def describe(errors: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """Add `field` and `limit` to pydantic-style error entries."""
     out = []
     for err in errors:
@@ -79,6 +82,7 @@ async def value_handler(_: Request, exc: ValueError) -> JSONResponse:
     for every input it cannot handle and for nothing else; a route that passes a request on
     without checking every rule itself still answers 422, never 500.
     """
+    errors: Sequence[Mapping[str, Any]]
     if isinstance(exc, ValidationError):
         errors = list(exc.errors(include_url=False))
     else:
@@ -87,6 +91,6 @@ async def value_handler(_: Request, exc: ValueError) -> JSONResponse:
     return JSONResponse(status_code=422, content=jsonable_encoder({"detail": describe(errors)}))
 
 
-def refuse(errors: list[dict]) -> RequestValidationError:
+def refuse(errors: list[dict[str, Any]]) -> RequestValidationError:
     """The exception that makes a route answer 422 with these errors."""
     return RequestValidationError(errors)

@@ -20,7 +20,7 @@ import functools
 import logging
 import math
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
 from typing import Any, ParamSpec, TypeVar
 
 from flashscope.app.rooms.store import (
@@ -82,7 +82,9 @@ P = ParamSpec("P")
 T = TypeVar("T")
 
 
-def _unavailable(fn: Callable[P, Awaitable[T]]) -> Callable[P, Awaitable[T]]:
+def _unavailable(
+    fn: Callable[P, Coroutine[Any, Any, T]],
+) -> Callable[P, Coroutine[Any, Any, T]]:
     """Turn Redis connection failures into RoomsUnavailable, with the reason."""
 
     @functools.wraps(fn)
@@ -113,7 +115,7 @@ class RedisRoomStore:
         self._ttl = max(1, math.ceil(idle_ttl_s))
         self._redis: Any = None
         self._pubsub: Any = None
-        self._listener: asyncio.Task | None = None
+        self._listener: asyncio.Task[None] | None = None
         self._scripts: dict[str, Any] = {}
 
     @_unavailable

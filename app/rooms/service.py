@@ -94,7 +94,7 @@ def _scalar_problem(value: Any) -> str | None:
     return f"must be a number, a string, true/false or null, got {type(value).__name__}"
 
 
-def check_room_state(state: RoomState, s: Settings) -> list[dict]:
+def check_room_state(state: RoomState, s: Settings) -> list[dict[str, Any]]:
     """Errors for parameters a page could not hold and sizes beyond the settings' limits."""
     where = "state"
     errs = []
@@ -205,7 +205,7 @@ class Rooms:
         self.local: dict[str, dict[str, Follower]] = {}
         self._started = False
         self._lock = asyncio.Lock()
-        self._heartbeat: asyncio.Task | None = None
+        self._heartbeat: asyncio.Task[None] | None = None
 
     async def ready(self) -> RoomStore:
         """The store, started on first use (in the server's event loop)."""

@@ -39,10 +39,11 @@ class CompareParams(BaseModel):
 
 
 def _datasets(request: Request) -> Datasets:
-    return request.app.state.datasets
+    datasets: Datasets = request.app.state.datasets
+    return datasets
 
 
-def _tiles(c: dict) -> str:
+def _tiles(c: dict[str, Any]) -> str:
     text = TILE_TEXT.format(**c)
     if c.get("maxnreg"):
         text += f" · ≤ {c['maxnreg']} registers"
@@ -51,9 +52,9 @@ def _tiles(c: dict) -> str:
     return text
 
 
-def _row(r: dict) -> dict[str, Any]:
+def _row(r: dict[str, Any]) -> dict[str, Any]:
     c = r["config"]
-    lim = (r.get("simulated") or {}).get("limiter") or {}
+    lim: dict[str, float] = (r.get("simulated") or {}).get("limiter") or {}
     return {
         "id": r["id"],
         "subset": r.get("subset"),
@@ -71,11 +72,13 @@ def _row(r: dict) -> dict[str, Any]:
         "simulated_dram_bytes": r.get("simulated_dram_bytes"),
         "measured_l2_bytes": r.get("measured_l2_bytes"),
         "simulated_l2_bytes": r.get("simulated_l2_bytes"),
-        "top_limiter": max(lim, key=lim.get) if lim else None,
+        "top_limiter": max(lim, key=lim.__getitem__) if lim else None,
     }
 
 
-def _choose(params: CompareParams, data: dict[str, dict]) -> tuple[dict, dict]:
+def _choose(
+    params: CompareParams, data: dict[str, dict[str, Any]]
+) -> tuple[dict[str, Any], dict[str, Any]]:
     """The dataset and the row the parameters name (the worst-predicted row by default)."""
     if not data:
         raise HTTPException(
@@ -166,7 +169,9 @@ def compare(
     }
 
 
-def _measured_schedule(rec: dict | None, result: SimResult, max_ctas: int) -> dict | None:
+def _measured_schedule(
+    rec: dict[str, Any] | None, result: SimResult, max_ctas: int
+) -> dict[str, Any] | None:
     """The chosen configuration's measured schedule beside the simulated one (forward rows
     that benchmarks/timeline.py recorded), or None."""
     if rec is None or len(result.kernels) != 1:

@@ -5,8 +5,11 @@ The three trace steppers (/tiles, /backward, /decode) draw GET /api/trace and /w
 
 from __future__ import annotations
 
+from typing import Any
+
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse
+from fastapi.templating import Jinja2Templates
 
 from flashscope.app.config import Settings
 from flashscope.app.deps import SettingsDep, TemplatesDep
@@ -17,7 +20,7 @@ from flashscope.simulator.core.problem import DTYPE_BYTES
 router = APIRouter(tags=["pages"])
 
 
-def _trace_limits(settings: Settings) -> dict:
+def _trace_limits(settings: Settings) -> dict[str, Any]:
     return {
         "max_seq": settings.max_seq,
         "max_head_dim": settings.max_head_dim,
@@ -32,7 +35,9 @@ def _trace_limits(settings: Settings) -> dict:
     }
 
 
-def _stepper(request: Request, templates, settings: Settings, path: str, template: str):
+def _stepper(
+    request: Request, templates: Jinja2Templates, settings: Settings, path: str, template: str
+) -> HTMLResponse:
     context = {
         "view": view_at(path),
         "limits": _trace_limits(settings),
@@ -65,6 +70,6 @@ async def decode(request: Request, templates: TemplatesDep, settings: SettingsDe
 
 
 @router.get("/api/views", tags=["pages"])
-async def views() -> list[dict]:
+async def views() -> list[dict[str, Any]]:
     """The views, each with its JSON twin."""
     return [{"path": v.path, "title": v.title, "summary": v.summary, "api": v.api} for v in VIEWS]

@@ -77,7 +77,8 @@ class Problem(BaseModel):
 
 
 def _rooms(conn: Request | WebSocket) -> Rooms:
-    return conn.app.state.rooms
+    rooms: Rooms = conn.app.state.rooms
+    return rooms
 
 
 @router.post(
@@ -153,7 +154,7 @@ def _finite(text: str) -> float:
     return value
 
 
-async def _receive(ws: WebSocket, limit: int) -> tuple[dict | None, list[dict]]:
+async def _receive(ws: WebSocket, limit: int) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
     """The next message as a dict, or errors to send back. Closes (and raises) when too large."""
     message = await ws.receive()
     if message["type"] == "websocket.disconnect":
@@ -174,7 +175,7 @@ async def _receive(ws: WebSocket, limit: int) -> tuple[dict | None, list[dict]]:
     return msg, []
 
 
-def _errors(errors: list[dict]) -> str:
+def _errors(errors: list[dict[str, Any]]) -> str:
     return json.dumps({"type": "error", "errors": describe(errors)}, default=str)
 
 
@@ -302,7 +303,7 @@ async def _read(
         kind = msg.get("type") if msg else None
         if errs:
             follower.send(_errors(errs))
-        elif kind == "state":
+        elif kind == "state" and msg is not None:
             try:
                 outcome = await _drive(rooms, settings, code, role, follower.member, bucket, msg)
             except RoomGone:
@@ -350,8 +351,8 @@ async def _drive(
     role: str,
     member: str,
     bucket: Bucket,
-    msg: dict,
-) -> int | StaleState | list[dict]:
+    msg: dict[str, Any],
+) -> int | StaleState | list[dict[str, Any]]:
     """Publish a driver's state: its seq, StaleState, or errors for anything refused.
 
     RoomGone when the room has closed.

@@ -24,7 +24,8 @@ FINAL = ("done", "failed", "timeout")
 
 
 def _queue(request: Request) -> RunQueue:
-    return request.app.state.runs.get()
+    queue: RunQueue = request.app.state.runs.get()
+    return queue
 
 
 def request_key(body: RunRequest) -> str:

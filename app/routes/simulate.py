@@ -68,7 +68,7 @@ def run_request(body: SimulateRequest, settings: Settings) -> SimResult:
           "warps": body.dq_warps}  # fmt: skip
     given = {k: v for k, v in dq.items() if v is not None}
     dq_tiles = replace(tiles, **given) if given else None  # the register cap carries over
-    kernels = {"gpu_key": gpu.key, "route": body.route, "dq_tiles": dq_tiles}
+    kernels: dict[str, Any] = {"gpu_key": gpu.key, "route": body.route, "dq_tiles": dq_tiles}
     if body.impl == "flashscope":
         ctas = kernelplan.ctas_of(body.algo, problem, tiles, **kernels)
     else:

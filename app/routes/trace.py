@@ -161,5 +161,5 @@ async def trace_stream(ws: WebSocket, settings: SettingsDep, traces: TracesDep) 
         return
 
 
-async def _send_errors(ws: WebSocket, errors: list[dict]) -> None:
+async def _send_errors(ws: WebSocket, errors: list[dict[str, Any]]) -> None:
     await ws.send_json({"type": "error", "errors": describe(errors)})

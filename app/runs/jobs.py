@@ -35,7 +35,7 @@ NO_GPU = (
 )
 
 
-def _config(job: dict) -> dict:
+def _config(job: dict[str, Any]) -> dict[str, Any]:
     return {
         "algo": "fa2" if job.get("mode", "fwd") == "fwd" else "fa2-bwd",
         "impl": "flashscope",
@@ -51,7 +51,7 @@ def _finite(x: float) -> float | None:
     return float(x) if math.isfinite(x) else None
 
 
-def _simulated(config: dict, device_name: str | None) -> dict | None:
+def _simulated(config: dict[str, Any], device_name: str | None) -> dict[str, Any] | None:
     """The engine's prediction on the preset of this GPU (None when no preset matches)."""
     from flashscope.simulator.calibrate.validation import simulate_config
     from flashscope.simulator.core import hardware
@@ -64,7 +64,7 @@ def _simulated(config: dict, device_name: str | None) -> dict | None:
     return {"gpu": gpu.key, "time_us": result.time_s * 1e6, "limiter": result.limiter}
 
 
-def _time(config: dict, seed: int, progress: Callable[[str], None]) -> dict:
+def _time(config: dict[str, Any], seed: int, progress: Callable[[str], None]) -> dict[str, Any]:
     from flashscope.kernels.measure import Case, time_case
 
     progress("building inputs")
@@ -95,7 +95,7 @@ def _diff(a: Any, b: Any) -> float:
     return float(np.nanmax(np.where(np.isnan(d), np.inf, d), initial=0.0))
 
 
-def _trace(config: dict, seed: int, progress: Callable[[str], None]) -> dict:
+def _trace(config: dict[str, Any], seed: int, progress: Callable[[str], None]) -> dict[str, Any]:
     from flashscope.kernels.instrumented import measured_trace
     from flashscope.simulator.calibrate.validation import problem_of, tiles_of
 
@@ -135,7 +135,9 @@ def _trace(config: dict, seed: int, progress: Callable[[str], None]) -> dict:
     }
 
 
-def _gradients(config: dict, seed: int, progress: Callable[[str], None]) -> dict:
+def _gradients(
+    config: dict[str, Any], seed: int, progress: Callable[[str], None]
+) -> dict[str, Any]:
     """The backward kernel's dQ, dK, dV against flashscope.kernels.reference in float64."""
     import torch
 
@@ -169,7 +171,7 @@ def _gradients(config: dict, seed: int, progress: Callable[[str], None]) -> dict
         q, k, v, o, lse, do, p.causal, p.scale, main, dq_mode=route, dq_config=dq_cfg
     )
     progress("comparing with the float64 reference")
-    want = attention_backward(*(x.cpu() for x in (q, k, v, do)), p.causal, p.scale)
+    want = attention_backward(q.cpu(), k.cpu(), v.cpu(), do.cpu(), p.causal, p.scale)
     errs = {
         name: float((g.double().cpu() - w).abs().max())
         for name, g, w in zip(("dq", "dk", "dv"), got, want, strict=True)
@@ -181,7 +183,7 @@ def _gradients(config: dict, seed: int, progress: Callable[[str], None]) -> dict
     }
 
 
-def execute(job: dict, device: str, progress: Callable[[str], None]) -> dict:
+def execute(job: dict[str, Any], device: str, progress: Callable[[str], None]) -> dict[str, Any]:
     """Run one live run (see the module docstring); raises on a kernel error."""
     from flashscope.kernels.device import describe, interpreting
 

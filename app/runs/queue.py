@@ -201,7 +201,11 @@ class RunQueue:
         """Queue a run, or return the live or finished run of the same request (cached=True)."""
         with self._wake:
             existing = self.by_key.get(key)
-            if existing in self.runs and self.runs[existing].state not in ("failed", "timeout"):
+            if (
+                existing is not None
+                and existing in self.runs
+                and self.runs[existing].state not in ("failed", "timeout")
+            ):
                 return self.runs[existing], True
             if len(self._pending) >= self.max_queued:
                 busy = len(self._pending) + len(self.devices)

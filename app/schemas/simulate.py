@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -71,10 +71,10 @@ class SimulateRequest(BaseModel):
     dq_warps: int | None = Field(None, ge=1, le=32, description="flashscope fa2-bwd: dQ warps.")
 
 
-def check_simulate_request(r: SimulateRequest, s: Settings) -> list[dict]:
+def check_simulate_request(r: SimulateRequest, s: Settings) -> list[dict[str, Any]]:
     """Errors for every field beyond a server limit or invalid together (empty when fine)."""
     where = "body"
-    errs: list[dict] = []
+    errs: list[dict[str, Any]] = []
     try:
         hardware.resolve(r.gpu)
     except ValueError:
@@ -123,9 +123,9 @@ def check_simulate_request(r: SimulateRequest, s: Settings) -> list[dict]:
     return errs
 
 
-def _check_kernels(r: SimulateRequest, s: Settings, where: str) -> list[dict]:
+def _check_kernels(r: SimulateRequest, s: Settings, where: str) -> list[dict[str, Any]]:
     """impl flashscope: fa2 or fa2-bwd; route and dQ tiles only there, blocks in range."""
-    errs: list[dict] = []
+    errs: list[dict[str, Any]] = []
     dq = {f: getattr(r, f) for f in ("dq_block_m", "dq_block_n", "dq_stages", "dq_warps")}
     if r.impl == "flashscope" and r.algo not in ("fa2", "fa2-bwd"):
         errs.append(
@@ -147,7 +147,7 @@ def _check_kernels(r: SimulateRequest, s: Settings, where: str) -> list[dict]:
     return errs
 
 
-def _tile_errors(field: str, value: int, s: Settings, where: str) -> list[dict]:
+def _tile_errors(field: str, value: int, s: Settings, where: str) -> list[dict[str, Any]]:
     """A tile side must be a power of two within the settings' bounds."""
     lo, hi = s.simulate_min_block, s.simulate_max_block
     if is_power_of_two(value) and lo <= value <= hi:
@@ -156,15 +156,15 @@ def _tile_errors(field: str, value: int, s: Settings, where: str) -> list[dict]:
     return [limit_error(field, msg, value, [lo, hi], where)]
 
 
-def _warps_errors(field: str, value: int, where: str) -> list[dict]:
+def _warps_errors(field: str, value: int, where: str) -> list[dict[str, Any]]:
     if is_power_of_two(value):
         return []
     return [value_error(field, f"{field} must be a power of two, got {value}", value, where)]
 
 
-def _check_hardware_changes(r: SimulateRequest, s: Settings, where: str) -> list[dict]:
+def _check_hardware_changes(r: SimulateRequest, s: Settings, where: str) -> list[dict[str, Any]]:
     """Unknown fields are refused; a GPU figure may move at most a factor from its preset's."""
-    errs: list[dict] = []
+    errs: list[dict[str, Any]] = []
     try:
         base = hardware.from_name(r.gpu)
     except ValueError:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -35,10 +35,10 @@ class TraceParams(BaseModel):
         None, ge=1, description="decode: KV splits; default the occupancy rule."
     )
 
-    def cache_key(self) -> tuple:
+    def cache_key(self) -> tuple[Any, ...]:
         return tuple(self.model_dump().values())
 
-    def problem(self) -> tuple[AttentionProblem, TileConfig, dict]:
+    def problem(self) -> tuple[AttentionProblem, TileConfig, dict[str, Any]]:
         """The simulator's problem, tiles and extra program arguments for these parameters."""
         problem = AttentionProblem(
             seq_q=self.n,
@@ -59,11 +59,11 @@ class StrictTraceParams(TraceParams):
     model_config = ConfigDict(extra="forbid")
 
 
-def over_limit(field: str, value: int, limit: int, where: str) -> dict:
+def over_limit(field: str, value: int, limit: int, where: str) -> dict[str, Any]:
     return limit_error(field, f"{field} must be ≤ {limit}, got {value}", value, limit, where)
 
 
-def block_errors(fields: dict[str, int], s: Settings, where: str) -> list[dict]:
+def block_errors(fields: dict[str, int], s: Settings, where: str) -> list[dict[str, Any]]:
     errs = []
     for field, value in fields.items():
         if not is_power_of_two(value) or not s.min_block <= value <= s.max_block:
@@ -80,7 +80,7 @@ def block_errors(fields: dict[str, int], s: Settings, where: str) -> list[dict]:
     return errs
 
 
-def check_trace_params(p: TraceParams, s: Settings, where: str = "query") -> list[dict]:
+def check_trace_params(p: TraceParams, s: Settings, where: str = "query") -> list[dict[str, Any]]:
     """Errors for every field beyond a server limit (empty when all is well)."""
     nk = p.nk if p.nk is not None else p.n
     # Decoding has few query rows: its cache may be far longer than a forward trace's keys.
@@ -131,7 +131,7 @@ def check_trace_params(p: TraceParams, s: Settings, where: str = "query") -> lis
     return errs
 
 
-def check_step(step: int, n_events: int, where: str = "query") -> list[dict]:
+def check_step(step: int, n_events: int, where: str = "query") -> list[dict[str, Any]]:
     if not 0 <= step < n_events:
         return [
             value_error("step", f"step must be in [0, {n_events - 1}], got {step}", step, where)
@@ -187,8 +187,7 @@ class TileStateModel(BaseModel):
             if span is not None and not 0 <= span[0] <= span[1]:
                 raise ValueError(f"{name} must be [start, stop] with 0 ≤ start ≤ stop")
         per_row = ("m", "l", "alpha", "lse", "delta", "partial_lse", "o", "o_hat", "dq")
-        per_row += ("partial_o", "weight")
-        checks = [(self.rows, per_row), (self.cols, ("dk", "dv"))]
+        checks = [(self.rows, (*per_row, "partial_o", "weight")), (self.cols, ("dk", "dv"))]
         for span, names in checks:
             for name in names:
                 value = getattr(self, name)
@@ -305,9 +304,9 @@ class RunRequest(BaseModel):
     seed: int = Field(0, ge=0, le=2**32 - 1)
 
 
-def check_run_request(r: RunRequest, s: Settings, backend: str) -> list[dict]:
+def check_run_request(r: RunRequest, s: Settings, backend: str) -> list[dict[str, Any]]:
     """Errors for a run beyond the server's limits on this backend (empty when all is well)."""
-    errs: list[dict] = []
+    errs: list[dict[str, Any]] = []
     where = "body"
     for field in ("block_m", "block_n", "warps"):
         value = getattr(r, field)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from pydantic import BaseModel, ConfigDict, Field
 
 from flashscope.app.config import Settings
@@ -43,7 +45,9 @@ class TrafficRequest(BaseModel):
         return problem, TileConfig(block_m=self.block_m, block_n=self.block_n)
 
 
-def check_traffic_request(r: TrafficRequest, s: Settings, where: str = "body") -> list[dict]:
+def check_traffic_request(
+    r: TrafficRequest, s: Settings, where: str = "body"
+) -> list[dict[str, Any]]:
     """Errors for every field beyond a server limit or inconsistent with another."""
     errs = [
         over_limit(field, value, limit, where)

@@ -9,15 +9,15 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
 from flashscope.app.config import Settings
 from flashscope.app.middleware.errors import limit_error, value_error
+from flashscope.app.schemas.trace import Dtype
 from flashscope.simulator.core import hardware
 from flashscope.simulator.core.problem import (
-    DTYPE_BYTES,
     AttentionProblem,
     TileConfig,
     is_power_of_two,
@@ -26,7 +26,6 @@ from flashscope.simulator.teach.memory_wall import walk_length
 from flashscope.simulator.timing.workload import ALGOS
 
 ExportFormat = Literal["json", "chrome"]
-Dtype = Literal[tuple(DTYPE_BYTES)]  # type: ignore[valid-type]
 SimAlgo = Literal[ALGOS]  # type: ignore[valid-type]
 
 SEED_NS = "256,512,1024,2048,4096"
@@ -65,11 +64,11 @@ class MemoryScalingParams(BaseModel):
     n_max: int = Field(131072, ge=1, description="Largest N of the sweep (always included).")
 
 
-def _limit(field: str, value: int, limit: int, what: str = "") -> dict:
+def _limit(field: str, value: int, limit: int, what: str = "") -> dict[str, Any]:
     return limit_error(field, f"{field} must be ≤ {limit}{what}, got {value}", value, limit)
 
 
-def _check_block(field: str, value: int, s: Settings) -> list[dict]:
+def _check_block(field: str, value: int, s: Settings) -> list[dict[str, Any]]:
     if is_power_of_two(value) and s.min_block <= value <= s.max_block:
         return []
     return [
@@ -82,7 +81,9 @@ def _check_block(field: str, value: int, s: Settings) -> list[dict]:
     ]
 
 
-def parse_ints(field: str, raw: str, limit: int, max_count: int) -> tuple[list[int], list[dict]]:
+def parse_ints(
+    field: str, raw: str, limit: int, max_count: int
+) -> tuple[list[int], list[dict[str, Any]]]:
     """Comma-separated positive integers, each ≤ limit, at most max_count of them."""
     tokens = [t for t in re.split(r"[,\s]+", raw.strip()) if t]
     if not tokens:
@@ -111,9 +112,9 @@ def parse_ints(field: str, raw: str, limit: int, max_count: int) -> tuple[list[i
     return out, errs
 
 
-def check_memory_wall(p: MemoryWallParams, s: Settings) -> tuple[list[int], list[dict]]:
+def check_memory_wall(p: MemoryWallParams, s: Settings) -> tuple[list[int], list[dict[str, Any]]]:
     """The table's values of N and the errors of every field beyond a limit."""
-    errs: list[dict] = []
+    errs: list[dict[str, Any]] = []
     if p.n > s.memory_wall_max_seq:
         errs.append(_limit("n", p.n, s.memory_wall_max_seq))
     if p.d > s.max_head_dim:
@@ -137,7 +138,7 @@ def check_memory_wall(p: MemoryWallParams, s: Settings) -> tuple[list[int], list
     return ns, errs
 
 
-def parse_vector(raw: str, max_len: int) -> tuple[list[float], list[dict]]:
+def parse_vector(raw: str, max_len: int) -> tuple[list[float], list[dict[str, Any]]]:
     """Numbers separated by commas or spaces (brackets ignored); −∞ allowed, NaN and +∞ not."""
     tokens = [t for t in re.split(r"[,\s;]+", raw.strip().strip("[]()")) if t]
     if not tokens:
@@ -170,15 +171,17 @@ def parse_vector(raw: str, max_len: int) -> tuple[list[float], list[dict]]:
     return out, errs
 
 
-def check_online_softmax(p: OnlineSoftmaxParams, s: Settings) -> tuple[list[float], list[dict]]:
+def check_online_softmax(
+    p: OnlineSoftmaxParams, s: Settings
+) -> tuple[list[float], list[dict[str, Any]]]:
     x, errs = parse_vector(p.x, s.online_softmax_max_len)
     if p.block > s.online_softmax_max_len:
         errs.append(_limit("block", p.block, s.online_softmax_max_len))
     return x, errs
 
 
-def check_memory_scaling(p: MemoryScalingParams, s: Settings) -> list[dict]:
-    errs: list[dict] = []
+def check_memory_scaling(p: MemoryScalingParams, s: Settings) -> list[dict[str, Any]]:
+    errs: list[dict[str, Any]] = []
     try:
         hardware.resolve(p.gpu)
     except ValueError as exc:
@@ -235,7 +238,7 @@ class ScheduleParams(BaseModel):
         """The GPU fields this request changes."""
         return {k: getattr(self, k) for k in SCHEDULE_SPECS if getattr(self, k) is not None}
 
-    def simulate_body(self) -> dict:
+    def simulate_body(self) -> dict[str, Any]:
         """The equivalent POST /api/simulate body (without the timeline)."""
         body = self.model_dump(exclude=set(SCHEDULE_SPECS))
         return {**body, "hardware": self.specs() or None}

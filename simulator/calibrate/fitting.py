@@ -20,11 +20,13 @@ import dataclasses
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from flashscope.simulator.core.hardware import GPU, Efficiency
 from flashscope.simulator.timing.engine import alone_time_s, clock_share, simulate_workload
+from flashscope.simulator.timing.workload import Workload
 
 
 @dataclass(frozen=True)
@@ -96,11 +98,11 @@ class Sample:
     """One measured configuration: its workload (built once) and the measured time (s)."""
 
     id: str
-    workload: object
+    workload: Workload
     measured_s: float
     measured_dram: float | None = None  # DRAM bytes (read + write) where Nsight Compute ran
     problem: str | None = None  # samples of one problem at different tiles share this key
-    alone: tuple[tuple[object, float], ...] = ()  # (one kernel's workload, Nsight's time in s)
+    alone: tuple[tuple[Workload, float], ...] = ()  # (one kernel's workload, Nsight's time in s)
 
 
 @dataclass(frozen=True)
@@ -135,7 +137,7 @@ def loss_of(
     pairs: dict[str, list[tuple[float, float]]] = {}
     for s in samples:
         try:
-            r = simulate_workload(s.workload, gpu)  # type: ignore[arg-type]
+            r = simulate_workload(s.workload, gpu)
         except ValueError:
             return math.inf, math.inf
         log_err = math.log(r.time_s / s.measured_s)
@@ -201,7 +203,8 @@ def fit(
             return math.inf
 
     def current(p: Param) -> float:
-        return getattr(gpu if p.hardware else gpu.efficiency, p.name)
+        value: float = getattr(gpu if p.hardware else gpu.efficiency, p.name)
+        return value
 
     u0 = _start_point(params, current)
     values, best, start, evals = _minimize(params, loss, [u0], max_evals, progress)
@@ -224,7 +227,7 @@ def _minimize(
     with an even share of `max_evals` (three quarters of it to the simplex); losses are cached
     by the values a point maps to. (best values, best loss, loss at the first start, loss
     evaluations)."""
-    cache: dict[tuple, float] = {}
+    cache: dict[tuple[tuple[str, float], ...], float] = {}
 
     def f(u: np.ndarray) -> float:
         values = _values(params, np.clip(u, 0.0, 1.0))
@@ -235,17 +238,22 @@ def _minimize(
                 progress(len(cache), min(cache.values()))
         return cache[key]
 
+    def under(evals: int) -> Callable[[], bool]:
+        return lambda: len(cache) < evals
+
     start = f(starts[0])
     found = []
     for i, u in enumerate(starts):
         budget = max_evals * (i + 1) // len(starts)
-        best_u, best = _nelder_mead(f, u, lambda b=budget: len(cache) < b * 3 // 4)
-        found.append(_coordinate(f, best_u, best, lambda b=budget: len(cache) < b))
+        best_u, best = _nelder_mead(f, u, under(budget * 3 // 4))
+        found.append(_coordinate(f, best_u, best, under(budget)))
     best_u, best = min(found, key=lambda x: x[1])
     return _values(params, best_u), best, start, len(cache)
 
 
-def _nelder_mead(f, u0: np.ndarray, go: Callable[[], bool], step: float = 0.15):
+def _nelder_mead(
+    f: Callable[[np.ndarray], float], u0: np.ndarray, go: Callable[[], bool], step: float = 0.15
+) -> tuple[np.ndarray, float]:
     n = len(u0)
     simplex = [u0.copy()]
     for i in range(n):
@@ -282,7 +290,13 @@ def _nelder_mead(f, u0: np.ndarray, go: Callable[[], bool], step: float = 0.15):
     return simplex[k], values[k]
 
 
-def _coordinate(f, u: np.ndarray, best: float, go: Callable[[], bool], step: float = 0.1):
+def _coordinate(
+    f: Callable[[np.ndarray], float],
+    u: np.ndarray,
+    best: float,
+    go: Callable[[], bool],
+    step: float = 0.1,
+) -> tuple[np.ndarray, float]:
     u = u.copy()
     while step > 0.005 and go():
         improved = False
@@ -340,15 +354,18 @@ def fit_power(eff: Efficiency, samples: Sequence[ClockSample], max_evals: int = 
     """The power-cap fields that best explain how much slower each kernel runs sustained than
     alone. Independent of the timing model: only measured times and the kernels' counts."""
 
+    def fitted(values: dict[str, Any]) -> Efficiency:
+        return dataclasses.replace(eff, **values)
+
     def loss(values: dict[str, float | int]) -> float:
-        return power_loss(dataclasses.replace(eff, **values), samples)
+        return power_loss(fitted(values), samples)
 
     u0 = _start_point(POWER, lambda p: getattr(eff, p.name))
     # Two starts: the current values (where no cap is modelled yet, power_exp = 0 leaves the
     # other two flat) and the same with the exponent a cubic power law gives (1/3).
     starts = [u0, np.array([u0[0], u0[1], POWER[2].to_unit(1 / 3)])]
     values, best, start, evals = _minimize(POWER, loss, starts, max_evals)
-    predicted, measured = _slowdowns(dataclasses.replace(eff, **values), samples)
+    predicted, measured = _slowdowns(fitted(values), samples)
     mape = float(np.mean(np.abs(predicted / measured - 1))) * 100
     return FitResult(values, best, start, evals, mape)
 
@@ -360,8 +377,8 @@ def l2_param(observed_gbs: float) -> Param:
 
 def apply(gpu: GPU, values: dict[str, float | int]) -> GPU:
     """`gpu` with fitted values (its key kept: a calibrated preset, not a custom GPU)."""
-    hw = {k: v for k, v in values.items() if k in HARDWARE_FIELDS}
-    eff = {k: v for k, v in values.items() if k not in HARDWARE_FIELDS}
+    hw: dict[str, Any] = {k: v for k, v in values.items() if k in HARDWARE_FIELDS}
+    eff: dict[str, Any] = {k: v for k, v in values.items() if k not in HARDWARE_FIELDS}
     if "l2_gbs" in hw:  # a fitted bandwidth is the achievable one
         eff["l2"] = 1.0
     return dataclasses.replace(gpu, efficiency=dataclasses.replace(gpu.efficiency, **eff), **hw)

@@ -30,8 +30,10 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -64,12 +66,12 @@ class Entry:
 
     id: str
     subset: str
-    config: dict
+    config: dict[str, Any]
     ncu: bool = False
     tiles: str = "candidate"  # "candidate": one the kernels try; "spread": chosen to differ
 
 
-def check_config(config: dict) -> None:
+def check_config(config: dict[str, Any]) -> None:
     unknown = sorted(set(config) - set(CONFIG_FIELDS))
     if unknown:
         raise ValueError(f"unknown config fields {unknown}; fields: {', '.join(CONFIG_FIELDS)}")
@@ -112,7 +114,7 @@ def read_sweep(path: Path) -> list[Entry]:
     return entries
 
 
-def problem_of(c: dict) -> AttentionProblem:
+def problem_of(c: dict[str, Any]) -> AttentionProblem:
     return AttentionProblem(
         seq_q=c["seq"],
         seq_k=c.get("seq_k"),
@@ -125,11 +127,11 @@ def problem_of(c: dict) -> AttentionProblem:
     )
 
 
-def tiles_of(c: dict) -> TileConfig:
+def tiles_of(c: dict[str, Any]) -> TileConfig:
     return TileConfig(c["block_m"], c["block_n"], c["stages"], c["warps"], c.get("maxnreg"))
 
 
-def dq_tiles_of(c: dict) -> TileConfig | None:
+def dq_tiles_of(c: dict[str, Any]) -> TileConfig | None:
     if not any(c.get(f) for f in ("dq_block_m", "dq_block_n", "dq_stages", "dq_warps")):
         return None
     t = tiles_of(c)
@@ -142,7 +144,7 @@ def dq_tiles_of(c: dict) -> TileConfig | None:
     )
 
 
-def workload_of(c: dict, gpu: GPU):
+def workload_of(c: dict[str, Any], gpu: GPU) -> Workload:
     """The engine's workload of one configuration (impl flashscope: the kernels' launches)."""
     p, t = problem_of(c), tiles_of(c)
     if c.get("impl", "convention") == "flashscope":
@@ -152,12 +154,12 @@ def workload_of(c: dict, gpu: GPU):
     return build(c["algo"], p, t, sms=gpu.sms, splits=c.get("splits"))
 
 
-def simulate_config(c: dict, gpu: GPU | None = None) -> SimResult:
+def simulate_config(c: dict[str, Any], gpu: GPU | None = None) -> SimResult:
     gpu = gpu or hardware.from_name(c.get("gpu", "h100-sxm"))
     return simulate_workload(workload_of(c, gpu), gpu)
 
 
-def ncu_kernels(row: dict) -> list[dict]:
+def ncu_kernels(row: dict[str, Any]) -> list[dict[str, Any]]:
     """The per-kernel rows Nsight Compute read for a dataset row ([] where it read none)."""
     return ((row.get("measured") or {}).get("ncu") or {}).get("kernels") or []
 
@@ -167,7 +169,7 @@ def ncu_kernels(row: dict) -> list[dict]:
 ALONE_KERNELS = ("bwd_dq", "bwd_dkdv")
 
 
-def measured_alone(row: dict, workload: Workload) -> list[tuple[str, Workload, float]]:
+def measured_alone(row: dict[str, Any], workload: Workload) -> list[tuple[str, Workload, float]]:
     """(launch name, the launch alone, Nsight's duration in s) for each of a flashscope backward
     row's ALONE_KERNELS that Nsight Compute timed."""
     if workload.algo != "fa2-bwd" or workload.impl != "flashscope":
@@ -182,7 +184,7 @@ def measured_alone(row: dict, workload: Workload) -> list[tuple[str, Workload, f
     return out
 
 
-def _plain_writes(rows: list[dict]) -> dict[tuple[str, str], float]:
+def _plain_writes(rows: list[dict[str, Any]]) -> dict[tuple[str, str], float]:
     """(problem, Nsight kernel name) → the mean DRAM writes of that kernel's launches that
     stored nothing to local memory, over `rows` (the baseline a spilling sibling is held to)."""
     seen: dict[tuple[str, str], list[float]] = {}
@@ -194,7 +196,7 @@ def _plain_writes(rows: list[dict]) -> dict[tuple[str, str], float]:
     return {key: float(np.mean(v)) for key, v in seen.items()}
 
 
-def compiled_observations(rows: list[dict], gpu: GPU) -> list[compiled.Observation]:
+def compiled_observations(rows: list[dict[str, Any]], gpu: GPU) -> list[compiled.Observation]:
     """Every flashscope kernel Nsight Compute read in `rows`: its key in the compiled-kernel
     table, its loop steps and CTAs as the engine counts them, its local-memory bytes, and for a
     kernel that stores to local memory, its DRAM writes beyond the mean of the same problem's
@@ -216,7 +218,9 @@ def compiled_observations(rows: list[dict], gpu: GPU) -> list[compiled.Observati
             store = float(k.get(compiled.LOCAL_STORE) or 0.0)
             base = plain.get((problem_key(c), k["name"]))
             written = k.get(compiled.DRAM_WRITE)
-            spilled = store > 0 and base is not None and written is not None
+            writeback = None  # spilled: DRAM writes beyond the plain launches'
+            if store > 0 and base is not None and written is not None:
+                writeback = float(written) - base
             out.append(
                 compiled.Observation(
                     key=compiled.key(w.name, workload.problem, t, workload.route),
@@ -227,13 +231,13 @@ def compiled_observations(rows: list[dict], gpu: GPU) -> list[compiled.Observati
                     store=store,
                     regs=None if regs is None else int(regs),
                     gpu=gpu.key.removesuffix("+custom"),
-                    writeback=float(written) - base if spilled else None,
+                    writeback=writeback,
                 )
             )
     return out
 
 
-def spill_samples(rows: list[dict], gpu: GPU) -> list[SpillSample]:
+def spill_samples(rows: list[dict[str, Any]], gpu: GPU) -> list[SpillSample]:
     """The rows whose L2 bytes Nsight Compute measured, as `fitting.fit_spill_miss` weighs
     them: the engine's L2 requests less the spill reloads, and those reloads."""
     out = []
@@ -248,7 +252,7 @@ def spill_samples(rows: list[dict], gpu: GPU) -> list[SpillSample]:
     return out
 
 
-def clock_samples(rows: list[dict], gpu: GPU) -> list[ClockSample]:
+def clock_samples(rows: list[dict[str, Any]], gpu: GPU) -> list[ClockSample]:
     """The rows of one kernel timed alone by Nsight Compute as well as back to back: how much
     slower it ran sustained (the power cap's evidence, `fitting.fit_power`)."""
     out = []
@@ -266,7 +270,7 @@ def clock_samples(rows: list[dict], gpu: GPU) -> list[ClockSample]:
     return out
 
 
-def problem_key(c: dict) -> str:
+def problem_key(c: dict[str, Any]) -> str:
     """A configuration less its tile fields: the problem its tile configurations compete on."""
     return json.dumps({k: v for k, v in sorted(c.items()) if k not in TILE_FIELDS})
 
@@ -276,10 +280,13 @@ def problem_key(c: dict) -> str:
 
 def rel_errors(measured: np.ndarray, simulated: np.ndarray) -> np.ndarray:
     """(simulated − measured) / measured."""
-    return (simulated - measured) / measured
+    err: np.ndarray = (simulated - measured) / measured
+    return err
 
 
-def error_stats(ids: list[str], measured: list[float], simulated: list[float]) -> dict:
+def error_stats(
+    ids: Sequence[str], measured: Sequence[float | None], simulated: Sequence[float | None]
+) -> dict[str, Any]:
     """MAPE (%), worst absolute error (%) and which row it is, over rows with both values."""
     pairs = [
         (i, m, s)
@@ -320,7 +327,7 @@ def spearman(a: np.ndarray, b: np.ndarray) -> float | None:
     return float(np.mean((ra - ra.mean()) * (rb - rb.mean())) / (sa * sb))
 
 
-def repeat_spearman(rows: list[dict]) -> float | None:
+def repeat_spearman(rows: list[dict[str, Any]]) -> float | None:
     """How well one timing pass ranks a problem's tile configurations as another pass does.
 
     The mean Spearman correlation over every pair of passes (`measured.ms_passes`, all rows
@@ -332,14 +339,14 @@ def repeat_spearman(rows: list[dict]) -> float | None:
     if n < 2:
         return None
     table = np.array([p[:n] for p in passes])  # (configurations, passes)
-    rhos = [spearman(table[:, i], table[:, j]) for i in range(n) for j in range(i + 1, n)]
-    rhos = [r for r in rhos if r is not None]
+    pairs = [spearman(table[:, i], table[:, j]) for i in range(n) for j in range(i + 1, n)]
+    rhos = [r for r in pairs if r is not None]
     return float(np.mean(rhos)) if rhos else None
 
 
-def ranking(rows: list[dict]) -> dict:
+def ranking(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """Per problem: rank correlation of tile configurations and the simulator's pick."""
-    groups: dict[str, list[dict]] = {}
+    groups: dict[str, list[dict[str, Any]]] = {}
     for r in rows:
         if r.get("measured_us") and r.get("simulated_us"):
             groups.setdefault(problem_key(r["config"]), []).append(r)
@@ -376,7 +383,7 @@ def ranking(rows: list[dict]) -> dict:
     }
 
 
-def _subset_summary(rows: list[dict]) -> dict:
+def _subset_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
     ids = [r["id"] for r in rows]
     out = {
         "rows": len(rows),
@@ -390,7 +397,7 @@ def _subset_summary(rows: list[dict]) -> dict:
             [r.get(f"measured_{level}_bytes") for r in rows],
             [r.get(f"simulated_{level}_bytes") for r in rows],
         )
-    alone: dict[str, tuple[list, list, list]] = {}
+    alone: dict[str, tuple[list[str], list[float | None], list[float | None]]] = {}
     for r in rows:
         for k in r.get("kernels_alone") or []:
             ids_, meas, sim = alone.setdefault(k["name"], ([], [], []))
@@ -416,7 +423,7 @@ TARGETS = {
 }
 
 
-def summarize(rows: list[dict]) -> dict:
+def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """Errors over all rows and per subset, the ranking, and each target met or not."""
     out = {"all": _subset_summary(rows)}
     for subset in SUBSETS:
@@ -425,7 +432,7 @@ def summarize(rows: list[dict]) -> dict:
     out["ranking_by_problem"] = full["by_problem"]
     a = out["all"]
 
-    def met(value: float | None, ok) -> bool | None:
+    def met(value: float | None, ok: Callable[[float], bool]) -> bool | None:
         return (
             None if value is None or (isinstance(value, float) and math.isnan(value)) else ok(value)
         )
@@ -442,7 +449,7 @@ def summarize(rows: list[dict]) -> dict:
     return out
 
 
-def simulated_fields(result: SimResult) -> dict:
+def simulated_fields(result: SimResult) -> dict[str, Any]:
     """What a dataset row keeps of a simulation: time, bytes and the breakdown by limiter."""
     return {
         "simulated_us": result.time_s * 1e6,
@@ -472,7 +479,7 @@ SM_L2_READ = "l1tex__m_xbar2l1tex_read_bytes.sum"
 SM_L2_WRITE = "l1tex__m_l1tex2xbar_write_bytes.sum"
 
 
-def sm_side_l2_bytes(kernels: list[dict]) -> float | None:
+def sm_side_l2_bytes(kernels: list[dict[str, Any]]) -> float | None:
     """Bytes the SMs received from L2 and sent to it, summed over a call's kernels.
 
     This is what the engine's L2 bytes count (every global request of the kernels). ncu's L2-side
@@ -480,12 +487,13 @@ def sm_side_l2_bytes(kernels: list[dict]) -> float | None:
     the same sector, and they include traffic no SM asked for; they are kept in `measured.ncu`.
     """
     values = [(k.get(SM_L2_READ), k.get(SM_L2_WRITE)) for k in kernels]
-    if not values or any(r is None or w is None for r, w in values):
+    known = [(r, w) for r, w in values if r is not None and w is not None]
+    if not values or len(known) < len(values):
         return None
-    return float(sum(r + w for r, w in values))
+    return float(sum(r + w for r, w in known))
 
 
-def measured_fields(m: dict) -> dict:
+def measured_fields(m: dict[str, Any]) -> dict[str, Any]:
     """What a dataset row reports of a measurement: time (µs) and bytes where ncu read them."""
     ncu = m.get("ncu") or {}
     return {
@@ -495,7 +503,7 @@ def measured_fields(m: dict) -> dict:
     }
 
 
-def kernels_alone(row: dict, workload: Workload, gpu: GPU) -> list[dict]:
+def kernels_alone(row: dict[str, Any], workload: Workload, gpu: GPU) -> list[dict[str, Any]]:
     """Each backward kernel Nsight Compute timed, against the engine's time for it alone."""
     out = []
     for name, one, measured in measured_alone(row, workload):
@@ -513,8 +521,12 @@ def kernels_alone(row: dict, workload: Workload, gpu: GPU) -> list[dict]:
 
 
 def build_dataset(
-    entries: list[Entry], measured: list[dict], env: dict, gpu: GPU, ncu: dict | None = None
-) -> dict:
+    entries: list[Entry],
+    measured: list[dict[str, Any]],
+    env: dict[str, Any],
+    gpu: GPU,
+    ncu: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     """Rows of measured against simulated for each entry, and their summary.
 
     `measured[i]` belongs to `entries[i]`: flashscope.kernels.sweep's row (ms, tflops, …, route,
@@ -525,7 +537,7 @@ def build_dataset(
         config = {**e.config, "gpu": gpu.key}
         if config.get("algo") == "fa2-bwd" and m.get("route"):
             config["route"] = m["route"]
-        row: dict = {
+        row: dict[str, Any] = {
             "id": e.id, "subset": e.subset, "ncu": e.ncu, "tiles": e.tiles, "config": config
         }  # fmt: skip
         row.update(measured_fields(m))

@@ -29,6 +29,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from pathlib import Path
+from typing import Any
 
 from flashscope.simulator.core.gpu import EFFICIENCY_FIELDS, GPU
 
@@ -77,8 +78,8 @@ def apply_calibration(gpu: GPU, data_dir: Path = DATA_DIR) -> GPU:
     path = calibration_path(gpu.key, data_dir)
     if not path.is_file():
         return gpu
-    overrides = read_calibration(path, gpu.key)
-    hw = read_hardware(path)
+    overrides: dict[str, Any] = read_calibration(path, gpu.key)
+    hw: dict[str, Any] = read_hardware(path)
     try:
         eff = dataclasses.replace(gpu.efficiency, **overrides)
         return dataclasses.replace(gpu, efficiency=eff, **hw)
@@ -86,7 +87,7 @@ def apply_calibration(gpu: GPU, data_dir: Path = DATA_DIR) -> GPU:
         raise ValueError(f"{path}: {exc}") from None
 
 
-def hardware_from_ceilings(gpu: GPU, ceilings: dict) -> dict[str, float]:
+def hardware_from_ceilings(gpu: GPU, ceilings: dict[str, Any]) -> dict[str, float]:
     """Estimated datasheet fields the micro-benchmarks measured above the estimate (l2_gbs)."""
     out: dict[str, float] = {}
     if "l2_read" in ceilings and ceilings["l2_read"]["gbs"] > gpu.l2_gbs:
@@ -100,11 +101,11 @@ def document(
     *,
     device: str,
     date: str,
-    versions: dict,
-    measured: dict,
+    versions: dict[str, Any],
+    measured: dict[str, Any],
     hardware: dict[str, float] | None = None,
-    fit: dict | None = None,
-) -> dict:
+    fit: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     """A calibration file's content (checked by applying it to `gpu`)."""
     doc = {
         "format": FORMAT,
@@ -118,11 +119,12 @@ def document(
     }
     if fit is not None:
         doc["fit"] = fit
-    dataclasses.replace(gpu, efficiency=dataclasses.replace(gpu.efficiency, **efficiency))
+    changes: dict[str, Any] = efficiency
+    dataclasses.replace(gpu, efficiency=dataclasses.replace(gpu.efficiency, **changes))
     return doc
 
 
-def efficiency_from_ceilings(gpu: GPU, ceilings: dict) -> dict[str, float]:
+def efficiency_from_ceilings(gpu: GPU, ceilings: dict[str, Any]) -> dict[str, float]:
     """Efficiency fields from micro-benchmark ceilings
     (`flashscope.kernels.microbench.measure_all()`).
 

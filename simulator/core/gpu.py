@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass, field
+from typing import Any
 
 # MUFU (special-function unit) throughput for exp2 on compute capability 8.0–9.0: 16 results
 # per clock per SM (CUDA C++ Programming Guide, "Arithmetic Instructions" throughput table).
@@ -201,7 +202,7 @@ class GPU:
         """Kernel launch overhead (fitted, so it lives in the efficiencies)."""
         return self.efficiency.launch_us
 
-    def specs(self) -> dict:
+    def specs(self) -> dict[str, Any]:
         """Every field as plain JSON-ready values, efficiencies nested."""
         out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
         out["efficiency"] = dataclasses.asdict(self.efficiency)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from typing import Any
 
 from flashscope.simulator.core.calibration import apply_calibration
 from flashscope.simulator.core.gpu import (
@@ -42,7 +43,7 @@ __all__ = [
 ]
 
 
-def _gpu(**kw) -> GPU:
+def _gpu(**kw: Any) -> GPU:
     eff = kw.pop("efficiency", {})
     return GPU(efficiency=Efficiency(**eff), **kw)
 
@@ -224,8 +225,8 @@ def custom(base: GPU | str, **changes: object) -> GPU:
     invalid values raise ValueError naming the field.
     """
     gpu = from_name(base) if isinstance(base, str) else base
-    gpu_changes: dict[str, object] = {}
-    eff_changes: dict[str, object] = {}
+    gpu_changes: dict[str, Any] = {}
+    eff_changes: dict[str, Any] = {}
     for name, value in changes.items():
         if name in EFFICIENCY_FIELDS:
             eff_changes[name] = value
@@ -240,9 +241,13 @@ def custom(base: GPU | str, **changes: object) -> GPU:
     sms, clock = gpu_changes.get("sms"), gpu_changes.get("clock_ghz")
     if isinstance(sms, int) and not isinstance(sms, bool) and sms >= 1:
         factor *= sms / gpu.sms
-    numeric = isinstance(clock, int | float) and not isinstance(clock, bool)
-    if numeric and math.isfinite(clock) and clock > 0:  # type: ignore[arg-type]
-        factor *= clock / gpu.clock_ghz  # type: ignore[operator]
+    if (
+        isinstance(clock, int | float)
+        and not isinstance(clock, bool)
+        and math.isfinite(clock)
+        and clock > 0
+    ):
+        factor *= clock / gpu.clock_ghz
     if factor != 1.0:
         for name in PER_SM_SCALED:
             gpu_changes.setdefault(name, getattr(gpu, name) * factor)

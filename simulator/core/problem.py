@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 # Bytes per element of each storage dtype the simulator knows.
 DTYPE_BYTES: dict[str, int] = {"fp32": 4, "fp16": 2, "bf16": 2}
@@ -43,15 +44,32 @@ class AttentionProblem:
     aligned to the bottom-right corner, as FlashAttention-2 does when seq_q ≠ seq_k.
     """
 
+    # seq_k and kv_heads accept None (the constructor's signature below says so) and hold an int
+    # once constructed: __post_init__ fills them in.
     seq_q: int = 256
     head_dim: int = 64
-    seq_k: int | None = None  # None: same as seq_q
+    seq_k: int = None  # type: ignore[assignment]  # None: same as seq_q
     batch: int = 1
     heads: int = 1
-    kv_heads: int | None = None  # None: same as heads (no grouping)
+    kv_heads: int = None  # type: ignore[assignment]  # None: same as heads (no grouping)
     causal: bool = False
     dtype: str = "fp16"
     sm_scale: float | None = field(default=None, compare=True)  # None: 1/sqrt(head_dim)
+
+    if TYPE_CHECKING:
+
+        def __init__(
+            self,
+            seq_q: int = 256,
+            head_dim: int = 64,
+            seq_k: int | None = None,
+            batch: int = 1,
+            heads: int = 1,
+            kv_heads: int | None = None,
+            causal: bool = False,
+            dtype: str = "fp16",
+            sm_scale: float | None = None,
+        ) -> None: ...
 
     def __post_init__(self) -> None:
         if self.seq_k is None:
@@ -90,12 +108,12 @@ class AttentionProblem:
     @property
     def group(self) -> int:
         """Query heads that share one K/V head."""
-        return self.heads // self.kv_heads  # type: ignore[operator]
+        return self.heads // self.kv_heads
 
     @property
     def causal_offset(self) -> int:
         """Key j is visible to query i when j ≤ i + causal_offset (bottom-right alignment)."""
-        return self.seq_k - self.seq_q  # type: ignore[operator]
+        return self.seq_k - self.seq_q
 
 
 @dataclass(frozen=True)
@@ -129,7 +147,7 @@ class TileConfig:
         return cdiv(problem.seq_q, self.block_m)
 
     def kv_blocks(self, problem: AttentionProblem) -> int:
-        return cdiv(problem.seq_k, self.block_n)  # type: ignore[arg-type]
+        return cdiv(problem.seq_k, self.block_n)
 
 
 def decode_splits(ctas_without_split: int, kv_blocks: int, sms: int = 132) -> int:

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from functools import cached_property
 
 import numpy as np
+import numpy.typing as npt
 
 from flashscope.simulator.core.problem import AttentionProblem, TileConfig, cdiv, decode_splits
 
@@ -41,32 +42,33 @@ class TileGrid:
 
     @property
     def n_kv(self) -> int:
-        return cdiv(self.problem.seq_k, self.tiles.block_n)  # type: ignore[arg-type]
+        return cdiv(self.problem.seq_k, self.tiles.block_n)
 
     @cached_property
-    def rows(self) -> np.ndarray:
+    def rows(self) -> npt.NDArray[np.int64]:
         """r_i, rows of each query block."""
         starts = np.arange(self.n_q, dtype=np.int64) * self.tiles.block_m
         return np.minimum(self.tiles.block_m, self.problem.seq_q - starts)  # (n_q,)
 
     @cached_property
-    def cols(self) -> np.ndarray:
+    def cols(self) -> npt.NDArray[np.int64]:
         """c_j, keys of each key block."""
         starts = np.arange(self.n_kv, dtype=np.int64) * self.tiles.block_n
         return np.minimum(self.tiles.block_n, self.problem.seq_k - starts)  # (n_kv,)
 
     @cached_property
-    def visible(self) -> np.ndarray:
+    def visible(self) -> npt.NDArray[np.int64]:
         """n_i: how many key blocks (a prefix) query block i sees."""
         if not self.problem.causal:
             return np.full(self.n_q, self.n_kv, dtype=np.int64)
         bm, bn = self.tiles.block_m, self.tiles.block_n
         last_row = np.arange(self.n_q, dtype=np.int64) * bm + self.rows - 1  # (n_q,)
         last_key = last_row + self.problem.causal_offset  # highest visible key of the block
-        return np.clip(np.floor_divide(last_key, bn) + 1, 0, self.n_kv)
+        visible: npt.NDArray[np.int64] = np.clip(np.floor_divide(last_key, bn) + 1, 0, self.n_kv)
+        return visible
 
     @cached_property
-    def visible_cols(self) -> np.ndarray:
+    def visible_cols(self) -> npt.NDArray[np.int64]:
         """Σ c_j over the visible key blocks of each query block."""
         return np.minimum(self.visible * self.tiles.block_n, self.problem.seq_k)  # (n_q,)
 
@@ -120,7 +122,7 @@ class TileGrid:
         p = self.problem
         row_hi = p.seq_q if row_hi is None else row_hi
         c0 = j * self.tiles.block_n
-        c1 = min(c0 + self.tiles.block_n, p.seq_k)  # type: ignore[type-var]
+        c1 = min(c0 + self.tiles.block_n, p.seq_k)
         if not p.causal or c1 - 1 <= row_lo + p.causal_offset:
             return None
         q_idx = np.arange(row_lo, row_hi)[:, None]  # (rows, 1)
@@ -157,8 +159,8 @@ def split_plan(
             raise ValueError(f"{name} must be an integer, got {value!r}")
         if value is not None and value < 1:
             raise ValueError(f"{name} must be ≥ 1, got {value}")
-    n_kv = cdiv(problem.seq_k, tiles.block_n)  # type: ignore[arg-type]
+    n_kv = cdiv(problem.seq_k, tiles.block_n)
     if splits is None:
-        splits = decode_splits(problem.batch * problem.kv_heads, n_kv, sms)  # type: ignore[operator]
+        splits = decode_splits(problem.batch * problem.kv_heads, n_kv, sms)
     chunk = cdiv(n_kv, splits)
     return SplitPlan(splits, chunk, cdiv(n_kv, chunk), n_kv, problem.group * problem.seq_q)

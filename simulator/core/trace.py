@@ -85,7 +85,7 @@ class OpTable:
 
     def __init__(self, lines: Mapping[str, int] | None = None) -> None:
         self._lines = dict(lines or {})
-        self._rows: list[tuple] = []
+        self._rows: list[tuple[Any, ...]] = []
         self.columns: dict[str, np.ndarray] = {}
 
     def add(

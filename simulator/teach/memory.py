@@ -20,8 +20,10 @@ GPU memory sizes come from the presets of simulator/core/hardware.py (datasheet,
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from flashscope.simulator.core import hardware
 from flashscope.simulator.core.problem import STATS_BYTES, AttentionProblem
@@ -62,14 +64,14 @@ class PeakMemory:
 def _inputs(p: AttentionProblem) -> dict[str, int]:
     b = p.dtype_bytes
     q = p.batch * p.heads * p.seq_q * p.head_dim * b
-    kv = p.batch * p.kv_heads * p.seq_k * p.head_dim * b  # type: ignore[operator]
+    kv = p.batch * p.kv_heads * p.seq_k * p.head_dim * b
     return {"Q": q, "K": kv, "V": kv}
 
 
 def naive_peak(p: AttentionProblem) -> PeakMemory:
     """Naive attention: inputs plus the larger of (S and P) and (P and O)."""
     b = p.dtype_bytes
-    scores = p.batch * p.heads * p.seq_q * p.seq_k * b  # type: ignore[operator]
+    scores = p.batch * p.heads * p.seq_q * p.seq_k * b
     out = p.batch * p.heads * p.seq_q * p.head_dim * b
     live = {"S": scores, "P": scores} if scores >= out else {"P": scores, "O": out}
     return PeakMemory({**_inputs(p), **live})
@@ -82,7 +84,12 @@ def flash_peak(p: AttentionProblem) -> PeakMemory:
     return PeakMemory({**_inputs(p), "O": out, "LSE": lse})
 
 
-def largest_fitting(peak_fn, p: AttentionProblem, capacity_bytes: int, n_max: int) -> int | None:
+def largest_fitting(
+    peak_fn: Callable[[AttentionProblem], PeakMemory],
+    p: AttentionProblem,
+    capacity_bytes: int,
+    n_max: int,
+) -> int | None:
     """The largest N (seq_q = seq_k) ≤ n_max at which `peak_fn` fits, or None below N = 1.
 
     Peak memory grows with N, so a binary search finds the edge exactly.
@@ -113,7 +120,8 @@ def largest_fitting(peak_fn, p: AttentionProblem, capacity_bytes: int, n_max: in
     return lo
 
 
-def load_measured(path: Path = MEASURED_PATH) -> dict:
+def load_measured(path: Path = MEASURED_PATH) -> dict[str, Any]:
     """The shipped measurements: metadata and, per GPU, rows {impl, n, peak_mib | oom}."""
     with path.open(encoding="utf-8") as f:
-        return json.load(f)
+        doc: dict[str, Any] = json.load(f)
+    return doc

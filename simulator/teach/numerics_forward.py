@@ -80,7 +80,9 @@ def finite_or_zero(m: np.ndarray) -> np.ndarray:
     return np.where(np.isneginf(m), np.float32(0), m)
 
 
-def _finish(acc: np.ndarray, m: np.ndarray, l: np.ndarray, normalized: bool, dtype: str):
+def _finish(
+    acc: np.ndarray, m: np.ndarray, l: np.ndarray, normalized: bool, dtype: str
+) -> tuple[np.ndarray, np.ndarray]:
     with np.errstate(divide="ignore", invalid="ignore"):
         o = acc if normalized else np.where(l[:, None] > 0, acc / l[:, None], np.float32(0))
         lse = np.where(l > 0, finite_or_zero(m) + np.log(l), NEG_INF).astype(np.float32)

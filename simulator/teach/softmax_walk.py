@@ -59,7 +59,8 @@ def standard_softmax(x: np.ndarray) -> np.ndarray:
     if top == -np.inf:
         return np.zeros_like(x)
     e = np.exp(x - top)
-    return e / e.sum()
+    p: np.ndarray = e / e.sum()
+    return p
 
 
 def _exp_shifted(values: np.ndarray, m: float) -> np.ndarray:

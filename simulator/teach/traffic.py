@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, fields
+from typing import Any
 
 from flashscope.simulator.core.problem import (
     STATS_BYTES,
@@ -49,7 +50,7 @@ class Traffic:
     def scaled(self, k: int) -> Traffic:
         return Traffic(**{f.name: getattr(self, f.name) * k for f in fields(self)})
 
-    def as_dict(self, dtype_bytes: int) -> dict:
+    def as_dict(self, dtype_bytes: int) -> dict[str, Any]:
         """{"elements": …, "bytes": …, "flops", "exps"}; bytes of stats and acc are × 4."""
         e = {
             "hbm_read": self.hbm_read,
@@ -113,7 +114,7 @@ def fa1_head(p: AttentionProblem, t: TileConfig) -> Traffic:
     """FlashAttention-1 forward: O, ℓ, m initialized in HBM; every visible tile reads Qᵢ, Oᵢ,
     ℓᵢ, mᵢ and writes Oᵢ, ℓᵢ, mᵢ back; each used key block reads Kⱼ, Vⱼ once."""
     g, d, nq = TileGrid(p, t), p.head_dim, p.seq_q
-    kv = 2 * d * min(g.kv_blocks_used * t.block_n, p.seq_k)  # type: ignore[type-var]
+    kv = 2 * d * min(g.kv_blocks_used * t.block_n, p.seq_k)
     return Traffic(
         hbm_read=kv + 2 * d * g.sum_rows,
         hbm_write=nq * d + d * g.sum_rows,
@@ -131,13 +132,13 @@ def fa2_bwd_head(p: AttentionProblem, t: TileConfig) -> Traffic:
     dQ conversion. Five r × c × d matmuls per visible tile; nothing quadratic in memory."""
     g, d, nq, nk = TileGrid(p, t), p.head_dim, p.seq_q, p.seq_k
     return Traffic(
-        hbm_read=2 * nq * d + 2 * nk * d + 2 * d * g.sum_rows,  # type: ignore[operator]
-        hbm_write=2 * nk * d + nq * d,  # type: ignore[operator]
+        hbm_read=2 * nq * d + 2 * nk * d + 2 * d * g.sum_rows,
+        hbm_write=2 * nk * d + nq * d,
         stats_read=2 * g.sum_rows,
         stats_write=nq,
         acc_read=d * g.sum_rows + nq * d,
         acc_write=d * g.sum_rows,
-        sram_write=2 * nq * d + 2 * nk * d + 2 * d * g.sum_rows,  # type: ignore[operator]
+        sram_write=2 * nq * d + 2 * nk * d + 2 * d * g.sum_rows,
         sram_read=d * (4 * g.sum_rows + 3 * g.sum_cols),
         flops=10 * d * g.sum_area,
         exps=g.sum_area,
@@ -153,16 +154,16 @@ def decode_head(
     plan = split_plan(p, t, splits, sms)
     d, nk, r, s = p.head_dim, p.seq_k, plan.rows, plan.used
     return Traffic(
-        hbm_read=s * r * d + 2 * nk * d,  # type: ignore[operator]
+        hbm_read=s * r * d + 2 * nk * d,
         hbm_write=r * d,
         stats_read=s * r,
         stats_write=s * r,
         acc_read=s * r * d,
         acc_write=s * r * d,
-        sram_write=s * r * d + 2 * nk * d,  # type: ignore[operator]
-        sram_read=plan.n_kv * r * d + 2 * nk * d,  # type: ignore[operator]
-        flops=4 * r * nk * d,  # type: ignore[operator]
-        exps=r * nk + plan.n_kv * r,  # type: ignore[operator]
+        sram_write=s * r * d + 2 * nk * d,
+        sram_read=plan.n_kv * r * d + 2 * nk * d,
+        flops=4 * r * nk * d,
+        exps=r * nk + plan.n_kv * r,
     )
 
 
@@ -193,7 +194,7 @@ def decode(
     p: AttentionProblem, t: TileConfig, splits: int | None = None, sms: int = 132
 ) -> Traffic:
     """Whole problem: per (batch, kv_head) counts × batch · kv_heads (K/V read once per kv head)."""
-    return decode_head(p, t, splits, sms).scaled(p.batch * p.kv_heads)  # type: ignore[operator]
+    return decode_head(p, t, splits, sms).scaled(p.batch * p.kv_heads)
 
 
 _HEAD = {"naive": naive_head, "fa1": fa1_head, "fa2": fa2_head, "fa2-bwd": fa2_bwd_head}
@@ -237,12 +238,12 @@ def flashscope(
         raise ValueError(f"algo must be fa2 or fa2-bwd for flashscope's kernels, got {algo!r}")
     g = TileGrid(p, t)
     d, nq, nk, bh = p.head_dim, p.seq_q, p.seq_k, _heads(p)
-    bhk = p.batch * p.kv_heads  # type: ignore[operator]
+    bhk = p.batch * p.kv_heads
     first_rows = int(g.rows[g.visible > 0].sum())  # rows that see key block 0
     main = 2 * d * g.sum_rows * bh
     counts = {
-        "hbm_read": 2 * nq * d * bh + 2 * nk * d * bhk + main,  # type: ignore[operator]
-        "hbm_write": 2 * nk * d * bhk,  # type: ignore[operator]
+        "hbm_read": 2 * nq * d * bh + 2 * nk * d * bhk + main,
+        "hbm_write": 2 * nk * d * bhk,
         "stats_read": 2 * g.sum_rows * bh,
         "stats_write": nq * bh,
         "flops": 8 * d * g.sum_area * bh,
@@ -285,8 +286,8 @@ def theta_bound(p: AttentionProblem, sram_bytes: int) -> int:
             "not even one key row fits beside its query, output and value rows"
         )
     nq, nk = p.seq_q, p.seq_k
-    leading = math.ceil(12 * nq * nk * d * d / m)  # type: ignore[operator]
-    compulsory = (2 * nq + 2 * nk) * d  # type: ignore[operator]
+    leading = math.ceil(12 * nq * nk * d * d / m)
+    compulsory = (2 * nq + 2 * nk) * d
     return max(leading, compulsory) * _heads(p)
 
 
@@ -301,12 +302,12 @@ def seed_flash_head(n: int, d: int, block_r: int, block_c: int) -> int:
 
 def summary(
     algo: str, p: AttentionProblem, t: TileConfig, splits: int | None = None, sms: int = 132
-) -> dict:
+) -> dict[str, Any]:
     """The whole-problem counts of `algo` as one JSON-ready object (the CLI's and the API's)."""
     if algo != "decode" and splits is not None:
         raise ValueError("splits applies to decode only")
     kw = {"splits": splits, "sms": sms} if algo == "decode" else {}
-    out: dict = {
+    out: dict[str, Any] = {
         "algo": algo,
         "problem": {
             "batch": p.batch,

@@ -39,7 +39,7 @@ import functools
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -91,7 +91,7 @@ class LocalTraffic:
     store_cta: float
 
     @classmethod
-    def from_entry(cls, entry: dict) -> LocalTraffic:
+    def from_entry(cls, entry: dict[str, Any]) -> LocalTraffic:
         """From one of the table file's (or `derive`'s) entries."""
         return cls(*(float(entry[f]) for f in ("load_step", "load_cta", "store_step", "store_cta")))
 
@@ -130,10 +130,10 @@ def key(launch: str, p: AttentionProblem, t: TileConfig, route: str | None = Non
 
 
 @functools.cache
-def _document(path: Path) -> dict:
+def _document(path: Path) -> dict[str, Any]:
     if not path.exists():
         return {}
-    doc = json.loads(path.read_text())
+    doc: dict[str, Any] = json.loads(path.read_text())
     if doc.get("format") != FORMAT:
         raise ValueError(f"{path}: format {doc.get('format')!r}, expected {FORMAT}")
     return doc
@@ -167,7 +167,7 @@ def writeback_table(path: Path = TABLE_PATH) -> dict[str, dict[str, PerThread]]:
     return {g: {k: per_thread(e) for k, e in v.items()} for g, v in doc.items()}
 
 
-def per_thread(entry: dict) -> PerThread:
+def per_thread(entry: dict[str, Any]) -> PerThread:
     """A write-back entry of the table file (or of `derive_writeback`)."""
     return PerThread(float(entry["step"]), float(entry["cta"]))
 
@@ -198,7 +198,7 @@ class Observation:
     writeback: float | None = None  # DRAM writes beyond its non-spilling siblings' (None: none)
 
 
-def derive(observations: list[Observation]) -> dict[str, dict]:
+def derive(observations: list[Observation]) -> dict[str, dict[str, Any]]:
     """Per key with any local traffic: bytes per thread per step and per CTA (least squares
     over its observations, loads and stores apart), how many observations and the largest
     relative miss of the fit on them. The per-CTA term may come out negative: the causal
@@ -238,16 +238,18 @@ def _fit_per_thread(obs: list[Observation], y: list[float]) -> tuple[float, floa
     return round(float(c[0]), 4) + 0.0, round(float(c[1]), 4) + 0.0
 
 
-def derive_writeback(observations: list[Observation]) -> dict[str, dict[str, dict]]:
+def derive_writeback(observations: list[Observation]) -> dict[str, dict[str, dict[str, Any]]]:
     """Per GPU and key: the DRAM bytes a spilling kernel's spills write back, per thread per
     step and per CTA (least squares over its observations with a measured `writeback`)."""
     by: dict[tuple[str, str], list[Observation]] = {}
+    written: dict[tuple[str, str], list[float]] = {}
     for o in observations:
         if o.writeback is not None and o.gpu:
             by.setdefault((o.gpu, o.key), []).append(o)
-    out: dict[str, dict[str, dict]] = {}
+            written.setdefault((o.gpu, o.key), []).append(o.writeback)
+    out: dict[str, dict[str, dict[str, Any]]] = {}
     for (gpu, k), obs in sorted(by.items()):
-        step, cta = _fit_per_thread(obs, [o.writeback for o in obs])
+        step, cta = _fit_per_thread(obs, written[gpu, k])
         out.setdefault(gpu, {})[k] = {"step": step, "cta": cta, "observations": len(obs)}
     return out
 

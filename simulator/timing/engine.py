@@ -82,6 +82,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from typing import Any
 
 import numpy as np
 
@@ -240,7 +241,7 @@ def two_stage(w: Launch, t: TileConfig) -> bool:
 
 def _durations(
     w: Launch, t: TileConfig, r: _Rates, c: np.ndarray, loop_hit: np.ndarray, spills: bool
-):
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(duration, time before the loop, components (5, n)) of every CTA at co-residency c."""
     eff = r.eff
     tensor = w.flops / r.tensor * mma_factor(w.mma_shapes, eff.smem_feed, product_rows(w, t),
@@ -261,6 +262,7 @@ def _durations(
     # Lockstep warpgroups lose a share of their own overlap; a co-resident CTA's warpgroups
     # run in their common stalls, so with c CTAs on the SM only 1 / c**lockstep_fill of that
     # share is lost (1: each CTA fills its share; more: the stalls seldom coincide).
+    own: np.ndarray | float
     if lockstep(w, t):
         own = eff.overlap * (1.0 - eff.lockstep / c**eff.lockstep_fill)
     elif two_stage(w, t):
@@ -349,7 +351,9 @@ def _shared_hits(w: Launch, hit: np.ndarray) -> np.ndarray:
     return np.where(w.stream >= 0, group[inv], hit)
 
 
-def _schedule(dur: np.ndarray, slots: int, sms: int, free_at: np.ndarray | None = None):
+def _schedule(
+    dur: np.ndarray, slots: int, sms: int, free_at: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     start, slot = list_schedule(dur, slots, free_at)
     end = start + dur
     sm = slot % sms
@@ -380,7 +384,18 @@ def _slots_freed(prev: KernelResult, begin: float, sms: int, per_sm: int) -> np.
     return np.maximum(free.reshape(-1) - begin, 0.0)  # (per_sm · sms,)
 
 
-def _tail(w, t, r, hits, spills, schedule, dur, extra, busy_cta, c):
+def _tail(
+    w: Launch,
+    t: TileConfig,
+    r: _Rates,
+    hits: np.ndarray,
+    spills: bool,
+    schedule: tuple[np.ndarray, np.ndarray, np.ndarray],
+    dur: np.ndarray,
+    extra: np.ndarray,
+    busy_cta: np.ndarray,
+    c: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray]:
     """The launch's last CTAs, once none is left to start: as CTAs on an SM end, the others
     there run at the residency left (their durations at k co-resident CTAs, plus `extra`, the
     first wave's cold start, never slower than with more). Returns (end, busy_cta) with those
@@ -423,7 +438,7 @@ def _run_launch(
     beside: tuple[KernelResult, float] | None = None,
     alone_at_end: bool = True,
     power_cap: bool = True,
-):
+) -> tuple[dict[str, Any], L2Split]:
     e = p.dtype_bytes
     fp = footprint(
         w.kind, _pad_rows(w.rows), t.block_n, p.head_dim, t.stages, t.warps, e, gpu, t.maxnreg

@@ -37,8 +37,10 @@ import dataclasses
 import json
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from flashscope.simulator.core.problem import STATS_BYTES, AttentionProblem, TileConfig, cdiv
 from flashscope.simulator.timing import compiled
@@ -120,7 +122,7 @@ def _heavy_first(launch: Launch, per_head: int, heads: int) -> Launch:
     return launch.reordered(order)
 
 
-def _rowwise(name: str, p: AttentionProblem, rows_per_cta: int, **per_row) -> Launch:
+def _rowwise(name: str, p: AttentionProblem, rows_per_cta: int, **per_row: float) -> Launch:
     """A pass over the Nq rows of every head in blocks of `rows_per_cta` (per-row counts × r)."""
     n_q = cdiv(p.seq_q, rows_per_cta)
     rows = np.minimum(rows_per_cta, p.seq_q - np.arange(n_q, dtype=np.int64) * rows_per_cta)
@@ -140,7 +142,7 @@ def _dq_kernel(p: AttentionProblem, t: TileConfig) -> Launch:
     area = rows * vcols
     _, kv = _heads(p, n_q)
 
-    def tile(x):
+    def tile(x: npt.ArrayLike) -> np.ndarray:
         return np.tile(x, bh_n)
 
     launch = Launch.make(
@@ -173,7 +175,7 @@ def _dq_kernel(p: AttentionProblem, t: TileConfig) -> Launch:
 def _dkdv_kernel(p: AttentionProblem, t: TileConfig, atomic: bool) -> Launch:
     e, d, nk = p.dtype_bytes, p.head_dim, p.seq_k
     g = p.group
-    hk_n = p.batch * p.kv_heads  # type: ignore[operator]
+    hk_n = p.batch * p.kv_heads
     rows, vis, _, n_kv = _query_grid(p, t)
     n_q = len(rows)
     bn = t.block_n
@@ -184,11 +186,11 @@ def _dkdv_kernel(p: AttentionProblem, t: TileConfig, atomic: bool) -> Launch:
     products = 5 if atomic else 4
     stream_bytes = sr * (2 * d * e + 2 * STATS_BYTES)
 
-    def tk(x):
+    def tk(x: npt.ArrayLike) -> np.ndarray:
         return np.tile(x, hk_n)
 
     steps = tk(g * (n_q - lo))  # query steps of each CTA, over the group's heads
-    cols_extra: dict = {}
+    cols_extra: dict[str, Any] = {}
     if atomic:
         acc = d * sr  # reduce-added elements
         first = np.zeros(n_kv, dtype=np.int64)
@@ -238,7 +240,9 @@ def _dkdv_kernel(p: AttentionProblem, t: TileConfig, atomic: bool) -> Launch:
     )  # fmt: skip
 
 
-def _backward(p: AttentionProblem, t: TileConfig, route: str, dq_tiles: TileConfig):
+def _backward(
+    p: AttentionProblem, t: TileConfig, route: str, dq_tiles: TileConfig
+) -> tuple[Launch, ...]:
     d = p.head_dim
     pre = _rowwise(
         "bwd_preprocess", p, preprocess_rows(p),
@@ -271,7 +275,7 @@ def with_local_traffic(
         return launch
     threads = 32 * tiles.warps
     load, store = traffic.bytes(launch.iters, threads)
-    cols = {"local_load": load, "local_store": store}
+    cols: dict[str, Any] = {"local_load": load, "local_store": store}
     back = compiled.writeback(k, gpu_key)
     if back is not None:
         cols["local_writeback"] = back.bytes(launch.iters, threads)
@@ -280,7 +284,7 @@ def with_local_traffic(
 
 def useful_flops(algo: str, p: AttentionProblem) -> float:
     """The papers' convention: 4·B·H·Nq·Nk·d, halved when causal, × 2.5 for the backward."""
-    useful = 4.0 * p.batch * p.heads * p.seq_q * p.seq_k * p.head_dim  # type: ignore[operator]
+    useful = 4.0 * p.batch * p.heads * p.seq_q * p.seq_k * p.head_dim
     if p.causal:
         useful /= 2
     return 2.5 * useful if algo == "fa2-bwd" else useful
@@ -331,7 +335,7 @@ def ctas_of(
     bh = p.batch * p.heads
     if algo == "fa2":
         return cdiv(p.seq_q, t.block_m) * bh
-    dkdv = cdiv(p.seq_k, t.block_n) * p.batch * p.kv_heads  # type: ignore[arg-type, operator]
+    dkdv = cdiv(p.seq_k, t.block_n) * p.batch * p.kv_heads
     pre = cdiv(p.seq_q, preprocess_rows(p)) * bh
     if (route or kernel_route(gpu_key, p)) == "separate":
         return pre + cdiv(p.seq_q, (dq_tiles or t).block_m) * bh + dkdv

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -75,7 +76,9 @@ def _grouped_cummax(group: np.ndarray, value: np.ndarray) -> np.ndarray:
     return np.maximum.accumulate(shifted) - group * big
 
 
-def _stream_split(w: Launch, loop_start, loop_time):
+def _stream_split(
+    w: Launch, loop_start: np.ndarray, loop_time: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(new bytes, re-referenced bytes, gap to the previous reference in s) per CTA.
 
     Start times never decrease in launch order (list scheduling starts CTAs in order), so
@@ -104,8 +107,9 @@ def _stream_split(w: Launch, loop_start, loop_time):
     # Blocks no earlier CTA read lie below the union or above it (one side or both).
     last, short = float(w.stream_blocks), 1.0 - w.stream_tail
 
-    def blocks(a, b):  # full-block equivalents of the block ranges [a, b)
-        return np.maximum(b - a, 0.0) - short * ((b >= last) & (b > a))
+    def blocks(a: np.ndarray, b: np.ndarray) -> np.ndarray:  # full-block equivalents of [a, b)
+        full: np.ndarray = np.maximum(b - a, 0.0) - short * ((b >= last) & (b > a))
+        return full
 
     unit = w.stream_read[idx] / blocks(lo, hi)  # bytes of one full block
     fresh = blocks(lo, np.minimum(hi, prev_lo)) + blocks(np.maximum(lo, prev_hi), hi)
@@ -224,7 +228,7 @@ def _curve(size: list[float], hit: list[float], l2_bytes: int) -> tuple[float, f
     return round(float(fractions[i]), 4), float(exponents[j]), float(np.abs(curve[i, j] - h).max())
 
 
-def fit_probe(doc: dict, l2_bytes: int) -> ProbeFit:
+def fit_probe(doc: dict[str, Any], l2_bytes: int) -> ProbeFit:
     """The usable capacity a probe measured: the hit-chance curve nearest to the hit shares of
     its second reads of S bytes over its rows of one-reader lines, and the same over its scan
     of shared lines where it has one. ValueError naming what is wrong where `doc` is not such

@@ -42,9 +42,10 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
+import numpy.typing as npt
 
 from flashscope.simulator.core.problem import TileConfig
 
@@ -59,6 +60,8 @@ COUNTS = (
     "exps",
 )
 ACC_BYTES = 4
+IntArray = npt.NDArray[np.int64]
+FloatArray = npt.NDArray[np.float64]
 _SCALARS = (
     "stream_blocks", "stream_tail", "tiles", "concurrent", "mma_shapes", "chain", "regs",
 )  # fmt: skip
@@ -96,33 +99,33 @@ class Launch:
     rows: int  # query rows one CTA holds (block_m, or the packed rows of decode)
     grid: tuple[int, ...]
     dtype_bytes: int
-    iters: np.ndarray
-    hbm_read: np.ndarray
-    hbm_write: np.ndarray
-    stats_read: np.ndarray
-    stats_write: np.ndarray
-    acc_read: np.ndarray
-    acc_write: np.ndarray
-    flops: np.ndarray
-    exps: np.ndarray
-    alu: np.ndarray
-    edge_read: np.ndarray
-    edge_write: np.ndarray
-    stream_read: np.ndarray
-    self_read: np.ndarray
-    carry_read: np.ndarray
-    merge_write: np.ndarray
-    spread_read: np.ndarray
-    reduce_write: np.ndarray
-    reduce_ops: np.ndarray
-    local_load: np.ndarray
-    local_store: np.ndarray
-    local_writeback: np.ndarray
-    kv_head: np.ndarray  # the K/V head (batch · kv_heads + kv head) it reads, −1 for none
-    stream: np.ndarray  # stream id, −1 for none
-    stream_lo: np.ndarray
-    stream_hi: np.ndarray
-    passes: np.ndarray
+    iters: IntArray
+    hbm_read: IntArray
+    hbm_write: IntArray
+    stats_read: IntArray
+    stats_write: IntArray
+    acc_read: IntArray
+    acc_write: IntArray
+    flops: IntArray
+    exps: IntArray
+    alu: FloatArray
+    edge_read: FloatArray
+    edge_write: FloatArray
+    stream_read: FloatArray
+    self_read: FloatArray
+    carry_read: FloatArray
+    merge_write: FloatArray
+    spread_read: FloatArray
+    reduce_write: FloatArray
+    reduce_ops: IntArray
+    local_load: FloatArray
+    local_store: FloatArray
+    local_writeback: FloatArray
+    kv_head: IntArray  # the K/V head (batch · kv_heads + kv head) it reads, −1 for none
+    stream: IntArray  # stream id, −1 for none
+    stream_lo: IntArray
+    stream_hi: IntArray
+    passes: IntArray
     stream_blocks: int = 0  # blocks of every stream of the launch
     stream_tail: float = 1.0  # the last block's bytes as a fraction of a full block's
     tiles: TileConfig | None = None  # None: the workload's tile configuration
@@ -132,10 +135,12 @@ class Launch:
     regs: int | None = None  # registers per thread of the compiled kernel (None: estimated)
 
     @classmethod
-    def make(cls, name: str, kind: str, rows: int, grid: tuple[int, ...], e: int, **cols):
+    def make(
+        cls, name: str, kind: str, rows: int, grid: tuple[int, ...], e: int, **cols: Any
+    ) -> Launch:
         """Fill absent columns with zeros (stream with −1, passes with 1) and fix dtypes."""
         n = int(np.prod(grid))
-        out: dict = {
+        out: dict[str, Any] = {
             "stream_blocks": int(cols.pop("stream_blocks", 0)),
             "stream_tail": float(cols.pop("stream_tail", 1.0)),
             "tiles": cols.pop("tiles", None),

@@ -51,9 +51,9 @@ class Floors:
 
 def compulsory_bytes(algo: str, p: AttentionProblem) -> int:
     e, d = p.dtype_bytes, p.head_dim
-    q_rows = min(p.seq_q, p.seq_k) if p.causal else p.seq_q  # type: ignore[type-var]
+    q_rows = min(p.seq_q, p.seq_k) if p.causal else p.seq_q
     per_q_head = p.batch * p.heads * d * e
-    per_kv_head = p.batch * p.kv_heads * p.seq_k * d * e  # type: ignore[operator]
+    per_kv_head = p.batch * p.kv_heads * p.seq_k * d * e
     if algo == "fa2-bwd":
         lse = p.batch * p.heads * q_rows * STATS_BYTES
         return per_q_head * (q_rows + 3 * p.seq_q) + 4 * per_kv_head + lse

@@ -66,7 +66,15 @@ def list_schedule(
     return start, slot
 
 
-def _heap_step(dur, k, count, free_t, free_s, start, slot):
+def _heap_step(
+    dur: np.ndarray,
+    k: int,
+    count: int,
+    free_t: np.ndarray,
+    free_s: np.ndarray,
+    start: np.ndarray,
+    slot: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray]:
     """Place CTAs k … k+count−1 with a heap; return the free list sorted again."""
     heap = list(zip(free_t.tolist(), free_s.tolist(), strict=True))  # already a sorted heap
     d = dur[k : k + count].tolist()

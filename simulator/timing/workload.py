@@ -27,6 +27,7 @@ import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
+import numpy.typing as npt
 
 from flashscope.simulator.core.problem import (
     STATS_BYTES,
@@ -67,10 +68,12 @@ def alone(workload: Workload, name: str) -> Workload:
     return dataclasses.replace(workload, launches=(dataclasses.replace(launch, concurrent=False),))
 
 
-def _query_grid(p: AttentionProblem, t: TileConfig):
+def _query_grid(
+    p: AttentionProblem, t: TileConfig
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
     """Rows r_i, visible key blocks n_i (a prefix) and their columns Σc_j per query block."""
     bm, bn = t.block_m, t.block_n
-    n_q, n_kv = cdiv(p.seq_q, bm), cdiv(p.seq_k, bn)  # type: ignore[arg-type]
+    n_q, n_kv = cdiv(p.seq_q, bm), cdiv(p.seq_k, bn)
     rows = np.minimum(bm, p.seq_q - np.arange(n_q, dtype=np.int64) * bm)  # (n_q,)
     if p.causal:
         last_key = np.arange(n_q, dtype=np.int64) * bm + rows - 1 + p.causal_offset
@@ -81,17 +84,17 @@ def _query_grid(p: AttentionProblem, t: TileConfig):
     return rows, vis, vcols, n_kv
 
 
-def _heads(p: AttentionProblem, per_head: int):
+def _heads(p: AttentionProblem, per_head: int) -> tuple[np.ndarray, np.ndarray]:
     """For a grid (per_head, batch·heads): the head index and kv-head index of every CTA."""
     bh = np.repeat(np.arange(p.batch * p.heads, dtype=np.int64), per_head)
     kv = (bh // p.heads) * p.kv_heads + (bh % p.heads) // p.group
     return bh, kv
 
 
-def _kv_stream(p: AttentionProblem, t: TileConfig) -> dict:
+def _kv_stream(p: AttentionProblem, t: TileConfig) -> dict[str, float]:
     """Block count and ragged tail of a K/V stream."""
-    n_kv = cdiv(p.seq_k, t.block_n)  # type: ignore[arg-type]
-    last = p.seq_k - (n_kv - 1) * t.block_n  # type: ignore[operator]
+    n_kv = cdiv(p.seq_k, t.block_n)
+    last = p.seq_k - (n_kv - 1) * t.block_n
     return {"stream_blocks": n_kv, "stream_tail": last / t.block_n}
 
 
@@ -102,7 +105,7 @@ def _fa2(p: AttentionProblem, t: TileConfig) -> tuple[Launch, ...]:
     area = rows * vcols
     _, kv = _heads(p, n_q)
 
-    def tile(x):
+    def tile(x: npt.ArrayLike) -> np.ndarray:
         return np.tile(x, bh_n)
 
     return (
@@ -134,7 +137,7 @@ def _fa1(p: AttentionProblem, t: TileConfig) -> tuple[Launch, ...]:
     e, d, nq, bh_n = p.dtype_bytes, p.head_dim, p.seq_q, p.batch * p.heads
     rows, vis, vcols, _ = _query_grid(p, t)
     used = int(vis.max(initial=0))
-    kv_cols = min(used * t.block_n, p.seq_k)  # type: ignore[type-var]
+    kv_cols = min(used * t.block_n, p.seq_k)
     sum_rows, sum_area, tiles = int((rows * vis).sum()), int((rows * vcols).sum()), int(vis.sum())
     first = int(rows[vis > 0].sum())  # rows whose Q, O, ℓ, m the first visit reads cold
     qo_bytes = 2 * d * e + 2 * STATS_BYTES  # per row and visit: Q and O, ℓ and m
@@ -175,7 +178,7 @@ def _naive(p: AttentionProblem, t: TileConfig) -> tuple[Launch, ...]:
     first[0] = 1  # K (kernel 1) and V (kernel 3) are charged to the first CTA of each head
     s = rows * nk  # (n_q,) score elements per row block
 
-    def tile(x):
+    def tile(x: npt.ArrayLike) -> np.ndarray:
         return np.tile(x, bh_n)
 
     grid = (n_q, bh_n)
@@ -243,7 +246,7 @@ def _fa2_bwd(p: AttentionProblem, t: TileConfig) -> tuple[Launch, ...]:
     bh_kv, kv = _heads(p, n_kv)
     stream_bytes = sr * (2 * d * e + 2 * STATS_BYTES + d * ACC_BYTES)
 
-    def tq(x):
+    def tq(x: npt.ArrayLike) -> np.ndarray:
         return np.tile(x, bh_n)
 
     pre = Launch.make(
@@ -298,7 +301,9 @@ def _fa2_bwd(p: AttentionProblem, t: TileConfig) -> tuple[Launch, ...]:
     return pre, main, post
 
 
-def decode_plan(p: AttentionProblem, t: TileConfig, splits: int | None, sms: int):
+def decode_plan(
+    p: AttentionProblem, t: TileConfig, splits: int | None, sms: int
+) -> tuple[int, int, int]:
     """(chunk, used splits, key blocks) of Flash-Decoding's split rule."""
     if p.causal:
         raise ValueError("causal must be false for decode: a new token sees the whole KV cache")
@@ -306,23 +311,25 @@ def decode_plan(p: AttentionProblem, t: TileConfig, splits: int | None, sms: int
         raise ValueError(f"splits must be an integer, got {splits!r}")
     if splits is not None and splits < 1:
         raise ValueError(f"splits must be ≥ 1, got {splits}")
-    n_kv = cdiv(p.seq_k, t.block_n)  # type: ignore[arg-type]
+    n_kv = cdiv(p.seq_k, t.block_n)
     if splits is None:
-        splits = decode_splits(p.batch * p.kv_heads, n_kv, sms)  # type: ignore[operator]
+        splits = decode_splits(p.batch * p.kv_heads, n_kv, sms)
     chunk = cdiv(n_kv, splits)
     return chunk, cdiv(n_kv, chunk), n_kv
 
 
-def _decode(p: AttentionProblem, t: TileConfig, splits: int | None, sms: int):
+def _decode(
+    p: AttentionProblem, t: TileConfig, splits: int | None, sms: int
+) -> tuple[tuple[Launch, ...], int]:
     e, d, nk, bn = p.dtype_bytes, p.head_dim, p.seq_k, t.block_n
     chunk, used, n_kv = decode_plan(p, t, splits, sms)
     r = p.group * p.seq_q  # query rows packed into one CTA
-    heads = p.batch * p.kv_heads  # type: ignore[operator]
+    heads = p.batch * p.kv_heads
     first = np.arange(used, dtype=np.int64) * chunk
     blocks = np.minimum(first + chunk, n_kv) - first  # (used,)
     cols = np.minimum((first + blocks) * bn, nk) - first * bn  # (used,)
 
-    def ts(x):
+    def ts(x: npt.ArrayLike) -> np.ndarray:
         return np.tile(x, heads)
 
     split = Launch.make(
@@ -364,7 +371,7 @@ def ctas_of(
 ) -> int:
     """How many CTAs `build` would launch in all, without building anything (for limits)."""
     bh = p.batch * p.heads
-    n_q, n_kv = cdiv(p.seq_q, t.block_m), cdiv(p.seq_k, t.block_n)  # type: ignore[arg-type]
+    n_q, n_kv = cdiv(p.seq_q, t.block_m), cdiv(p.seq_k, t.block_n)
     if algo == "fa2":
         return n_q * bh
     if algo == "fa1":
@@ -375,7 +382,7 @@ def ctas_of(
         return (2 * n_q + n_kv) * bh
     if algo == "decode":
         _, used, _ = decode_plan(p, t, splits, sms)
-        return (used + 1) * p.batch * p.kv_heads  # type: ignore[operator]
+        return (used + 1) * p.batch * p.kv_heads
     raise ValueError(f"algo must be one of {', '.join(ALGOS)}, got {algo!r}")
 
 
@@ -387,7 +394,7 @@ def build(
     splits: int | None = None,
 ) -> Workload:
     """The launches of `algo` on problem `p` with tiles `t` (decode: `sms` sets the splits)."""
-    useful = 4.0 * p.batch * p.heads * p.seq_q * p.seq_k * p.head_dim  # type: ignore[operator]
+    useful = 4.0 * p.batch * p.heads * p.seq_q * p.seq_k * p.head_dim
     if p.causal:
         useful /= 2
     used = None
