@@ -11,7 +11,7 @@ import argparse
 import os
 import sys
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from flashscope.app.cli import calibrate as cli_calibrate
 from flashscope.app.cli import simulate as cli_simulate
@@ -68,7 +68,10 @@ def build_parser() -> argparse.ArgumentParser:
         prog="flashscope", description="FlashAttention, tile by tile: visualizer and simulator."
     )
     parser.add_argument("--version", action="version", version=f"flashscope {__version__}")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    # Any: each command's add_command takes the subparsers of any ArgumentParser class.
+    sub: argparse._SubParsersAction[Any] = parser.add_subparsers(
+        dest="command", required=True, metavar="COMMAND"
+    )
 
     serve = sub.add_parser("serve", help="start the web app")
     serve.add_argument(

@@ -72,7 +72,7 @@ def hardware_change(text: str) -> tuple[str, int | float]:
     return name.strip(), value
 
 
-def add_command(sub: argparse._SubParsersAction[Any]) -> None:
+def add_command(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Register `simulate` on the CLI's subcommands."""
     p = sub.add_parser(
         "simulate",

@@ -29,7 +29,7 @@ def power_of_two(text: str) -> int:
     return value
 
 
-def add_command(sub: argparse._SubParsersAction[Any]) -> None:
+def add_command(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Register `traffic` on the CLI's subcommands."""
     cmd = sub.add_parser(
         "traffic",

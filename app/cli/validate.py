@@ -17,7 +17,6 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Any
 
 from flashscope.app.cli.simulate import gpu_name
 from flashscope.app.cli.traffic import positive_int
@@ -25,7 +24,7 @@ from flashscope.app.cli.traffic import positive_int
 MAX_REPEATS = 9
 
 
-def add_command(sub: argparse._SubParsersAction[Any]) -> None:
+def add_command(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "validate",
         help="measure the kernels over a sweep and compare with the timing engine (GPU)",
