@@ -19,14 +19,17 @@ RUN if [ "$VARIANT" = "cuda" ]; then \
         pip install --index-url https://download.pytorch.org/whl/cpu torch==2.13.0; \
     fi
 # The package carries its pages, static files (Plotly included) and shipped datasets as package
-# data, so the installed venv is all the final stage needs.
+# data, so the installed venv is all the final stage needs. The redis extra keeps rooms shared
+# by several server processes (FLASHSCOPE_REDIS_URL) working in the image.
 COPY pyproject.toml README.md LICENSE ./
 COPY app ./app
 COPY simulator ./simulator
 COPY kernels ./kernels
 COPY templates ./templates
 COPY static ./static
-RUN pip install .
+# The project itself, with an extra: its versions are pyproject.toml's.
+# hadolint ignore=DL3013
+RUN pip install '.[redis]'
 
 FROM ${PYTHON_IMAGE}
 ARG VARIANT=cpu

@@ -24,8 +24,9 @@ $(VENV)/.installed: pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e .
 	touch $@
 
+# The tests cover rooms shared through Redis, so they install the redis extra too.
 $(VENV)/.installed-test: $(VENV)/.installed
-	$(BIN)/python -m pip install --quiet -e '.[test]'
+	$(BIN)/python -m pip install --quiet -e '.[test,redis]'
 	touch $@
 
 run: $(VENV)/.installed

@@ -21,9 +21,6 @@ from flashscope.app.cli import validate as cli_validate
 if TYPE_CHECKING:
     from pydantic import ValidationError
 
-if TYPE_CHECKING:
-    from pydantic import ValidationError
-
 
 class OneLineParser(argparse.ArgumentParser):
     """An ArgumentParser whose errors are one line on stderr (no usage dump), exit code 2."""
@@ -106,12 +103,17 @@ def settings_problem(exc: ValidationError) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     from pydantic import ValidationError
 
+    from flashscope.app.rooms.store import RedisNotInstalled
+
     try:
         parser = build_parser()
         args = parser.parse_args(argv)
         return int(args.func(args) or 0)
     except ValidationError as exc:
         print(f"flashscope: {settings_problem(exc)}", file=sys.stderr)
+        return 2
+    except RedisNotInstalled as exc:
+        print(f"flashscope: {exc}", file=sys.stderr)
         return 2
     except BrokenPipeError:  # e.g. `flashscope simulate ... | head`: the reader left early
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

@@ -7,6 +7,10 @@ Keys (all under `flashscope:`):
     rooms                 zset  code → expiry time (to count open rooms without SCAN)
 and one pub/sub channel, `flashscope:states`, carrying "<code> <seq> <origin> <state JSON>".
 
+redis-py is flashscope's `redis` extra, imported only here and only once a store is made: a
+server without FLASHSCOPE_REDIS_URL needs no Redis client. A store made without the package
+refuses at once (RedisNotInstalled), naming the extra, instead of at the first room.
+
 Each change runs as one Lua script, so the member limit, the room limit and the order of
 sequence numbers hold across processes. Every process subscribes to the channel once and hands
 each message to `deliver`; a process with no connection in that room drops it.
@@ -17,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import importlib
 import logging
 import math
 import time
@@ -25,6 +30,7 @@ from typing import Any, ParamSpec, TypeVar
 
 from flashscope.app.rooms.store import (
     Deliver,
+    RedisNotInstalled,
     RoomFull,
     RoomGone,
     RoomRecord,
@@ -39,6 +45,11 @@ POOL_SIZE = 32  # Redis connections per server process (one of them held by the 
 POOL_WAIT_S = 10.0  # how long a request waits for a free connection before giving up
 
 log = logging.getLogger("flashscope.rooms")
+
+MISSING = (
+    "FLASHSCOPE_REDIS_URL is set, but the redis package is not installed: "
+    "pip install 'flashscope[redis]' (or unset FLASHSCOPE_REDIS_URL to keep rooms in this process)"
+)
 
 _CREATE = """
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', ARGV[3])
@@ -111,6 +122,10 @@ class RedisRoomStore:
     """The RoomStore interface over redis-py's asyncio client."""
 
     def __init__(self, url: str, idle_ttl_s: float) -> None:
+        try:
+            importlib.import_module("redis.asyncio")
+        except ImportError:
+            raise RedisNotInstalled(MISSING) from None
         self._url = url
         self._ttl = max(1, math.ceil(idle_ttl_s))
         self._redis: Any = None

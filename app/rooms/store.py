@@ -26,6 +26,10 @@ class RoomsUnavailable(Exception):
     """The shared store (Redis) does not answer; the message says where it was looked for."""
 
 
+class RedisNotInstalled(Exception):
+    """FLASHSCOPE_REDIS_URL is set, but the redis package (flashscope's `redis` extra) is not."""
+
+
 class RoomFull(Exception):
     """The room already holds as many clients as the limit allows."""
 
