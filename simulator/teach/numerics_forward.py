@@ -15,6 +15,7 @@ Rows that see no key at all (causal, seq_q > seq_k) end with O = 0 and LSE = −
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -158,12 +159,26 @@ def flash_forward(
     return ForwardRecording(ms, ls, alphas, accs, o, lse, stride, normalized=algo == "fa1")
 
 
-def fa2_forward(q, k, v, problem, tiles, **kw) -> ForwardRecording:  # type: ignore[no-untyped-def]
+def fa2_forward(
+    q: np.ndarray,
+    k: np.ndarray,
+    v: np.ndarray,
+    problem: AttentionProblem,
+    tiles: TileConfig,
+    **kw: Any,
+) -> ForwardRecording:
     """FlashAttention-2 forward: deferred normalization, one LSE per row at the end."""
     return flash_forward(q, k, v, problem, tiles, algo="fa2", **kw)
 
 
-def fa1_forward(q, k, v, problem, tiles, **kw) -> ForwardRecording:  # type: ignore[no-untyped-def]
+def fa1_forward(
+    q: np.ndarray,
+    k: np.ndarray,
+    v: np.ndarray,
+    problem: AttentionProblem,
+    tiles: TileConfig,
+    **kw: Any,
+) -> ForwardRecording:
     """FlashAttention-1 forward: O normalized and written back (in the dtype) after every tile."""
     return flash_forward(q, k, v, problem, tiles, algo="fa1", **kw)
 
