@@ -1,6 +1,7 @@
 # flashscope: `make run` serves the app, `make test` runs every check. Each sets itself up on a
 # fresh machine: a virtual environment in .venv/, the project installed into it, and (for tests)
-# Debian's chromium for the browser tests and redis-server for the shared-rooms tests.
+# Debian's chromium for the browser tests, redis-server for the shared-rooms tests and ESLint
+# (npm ci, with the machine's Node.js) for the front end.
 
 PYTHON ?= python3
 VENV := .venv
@@ -12,7 +13,7 @@ PORT ?= 8000
 PYTEST_ARGS ?=
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: run test lint typecheck format bench chromium redis clean screenshots
+.PHONY: run test lint typecheck jslint format bench chromium redis clean screenshots
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -48,7 +49,7 @@ lint: $(VENV)/.installed-test
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/hadolint Dockerfile
-	$(MAKE) --no-print-directory typecheck
+	$(MAKE) --no-print-directory typecheck jslint
 
 # mypy cannot follow the editable install's import hook, so it reads flashscope.* through a
 # tree of links in build/ (pyproject.toml's mypy_path points there).
@@ -57,6 +58,14 @@ typecheck: $(VENV)/.installed-test
 	@mkdir -p $(TYPECHECK)
 	@for d in app simulator kernels; do ln -sfn ../../../$$d $(TYPECHECK)/$$d; done
 	$(BIN)/mypy -p flashscope.app -p flashscope.simulator -p flashscope.kernels
+
+# ESLint at the versions package-lock.json pins; installed again only when the lock changes.
+node_modules/.installed: package.json package-lock.json
+	npm ci --no-audit --no-fund
+	touch $@
+
+jslint: node_modules/.installed
+	npm run --silent lint
 
 test: $(VENV)/.installed-test chromium redis lint
 	$(BIN)/python -m pytest -n 2 $(PYTEST_ARGS)
@@ -74,4 +83,4 @@ bench: $(VENV)/.installed
 	$(BIN)/python benchmarks/engine_speed.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache .mypy_cache .hypothesis build/typecheck
+	rm -rf $(VENV) .pytest_cache .ruff_cache .mypy_cache .hypothesis build/typecheck node_modules
