@@ -1,12 +1,11 @@
 // The backward stepper: the FlashAttention-2 backward (algo fa2-bwd) served over /ws/trace,
 // one operation per step. The server computes P, dS and the gradient partials; this draws them.
 
-import { bindPngButtons } from "./exports.js";
-import { baseLayout, formatBytes, formatCount, plotConfig, readParams } from "./state.js";
+import { formatBytes, formatCount, react } from "./state.js";
 import {
-  Figures, drawGrid, drawWrites, exactnessText, gridState, heatmap, highlightLine, span, traceStepper,
+  Figures, drawGrid, drawWrites, exactnessText, gridState, heatmap, highlightLine, span, traceExports, traceSource,
 } from "./trace_view.js";
-import { registerView } from "./view.js";
+import { mountView } from "./view.js";
 
 const DEFAULTS = { n: 128, nk: "", d: 32, bm: 32, bn: 32, causal: false, dtype: "fp32", seed: 0, step: 0 };
 const FIELDS = ["n", "nk", "d", "bm", "bn", "causal", "dtype", "seed"];
@@ -28,46 +27,49 @@ const PHASE_TEXT = {
 
 const $ = (id) => document.getElementById(id);
 const form = $("params");
-const view = { params: readParams(DEFAULTS), meta: null, step: 0, event: null };
 const figures = new Figures();
 
-function fillForm() {
-  for (const f of ["n", "nk", "d", "bm", "bn", "dtype", "seed"]) form.elements[f].value = view.params[f];
-  form.elements.causal.checked = Boolean(view.params.causal);
+function fillForm(params) {
+  for (const f of ["n", "nk", "d", "bm", "bn", "dtype", "seed"]) form.elements[f].value = params[f];
+  form.elements.causal.checked = Boolean(params.causal);
 }
 
-function readForm() {
+function readForm(params) {
   for (const f of NUMBERS) {
     const raw = form.elements[f].value.trim();
-    view.params[f] = raw === "" ? NaN : Number(raw);
+    params[f] = raw === "" ? NaN : Number(raw);
   }
   const nk = form.elements.nk.value.trim();
-  view.params.nk = nk === "" ? "" : Number(nk);
-  view.params.dtype = form.elements.dtype.value;
-  view.params.causal = form.elements.causal.checked;
+  params.nk = nk === "" ? "" : Number(nk);
+  params.dtype = form.elements.dtype.value;
+  params.causal = form.elements.causal.checked;
 }
 
-function traceParams() {
+function traceParams(params) {
   const out = { algo: "fa2-bwd" };
-  for (const f of FIELDS) if (!(f === "nk" && view.params.nk === "")) out[f] = view.params[f];
+  for (const f of FIELDS) if (!(f === "nk" && params.nk === "")) out[f] = params[f];
   return out;
 }
 
-const { controls, open } = traceStepper({
-  view,
-  figures,
-  traceParams,
-  exportName: (p) =>
-    `trace-fa2-bwd-n${p.n}${p.nk ? `-nk${p.nk}` : ""}-d${p.d}-${p.bm}x${p.bn}${p.causal ? "-causal" : ""}-${p.dtype}-seed${p.seed}`,
-  onMeta(meta) {
+const view = mountView({
+  name: "backward",
+  defaults: DEFAULTS,
+  source: traceSource(figures),
+  query: traceParams,
+  fillForm,
+  readForm,
+  loaded(meta) {
     const t = meta.traffic.algo;
     $("bwd-total").textContent =
       `${formatCount(t.elements.hbm_total)} elements; dQ accumulator ${formatBytes(t.bytes.acc_read + t.bytes.acc_write)}`;
     $("exactness").textContent = exactnessText(meta.exactness);
+    return meta.n_events;
   },
-  render,
-  form,
-  readForm,
+  exports: (meta, { query: p }) => traceExports(
+    p,
+    `trace-fa2-bwd-n${p.n}${p.nk ? `-nk${p.nk}` : ""}-d${p.d}-${p.bm}x${p.bn}${p.causal ? "-causal" : ""}-${p.dtype}-seed${p.seed}`,
+  ),
+  draw: (k, ev) => render(ev),
 });
 
 const EMPTY = { type: "heatmap", z: [[null]], showscale: false, hoverinfo: "skip" };
@@ -93,20 +95,18 @@ function pair(id, left, right, { height = 230 } = {}) {
       showarrow: false, text: `<b>${side.title}</b>`,
     });
   }
-  Plotly.react(
+  react(
     id,
     traces,
     {
-      ...baseLayout,
       height,
-      margin: { ...baseLayout.margin, t: 24 },
+      margin: { t: 24 },
       annotations,
       xaxis: { domain: [0, 0.47], title: { text: left.xTitle } },
       yaxis: { title: { text: left.yTitle }, autorange: "reversed" },
       xaxis2: { domain: [0.53, 1], title: { text: right.xTitle }, anchor: "y2" },
       yaxis2: { autorange: "reversed", anchor: "x2" },
     },
-    plotConfig,
   );
 }
 
@@ -178,13 +178,12 @@ function renderRows(ev) {
   const mode = rows.length > 16 ? "lines" : "lines+markers";
   traces.push({ x: rows, y: st.lse || [], name: "LSE", mode, xaxis: "x2", yaxis: "y2", line: { color: "#b45309" }, marker: { size: 4 } });
   traces.push({ x: rows, y: st.delta || [], name: "D", mode, xaxis: "x2", yaxis: "y2", line: { color: "#1d4ed8" }, marker: { size: 4 } });
-  Plotly.react(
+  react(
     "dq",
     traces,
     {
-      ...baseLayout,
       height: 230,
-      margin: { ...baseLayout.margin, t: 24 },
+      margin: { t: 24 },
       annotations,
       legend: { x: 1, xanchor: "right", y: 1, bgcolor: "rgba(255,255,255,0.7)" },
       xaxis: { domain: [0, 0.55], title: { text: st.col_stride > 1 ? `head dim (mean of ${st.col_stride})` : "head dim" } },
@@ -192,7 +191,6 @@ function renderRows(ev) {
       xaxis2: { domain: [0.63, 1], title: { text: "query row" }, anchor: "y2" },
       yaxis2: { anchor: "x2" },
     },
-    plotConfig,
   );
 }
 
@@ -206,7 +204,7 @@ function describe(ev) {
 }
 
 function render(ev) {
-  const meta = view.meta;
+  const meta = view.data;
   $("now").textContent = describe(ev);
   highlightLine(ev.line);
   const e = DTYPE_BYTES[meta.problem.dtype] || 4;
@@ -226,20 +224,3 @@ function render(ev) {
   renderAccumulators(ev);
   renderRows(ev);
 }
-
-registerView({
-  name: "backward",
-  getState: () => ({ params: traceParams(), step: view.step }),
-  applyState(state) {
-    const sameTrace = FIELDS.every((f) => String(state.params[f] ?? "") === String(view.params[f] ?? ""));
-    Object.assign(view.params, { nk: "" }, state.params, { step: state.step ?? 0 });
-    delete view.params.algo;
-    fillForm();
-    if (sameTrace && view.meta) controls.goto(view.params.step);
-    else open();
-  },
-});
-
-bindPngButtons();
-fillForm();
-open();

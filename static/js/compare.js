@@ -2,10 +2,8 @@
 // GET /api/compare computes everything (rows, the chosen configuration's breakdown, notes and
 // timeline); this module draws it. Step = the chosen configuration's index in sweep order.
 
-import { Controls } from "./controls.js";
-import { apiUrl, bindPngButtons, setExportLink } from "./exports.js";
-import { baseLayout, formatBytes, plotConfig, readParams, showErrors as showErrorList, writeParams } from "./state.js";
-import { changed, registerView } from "./view.js";
+import { formatBytes, react } from "./state.js";
+import { jsonSource, mountView } from "./view.js";
 
 const DEFAULTS = { gpu: "", id: "" };
 const LIMITER_COLORS = {
@@ -23,37 +21,34 @@ const TILE_COLORS = { t0: "#1d4ed8", t1: "#059669", t2: "#dc2626" };
 
 const $ = (id) => document.getElementById(id);
 const form = $("params");
-const view = { params: readParams(DEFAULTS), data: null, step: 0, loading: null };
-
-const showErrors = (errors) => showErrorList(errors, { field: false }); // the message alone
 
 const us = (x) => (x === null || x === undefined ? "–" : `${x.toLocaleString("en-US", { maximumFractionDigits: 1 })} µs`);
 const pct = (x) => (x === null || x === undefined ? "–" : `${x >= 0 ? "+" : ""}${x.toFixed(1)}%`);
 
-async function load() {
-  showErrors([]);
-  const url = apiUrl("/api/compare", { gpu: view.params.gpu, id: view.params.id });
-  const res = await fetch(url);
-  const body = await res.json();
-  if (!res.ok) {
-    showErrors(Array.isArray(body.detail) ? body.detail : [{ msg: String(body.detail) }]);
-    return;
-  }
-  const gpuChanged = !view.data || view.data.dataset.gpu !== body.dataset.gpu;
-  view.data = body;
-  view.params.gpu = body.dataset.gpu;
-  view.params.id = body.chosen.id;
-  view.step = body.rows.findIndex((r) => r.id === body.chosen.id);
-  form.elements.gpu.value = body.dataset.gpu;
-  if (gpuChanged) {
-    fillConfigs();
-    controls.setTotal(body.rows.length);
-    renderDataset();
-  }
-  form.elements.id.value = body.chosen.id;
-  setExportLink("export-json", url, `compare-${body.dataset.gpu}-${body.chosen.id}.json`);
-  render();
-}
+// The step is the chosen configuration's index: stepping to another one loads its breakdown.
+const view = mountView({
+  name: "compare",
+  defaults: DEFAULTS,
+  source: jsonSource("/api/compare"),
+  errorFields: false, // the message alone
+  loaded(body, { previous }) {
+    view.params.gpu = body.dataset.gpu;
+    view.params.id = body.chosen.id;
+    form.elements.gpu.value = body.dataset.gpu;
+    if (!previous || previous.dataset.gpu !== body.dataset.gpu) {
+      fillConfigs();
+      renderDataset();
+    }
+    form.elements.id.value = body.chosen.id;
+    return { total: body.rows.length, step: body.rows.findIndex((r) => r.id === body.chosen.id) };
+  },
+  exports: (body, { url }) => ({ name: `compare-${body.dataset.gpu}-${body.chosen.id}`, json: url }),
+  goto(k, show) {
+    if (view.data.rows[k].id === view.data.chosen.id) show(k);
+    else choose(view.data.rows[k].id);
+  },
+  draw: render,
+});
 
 function fillConfigs() {
   const sel = $("config-select");
@@ -141,18 +136,16 @@ function renderScatter() {
     hoverinfo: "skip",
     marker: { color: "rgba(0,0,0,0)", size: 18, line: { color: "#f59e0b", width: 3 } },
   });
-  Plotly.react(
+  react(
     "scatter",
     traces,
     {
-      ...baseLayout,
       height: 360,
       xaxis: { type: "log", title: { text: "measured (µs)" }, range: [Math.log10(lo), Math.log10(hi)] },
       yaxis: { type: "log", title: { text: "simulated (µs)" }, range: [Math.log10(lo), Math.log10(hi)] },
       legend: { x: 1.02, y: 1 },
-      margin: { ...baseLayout.margin, l: 64 },
+      margin: { l: 64 },
     },
-    plotConfig,
   );
 }
 
@@ -167,26 +160,24 @@ function renderLines() {
     traces.push({ x: rs.map((r) => r.seq), y: rs.map((r) => r.measured_us), mode: "lines+markers", name: `${label} measured`, line: { color: TILE_COLORS[tile], dash: TILE_DASH[tile] } });
     traces.push({ x: rs.map((r) => r.seq), y: rs.map((r) => r.simulated_us), mode: "lines", name: `${tile} simulated`, line: { color: TILE_COLORS[tile], dash: "dash" } });
   }
-  Plotly.react(
+  react(
     "lines",
     traces,
     {
-      ...baseLayout,
       height: 360,
       xaxis: { type: "log", title: { text: "N (batch·N = 16384)" }, tickvals: [512, 1024, 2048, 4096, 8192, 16384] },
       yaxis: { type: "log", title: { text: "µs" } },
       legend: { orientation: "h", y: -0.42, font: { size: 11 } },
-      margin: { ...baseLayout.margin, l: 56, b: 130, t: 30 },
+      margin: { l: 56, b: 130, t: 30 },
       title: { text: `${c.mode}, d = ${c.head_dim}, ${c.causal ? "causal" : "full"}`, font: { size: 13 }, y: 0.98 },
     },
-    plotConfig,
   );
 }
 
 function renderErrors() {
   const rows = view.data.rows;
   const chosen = view.data.chosen.id;
-  Plotly.react(
+  react(
     "errors-plot",
     [
       {
@@ -200,15 +191,13 @@ function renderErrors() {
       },
     ],
     {
-      ...baseLayout,
       height: 300,
       showlegend: false,
       xaxis: { showticklabels: false, title: { text: "configurations in sweep order" } },
       yaxis: { title: { text: "error %" }, zeroline: true },
       shapes: [10, -10, 25, -25].map((y) => ({ type: "line", xref: "paper", x0: 0, x1: 1, y0: y, y1: y, line: { color: Math.abs(y) === 10 ? "#6b7280" : "#dc2626", dash: "dot", width: 1 } })),
-      margin: { ...baseLayout.margin, l: 56 },
+      margin: { l: 56 },
     },
-    plotConfig,
   );
 }
 
@@ -224,19 +213,17 @@ function renderBreakdown() {
     hovertemplate: `${lim}: %{x:.1f} µs<extra></extra>`,
   }));
   traces.push({ type: "bar", orientation: "h", name: "measured", y: ["measured"], x: [c.measured_us], marker: { color: "#111827" }, hovertemplate: "measured: %{x:.1f} µs<extra></extra>" });
-  Plotly.react(
+  react(
     "breakdown",
     traces,
     {
-      ...baseLayout,
       height: 230,
       barmode: "stack",
       xaxis: { title: { text: "µs" }, rangemode: "tozero" },
       yaxis: { autorange: "reversed" },
       legend: { orientation: "h", x: 0, y: 1.02, yanchor: "bottom", font: { size: 11 } },
-      margin: { ...baseLayout.margin, l: 80, t: 64 },
+      margin: { l: 80, t: 64 },
     },
-    plotConfig,
   );
   const head = ["kernel", "simulated", "sim., alone", "ncu, alone", "clock", "CTAs/SM", "registers", "spilled"];
   const rows = c.kernels.map((k) => [
@@ -264,11 +251,10 @@ function renderBreakdown() {
 
 function renderTimeline() {
   const t = view.data.chosen.timeline;
-  Plotly.react(
+  react(
     "timeline",
     t.data,
-    { ...baseLayout, ...t.layout, height: 320, margin: { ...baseLayout.margin, l: 48 }, legend: { orientation: "h", y: 1.15 } },
-    plotConfig,
+    { ...t.layout, height: 320, margin: { l: 48 }, legend: { orientation: "h", y: 1.15 } },
   );
 }
 
@@ -284,17 +270,15 @@ function renderMeasured() {
   }
   const r = m.resident_per_sm;
   note.textContent = `${m.device}, ${m.date}: ${m.ctas.toLocaleString("en-US")} CTAs in ${us(m.span_us)} (simulated ${us(m.simulated_span_us)}); CTAs resident per SM ${r.measured.toFixed(2)} measured, ${r.simulated.toFixed(2)} simulated.`;
-  Plotly.react(
+  react(
     "running",
     m.running.data,
-    { ...baseLayout, ...m.running.layout, height: 260, legend: { orientation: "h", y: 1.15 } },
-    plotConfig,
+    { ...m.running.layout, height: 260, legend: { orientation: "h", y: 1.15 } },
   );
-  Plotly.react(
+  react(
     "measured-timeline",
     m.gantt.data,
-    { ...baseLayout, ...m.gantt.layout, height: 340, margin: { ...baseLayout.margin, l: 48, t: 48 }, showlegend: false, title: { text: "measured SM timeline (one bar per CTA)", font: { size: 12 } } },
-    plotConfig,
+    { ...m.gantt.layout, height: 340, margin: { l: 48, t: 48 }, showlegend: false, title: { text: "measured SM timeline (one bar per CTA)", font: { size: 12 } } },
   );
 }
 
@@ -317,29 +301,22 @@ function render() {
   renderTimeline();
   renderMeasured();
   bindClicks();
-  writeParams(view.params);
-  document.body.dataset.step = view.step;
   document.body.dataset.config = c.id;
-  controls.target = view.step; // chosen from the list or a plot, not only by stepping
-  controls.shown(view.step);
-  changed();
 }
 
 function choose(id) {
   if (!id || (view.data && id === view.data.chosen.id)) return;
   view.params.id = id;
-  load();
+  view.reload();
 }
-
-const controls = new Controls({ goto: (k) => view.data && choose(view.data.rows[k].id) });
 
 form.elements.gpu.addEventListener("change", () => {
   view.params.gpu = form.elements.gpu.value;
   view.params.id = "";
-  load();
+  view.reload();
 });
 form.elements.id.addEventListener("change", () => choose(form.elements.id.value));
-form.addEventListener("submit", (e) => e.preventDefault());
+
 let clicksBound = false;
 
 /** Clicking a point of the scatter or a bar of the errors explains that configuration. */
@@ -353,15 +330,3 @@ function bindClicks() {
     });
   }
 }
-
-registerView({
-  name: "compare",
-  getState: () => ({ params: { gpu: view.params.gpu, id: view.params.id }, step: view.step }),
-  applyState(state) {
-    Object.assign(view.params, state.params || {});
-    load();
-  },
-});
-
-bindPngButtons();
-load();

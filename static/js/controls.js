@@ -6,9 +6,31 @@
 // call `controls.shown(k)`; playback schedules the next step only after the previous one is on
 // screen, so a slow server or a big figure never piles up stale steps.
 
-import { bindStepKeys } from "./state.js";
-
 const $ = (id) => document.getElementById(id);
+
+/** True when a key press belongs to something else: a form field, or a shortcut with a modifier. */
+function notForUs(ev, tags) {
+  const tag = ev.target && ev.target.tagName;
+  return tags.includes(tag) || ev.altKey || ev.ctrlKey || ev.metaKey;
+}
+
+/** Bind ← → Home End (and Shift+← →) to callbacks, ignoring keys typed into form fields. */
+function bindStepKeys({ prev, next, first, last, nextTile, prevTile }) {
+  window.addEventListener("keydown", (ev) => {
+    if (notForUs(ev, ["INPUT", "TEXTAREA", "SELECT"])) return;
+    const actions = {
+      ArrowRight: ev.shiftKey ? nextTile : next,
+      ArrowLeft: ev.shiftKey ? prevTile : prev,
+      Home: first,
+      End: last,
+    };
+    const action = actions[ev.key];
+    if (action) {
+      ev.preventDefault();
+      action();
+    }
+  });
+}
 
 export class Controls {
   /**
@@ -45,9 +67,7 @@ export class Controls {
       prevTile: () => this.jump(-1),
     });
     window.addEventListener("keydown", (ev) => {
-      const tag = ev.target && ev.target.tagName;
-      if (ev.key !== " " || ["INPUT", "TEXTAREA", "SELECT", "BUTTON", "A"].includes(tag)) return;
-      if (ev.altKey || ev.ctrlKey || ev.metaKey) return;
+      if (ev.key !== " " || notForUs(ev, ["INPUT", "TEXTAREA", "SELECT", "BUTTON", "A"])) return;
       ev.preventDefault();
       this.toggle();
     });

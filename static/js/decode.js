@@ -1,12 +1,11 @@
 // Flash-Decoding stepper: a few query rows against a long KV cache (algo decode over /ws/trace).
 // The server computes the splits, their partial outputs and LSEs, and the merge; this draws them.
 
-import { bindPngButtons } from "./exports.js";
-import { baseLayout, formatBytes, formatCount, plotConfig, readParams } from "./state.js";
+import { formatBytes, formatCount, react } from "./state.js";
 import {
-  Figures, TILE_COLORS, exactnessText, gridState, heatmap, highlightLine, span, traceStepper,
+  Figures, TILE_COLORS, exactnessText, gridState, heatmap, highlightLine, span, traceExports, traceSource,
 } from "./trace_view.js";
-import { registerView } from "./view.js";
+import { mountView } from "./view.js";
 
 const DEFAULTS = { n: 1, nk: 4096, d: 64, bn: 64, group: 4, splits: 8, dtype: "fp16", seed: 0, step: 0 };
 const FIELDS = ["n", "nk", "d", "bn", "group", "splits", "dtype", "seed"];
@@ -16,45 +15,51 @@ const REDUCING = new Set(["reduce", "store"]);
 
 const $ = (id) => document.getElementById(id);
 const form = $("params");
-const view = { params: readParams(DEFAULTS), meta: null, step: 0, event: null };
 const figures = new Figures();
 
-function fillForm() {
-  for (const f of FIELDS) form.elements[f].value = view.params[f] === "auto" ? "" : view.params[f];
+function fillForm(params) {
+  for (const f of FIELDS) form.elements[f].value = params[f] === "auto" ? "" : params[f];
 }
 
-function readForm() {
+function readForm(params) {
   for (const f of NUMBERS) {
     const raw = form.elements[f].value.trim();
-    view.params[f] = raw === "" ? NaN : Number(raw);
+    params[f] = raw === "" ? NaN : Number(raw);
   }
   const splits = form.elements.splits.value.trim();
-  view.params.splits = splits === "" ? "auto" : Number(splits); // "auto": the occupancy rule
-  view.params.dtype = form.elements.dtype.value;
+  params.splits = splits === "" ? "auto" : Number(splits); // "auto": the occupancy rule
+  params.dtype = form.elements.dtype.value;
 }
 
-function traceParams() {
+function traceParams(params) {
   const out = { algo: "decode" };
-  for (const f of FIELDS) if (!(f === "splits" && ["", "auto"].includes(view.params.splits))) out[f] = view.params[f];
+  for (const f of FIELDS) if (!(f === "splits" && ["", "auto"].includes(params.splits))) out[f] = params[f];
   return out;
 }
 
-const { controls, open } = traceStepper({
-  view,
-  figures,
-  traceParams,
-  exportName: (p) =>
-    `trace-decode-n${p.n}-nk${p.nk}-d${p.d}-bn${p.bn}-g${p.group}-s${p.splits ?? "auto"}-${p.dtype}-seed${p.seed}`,
-  onMeta: renderPlan,
-  render,
-  form,
+const view = mountView({
+  name: "decode",
+  defaults: DEFAULTS,
+  blank: { splits: "auto" }, // a shared state leaves the occupancy rule's splits out
+  source: traceSource(figures),
+  query: traceParams,
+  fillForm,
   readForm,
+  loaded(meta) {
+    renderPlan(meta);
+    return meta.n_events;
+  },
+  exports: (meta, { query: p }) => traceExports(
+    p,
+    `trace-decode-n${p.n}-nk${p.nk}-d${p.d}-bn${p.bn}-g${p.group}-s${p.splits ?? "auto"}-${p.dtype}-seed${p.seed}`,
+  ),
+  draw: (k, ev) => render(ev),
 });
 
 function renderPlan(meta) {
   const g = meta.grid;
   const bn = meta.tiles.block_n;
-  const asked = traceParams().splits === undefined ? `the occupancy rule for ${g.sms} SMs asked for ${g.splits_requested}` : `${g.splits_requested} asked`;
+  const asked = traceParams(view.params).splits === undefined ? `the occupancy rule for ${g.sms} SMs asked for ${g.splits_requested}` : `${g.splits_requested} asked`;
   $("plan").textContent =
     `${g.rows} query rows (${meta.problem.group} heads × ${meta.problem.seq_q}) share one K/V head of ${formatCount(meta.problem.seq_k)} keys: ` +
     `${g.kv_blocks} key blocks of ${bn}, ${g.splits} splits of ${g.chunk} block${g.chunk > 1 ? "s" : ""} (${asked}).`;
@@ -71,7 +76,7 @@ function rowLabels(meta) {
 
 /** Split s × key block j: which blocks each CTA (SM) streams, coloured by progress. */
 function renderSplits(ev) {
-  const meta = view.meta;
+  const meta = view.data;
   const g = meta.grid;
   const state = gridState(g, ev.step);
   const reducing = REDUCING.has(ev.phase);
@@ -92,7 +97,7 @@ function renderSplits(ev) {
     });
   }
   const many = table.length > 24;
-  Plotly.react(
+  react(
     "splits",
     [{
       type: "heatmap", z, zmin: 0, zmax: 3, colorscale, showscale: false, y: table.map((t) => t.split),
@@ -101,10 +106,9 @@ function renderSplits(ev) {
       hovertemplate: "%{customdata}: key block %{x}<extra></extra>",
     }],
     {
-      ...baseLayout,
       height: Math.min(320, 90 + 16 * table.length),
       shapes,
-      margin: { ...baseLayout.margin, l: many ? 48 : 110 },
+      margin: { l: many ? 48 : 110 },
       xaxis: { title: { text: `key block (block_n = ${meta.tiles.block_n}, cache = ${formatCount(meta.problem.seq_k)} keys)` }, showgrid: false, zeroline: false },
       yaxis: {
         autorange: "reversed", showgrid: false, zeroline: false,
@@ -112,13 +116,12 @@ function renderSplits(ev) {
         title: many ? { text: "split (CTA)" } : undefined,
       },
     },
-    plotConfig,
   );
 }
 
 function renderStats(ev) {
   const st = ev.state;
-  const meta = view.meta;
+  const meta = view.data;
   const reducing = REDUCING.has(ev.phase);
   const pair = reducing ? [st.partial_lse, st.lse] : [st.m, st.l];
   if (!figures.stale("stats", [reducing, ...pair])) return;
@@ -133,25 +136,23 @@ function renderStats(ev) {
       { x, y: st.m || [], name: "m (running max)", mode, line: { color: "#b45309" } },
       { x, y: st.l || [], name: "ℓ (running sum)", mode, yaxis: "y2", line: { color: "#1d4ed8" } },
     ];
-  Plotly.react(
+  react(
     "stats",
     traces,
     {
-      ...baseLayout,
       height: 240,
       legend: { orientation: "h", y: 1.18 },
-      margin: { ...baseLayout.margin, r: 56, t: 28 },
+      margin: { r: 56, t: 28 },
       xaxis: { title: { text: "query row (head, query)" }, type: "category" },
       yaxis: { title: { text: reducing ? "log-sum-exp" : "m" } },
       yaxis2: { title: { text: "ℓ" }, overlaying: "y", side: "right", rangemode: "tozero" },
     },
-    plotConfig,
   );
 }
 
 function renderOutputs(ev) {
   const st = ev.state;
-  const meta = view.meta;
+  const meta = view.data;
   const reducing = REDUCING.has(ev.phase);
   const left = reducing || ev.phase === "store_partial" ? st.partial_o : st.o_hat;
   const right = reducing ? st.o : null;
@@ -175,32 +176,30 @@ function renderOutputs(ev) {
     annotations.push({ xref: "x2 domain", yref: "y2 domain", x: 0.5, y: 0.5, showarrow: false, text: "the reduce has not started", font: { color: "#4b5563" } });
   }
   const dim = st.col_stride > 1 ? `head dim (mean of ${st.col_stride})` : "head dim";
-  Plotly.react(
+  react(
     "outputs",
     traces,
     {
-      ...baseLayout,
       height: Math.min(300, 110 + 14 * y.length),
-      margin: { ...baseLayout.margin, l: 64, t: 24 },
+      margin: { l: 64, t: 24 },
       annotations,
       xaxis: { domain: [0, 0.47], title: { text: dim } },
       yaxis: { type: "category", autorange: "reversed" },
       xaxis2: { domain: [0.53, 1], title: { text: dim }, anchor: "y2", visible: Boolean(right) },
       yaxis2: { type: "category", autorange: "reversed", anchor: "x2", showticklabels: false, visible: Boolean(right) },
     },
-    plotConfig,
   );
 }
 
 /** Each split's weight in the output, e^(LSEₛ − LSE) (mean, min–max over rows), merged so far. */
 function renderWeights(ev) {
-  const meta = view.meta;
+  const meta = view.data;
   const table = meta.grid.split_table;
   const current = ev.phase === "reduce" ? ev.state.split : -1;
   const doneBelow = ev.phase === "store" ? table.length : Math.max(current, 0);
   if (!figures.stale("weights", [doneBelow, current])) return;
   const color = table.map((s) => (s.split < doneBelow ? TILE_COLORS.done : s.split === current ? TILE_COLORS.current : TILE_COLORS.todo));
-  Plotly.react(
+  react(
     "weights",
     [{
       type: "bar", x: table.map((s) => s.split), y: table.map((s) => s.weight_mean),
@@ -213,18 +212,16 @@ function renderWeights(ev) {
       hovertemplate: "split %{x} (keys %{customdata[0]}–%{customdata[1]}): weight %{y:.3f}, mean LSEₛ %{customdata[2]:.2f}<extra></extra>",
     }],
     {
-      ...baseLayout,
       height: 220,
       xaxis: { title: { text: "split" }, dtick: table.length <= 16 ? 1 : undefined },
       yaxis: { title: { text: "e^(LSEₛ − LSE)" }, rangemode: "tozero" },
     },
-    plotConfig,
   );
 }
 
 function describe(ev) {
   const st = ev.state;
-  const meta = view.meta;
+  const meta = view.data;
   const bn = meta.tiles.block_n;
   if (ev.phase === "reduce") {
     const w = st.weight || [];
@@ -241,7 +238,7 @@ function describe(ev) {
 }
 
 function render(ev) {
-  const meta = view.meta;
+  const meta = view.data;
   $("now").textContent = describe(ev);
   highlightLine(ev.line);
   const e = DTYPE_BYTES[meta.problem.dtype] || 4;
@@ -255,20 +252,3 @@ function render(ev) {
   renderOutputs(ev);
   renderWeights(ev);
 }
-
-registerView({
-  name: "decode",
-  getState: () => ({ params: traceParams(), step: view.step }),
-  applyState(state) {
-    const sameTrace = FIELDS.every((f) => String(state.params[f] ?? "auto") === String(view.params[f] ?? ""));
-    Object.assign(view.params, { splits: "auto" }, state.params, { step: state.step ?? 0 });
-    delete view.params.algo;
-    fillForm();
-    if (sameTrace && view.meta) controls.goto(view.params.step);
-    else open();
-  },
-});
-
-bindPngButtons();
-fillForm();
-open();

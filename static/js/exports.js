@@ -3,21 +3,20 @@
 // server's JSON twin; the browser saves what the server computed, nothing is rebuilt here).
 
 /** Point the export link `id` at `url`, saved as `filename`. */
-export function setExportLink(id, url, filename) {
+function setExportLink(id, url, filename) {
   const a = document.getElementById(id);
   if (!a) return;
   a.href = url;
   a.download = filename;
 }
 
-/** `/api/x` + params → "/api/x?a=1&b=2" (empty values left out). */
-export function apiUrl(path, params) {
-  const q = new URLSearchParams();
-  for (const [k, v] of Object.entries(params)) {
-    if (v !== null && v !== undefined && v !== "") q.set(k, typeof v === "boolean" ? (v ? "1" : "0") : v);
-  }
-  const s = q.toString();
-  return s ? `${path}?${s}` : path;
+/**
+ * Point the page's export links at its data: the JSON link (#export-json) at `json` saved as
+ * `name`.json, the Chrome-trace link (#export-chrome) at `chrome` saved as `name`.trace.json.
+ */
+export function setExports({ name, json, chrome }) {
+  if (json) setExportLink("export-json", json, `${name}.json`);
+  if (chrome) setExportLink("export-chrome", chrome, `${name}.trace.json`);
 }
 
 /** Make every `button[data-png-target]` download its Plotly figure as PNG (2× for slides). */

@@ -1,10 +1,8 @@
 // Memory scaling: peak memory of naive and flash attention over N on one GPU.
 // GET /api/memory-scaling computes every figure; this module draws N number `step` of the sweep.
 
-import { Controls } from "./controls.js";
-import { bindPngButtons, setExportLink } from "./exports.js";
-import { baseLayout, fetchViewData, formatCount, plotConfig, readParams, showErrors as showErrorList, writeParams } from "./state.js";
-import { changed, registerView } from "./view.js";
+import { formatCount, react } from "./state.js";
+import { jsonSource, mountView } from "./view.js";
 
 const DEFAULTS = { gpu: "h200", batch: 1, heads: 16, d: 64, dtype: "fp16", n_min: 1024, n_max: 131072, step: 0 };
 const FIELDS = ["gpu", "batch", "heads", "d", "dtype", "n_min", "n_max"];
@@ -15,7 +13,6 @@ const GIB = 2 ** 30;
 
 const $ = (id) => document.getElementById(id);
 const form = $("params");
-const view = { params: readParams(DEFAULTS), data: null, step: 0 };
 
 /** Bytes → "64.2 GiB" (binary units, as allocators report memory). */
 function gib(b) {
@@ -29,42 +26,47 @@ function gib(b) {
   return `${v >= 100 || i === 0 ? v.toFixed(0) : v.toFixed(1)} ${units[i]}`;
 }
 
-const showErrors = (errors) => showErrorList(errors, { field: false }); // the message alone
-
-function dataParams() {
-  const out = {};
-  for (const f of FIELDS) out[f] = view.params[f];
-  return out;
+function fillForm(params) {
+  for (const f of FIELDS) form.elements[f].value = params[f];
 }
 
-function fillForm() {
-  for (const f of FIELDS) form.elements[f].value = view.params[f];
+function readForm(params) {
+  for (const f of FIELDS) {
+    const raw = String(form.elements[f].value).trim();
+    params[f] = TEXT.has(f) ? raw : raw === "" ? NaN : Number(raw);
+  }
 }
 
-async function load() {
-  const got = await fetchViewData("/api/memory-scaling", dataParams(), view.params, showErrors);
-  if (!got) return;
-  const { url, body } = got;
-  view.data = body;
-  view.params.gpu = body.gpu.key; // an alias in the URL ("H100") becomes the preset's key
-  form.elements.gpu.value = body.gpu.key;
-  const p = body.params;
-  const gpuName = body.gpu.name.replace(/^NVIDIA /, "");
-  setExportLink("export-json", url, `memory-scaling-${body.gpu.key}-b${p.batch}-h${p.heads}-d${p.d}-${p.dtype}.json`);
-  const note = $("dataset-note");
-  note.hidden = !body.measured;
-  if (body.measured) note.querySelector(".dataset-device").textContent = body.measured.device;
-  const edge = body.naive_first_oom === null
-    ? `Naive attention fits on the ${gpuName} over this whole sweep (up to N = ${formatCount(body.naive_max_n)}).`
-    : `Naive attention runs out of memory on the ${gpuName} from N = ${formatCount(body.naive_first_oom)} in this sweep; the largest N that fits is ${formatCount(body.naive_max_n ?? 0)}.`;
-  const flashEdge = body.flash_max_n === body.n_search_max
-    ? `beyond N = ${formatCount(body.n_search_max)}, the end of the search`
-    : `up to N = ${formatCount(body.flash_max_n ?? 0)}`;
-  $("edge").textContent = `${edge} Flash fits ${flashEdge}.`;
-  controls.setTotal(body.ns.length);
-  renderPeaks();
-  controls.goto(view.params.step);
-}
+const view = mountView({
+  name: "memory-scaling",
+  defaults: DEFAULTS,
+  source: jsonSource("/api/memory-scaling"),
+  errorFields: false, // the message alone
+  fillForm,
+  readForm,
+  loaded(body) {
+    view.params.gpu = body.gpu.key; // an alias in the URL ("H100") becomes the preset's key
+    form.elements.gpu.value = body.gpu.key;
+    const gpuName = body.gpu.name.replace(/^NVIDIA /, "");
+    const note = $("dataset-note");
+    note.hidden = !body.measured;
+    if (body.measured) note.querySelector(".dataset-device").textContent = body.measured.device;
+    const edge = body.naive_first_oom === null
+      ? `Naive attention fits on the ${gpuName} over this whole sweep (up to N = ${formatCount(body.naive_max_n)}).`
+      : `Naive attention runs out of memory on the ${gpuName} from N = ${formatCount(body.naive_first_oom)} in this sweep; the largest N that fits is ${formatCount(body.naive_max_n ?? 0)}.`;
+    const flashEdge = body.flash_max_n === body.n_search_max
+      ? `beyond N = ${formatCount(body.n_search_max)}, the end of the search`
+      : `up to N = ${formatCount(body.flash_max_n ?? 0)}`;
+    $("edge").textContent = `${edge} Flash fits ${flashEdge}.`;
+    renderPeaks();
+    return body.ns.length;
+  },
+  exports: (body, { url }) => {
+    const p = body.params;
+    return { name: `memory-scaling-${body.gpu.key}-b${p.batch}-h${p.heads}-d${p.d}-${p.dtype}`, json: url };
+  },
+  draw: render,
+});
 
 function renderPeaks(k = 0) {
   const d = view.data;
@@ -97,16 +99,15 @@ function renderPeaks(k = 0) {
     }
   }
   const n = d.ns[k];
-  Plotly.react(
+  react(
     "peaks",
     traces,
     {
-      ...baseLayout,
       height: 330,
       legend: { x: 1.02, y: 1, font: { size: 12 } },
       xaxis: { type: "log", title: { text: "sequence length N" } },
       yaxis: { type: "log", title: { text: "GiB" }, exponentformat: "power" },
-      margin: { ...baseLayout.margin, l: 64, r: 8 },
+      margin: { l: 64, r: 8 },
       shapes: [
         { type: "line", xref: "paper", x0: 0, x1: 1, y0: cap, y1: cap, line: { color: COLORS.cap, width: 2, dash: "dash" } },
         { type: "line", x0: n, x1: n, yref: "paper", y0: 0, y1: 1, line: { color: "#6b7280", dash: "dot" } },
@@ -115,7 +116,6 @@ function renderPeaks(k = 0) {
         { xref: "paper", x: 0, y: Math.log10(cap), text: `${d.gpu.name.replace(/^NVIDIA /, "")}: ${gib(d.gpu.capacity_bytes)}`, showarrow: false, xanchor: "left", yanchor: "bottom", font: { color: COLORS.cap } },
       ],
     },
-    plotConfig,
   );
 }
 
@@ -132,26 +132,22 @@ function renderParts(k) {
     hovertemplate: `${name}: %{x:.3f} GiB<extra>%{y}</extra>`,
   }));
   const cap = d.gpu.capacity_bytes / GIB;
-  Plotly.react(
+  react(
     "parts",
     traces,
     {
-      ...baseLayout,
       height: 170,
       barmode: "stack",
       legend: { orientation: "h", y: 1.35 },
       xaxis: { title: { text: "GiB at N = " + formatCount(d.ns[k]) }, rangemode: "tozero" },
       yaxis: { autorange: "reversed" },
-      margin: { ...baseLayout.margin, l: 56, t: 28 },
+      margin: { l: 56, t: 28 },
       shapes: [{ type: "line", x0: cap, x1: cap, yref: "paper", y0: 0, y1: 1, line: { color: COLORS.cap, dash: "dash" } }],
     },
-    plotConfig,
   );
 }
 
 function render(k) {
-  view.step = k;
-  view.params.step = k;
   const d = view.data;
   const n = d.ns[k];
   const nv = d.naive.total[k];
@@ -161,38 +157,4 @@ function render(k) {
     `flash ${gib(fl)} (${(nv / fl).toFixed(1)}× less).`;
   renderPeaks(k);
   renderParts(k);
-  writeParams(view.params);
-  document.body.dataset.step = k;
-  controls.shown(k);
-  changed();
 }
-
-const controls = new Controls({ goto: (k) => view.data && render(k) });
-
-form.addEventListener("submit", (e) => {
-  e.preventDefault();
-  for (const f of FIELDS) {
-    const raw = String(form.elements[f].value).trim();
-    view.params[f] = TEXT.has(f) ? raw : raw === "" ? NaN : Number(raw);
-  }
-  view.params.step = 0;
-  load();
-});
-
-registerView({
-  name: "memory-scaling",
-  getState: () => ({ params: dataParams(), step: view.step }),
-  applyState(state) {
-    const same = FIELDS.every((f) => String(state.params[f]) === String(view.params[f]));
-    Object.assign(view.params, state.params, { step: state.step ?? 0 });
-    if (same && view.data) controls.goto(view.params.step);
-    else {
-      fillForm();
-      load();
-    }
-  },
-});
-
-bindPngButtons();
-fillForm();
-load();

@@ -1,10 +1,8 @@
 // The memory wall: naive attention and FlashAttention-2 stepped side by side.
 // GET /api/memory-wall computes both walks; this module draws step k of each.
 
-import { Controls } from "./controls.js";
-import { apiUrl, bindPngButtons, setExportLink } from "./exports.js";
-import { baseLayout, fetchViewData, formatBytes, formatCount, plotConfig, readParams, showErrors as showErrorList, writeParams } from "./state.js";
-import { changed, registerView } from "./view.js";
+import { apiUrl, formatBytes, formatCount, react } from "./state.js";
+import { jsonSource, mountView } from "./view.js";
 
 const DEFAULTS = { n: 1024, d: 64, dtype: "fp16", bm: 128, bn: 128, ns: "256,512,1024,2048,4096", step: 0 };
 const FIELDS = ["n", "d", "dtype", "bm", "bn", "ns"];
@@ -17,37 +15,41 @@ const TILE_COLORS = ["#e5e7eb", "#dc2626", "#f97316", "#fca5a5", "#facc15", "#60
 
 const $ = (id) => document.getElementById(id);
 const form = $("params");
-const view = { params: readParams(DEFAULTS), data: null, step: 0, lines: null };
 
-const showErrors = (errors) => showErrorList(errors, { field: false }); // the message alone
-
-function dataParams() {
-  const out = {};
-  for (const f of FIELDS) out[f] = view.params[f];
-  return out;
+function fillForm(params) {
+  for (const f of FIELDS) form.elements[f].value = params[f];
 }
 
-function fillForm() {
-  for (const f of FIELDS) form.elements[f].value = view.params[f];
+function readForm(params) {
+  for (const f of FIELDS) {
+    const raw = form.elements[f].value.trim();
+    params[f] = NUMERIC.has(f) ? (raw === "" ? NaN : Number(raw)) : raw;
+  }
 }
 
-async function load() {
-  const got = await fetchViewData("/api/memory-wall", dataParams(), view.params, showErrors);
-  if (!got) return;
-  const { url, body } = got;
-  view.data = body;
-  const name = `memory-wall-n${body.params.n}-d${body.params.d}-${body.params.bm}x${body.params.bn}`;
-  setExportLink("export-json", url, `${name}.json`);
-  setExportLink("export-chrome", apiUrl("/api/memory-wall", { ...dataParams(), format: "chrome" }), `${name}.trace.json`);
-  const { naive, flash } = body.walks;
-  view.lines = {
-    naive: naive.cum_read.map((r, i) => r + naive.cum_write[i]),
-    flash: flash.cum_read.map((r, i) => r + flash.cum_write[i]),
-  };
-  controls.setTotal(Math.max(naive.steps, flash.steps));
-  renderTable(body);
-  controls.goto(view.params.step);
-}
+const view = mountView({
+  name: "memory-wall",
+  defaults: DEFAULTS,
+  source: jsonSource("/api/memory-wall"),
+  errorFields: false, // the message alone
+  fillForm,
+  readForm,
+  loaded(body) {
+    const { naive, flash } = body.walks;
+    view.lines = {
+      naive: naive.cum_read.map((r, i) => r + naive.cum_write[i]),
+      flash: flash.cum_read.map((r, i) => r + flash.cum_write[i]),
+    };
+    renderTable(body);
+    return Math.max(naive.steps, flash.steps);
+  },
+  exports: ({ params: p }, { url, query }) => ({
+    name: `memory-wall-n${p.n}-d${p.d}-${p.bm}x${p.bn}`,
+    json: url,
+    chrome: apiUrl("/api/memory-wall", { ...query, format: "chrome" }),
+  }),
+  draw: render,
+});
 
 function describe(name, w, k, kinds) {
   if (k >= w.steps) return `finished after ${w.steps} steps`;
@@ -113,13 +115,12 @@ function renderGrids(k) {
   });
   const axis = (domain, title) => ({ domain, title: { text: title }, dtick: g.kv_blocks > 16 ? undefined : 1 });
   const yaxis = (anchor) => ({ autorange: "reversed", anchor, title: { text: "Q block" }, dtick: g.q_blocks > 16 ? undefined : 1 });
-  Plotly.react(
+  react(
     "grids",
     [heat("naive", naive, ""), heat("flash", flash, "2")],
     {
-      ...baseLayout,
       height: 280,
-      margin: { ...baseLayout.margin, t: 28 },
+      margin: { t: 28 },
       xaxis: axis([0, 0.46], "K/V block"),
       xaxis2: axis([0.54, 1], "K/V block"),
       yaxis: yaxis("x"),
@@ -129,7 +130,6 @@ function renderGrids(k) {
         { text: "flash: tiles on chip only", x: 0.77, y: 1.08, xref: "paper", yref: "paper", showarrow: false, font: { color: LINE.flash } },
       ],
     },
-    plotConfig,
   );
 }
 
@@ -142,7 +142,7 @@ function renderTraffic(k) {
   if (!view.xs || view.xs.naive.length !== naive.steps || view.xs.flash.length !== flash.steps) {
     view.xs = { naive: xs(naive.steps), flash: xs(flash.steps) };
   }
-  Plotly.react(
+  react(
     "traffic",
     [
       { x: view.xs.naive, y: view.lines.naive, name: "naive", mode: "lines", line: { color: LINE.naive, width: 2 } },
@@ -157,15 +157,13 @@ function renderTraffic(k) {
       },
     ],
     {
-      ...baseLayout,
       height: 250,
       legend: { orientation: "h", y: 1.15 },
       xaxis: { title: { text: "step" } },
       yaxis: { title: { text: "HBM elements so far" }, rangemode: "tozero" },
-      margin: { ...baseLayout.margin, l: 64 },
+      margin: { l: 64 },
       shapes: [{ type: "line", x0: k, x1: k, yref: "paper", y0: 0, y1: 1, line: { color: "#6b7280", dash: "dot" } }],
     },
-    plotConfig,
   );
 }
 
@@ -182,19 +180,17 @@ function renderBars(k) {
     marker: { color: MATRIX_COLORS[m] },
     hovertemplate: `${m}: %{x:,} elements<extra>%{y}</extra>`,
   }));
-  Plotly.react(
+  react(
     "bars",
     traces,
     {
-      ...baseLayout,
       height: 170,
       barmode: "stack",
       legend: { orientation: "h", y: 1.3 },
       xaxis: { title: { text: "HBM elements so far" } },
       yaxis: { autorange: "reversed" },
-      margin: { ...baseLayout.margin, l: 56, t: 24 },
+      margin: { l: 56, t: 24 },
     },
-    plotConfig,
   );
 }
 
@@ -233,44 +229,8 @@ function renderTable(d) {
 }
 
 function render(k) {
-  view.step = k;
-  view.params.step = k;
   renderCounts(k);
   renderTraffic(k);
   renderGrids(k);
   renderBars(k);
-  writeParams(view.params);
-  document.body.dataset.step = k;
-  controls.shown(k);
-  changed();
 }
-
-const controls = new Controls({ goto: (k) => view.data && render(k) });
-
-form.addEventListener("submit", (e) => {
-  e.preventDefault();
-  for (const f of FIELDS) {
-    const raw = form.elements[f].value.trim();
-    view.params[f] = NUMERIC.has(f) ? (raw === "" ? NaN : Number(raw)) : raw;
-  }
-  view.params.step = 0;
-  load();
-});
-
-registerView({
-  name: "memory-wall",
-  getState: () => ({ params: dataParams(), step: view.step }),
-  applyState(state) {
-    const same = FIELDS.every((f) => String(state.params[f]) === String(view.params[f]));
-    Object.assign(view.params, state.params, { step: state.step ?? 0 });
-    if (same && view.data) controls.goto(view.params.step);
-    else {
-      fillForm();
-      load();
-    }
-  },
-});
-
-bindPngButtons();
-fillForm();
-load();

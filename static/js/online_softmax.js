@@ -2,17 +2,14 @@
 // this module draws step s: s = 0 before any block, s = b + 1 after block b, and a last step
 // that compares the result with the standard softmax.
 
-import { Controls } from "./controls.js";
-import { bindPngButtons, setExportLink } from "./exports.js";
-import { baseLayout, fetchViewData, plotConfig, readParams, showErrors as showErrorList, writeParams } from "./state.js";
-import { changed, registerView } from "./view.js";
+import { react } from "./state.js";
+import { jsonSource, mountView } from "./view.js";
 
 const DEFAULTS = { x: "1, 2, 3, 6, 2, 1", block: 3, step: 0 };
 const COLORS = { processed: "#60a5fa", current: "#f59e0b", pending: "#e5e7eb", m: "#b45309", l: "#1d4ed8" };
 
 const $ = (id) => document.getElementById(id);
 const form = $("params");
-const view = { params: readParams(DEFAULTS), data: null, step: 0 };
 
 const num = (v, digits = 4) => {
   if (v === null || v === undefined) return "−∞";
@@ -20,22 +17,31 @@ const num = (v, digits = 4) => {
   return Number(v.toPrecision(digits)).toString();
 };
 
-const showErrors = (errors) => showErrorList(errors, { field: false }); // the message alone
-
-function dataParams() {
-  return { x: view.params.x, block: view.params.block };
+function fillForm(params) {
+  form.elements.x.value = params.x;
+  form.elements.block.value = params.block;
 }
 
-async function load() {
-  const got = await fetchViewData("/api/online-softmax", dataParams(), view.params, showErrors);
-  if (!got) return;
-  const { url, body } = got;
-  view.data = body;
-  setExportLink("export-json", url, `online-softmax-block${body.block}.json`);
-  controls.setTotal(body.blocks.length + 2);
-  renderTable(body);
-  controls.goto(view.params.step);
+function readForm(params) {
+  params.x = form.elements.x.value;
+  const raw = form.elements.block.value.trim();
+  params.block = raw === "" ? NaN : Number(raw);
 }
+
+const view = mountView({
+  name: "online-softmax",
+  defaults: DEFAULTS,
+  source: jsonSource("/api/online-softmax"),
+  errorFields: false, // the message alone
+  fillForm,
+  readForm,
+  loaded(body) {
+    renderTable(body);
+    return body.blocks.length + 2;
+  },
+  exports: (body, { url }) => ({ name: `online-softmax-block${body.block}`, json: url }),
+  draw: render,
+});
 
 function renderTable(d) {
   const rows = d.blocks.map((b, i) => {
@@ -125,11 +131,10 @@ function renderVector(s) {
   for (const b of d.blocks.slice(1)) {
     shapes.push({ type: "line", x0: b.start - 0.5, x1: b.start - 0.5, yref: "paper", y0: 0, y1: 1, line: { color: "#9ca3af", width: 1 } });
   }
-  Plotly.react(
+  react(
     "vector",
     traces,
     {
-      ...baseLayout,
       height: 230,
       shapes,
       xaxis: { title: { text: "entry" }, dtick: d.x.length <= 32 ? 1 : undefined, range: [-0.6, d.x.length - 0.4] },
@@ -138,7 +143,6 @@ function renderVector(s) {
         ? [{ x: -0.5, y: last.m_after, text: `m = ${num(last.m_after)}`, showarrow: false, xanchor: "left", yanchor: "bottom", font: { color: COLORS.m } }]
         : [],
     },
-    plotConfig,
   );
 }
 
@@ -167,18 +171,16 @@ function renderWeights(s) {
       hovertemplate: "entry %{x}: %{y:.6f}<extra>standard</extra>",
     });
   }
-  Plotly.react(
+  react(
     "weights",
     traces,
     {
-      ...baseLayout,
       height: 230,
       showlegend: true,
       legend: { orientation: "h", y: 1.18 },
       xaxis: { title: { text: "entry" }, dtick: d.x.length <= 32 ? 1 : undefined, range: [-0.6, d.x.length - 0.4] },
       yaxis: { title: { text: "weight" }, range: [0, 1.05] },
     },
-    plotConfig,
   );
 }
 
@@ -188,28 +190,24 @@ function renderStats(s) {
   const upto = Math.min(s, n);
   const blocks = d.blocks.slice(0, upto);
   const xs = blocks.map((_, i) => i);
-  Plotly.react(
+  react(
     "stats",
     [
       { x: xs, y: blocks.map((b) => b.m_after), name: "m", mode: "lines+markers", line: { color: COLORS.m } },
       { x: xs, y: blocks.map((b) => b.l_after), name: "ℓ", yaxis: "y2", mode: "lines+markers", line: { color: COLORS.l } },
     ],
     {
-      ...baseLayout,
       height: 210,
       legend: { orientation: "h", y: 1.2 },
       xaxis: { title: { text: "after block" }, range: [-0.5, Math.max(n - 0.5, 0.5)], dtick: n <= 32 ? 1 : undefined },
       yaxis: { title: { text: "m" } },
       yaxis2: { title: { text: "ℓ" }, overlaying: "y", side: "right" },
-      margin: { ...baseLayout.margin, r: 56 },
+      margin: { r: 56 },
     },
-    plotConfig,
   );
 }
 
 function render(s) {
-  view.step = s;
-  view.params.step = s;
   const d = view.data;
   const n = d.blocks.length;
   $("now").textContent = describe(s);
@@ -223,22 +221,7 @@ function render(s) {
   renderVector(s);
   renderWeights(s);
   renderStats(s);
-  writeParams(view.params);
-  document.body.dataset.step = s;
-  controls.shown(s);
-  changed();
 }
-
-const controls = new Controls({ goto: (k) => view.data && render(k) });
-
-form.addEventListener("submit", (e) => {
-  e.preventDefault();
-  view.params.x = form.elements.x.value;
-  const raw = form.elements.block.value.trim();
-  view.params.block = raw === "" ? NaN : Number(raw);
-  view.params.step = 0;
-  load();
-});
 
 $("preset").addEventListener("change", (e) => {
   const opt = e.target.selectedOptions[0];
@@ -247,23 +230,3 @@ $("preset").addEventListener("change", (e) => {
   form.elements.block.value = opt.dataset.block;
   form.requestSubmit();
 });
-
-registerView({
-  name: "online-softmax",
-  getState: () => ({ params: dataParams(), step: view.step }),
-  applyState(state) {
-    const same = ["x", "block"].every((f) => String(state.params[f]) === String(view.params[f]));
-    Object.assign(view.params, state.params, { step: state.step ?? 0 });
-    if (same && view.data) controls.goto(view.params.step);
-    else {
-      form.elements.x.value = view.params.x;
-      form.elements.block.value = view.params.block;
-      load();
-    }
-  },
-});
-
-bindPngButtons();
-form.elements.x.value = view.params.x;
-form.elements.block.value = view.params.block;
-load();

@@ -1,9 +1,9 @@
 // Instructor-synced rooms: the room bar in the header, on every page.
 //
-// A lecturer starts a room and drives it: every change of the page's view (view.js `onChange`)
-// goes to /ws/rooms/{code} as {path, params, step}. Attendees join with the code and follow:
-// each state they receive is applied through `currentView().applyState`, after moving to the
-// lecturer's page when it differs. An attendee can detach to explore alone and re-attach to
+// A lecturer starts a room and drives it: every change of the page's view (registry.js
+// `onChange`) goes to /ws/rooms/{code} as {path, params, step}. Attendees join with the code and
+// follow: each state they receive is applied through `currentView().applyState`, after moving to
+// the lecturer's page when it differs. An attendee can detach to explore alone and re-attach to
 // catch up. This module knows nothing of any view's internals.
 //
 // sessionStorage "flashscope.room" keeps {code, token?, detached?, adopt?, expect?} so that the
@@ -17,7 +17,7 @@
 // sent back. Each state also carries `base`, the newest seq this page had seen when the state was
 // made; the server refuses one built on a state another driver has since replaced.
 
-import { currentView, onChange } from "./view.js";
+import { currentView, onChange } from "./registry.js";
 
 const KEY = "flashscope.room";
 const FATAL = new Set([4400, 4403, 4404, 4409, 4410]); // no point in joining again

@@ -1,10 +1,8 @@
 // The GPU schedule: the timing engine's run of one configuration (GET /api/schedule), drawn as
 // CTAs on SMs, and a time cursor stepped through it. The server simulates; this module draws.
 
-import { Controls } from "./controls.js";
-import { apiUrl, bindPngButtons, setExportLink } from "./exports.js";
-import { baseLayout, formatBytes, formatCount, plotConfig, readParams, showErrors, writeParams } from "./state.js";
-import { changed, registerView } from "./view.js";
+import { apiUrl, formatBytes, formatCount, react, showErrors } from "./state.js";
+import { jsonSource, mountView } from "./view.js";
 
 const SPECS = ["sms", "hbm_gbs", "clock_ghz", "smem_per_sm_kib", "smem_per_block_kib", "l2_mib"];
 const DEFAULTS = {
@@ -21,70 +19,64 @@ const LIMITER_COLORS = {
 
 const $ = (id) => document.getElementById(id);
 const form = $("params");
-const view = { params: readParams(DEFAULTS), data: null, step: 0, presets: {} };
+const presets = {}; // preset key → specs (GET /api/hardware)
 
-function dataParams() {
+function dataParams(params) {
   const out = {};
-  for (const f of FIELDS) if (view.params[f] !== "") out[f] = view.params[f];
+  for (const f of FIELDS) if (params[f] !== "") out[f] = params[f];
   return out;
 }
 
-function fillForm() {
+function fillForm(params) {
   for (const f of FIELDS) {
     const el = form.elements[f];
     if (!el) continue;
-    if (el.type === "checkbox") el.checked = Boolean(view.params.causal);
-    else el.value = view.params[f];
+    if (el.type === "checkbox") el.checked = Boolean(params.causal);
+    else el.value = params[f];
   }
   fillPlaceholders();
 }
 
-function readForm() {
+function readForm(params) {
   for (const f of FIELDS) {
     const el = form.elements[f];
-    if (el.type === "checkbox") view.params[f] = el.checked;
-    else if (TEXT.has(f)) view.params[f] = el.value;
+    if (el.type === "checkbox") params[f] = el.checked;
+    else if (TEXT.has(f)) params[f] = el.value;
     else {
       const raw = el.value.trim();
-      view.params[f] = raw === "" ? "" : Number(raw);
+      params[f] = raw === "" ? "" : Number(raw);
     }
   }
 }
 
 function fillPlaceholders() {
-  const g = view.presets[form.elements.gpu.value];
+  const g = presets[form.elements.gpu.value];
   for (const s of SPECS) form.elements[s].placeholder = g ? String(g[s]) : "";
 }
 
-async function load() {
-  showErrors([]);
-  writeParams(view.params);
-  const url = apiUrl("/api/schedule", dataParams());
-  let res;
-  let body;
-  try {
-    res = await fetch(url);
-    body = await res.json();
-  } catch (err) {
-    showErrors([{ msg: `the simulation failed: ${err}` }]);
-    return;
-  }
-  if (!res.ok) {
-    showErrors(body.detail || [{ msg: `HTTP ${res.status}` }]);
-    return;
-  }
-  view.data = body;
-  view.params.gpu = body.gpu.replace(/\+custom$/, ""); // an alias ("H100") becomes the preset's key
-  form.elements.gpu.value = view.params.gpu;
-  const name = `schedule-${body.algo}-${body.gpu}-b${body.problem.batch}-h${body.problem.heads}-n${body.problem.seq}-d${body.problem.head_dim}${body.problem.causal ? "-causal" : ""}`;
-  setExportLink("export-json", url, `${name}.json`);
-  setExportLink("export-chrome", apiUrl("/api/schedule/chrome", dataParams()), `${name}.trace.json`);
-  renderSummary(body);
-  renderFigures(body);
-  renderOccupancy(body);
-  controls.setTotal(body.cursor.times_us.length);
-  controls.goto(view.params.step);
-}
+const view = mountView({
+  name: "schedule",
+  defaults: DEFAULTS,
+  source: jsonSource("/api/schedule", { failure: "the simulation failed" }),
+  query: dataParams,
+  fillForm,
+  readForm,
+  firstStep: 100,
+  loaded(body) {
+    view.params.gpu = body.gpu.replace(/\+custom$/, ""); // an alias ("H100") becomes the preset's key
+    form.elements.gpu.value = view.params.gpu;
+    renderSummary(body);
+    renderFigures(body);
+    renderOccupancy(body);
+    return body.cursor.times_us.length;
+  },
+  exports: (body, { url, query }) => ({
+    name: `schedule-${body.algo}-${body.gpu}-b${body.problem.batch}-h${body.problem.heads}-n${body.problem.seq}-d${body.problem.head_dim}${body.problem.causal ? "-causal" : ""}`,
+    json: url,
+    chrome: apiUrl("/api/schedule/chrome", query),
+  }),
+  draw: render,
+});
 
 function us(x) {
   return x >= 1000 ? `${(x / 1000).toFixed(2)} ms` : `${x.toFixed(1)} µs`;
@@ -114,28 +106,27 @@ function renderFigures(d) {
   const f = d.figures;
   const meta = f.gantt.layout.meta;
   const shown = meta.sms_shown < meta.sms ? ` (first ${meta.sms_shown} of ${meta.sms} SMs)` : "";
-  Plotly.react("gantt", f.gantt.data, {
-    ...baseLayout,
+  react("gantt", f.gantt.data, {
     ...f.gantt.layout,
     height: 380,
     legend: { orientation: "h", x: 0, y: 1.01, yanchor: "bottom", traceorder: "normal", font: { size: 11 } },
-    margin: { ...baseLayout.margin, t: 48 },
+    margin: { t: 48 },
     yaxis: { ...f.gantt.layout.yaxis, title: { text: `SM${shown}` } },
     shapes: [cursorShape(0)],
-  }, plotConfig);
-  Plotly.react("utilization", f.utilization.data, {
-    ...baseLayout, ...f.utilization.layout, height: 140, margin: { ...baseLayout.margin, t: 4 }, shapes: [cursorShape(0)],
-  }, plotConfig);
-  Plotly.react("imbalance", f.imbalance.data, { ...baseLayout, ...f.imbalance.layout, height: 240 }, plotConfig);
+  });
+  react("utilization", f.utilization.data, {
+    ...f.utilization.layout, height: 140, margin: { t: 4 }, shapes: [cursorShape(0)],
+  });
+  react("imbalance", f.imbalance.data, { ...f.imbalance.layout, height: 240 });
   const limiter = f.limiter.data.map((t) => ({ ...t, marker: { color: LIMITER_COLORS[t.name] } }));
-  Plotly.react("limiter-plot", limiter, {
-    ...baseLayout, ...f.limiter.layout, height: 240, legend: { x: 1.02, y: 1, font: { size: 11 } },
-    margin: { ...baseLayout.margin, l: 110, r: 8 }, yaxis: { autorange: "reversed" },
-  }, plotConfig);
+  react("limiter-plot", limiter, {
+    ...f.limiter.layout, height: 240, legend: { x: 1.02, y: 1, font: { size: 11 } },
+    margin: { l: 110, r: 8 }, yaxis: { autorange: "reversed" },
+  });
   const roof = f.roofline.data.map((t, i) => (i === 1 ? { ...t, marker: { size: 14, color: "#dc2626", symbol: "star" } } : t));
-  Plotly.react("roofline", roof, {
-    ...baseLayout, ...f.roofline.layout, height: 240, legend: { x: 0.98, xanchor: "right", y: 0.05, bgcolor: "rgba(255,255,255,0.8)", font: { size: 11 } },
-  }, plotConfig);
+  react("roofline", roof, {
+    ...f.roofline.layout, height: 240, legend: { x: 0.98, xanchor: "right", y: 0.05, bgcolor: "rgba(255,255,255,0.8)", font: { size: 11 } },
+  });
 }
 
 function renderOccupancy(d) {
@@ -171,57 +162,24 @@ function renderOccupancy(d) {
 function render(k) {
   const c = view.data.cursor;
   const t = c.times_us[k];
-  view.step = k;
-  view.params.step = k;
   Plotly.relayout("gantt", { shapes: [cursorShape(t)] });
   Plotly.relayout("utilization", { shapes: [cursorShape(t)] });
   const what = c.kernel[k] ? `${c.kernel[k]}, wave ${c.wave[k]}` : k === 0 ? "launching" : k === c.times_us.length - 1 ? "finished" : "between launches";
   $("now").textContent =
     `t = ${us(t)} (${k} %): ${what}. CTAs waiting ${formatCount(c.waiting[k])}, running ${formatCount(c.running[k])}, ` +
     `done ${formatCount(c.done[k])} of ${formatCount(c.ctas)}; ${c.sms_busy[k]} of ${c.sms} SMs busy.`;
-  writeParams(view.params);
-  document.body.dataset.step = k;
-  controls.shown(k);
-  changed();
 }
 
-const controls = new Controls({ goto: (k) => view.data && render(k) });
-
-form.addEventListener("submit", (e) => {
-  e.preventDefault();
-  readForm();
-  view.params.step = 100;
-  load();
-});
 form.elements.gpu.addEventListener("change", fillPlaceholders);
-
-registerView({
-  name: "schedule",
-  getState: () => ({ params: dataParams(), step: view.step }),
-  applyState(state) {
-    const blank = Object.fromEntries(FIELDS.filter((f) => DEFAULTS[f] === "").map((f) => [f, ""]));
-    const next = { ...blank, ...state.params };
-    const same = FIELDS.every((f) => String(next[f] ?? "") === String(view.params[f] ?? ""));
-    Object.assign(view.params, next, { step: state.step ?? 0 });
-    if (same && view.data) controls.goto(view.params.step);
-    else {
-      fillForm();
-      load();
-    }
-  },
-});
 
 async function loadPresets() {
   try {
     const res = await fetch("/api/hardware");
-    for (const g of (await res.json()).gpus) view.presets[g.key] = g;
+    for (const g of (await res.json()).gpus) presets[g.key] = g;
   } catch (err) {
     showErrors([{ msg: `GPU presets unavailable: ${err}` }]);
   }
   fillPlaceholders();
 }
 
-bindPngButtons();
-fillForm();
 loadPresets();
-load();

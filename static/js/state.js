@@ -1,6 +1,12 @@
-// Shared front-end state helpers: URL-held view state, the trace socket, number formatting.
+// Shared front-end helpers: URL-held view state, the trace socket, the alert box, number
+// formatting and Plotly defaults (the vendored static/vendor/plotly-*.min.js defines `Plotly`).
 
-import { apiUrl } from "./exports.js";
+/** A parameter as a query string writes it: booleans as "1" / "0". */
+function encode(value) {
+  return typeof value === "boolean" ? (value ? "1" : "0") : value;
+}
+
+const empty = (value) => value === null || value === undefined || value === "";
 
 /** Read view parameters from the URL, falling back to `defaults` (numbers stay numbers). */
 export function readParams(defaults) {
@@ -25,15 +31,25 @@ export function readParams(defaults) {
 export function writeParams(params) {
   const url = new URL(window.location.href);
   for (const [key, value] of Object.entries(params)) {
-    if (value === null || value === undefined || value === "") url.searchParams.delete(key);
-    else url.searchParams.set(key, typeof value === "boolean" ? (value ? "1" : "0") : value);
+    if (empty(value)) url.searchParams.delete(key);
+    else url.searchParams.set(key, encode(value));
   }
   window.history.replaceState(null, "", url);
 }
 
+/** `/api/x` + params → "/api/x?a=1&b=2" (empty values left out). */
+export function apiUrl(path, params) {
+  const q = new URLSearchParams();
+  for (const [k, v] of Object.entries(params)) {
+    if (!empty(v)) q.set(k, encode(v));
+  }
+  const s = q.toString();
+  return s ? `${path}?${s}` : path;
+}
+
 /**
- * A trace stream over /ws/trace. `open(params)` resolves with the trace metadata; `step(k)`
- * asks for event k. Requests made while one is in flight collapse to the newest, so holding
+ * A trace stream over /ws/trace. `open(params)` asks for a trace (its metadata goes to
+ * `onMeta`); `step(k)` asks for event k. Requests made while one is in flight collapse to the newest, so holding
  * a key down never queues stale steps. Events go to `onEvent`, errors to `onError`.
  */
 export class TraceSocket {
@@ -100,8 +116,8 @@ export class TraceSocket {
 }
 
 /**
- * Show error entries ({msg, field?}) in the page's alert box (hidden when there are none),
- * each as "field: msg" unless `field` is false.
+ * Show error entries ({msg, field?}) in the alert box (hidden when there are none), each as
+ * "field: msg" unless `field` is false.
  */
 export function showErrors(errors, { field = true } = {}) {
   const box = document.getElementById("errors");
@@ -116,22 +132,11 @@ export function showErrors(errors, { field = true } = {}) {
   );
 }
 
-/**
- * A view's data from the server: clears the alert box, puts the view's parameters in the URL and
- * fetches `path` with `query`. Resolves to { url, body }, or to null once the server's errors
- * (or the HTTP status) are shown through `show`.
- */
-export async function fetchViewData(path, query, params, show = showErrors) {
-  show([]);
-  writeParams(params);
-  const url = apiUrl(path, query);
-  const res = await fetch(url);
-  const body = await res.json();
-  if (!res.ok) {
-    show(body.detail || [{ msg: `HTTP ${res.status}` }]);
-    return null;
-  }
-  return { url, body };
+/** The error entries of a refused request: its `detail` list, or one entry saying what it was. */
+export function errorList(body, status) {
+  const detail = body && body.detail;
+  if (Array.isArray(detail)) return detail;
+  return [{ msg: detail ? String(detail) : `HTTP ${status}` }];
 }
 
 const fmt = new Intl.NumberFormat("en-US");
@@ -153,27 +158,7 @@ export function formatBytes(b) {
   return `${v.toFixed(v < 10 && i > 0 ? 2 : v < 100 && i > 0 ? 1 : 0)} ${units[i]}`;
 }
 
-/** Bind ← → Home End (and Shift+→) to callbacks, ignoring keys typed into form fields. */
-export function bindStepKeys({ prev, next, first, last, nextTile, prevTile }) {
-  window.addEventListener("keydown", (ev) => {
-    const tag = ev.target && ev.target.tagName;
-    if (tag === "INPUT" || tag === "TEXTAREA" || tag === "SELECT") return;
-    if (ev.altKey || ev.ctrlKey || ev.metaKey) return;
-    const actions = {
-      ArrowRight: ev.shiftKey ? nextTile : next,
-      ArrowLeft: ev.shiftKey ? prevTile : prev,
-      Home: first,
-      End: last,
-    };
-    const action = actions[ev.key];
-    if (action) {
-      ev.preventDefault();
-      action();
-    }
-  });
-}
-
-/** Common Plotly layout pieces: legible on a 1280×720 projector. */
+/** Common Plotly layout pieces. */
 export const baseLayout = {
   margin: { l: 48, r: 16, t: 8, b: 36 },
   font: { family: "system-ui, sans-serif", size: 13 },
@@ -182,3 +167,12 @@ export const baseLayout = {
 };
 
 export const plotConfig = { displaylogo: false, responsive: true };
+
+/**
+ * Draw (or redraw) a figure: `layout` on top of the base layout, its `margin` on top of the
+ * base margin, with the shared config.
+ */
+export function react(div, data, layout = {}) {
+  const margin = { ...baseLayout.margin, ...layout.margin };
+  return Plotly.react(div, data, { ...baseLayout, ...layout, margin }, plotConfig);
+}

@@ -1,12 +1,12 @@
 // The tile stepper: step through a FlashAttention-1 or -2 forward trace served over /ws/trace.
 // The server computes every event (state, counters, what is on chip); this module only draws.
 
-import { bindPngButtons } from "./exports.js";
-import { baseLayout, formatBytes, formatCount, plotConfig, readParams, showErrors, writeParams } from "./state.js";
+import { formatBytes, formatCount, react, showErrors, writeParams } from "./state.js";
+import { changed } from "./registry.js";
 import {
-  Figures, drawGrid, drawWrites, exactnessText, gridState, highlightLine, span, traceStepper,
+  Figures, drawGrid, drawWrites, exactnessText, gridState, highlightLine, span, traceExports, traceSource,
 } from "./trace_view.js";
-import { changed, registerView } from "./view.js";
+import { mountView } from "./view.js";
 
 const DEFAULTS = {
   algo: "fa2", n: 256, nk: "", d: 64, bm: 64, bn: 64, causal: false, dtype: "fp32", seed: 0, gpu: "h100-sxm", step: 0,
@@ -18,57 +18,57 @@ const KIB = 1024;
 
 const $ = (id) => document.getElementById(id);
 const form = $("params");
-const view = {
-  params: readParams(DEFAULTS),
-  meta: null,
-  step: 0, // the step on screen (controls.target is the newest step asked for)
-  event: null,
-  gpus: {}, // preset key → specs (GET /api/hardware)
-};
 const figures = new Figures();
+const gpus = {}; // preset key → specs (GET /api/hardware)
 
-function fillForm() {
+function fillForm(params) {
   for (const f of ["algo", "n", "nk", "d", "bm", "bn", "dtype", "seed", "gpu"]) {
-    if (form.elements[f]) form.elements[f].value = view.params[f];
+    if (form.elements[f]) form.elements[f].value = params[f];
   }
-  form.elements.causal.checked = Boolean(view.params.causal);
+  form.elements.causal.checked = Boolean(params.causal);
 }
 
-function readForm() {
+function readForm(params) {
   for (const f of NUMBERS) {
     const raw = form.elements[f].value.trim();
-    view.params[f] = raw === "" ? NaN : Number(raw);
+    params[f] = raw === "" ? NaN : Number(raw);
   }
   const nk = form.elements.nk.value.trim();
-  view.params.nk = nk === "" ? "" : Number(nk);
-  view.params.algo = form.elements.algo.value;
-  view.params.dtype = form.elements.dtype.value;
-  view.params.causal = form.elements.causal.checked;
-  view.params.gpu = form.elements.gpu.value;
+  params.nk = nk === "" ? "" : Number(nk);
+  params.algo = form.elements.algo.value;
+  params.dtype = form.elements.dtype.value;
+  params.causal = form.elements.causal.checked;
+  params.gpu = form.elements.gpu.value;
 }
 
-function traceParams() {
+function traceParams(params) {
   const out = {};
   for (const f of TRACE_FIELDS) {
-    if (f === "nk" && view.params.nk === "") continue;
-    out[f] = view.params[f];
+    if (f === "nk" && params.nk === "") continue;
+    out[f] = params[f];
   }
   return out;
 }
 
-const { controls, open } = traceStepper({
-  view,
-  figures,
-  traceParams,
-  exportName: (p) =>
-    `trace-${p.algo}-n${p.n}${p.nk ? `-nk${p.nk}` : ""}-d${p.d}-${p.bm}x${p.bn}${p.causal ? "-causal" : ""}-${p.dtype}-seed${p.seed}`,
-  onMeta(meta) {
+const view = mountView({
+  name: "tiles",
+  defaults: DEFAULTS,
+  fields: TRACE_FIELDS,
+  source: traceSource(figures),
+  query: traceParams,
+  share: (params) => ({ ...traceParams(params), gpu: params.gpu }),
+  fillForm,
+  readForm,
+  loaded(meta) {
     $("algo-title").textContent = meta.title;
     renderTotals(meta);
+    return meta.n_events;
   },
-  render,
-  form,
-  readForm,
+  exports: (meta, { query: p }) => traceExports(
+    p,
+    `trace-${p.algo}-n${p.n}${p.nk ? `-nk${p.nk}` : ""}-d${p.d}-${p.bm}x${p.bn}${p.causal ? "-causal" : ""}-${p.dtype}-seed${p.seed}`,
+  ),
+  draw: (k, ev) => render(ev),
 });
 
 function renderTotals(meta) {
@@ -81,7 +81,7 @@ function renderTotals(meta) {
 }
 
 function gpu() {
-  return view.gpus[view.params.gpu] || null;
+  return gpus[view.params.gpu] || null;
 }
 
 /** Capacity of one CTA on the chosen GPU: shared memory per block, and one SM's register file. */
@@ -96,7 +96,7 @@ function kib(b) {
 
 function renderPeak() {
   const cap = capacity();
-  const meta = view.meta;
+  const meta = view.data;
   if (!meta || !cap) return;
   const peak = meta.onchip_peak;
   const over = peak.smem_bytes > cap.smem;
@@ -158,11 +158,11 @@ function renderOnchip(ev) {
 }
 
 function renderGrid(ev) {
-  const state = gridState(view.meta.grid, ev.step);
+  const state = gridState(view.data.grid, ev.step);
   if (figures.stale("grid", [ev.q_block, ev.kv_block, state.key[0], state.key[1]])) {
-    drawGrid($("grid"), view.meta, ev, state, { fresh: figures.stale("grid-tiles", [view.meta]) });
+    drawGrid($("grid"), view.data, ev, state, { fresh: figures.stale("grid-tiles", [view.data]) });
   }
-  if (figures.stale("writes", state.writes)) drawWrites($("writes"), view.meta, state, { label: "Oᵢ → HBM" });
+  if (figures.stale("writes", state.writes)) drawWrites($("writes"), view.data, state, { label: "Oᵢ → HBM" });
   return state;
 }
 
@@ -175,22 +175,20 @@ function renderStats(ev) {
   // One marker per row helps on small blocks; beyond 16 rows they cost more than they show.
   const mode = rows.length > 16 ? "lines" : "lines+markers";
   const layout = {
-    ...baseLayout,
     height: 240,
     legend: { orientation: "h", y: 1.12 },
     xaxis: { title: { text: "query row" } },
     yaxis: { title: { text: "m (running max)" }, ...fixed(figures.range("m", st.m)) },
     yaxis2: { title: { text: "ℓ (running sum)" }, overlaying: "y", side: "right", ...fixed(figures.range("l", st.l, { zero: true })) },
-    margin: { ...baseLayout.margin, r: 56 },
+    margin: { r: 56 },
   };
-  Plotly.react(
+  react(
     "ml",
     [
       { x: rows, y: st.m, name: "m", mode, marker: { size: 4 }, line: { color: "#b45309" } },
       { x: rows, y: st.l, name: "ℓ", yaxis: "y2", mode, marker: { size: 4 }, line: { color: "#1d4ed8" } },
     ],
     layout,
-    plotConfig,
   );
 }
 
@@ -202,22 +200,20 @@ function renderOutput(ev) {
   const cols = st.o_hat.length ? st.o_hat[0].map((_, c) => c * st.col_stride) : [];
   const range = figures.range("o_hat", st.o_hat, { symmetric: true });
   const scale = range ? { zmin: range[0], zmax: range[1] } : { zmid: 0 };
-  Plotly.react(
+  react(
     "out",
     [{ type: "heatmap", z: st.o_hat, x: cols, y: rows, colorscale: "RdBu", ...scale, colorbar: { thickness: 10 } }],
     {
-      ...baseLayout,
       height: 240,
       xaxis: { title: { text: st.col_stride > 1 ? `head dim (mean of ${st.col_stride})` : "head dim" } },
       yaxis: { title: { text: "query row" }, autorange: "reversed" },
     },
-    plotConfig,
   );
 }
 
 function describeEvent(ev) {
   const st = ev.state;
-  const meta = view.meta;
+  const meta = view.data;
   const parts = [];
   if (ev.q_block !== null && st.rows) parts.push(`Q block ${ev.q_block} (rows ${st.rows[0]}–${st.rows[1] - 1})`);
   if (ev.kv_block !== null) {
@@ -230,8 +226,11 @@ function describeEvent(ev) {
   return `Step ${ev.step}: ${ev.phase.replace("_", " ")} — ${where}${masked}`;
 }
 
+/** Draw event `ev`, and the trace's peak against the chosen GPU (a room may change the GPU). */
 function render(ev) {
-  const meta = view.meta;
+  const meta = view.data;
+  view.event = ev;
+  renderPeak();
   $("now").textContent = describeEvent(ev);
   highlightLine(ev.line);
   const e = DTYPE_BYTES[meta.problem.dtype] || 4;
@@ -255,34 +254,18 @@ form.elements.gpu.addEventListener("change", () => {
   changed();
 });
 
-registerView({
-  name: "tiles",
-  getState: () => ({ params: { ...traceParams(), gpu: view.params.gpu }, step: view.step }),
-  applyState(state) {
-    const sameTrace = TRACE_FIELDS.every((f) => String(state.params[f] ?? "") === String(view.params[f] ?? ""));
-    Object.assign(view.params, { nk: "" }, state.params, { step: state.step ?? 0 });
-    fillForm();
-    renderPeak();
-    if (sameTrace && view.meta) controls.goto(view.params.step);
-    else open();
-  },
-});
-
 async function loadGpus() {
   try {
     const res = await fetch("/api/hardware");
     const body = await res.json();
-    for (const g of body.gpus) view.gpus[g.key] = g;
+    for (const g of body.gpus) gpus[g.key] = g;
   } catch (err) {
     showErrors([{ msg: `GPU presets unavailable: ${err}` }]);
   }
-  if (!view.gpus[view.params.gpu]) view.params.gpu = DEFAULTS.gpu;
+  if (!gpus[view.params.gpu]) view.params.gpu = DEFAULTS.gpu;
   form.elements.gpu.value = view.params.gpu;
   renderPeak();
   if (view.event) renderOnchip(view.event);
 }
 
-bindPngButtons();
-fillForm();
 loadGpus();
-open();

@@ -1,74 +1,40 @@
-// Drawing helpers shared by the trace steppers (/tiles, /backward, /decode). Everything here
-// draws what the server sent (meta and events of /ws/trace); none of it knows an algorithm.
+// What the trace steppers (/tiles, /backward, /decode) share: their source for view.js
+// `mountView`, and drawing helpers. Everything here draws what the server sent (meta and events
+// of /ws/trace); none of it knows an algorithm.
 
-import { Controls } from "./controls.js";
-import { apiUrl, setExportLink } from "./exports.js";
-import { TraceSocket, baseLayout, formatCount, plotConfig, showErrors, writeParams } from "./state.js";
-import { changed } from "./view.js";
+import { TraceSocket, apiUrl, formatCount, react } from "./state.js";
 
 const $ = (id) => document.getElementById(id);
 
 export const TILE_COLORS = { skipped: "#ffffff", todo: "#e5e7eb", done: "#60a5fa", current: "#f59e0b" };
 
 /**
- * The wiring every trace stepper shares: a /ws/trace socket whose events become the view's
- * step (and the URL's), stepping controls with Shift+← → jumping between marks, opening the
- * trace of the view's parameters (and again from step 0 when the form is submitted), the JSON
- * and Chrome-trace export links, and telling the controls and view.js that a step is drawn.
- * @param {object} o
- * @param {object} o.view       the page's { params, meta, step, event }
- * @param {Figures} o.figures   reset when a new trace arrives
- * @param {() => object} o.traceParams  the trace's query parameters
- * @param {(p: object) => string} o.exportName  file name (without extension) of the exports
- * @param {(meta: object) => void} o.onMeta  what the page shows of a new trace's metadata
- * @param {(ev: object) => void} o.render    draws an event
- * @param {HTMLFormElement} o.form  the parameters' form
- * @param {() => void} o.readForm   copies the form into view.params
- * @returns {{ controls: Controls, open: () => void }}
+ * The source of a trace stepper (view.js `mountView`): the trace of the view's query over
+ * /ws/trace, one event per step. A new trace fills the pseudocode list and resets `figures`;
+ * Shift+← → jump between its marks (a new tile, a CTA's first op).
  */
-export function traceStepper({ view, figures, traceParams, exportName, onMeta, render, form, readForm }) {
-  const socket = new TraceSocket({
-    onMeta(meta) {
-      view.meta = meta;
-      showErrors([]);
-      controls.setTotal(meta.n_events);
-      const p = traceParams();
-      const name = exportName(p);
-      setExportLink("export-json", apiUrl("/api/trace/ops", p), `${name}.json`);
-      setExportLink("export-chrome", apiUrl("/api/trace/chrome", p), `${name}.trace.json`);
-      renderPseudocode(meta.pseudocode);
-      onMeta(meta);
-      figures.reset();
-      controls.goto(view.params.step);
-    },
-    onEvent(ev) {
-      view.event = ev;
-      view.step = ev.step;
-      view.params.step = ev.step;
-      writeParams(view.params);
-      render(ev);
-      document.body.dataset.step = ev.step;
-      controls.shown(ev.step);
-      changed();
-    },
-    onError: (errors) => showErrors(errors),
-  });
-  const controls = new Controls({
-    goto: (k) => view.meta && socket.step(k),
-    jump: (dir) => view.meta && controls.goto(markTarget(view.meta, controls.target, dir)),
-  });
-  function open() {
-    showErrors([]);
-    writeParams(view.params);
-    socket.open(traceParams()).catch((err) => showErrors([{ msg: String(err) }]));
-  }
-  form.addEventListener("submit", (e) => {
-    e.preventDefault();
-    readForm();
-    view.params.step = 0;
-    open();
-  });
-  return { controls, open };
+export function traceSource(figures) {
+  return (host) => {
+    const socket = new TraceSocket({
+      onMeta(meta) {
+        renderPseudocode(meta.pseudocode);
+        figures.reset();
+        host.loaded(meta);
+      },
+      onEvent: (ev) => host.drawn(ev.step, ev),
+      onError: (errors) => host.failed(errors),
+    });
+    return {
+      open: (query) => socket.open(query).catch((err) => host.failed([{ msg: String(err) }])),
+      step: (k) => socket.step(k),
+      jump: markTarget,
+    };
+  };
+}
+
+/** The export links of a trace: its operations as JSON and as a Chrome trace, saved as `name`. */
+export function traceExports(query, name) {
+  return { name, json: apiUrl("/api/trace/ops", query), chrome: apiUrl("/api/trace/chrome", query) };
 }
 
 /** Integers from a span [start, stop). */
@@ -278,13 +244,12 @@ export function drawGrid(div, meta, ev, state, { height = 300, fresh = true } = 
   const nq = g.q_blocks;
   const nk = g.kv_blocks;
   const z = g.kinds.map((row) => row.map((kind) => (kind === 0 ? 0 : 1)));
-  Plotly.react(div, [{
+  react(div, [{
     type: "heatmap", z, zmin: 0, zmax: 1, showscale: false,
     colorscale: [[0, TILE_COLORS.skipped], [0.5, TILE_COLORS.skipped], [0.5, TILE_COLORS.todo], [1, TILE_COLORS.todo]],
     xgap: nk <= 32 && nq <= 32 ? 2 : 0, ygap: nk <= 32 && nq <= 32 ? 2 : 0,
     hovertemplate: "Q block %{y} × K/V block %{x}<extra></extra>",
   }], {
-    ...baseLayout,
     height,
     shapes,
     showlegend: false,
@@ -296,7 +261,7 @@ export function drawGrid(div, meta, ev, state, { height = 300, fresh = true } = 
       title: { text: `Q block (block_m = ${meta.tiles.block_m})` }, dtick: nq > 16 ? undefined : 1,
       range: [nq - 0.5, -0.5], showgrid: false, zeroline: false,
     },
-  }, plotConfig);
+  });
 }
 
 /**
@@ -306,19 +271,18 @@ export function drawGrid(div, meta, ev, state, { height = 300, fresh = true } = 
  */
 export function drawWrites(div, meta, state, { label = "Oᵢ → HBM", height = 300 } = {}) {
   const nq = meta.grid.q_blocks;
-  Plotly.react(div, [{
+  react(div, [{
     type: "heatmap", z: state.writes.map((w) => [w]), x: [0],
     zmin: 0, zmax: Math.max(2, ...meta.grid.out_writes.map((s) => s.length)), showscale: false,
     colorscale: [[0, "#ffffff"], [1, "#c2410c"]], ygap: nq <= 32 ? 2 : 0,
     text: state.writes.map((w) => [String(w)]), texttemplate: nq <= 24 ? "%{text}" : "",
     hovertemplate: `Q block %{y}: ${label} %{z} times so far<extra></extra>`,
   }], {
-    ...baseLayout,
     height,
-    margin: { ...baseLayout.margin, l: 6, r: 6 },
+    margin: { l: 6, r: 6 },
     xaxis: { showticklabels: false, title: { text: label, font: { size: 11 } }, fixedrange: true, showgrid: false, zeroline: false },
     yaxis: { range: [nq - 0.5, -0.5], showticklabels: false, fixedrange: true, showgrid: false, zeroline: false },
-  }, plotConfig);
+  });
 }
 
 /** "1,234 elements (4.9 kB)". */
