@@ -1,7 +1,8 @@
 // The backward stepper: the FlashAttention-2 backward (algo fa2-bwd) served over /ws/trace,
 // one operation per step. The server computes P, dS and the gradient partials; this draws them.
 
-import { formatBytes, formatCount, react } from "./state.js";
+import { formatBytes, formatCount } from "./format.js";
+import { react } from "./plot.js";
 import {
   Figures, drawGrid, drawWrites, exactnessText, gridState, heatmap, highlightLine, span, traceExports, traceSource,
 } from "./trace_view.js";

@@ -2,7 +2,8 @@
 // GET /api/compare computes everything (rows, the chosen configuration's breakdown, notes and
 // timeline); this module draws it. Step = the chosen configuration's index in sweep order.
 
-import { formatBytes, react } from "./state.js";
+import { formatBytes } from "./format.js";
+import { react } from "./plot.js";
 import { jsonSource, mountView } from "./view.js";
 
 const DEFAULTS = { gpu: "", id: "" };

@@ -1,7 +1,8 @@
 // Flash-Decoding stepper: a few query rows against a long KV cache (algo decode over /ws/trace).
 // The server computes the splits, their partial outputs and LSEs, and the merge; this draws them.
 
-import { formatBytes, formatCount, react } from "./state.js";
+import { formatBytes, formatCount } from "./format.js";
+import { react } from "./plot.js";
 import {
   Figures, TILE_COLORS, exactnessText, gridState, heatmap, highlightLine, span, traceExports, traceSource,
 } from "./trace_view.js";

@@ -1,7 +1,8 @@
 // Memory scaling: peak memory of naive and flash attention over N on one GPU.
 // GET /api/memory-scaling computes every figure; this module draws N number `step` of the sweep.
 
-import { formatCount, react } from "./state.js";
+import { formatCount } from "./format.js";
+import { react } from "./plot.js";
 import { jsonSource, mountView } from "./view.js";
 
 const DEFAULTS = { gpu: "h200", batch: 1, heads: 16, d: 64, dtype: "fp16", n_min: 1024, n_max: 131072, step: 0 };

@@ -1,7 +1,9 @@
 // The memory wall: naive attention and FlashAttention-2 stepped side by side.
 // GET /api/memory-wall computes both walks; this module draws step k of each.
 
-import { apiUrl, formatBytes, formatCount, react } from "./state.js";
+import { formatBytes, formatCount } from "./format.js";
+import { react } from "./plot.js";
+import { apiUrl } from "./url.js";
 import { jsonSource, mountView } from "./view.js";
 
 const DEFAULTS = { n: 1024, d: 64, dtype: "fp16", bm: 128, bn: 128, ns: "256,512,1024,2048,4096", step: 0 };

@@ -2,7 +2,7 @@
 // this module draws step s: s = 0 before any block, s = b + 1 after block b, and a last step
 // that compares the result with the standard softmax.
 
-import { react } from "./state.js";
+import { react } from "./plot.js";
 import { jsonSource, mountView } from "./view.js";
 
 const DEFAULTS = { x: "1, 2, 3, 6, 2, 1", block: 3, step: 0 };

@@ -1,7 +1,10 @@
 // The GPU schedule: the timing engine's run of one configuration (GET /api/schedule), drawn as
 // CTAs on SMs, and a time cursor stepped through it. The server simulates; this module draws.
 
-import { apiUrl, formatBytes, formatCount, react, showErrors } from "./state.js";
+import { showErrors } from "./errors.js";
+import { formatBytes, formatCount } from "./format.js";
+import { react } from "./plot.js";
+import { apiUrl } from "./url.js";
 import { jsonSource, mountView } from "./view.js";
 
 const SPECS = ["sms", "hbm_gbs", "clock_ghz", "smem_per_sm_kib", "smem_per_block_kib", "l2_mib"];

@@ -1,11 +1,14 @@
 // The tile stepper: step through a FlashAttention-1 or -2 forward trace served over /ws/trace.
 // The server computes every event (state, counters, what is on chip); this module only draws.
 
-import { formatBytes, formatCount, react, showErrors, writeParams } from "./state.js";
+import { showErrors } from "./errors.js";
+import { formatBytes, formatCount } from "./format.js";
+import { react } from "./plot.js";
 import { changed } from "./registry.js";
 import {
   Figures, drawGrid, drawWrites, exactnessText, gridState, highlightLine, span, traceExports, traceSource,
 } from "./trace_view.js";
+import { writeParams } from "./url.js";
 import { mountView } from "./view.js";
 
 const DEFAULTS = {

@@ -2,7 +2,10 @@
 // `mountView`, and drawing helpers. Everything here draws what the server sent (meta and events
 // of /ws/trace); none of it knows an algorithm.
 
-import { TraceSocket, apiUrl, formatCount, react } from "./state.js";
+import { formatCount } from "./format.js";
+import { react } from "./plot.js";
+import { TraceSocket } from "./socket.js";
+import { apiUrl } from "./url.js";
 
 const $ = (id) => document.getElementById(id);
 

@@ -12,9 +12,10 @@
 // step by step in the page) or trace_view.js `traceSource` (/ws/trace, one event per step).
 
 import { Controls } from "./controls.js";
+import { errorList, showErrors } from "./errors.js";
 import { bindPngButtons, setExports } from "./exports.js";
 import { changed, registerView } from "./registry.js";
-import { apiUrl, errorList, readParams, showErrors, writeParams } from "./state.js";
+import { apiUrl, readParams, writeParams } from "./url.js";
 
 /** The entries of `params` named in `keys`. */
 function pick(params, keys) {
