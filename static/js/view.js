@@ -24,26 +24,32 @@ function pick(params, keys) {
 
 /**
  * The page's JSON twin at `path`, fetched with the view's query: every step is drawn from it.
- * `failure` opens the message shown when the request fails outright.
+ * Only the answer to the newest request is shown (a room state or a second submit may ask again
+ * before the first answer arrives). `failure` opens the message shown when a request fails.
  */
 export function jsonSource(path, { failure = "the request failed" } = {}) {
-  return (host) => ({
-    async open(query) {
-      const url = apiUrl(path, query);
-      let res;
-      let body;
-      try {
-        res = await fetch(url);
-        body = await res.json();
-      } catch (err) {
-        host.failed([{ msg: `${failure}: ${err}` }]);
-        return;
-      }
-      if (res.ok) host.loaded(body, { url });
-      else host.failed(errorList(body, res.status));
-    },
-    step: (k) => host.drawn(k),
-  });
+  return (host) => {
+    let newest = 0;
+    return {
+      async open(query) {
+        const asked = ++newest;
+        const url = apiUrl(path, query);
+        let res;
+        let body;
+        try {
+          res = await fetch(url);
+          body = await res.json();
+        } catch (err) {
+          if (asked === newest) host.failed([{ msg: `${failure}: ${err}` }]);
+          return;
+        }
+        if (asked !== newest) return;
+        if (res.ok) host.loaded(body, { url });
+        else host.failed(errorList(body, res.status));
+      },
+      step: (k) => host.drawn(k),
+    };
+  };
 }
 
 /**
