@@ -103,6 +103,9 @@ class Settings(BaseSettings):
     runs_max_seq_cpu: int = Field(
         256, ge=1, description="Largest N of a run in Triton's interpreter (no GPU)."
     )
+    runs_max_cache_cpu: int = Field(
+        4096, ge=1, description="Largest KV cache of a decode run in Triton's interpreter."
+    )
 
     # Timing engine (POST /api/simulate).
     simulate_max_batch: int = Field(1024, ge=1, description="Largest batch a simulation may have.")

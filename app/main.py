@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 
@@ -21,6 +22,7 @@ from flashscope.app.routes import (
     compare,
     exports,
     health,
+    measure,
     memory_scaling,
     memory_wall,
     online_softmax,
@@ -47,7 +49,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        # Which backend the kernels have (torch loads in a thread): probed now, so neither the
+        # first /api/health nor the pages' backend badge waits for it.
+        probe = asyncio.get_running_loop().create_task(health.backend_of(app.state))
         yield
+        probe.cancel()
         app.state.runs.close()
         await app.state.rooms.close()
 
@@ -79,6 +85,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     for module in (exports, memory_wall, online_softmax, memory_scaling, schedule):  # views
         app.include_router(module.router)
     app.include_router(compare.router)
+    app.include_router(measure.router)
 
     @app.middleware("http")
     async def security_headers(

@@ -179,6 +179,25 @@ def flash_decode(
     use_tma: bool | None = None,
 ) -> torch.Tensor:
     """Attention of 1–16 query tokens per head over a K/V cache; returns O (B, H, N_q, d)."""
+    return decode_with_partials(
+        q, k_cache, v_cache, cache_seqlens, sm_scale, config=config, splits=splits, use_tma=use_tma
+    )[0]
+
+
+def decode_with_partials(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    cache_seqlens: torch.Tensor | None = None,
+    sm_scale: float | None = None,
+    *,
+    config: KernelConfig | None = None,
+    splits: int | None = None,
+    use_tma: bool | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """`flash_decode`, also returning what the split kernel wrote for the reduce: O, the partial
+    outputs (B·H_kv, S, R, d) fp32 and their log-sum-exps (B·H_kv, S, R) in log2 units, row r
+    being token r % N_q of query head r // N_q of the K/V head's group."""
     shapes = check_attention(q, k_cache, v_cache, False, sm_scale)
     if shapes.seq_q > MAX_QUERY_TOKENS:
         raise ValueError(f"decode takes 1 to {MAX_QUERY_TOKENS} query tokens, got {shapes.seq_q}")
@@ -224,4 +243,4 @@ def flash_decode(
         (part_o, part_l, o, *o.stride()[:3], h_kv, shapes.group, n_q, splits),
         dict(HEAD_DIM=d, D_PAD=d_pad, R_PAD=r_pad), {"num_warps": 4},
     )  # fmt: skip
-    return o
+    return o, part_o, part_l

@@ -76,7 +76,7 @@ def _row(r: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _choose(
+def choose(
     params: CompareParams, data: dict[str, dict[str, Any]]
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """The dataset and the row the parameters name (the worst-predicted row by default)."""
@@ -129,7 +129,7 @@ def compare(
 ) -> dict[str, Any]:
     """Every configuration of a shipped dataset, measured and simulated, and one explained."""
     data = _datasets(request).all()
-    ds, row = _choose(params, data)
+    ds, row = choose(params, data)
     gpu = hardware.from_name(ds["gpu"])
     result = simulate_config(row["config"], gpu)
     # each kernel beside its ncu row (and simulated alone): the table and the notes share them

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from fastapi import APIRouter, Request
 from starlette.concurrency import run_in_threadpool
 
@@ -18,10 +20,28 @@ def _probe() -> tuple[str, str | None]:
     return info["backend"], info["gpu"]
 
 
-@router.get("/api/health", response_model=Health)
-async def health(request: Request) -> Health:
-    state = request.app.state
+def label(backend: str, gpu: str | None) -> str:
+    """What the server runs on, in the words of every page's header badge."""
+    if backend == "cuda":
+        return f"GPU: {gpu}"
+    return "CPU: simulator and Triton interpreter"
+
+
+async def backend_of(state: Any) -> tuple[str, str | None]:
+    """(backend, GPU name), probed once (torch loads in a thread, off the event loop)."""
     if getattr(state, "backend", None) is None:
         state.backend = await run_in_threadpool(_probe)
-    backend, gpu = state.backend
-    return Health(status="ok", version=__version__, backend=backend, gpu=gpu)
+    return state.backend  # type: ignore[no-any-return]
+
+
+@router.get("/api/health", response_model=Health)
+async def health(request: Request) -> Health:
+    backend, gpu = await backend_of(request.app.state)
+    return Health(
+        status="ok",
+        version=__version__,
+        backend=backend,  # type: ignore[arg-type]
+        gpu=gpu,
+        label=label(backend, gpu),
+        live_timing=backend == "cuda",
+    )

@@ -12,6 +12,7 @@ from fastapi import APIRouter, Depends, HTTPException, Path, Request
 from fastapi.responses import JSONResponse
 from fastapi.sse import EventSourceResponse, ServerSentEvent
 
+from flashscope.app.config import Settings
 from flashscope.app.deps import SettingsDep
 from flashscope.app.middleware.errors import refuse
 from flashscope.app.runs.queue import QueueFull, Run, RunQueue
@@ -33,6 +34,25 @@ def request_key(body: RunRequest) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:24]
 
 
+def queue_full(full: QueueFull, settings: Settings) -> JSONResponse:
+    """HTTP 429 for a full queue, with when to come back."""
+    return JSONResponse(
+        status_code=429,
+        headers={"Retry-After": str(full.retry_after)},
+        content={
+            "detail": [
+                {
+                    "type": "queue_full",
+                    "loc": ["body"],
+                    "field": None,
+                    "msg": str(full),
+                    "limit": settings.runs_max_queued,
+                }
+            ]
+        },
+    )
+
+
 @router.post("/api/runs", status_code=202)
 async def submit_run(body: RunRequest, request: Request, settings: SettingsDep) -> Any:
     """Queue a run of flashscope's kernel; identical requests share one run."""
@@ -43,21 +63,7 @@ async def submit_run(body: RunRequest, request: Request, settings: SettingsDep) 
     try:
         run, cached = queue.submit(request_key(body), body.model_dump())
     except QueueFull as full:
-        return JSONResponse(
-            status_code=429,
-            headers={"Retry-After": str(full.retry_after)},
-            content={
-                "detail": [
-                    {
-                        "type": "queue_full",
-                        "loc": ["body"],
-                        "field": None,
-                        "msg": str(full),
-                        "limit": settings.runs_max_queued,
-                    }
-                ]
-            },
-        )
+        return queue_full(full, settings)
     return {
         **run.public(queue.position(run)),
         "cached": cached,

@@ -5,39 +5,50 @@
 `job` is a RunRequest as a dict (app/schemas/trace.py); torch and the kernels are imported here, in
 the worker, never in the server. What a run does:
 
-    time   on a GPU: the kernel at the request's tile configuration (mode fwd: the forward;
-           bwd: the backward with the route the kernels choose), median of do_bench, achieved
-           TFLOP/s (the papers' convention), compulsory bytes per second, the extra device
-           memory one call allocates, and the engine's prediction for the same configuration.
-           Without a GPU: no timing — the interpreter's speed says nothing about a GPU, and the
-           result says so.
-    trace  mode fwd: the instrumented forward's per-tile trace (flashscope.kernels.instrumented),
-    compared
-           event by event with the simulator's trace of the same inputs (every field but the
-           state equal; the state's largest difference per event and per quantity). mode bwd:
-           the backward kernel's gradients against the float64 reference (there is no
-           instrumented backward). Without a GPU both run in Triton's interpreter.
+    time      on a GPU (modes fwd and bwd): three times, kept apart: the kernels' own GPU time
+              (the span from the call's first kernel's start to its last's end, read by the
+              profiler, L2 flushed before the call: what the timing engine predicts), the whole
+              call as a user makes it (flash_attention; the backward through autograd), host and
+              launches included, and do_bench's median (L2 flushed, events around each call: the
+              figure of the validation datasets). With the tiles of the request, or (`route`
+              default) with the kernel `flash_attention` picks on its own, the Gluon forward on
+              Hopper included. Achieved TFLOP/s, compulsory bytes per second, the device memory a
+              call allocates, and the engine's prediction for the same kernel. Without a GPU: no
+              timing, and the result says why.
+    trace     fwd: the instrumented forward's per-tile state against the simulator's, step by
+              step; bwd: the backward kernel's gradients against the simulator's and float64;
+              decode: each split's partial output and log-sum-exp against the simulator's
+              (app/runs/checks.py). Without a GPU these run in Triton's interpreter.
+    timeline  fwd on a GPU: when and on which SM each program of the forward ran
+              (flashscope.kernels.timeline), beside the engine's schedule of the same launch.
 """
 
 from __future__ import annotations
 
-import math
+import time
 from collections.abc import Callable
 from typing import Any
 
-import numpy as np
+from flashscope.app.runs.checks import backward_check, decode_check, forward_trace
 
-STATE_KEYS = ("m", "l", "alpha", "o", "o_hat")
-FULL_STATE_ROWS = 256  # beyond this many query rows, events carry m, ℓ, α but not O
+Progress = Callable[[str], None]
 NO_GPU = (
     "timing needs a GPU: this server has none, so the kernels run in Triton's interpreter on "
     "the CPU, whose speed says nothing about a GPU's"
 )
+PREDICTS = (
+    "the timing engine predicts the kernels' own GPU time (kernel_us): the span of the call's "
+    "kernels on the GPU; call_us adds the host's work (Python, launches, autograd)"
+)
+SPAN_PASSES = 10  # profiled calls whose GPU span gives the median
+CALL_PASSES = 20  # whole calls timed on the host clock
 
 
 def _config(job: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "algo": "fa2" if job.get("mode", "fwd") == "fwd" else "fa2-bwd",
+    """The validation-style configuration of a run (what the engine and the kernels read)."""
+    algo = {"fwd": "fa2", "bwd": "fa2-bwd", "decode": "decode"}[job.get("mode", "fwd")]
+    config = {
+        "algo": algo,
         "impl": "flashscope",
         **{k: job.get(k) for k in ("batch", "heads", "kv_heads", "seq", "seq_k", "head_dim")},
         "causal": bool(job.get("causal", False)),
@@ -45,10 +56,9 @@ def _config(job: dict[str, Any]) -> dict[str, Any]:
         **{k: job[k] for k in ("block_m", "block_n", "stages", "warps")},
         **({"maxnreg": job["maxnreg"]} if job.get("maxnreg") else {}),
     }
-
-
-def _finite(x: float) -> float | None:
-    return float(x) if math.isfinite(x) else None
+    if job.get("route") == "default":
+        config["route_choice"] = "default"
+    return config
 
 
 def _simulated(config: dict[str, Any], device_name: str | None) -> dict[str, Any] | None:
@@ -64,126 +74,197 @@ def _simulated(config: dict[str, Any], device_name: str | None) -> dict[str, Any
     return {"gpu": gpu.key, "time_us": result.time_s * 1e6, "limiter": result.limiter}
 
 
-def _time(config: dict[str, Any], seed: int, progress: Callable[[str], None]) -> dict[str, Any]:
-    from flashscope.kernels.measure import Case, time_case
-
-    progress("building inputs")
-    case = Case.build(config, seed=seed)
-    progress("compiling and timing (median of do_bench)")
-    got = time_case(case)
-    return {
-        "median_us": got["ms"] * 1e3,
-        "tflops": got["tflops"],
-        "bandwidth_gbs": got["gbs"],
-        "compulsory_bytes": got["compulsory_bytes"],
-        "peak_extra_mib": got["peak_extra_mib"],
-        "input_sets": got["input_sets"],
-        "route": got["route"],
-        "convention": "TFLOP/s: 4·B·H·Nq·Nk·d, halved when causal, ×2.5 backward; GB/s: "
-        "compulsory bytes (inputs read once, outputs written once) per second",
-    }
-
-
-def _diff(a: Any, b: Any) -> float:
-    """Largest |a − b| over two JSON arrays (None = −∞ or NaN; two Nones are equal)."""
-    x = np.array(a if a is not None else np.nan, dtype=float)
-    y = np.array(b if b is not None else np.nan, dtype=float)
-    if x.shape != y.shape:
-        return math.inf
-    both = np.isnan(x) & np.isnan(y)
-    d = np.where(both, 0.0, np.abs(x - y))
-    return float(np.nanmax(np.where(np.isnan(d), np.inf, d), initial=0.0))
-
-
-def _trace(config: dict[str, Any], seed: int, progress: Callable[[str], None]) -> dict[str, Any]:
-    from flashscope.kernels.instrumented import measured_trace
-    from flashscope.simulator.calibrate.validation import problem_of, tiles_of
-
-    p = problem_of({**config, "batch": 1, "heads": 1, "kv_heads": None})
-    progress("running the instrumented forward")
-    measured = measured_trace(p, tiles_of(config), seed)
-    simulated = measured.extras["simulated"]
-    progress("comparing with the simulator's trace, event by event")
-    per_event, worst = [], dict.fromkeys(STATE_KEYS, 0.0)
-    same_fields = len(measured) == len(simulated)
-    events = []
-    full = p.seq_q <= FULL_STATE_ROWS
-    for i in range(min(len(measured), len(simulated))):
-        a, b = measured.event(i), simulated.event(i)
-        same_fields &= {k: v for k, v in a.items() if k != "state"} == {
-            k: v for k, v in b.items() if k != "state"
-        }
-        diffs = {k: _diff(a["state"].get(k), b["state"].get(k)) for k in STATE_KEYS}
-        for k, v in diffs.items():
-            worst[k] = max(worst[k], v)
-        per_event.append(_finite(max(diffs.values())))
-        if not full:
-            a = {**a, "state": {k: v for k, v in a["state"].items() if k not in ("o", "o_hat")}}
-        events.append(a)
-    return {
-        "meta": measured.describe(),
-        "events": events,
-        "events_carry_o": full,
-        "compare": {
-            "simulator": "flashscope.simulator.teach.tracing.build_trace('fa2', same problem, "
-            "tiles and seed)",
-            "fields_equal": bool(same_fields),
-            "max_state_diff": {k: _finite(v) for k, v in worst.items()},
-            "max_diff_per_event": per_event,
-            "max_abs_err_vs_reference": measured.meta["max_abs_err"],
-        },
-    }
-
-
-def _gradients(
-    config: dict[str, Any], seed: int, progress: Callable[[str], None]
-) -> dict[str, Any]:
-    """The backward kernel's dQ, dK, dV against flashscope.kernels.reference in float64."""
+def _flush_l2() -> None:
+    """Overwrite L2 with a buffer larger than any GPU's, as do_bench does before each call."""
     import torch
 
+    torch.empty(256 << 20, dtype=torch.int8, device="cuda").zero_()
+    torch.cuda.synchronize()
+
+
+def gpu_span_us(call: Callable[[], object], passes: int = SPAN_PASSES) -> float:
+    """Median over `passes` of the GPU span of one call's kernels (first start to last end, from
+    the profiler's kernel records), L2 flushed before each call."""
+    import statistics
+
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    spans = []
+    for _ in range(passes):
+        _flush_l2()
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            call()
+            torch.cuda.synchronize()
+        cuda = torch.autograd.DeviceType.CUDA  # type: ignore[attr-defined]
+        kernels = [e for e in prof.events() if e.device_type == cuda]
+        if kernels:
+            start = min(e.time_range.start for e in kernels)
+            end = max(e.time_range.end for e in kernels)
+            spans.append(float(end - start))
+    if not spans:
+        raise RuntimeError("the profiler recorded no kernel of the call")
+    return statistics.median(spans)
+
+
+def call_us(call: Callable[[], object], passes: int = CALL_PASSES) -> float:
+    """Median wall time of one whole call on the host clock (synchronized before and after)."""
+    import statistics
+
+    import torch
+
+    times = []
+    for _ in range(passes):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        call()
+        torch.cuda.synchronize()
+        times.append((time.perf_counter() - t0) * 1e6)
+    return statistics.median(times)
+
+
+def _live_calls(config: dict[str, Any], seed: int) -> dict[str, Any]:
+    """Inputs of the run's problem and three closures over them: the kernels alone (at the
+    request's tiles, or routed as flash_attention would), the whole user call, and what ran."""
+    import torch
+
+    from flashscope.kernels import KernelConfig, flash_attention
     from flashscope.kernels.backward import launch_backward
     from flashscope.kernels.device import device
     from flashscope.kernels.forward import launch_forward
-    from flashscope.kernels.measure import (
-        TORCH_DTYPES,
-        _forward_config,
-        kernel_configs,
-        kernel_route,
-    )
-    from flashscope.kernels.reference import attention_backward
+    from flashscope.kernels.hopper_forward import tuned
+    from flashscope.kernels.measure import TORCH_DTYPES, kernel_configs, kernel_route
     from flashscope.simulator.calibrate.validation import problem_of
 
     p = problem_of(config)
-    gen = torch.Generator().manual_seed(seed)
+    default = config.get("route_choice") == "default"
+    dtype, dev = TORCH_DTYPES[p.dtype], device()
+    gen = torch.Generator(device=dev).manual_seed(seed)
 
     def rand(*shape: int) -> torch.Tensor:
-        return torch.randn(*shape, generator=gen).to(device(), TORCH_DTYPES[p.dtype])
+        return torch.randn(shape, generator=gen, device=dev, dtype=torch.float32).to(dtype)
 
     q = rand(p.batch, p.heads, p.seq_q, p.head_dim)  # (B, H, N_q, d)
     k = rand(p.batch, p.kv_heads, p.seq_k, p.head_dim)  # (B, H_kv, N_k, d)
     v = rand(p.batch, p.kv_heads, p.seq_k, p.head_dim)
-    do = rand(p.batch, p.heads, p.seq_q, p.head_dim)
     main, dq_cfg = kernel_configs(config)
+    tiles: KernelConfig | None = None if default else main
+    if config["algo"] == "fa2":
+        ws = tuned(q, k, v, p.causal) if default else None
+        kernel = (
+            f"Gluon warp-specialized forward {ws}"
+            if ws is not None
+            else "Triton forward, " + ("tuned tiles" if default else f"tiles {main.as_list()}")
+        )
+        return {
+            "kernels": lambda: launch_forward(q, k, v, p.causal, p.scale, tiles),
+            "call": lambda: flash_attention(q, k, v, p.causal, config=tiles),
+            "kernel": kernel,
+            "gluon": ws is not None,
+            "call_is": "flash_attention(q, k, v, causal) without gradients",
+        }
     route = kernel_route(config)
-    progress(f"running the backward kernel ({route} route)")
-    o, lse = launch_forward(q, k, v, p.causal, p.scale, _forward_config(64))
-    got = launch_backward(
-        q, k, v, o, lse, do, p.causal, p.scale, main, dq_mode=route, dq_config=dq_cfg
-    )
-    progress("comparing with the float64 reference")
-    want = attention_backward(q.cpu(), k.cpu(), v.cpu(), do.cpu(), p.causal, p.scale)
-    errs = {
-        name: float((g.double().cpu() - w).abs().max())
-        for name, g, w in zip(("dq", "dk", "dv"), got, want, strict=True)
-    }
+    qg, kg, vg = (x.clone().requires_grad_(True) for x in (q, k, v))
+    out = flash_attention(qg, kg, vg, p.causal, config=None if default else main, bwd_config=tiles)
+    do = rand(*q.shape)
+    o, lse = launch_forward(q, k, v, p.causal, p.scale)
     return {
-        "route": route,
-        "max_abs_err": errs,
-        "reference": "flashscope.kernels.reference, float64",
+        "kernels": lambda: launch_backward(
+            q,
+            k,
+            v,
+            o,
+            lse,
+            do,
+            p.causal,
+            p.scale,
+            tiles,
+            dq_mode=None if default else route,
+            dq_config=None if default else dq_cfg,
+        ),
+        "call": lambda: out.backward(do, retain_graph=True),  # type: ignore[no-untyped-call]
+        "kernel": f"Triton backward ({'its own route' if default else route + ' route'})",
+        "gluon": False,
+        "call_is": "out.backward(dO) through autograd (the forward not included)",
     }
 
 
-def execute(job: dict[str, Any], device: str, progress: Callable[[str], None]) -> dict[str, Any]:
+def _time(config: dict[str, Any], seed: int, progress: Progress) -> dict[str, Any]:
+    """The three times of one configuration on this GPU (see the module docstring)."""
+    from flashscope.kernels.measure import Case, kernel_route, time_case
+    from flashscope.simulator.calibrate.validation import problem_of
+
+    default = config.get("route_choice") == "default"
+    progress("building inputs and compiling")
+    live = _live_calls(config, seed)
+    live["kernels"]()
+    progress("timing the kernels' GPU span (profiler, median of 10 calls)")
+    kernel = gpu_span_us(live["kernels"])
+    progress("timing whole calls (host clock, median of 20)")
+    whole = call_us(live["call"])
+    progress("timing with do_bench (median, L2 flushed)")
+    if default:
+        route = kernel_route(config) if config["algo"] == "fa2-bwd" else None
+        case = Case(config, problem_of(config), route, [live["kernels"]], 0)
+    else:
+        case = Case.build(config, seed=seed)
+    got = time_case(case)
+    return {
+        "kernel_us": kernel,
+        "call_us": whole,
+        "median_us": got["ms"] * 1e3,
+        "predicts": "kernel_us",
+        "predicts_note": PREDICTS,
+        "call_is": live["call_is"],
+        "kernel": live["kernel"],
+        "gluon": live["gluon"],
+        "tflops": got["useful_flops"] / (kernel * 1e-6) / 1e12,
+        "tflops_do_bench": got["tflops"],
+        "bandwidth_gbs": got["compulsory_bytes"] / (kernel * 1e-6) / 1e9,
+        "compulsory_bytes": got["compulsory_bytes"],
+        "peak_extra_mib": got["peak_extra_mib"],
+        "input_sets": got["input_sets"],
+        "route": got["route"],
+        "measured_row": {"ms": got["ms"], "tflops": got["tflops"], "route": got["route"]},
+        "convention": "TFLOP/s: 4·B·H·Nq·Nk·d, halved when causal, ×2.5 backward, over the "
+        "kernels' GPU span; GB/s: compulsory bytes (inputs read once, outputs written once) "
+        "over the same span",
+    }
+
+
+def _timeline(config: dict[str, Any], seed: int, progress: Progress) -> dict[str, Any]:
+    """When and where each program of the forward ran, and the engine's schedule beside it."""
+    import torch
+
+    from flashscope.kernels.config import KernelConfig
+    from flashscope.kernels.measure import TORCH_DTYPES
+    from flashscope.kernels.timeline import forward_timeline
+    from flashscope.simulator.calibrate.validation import problem_of
+
+    p = problem_of(config)
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    shape_q = (p.batch, p.heads, p.seq_q, p.head_dim)
+    shape_kv = (p.batch, p.kv_heads, p.seq_k, p.head_dim)
+    q, k, v = (
+        torch.randn(s, generator=gen, device="cuda").to(TORCH_DTYPES[p.dtype])
+        for s in (shape_q, shape_kv, shape_kv)
+    )
+    cfg = KernelConfig(config["block_m"], config["block_n"], config["warps"], config["stages"])
+    progress("running the timeline forward (global timer and SM of every program)")
+    t = forward_timeline(q, k, v, p.causal, p.scale, config=cfg)
+    props = torch.cuda.get_device_properties(0)
+    return {
+        "start_us": (t.start * 1e6).tolist(),
+        "end_us": (t.end * 1e6).tolist(),
+        "sm": t.sm.tolist(),
+        "row": t.row.tolist(),
+        "block": t.block.tolist(),
+        "span_us": t.span * 1e6,
+        "sms": props.multi_processor_count,
+    }
+
+
+def execute(job: dict[str, Any], device: str, progress: Progress) -> dict[str, Any]:
     """Run one live run (see the module docstring); raises on a kernel error."""
     from flashscope.kernels.device import describe, interpreting
 
@@ -207,21 +288,58 @@ def execute(job: dict[str, Any], device: str, progress: Callable[[str], None]) -
         "trace": None,
         "trace_note": None,
         "gradients": None,
+        "decode": None,
+        "timeline": None,
     }
+    if on_gpu:
+        from flashscope.kernels.sweep import environment
+
+        out["env"] = environment()
     if what in ("time", "both"):
         if on_gpu:
             out["timing"] = _time(config, seed, progress)
-            out["simulated"] = _simulated(config, info.get("gpu"))
+            gluon = out["timing"]["gluon"]
+            out["simulated_config"] = None if gluon else _simulable(config)
+            out["simulated"] = None if gluon else _simulated(_simulable(config), info.get("gpu"))
+            if gluon:
+                out["timing_note"] = (
+                    "the timing engine models the Triton kernels; the Gluon forward that "
+                    "flash_attention picks here has no model yet"
+                )
         else:
             out["timing_note"] = NO_GPU
     if what in ("trace", "both"):
         if mode == "fwd":
-            out["trace"] = _trace(config, seed, progress)
+            out["trace"] = forward_trace(config, seed, progress)
+        elif mode == "bwd":
+            out["gradients"] = backward_check(config, seed, progress)
+            out["trace_note"] = out["gradients"]["per_tile"]
         else:
-            out["gradients"] = _gradients(config, seed, progress)
-            out["trace_note"] = (
-                "the instrumented kernel is the forward pass: a bwd run checks the backward "
-                "kernel's gradients against the reference instead"
-            )
+            out["decode"] = decode_check(config, seed, job.get("splits"), progress)
+    if what == "timeline":
+        if not on_gpu:
+            raise ValueError("a measured timeline needs a GPU: the interpreter has no clock")
+        out["timeline"] = _timeline(config, seed, progress)
     progress("done")
     return out
+
+
+def _simulable(config: dict[str, Any]) -> dict[str, Any]:
+    """The configuration the engine simulates: the request's tiles, or for the default route the
+    tiles the kernels chose from this GPU's tuned table."""
+    if config.get("route_choice") != "default":
+        return config
+    from flashscope.kernels.launch import choose_config, pad_dim
+    from flashscope.kernels.measure import TORCH_DTYPES
+
+    mode = "fwd" if config["algo"] == "fa2" else "bwd"
+    cfg = choose_config(
+        mode,
+        TORCH_DTYPES[config["dtype"]],
+        pad_dim(config["head_dim"]),
+        config["causal"],
+        lambda c: None,
+        seq_len=max(config["seq"], config.get("seq_k") or config["seq"]),
+    )
+    return {**config, "block_m": cfg.block_m, "block_n": cfg.block_n, "warps": cfg.num_warps,
+            "stages": cfg.num_stages}  # fmt: skip

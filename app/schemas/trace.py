@@ -276,6 +276,11 @@ class Health(BaseModel):
     version: str
     backend: Literal["cpu", "cuda"]
     gpu: str | None
+    label: str = Field(
+        description="What the server runs on, as every page's header shows it: "
+        "'CPU: simulator and Triton interpreter' or 'GPU: <name>'."
+    )
+    live_timing: bool = Field(description="Whether live runs can be timed (a GPU is there).")
 
 
 # --- live runs --------------------------------------------------------------------------------
@@ -299,8 +304,22 @@ class RunRequest(BaseModel):
     stages: int = Field(2, ge=1, le=8)
     warps: int = Field(4, ge=1, le=16)
     maxnreg: RegisterCap = None
-    mode: Literal["fwd", "bwd"] = "fwd"
-    what: Literal["time", "trace", "both"] = "time"
+    mode: Literal["fwd", "bwd", "decode"] = Field(
+        "fwd",
+        description="fwd, bwd, or decode (Flash-Decoding: heads = the group of query heads of "
+        "one K/V head, seq = new tokens, seq_k = the cache).",
+    )
+    what: Literal["time", "trace", "both", "timeline"] = Field(
+        "time",
+        description="time (GPU), trace (the kernel against the simulator on the same inputs), "
+        "both, or timeline (GPU, fwd: each program's start, end and SM).",
+    )
+    route: Literal["tiles", "default"] = Field(
+        "tiles",
+        description="tiles: the kernel at the request's tiles; default: what flash_attention "
+        "picks on its own (tuned tiles, or the Gluon forward on Hopper). Timing only.",
+    )
+    splits: int | None = Field(None, ge=1, description="decode: KV splits (default: the rule).")
     seed: int = Field(0, ge=0, le=2**32 - 1)
 
 
@@ -339,13 +358,15 @@ def check_run_request(r: RunRequest, s: Settings, backend: str) -> list[dict[str
                 where,
             )
         )
+    errs += _mode_errors(r, s, backend)
     if backend == "cpu":
         limit, why = s.runs_max_seq_cpu, "in Triton's interpreter (no GPU here)"
     elif r.what != "time":
         limit, why = s.runs_max_seq_trace, "for an instrumented trace"
     else:
         limit, why = s.runs_max_seq_gpu, "on the GPU"
-    for field in ("seq", "seq_k"):
+    fields = ("seq",) if r.mode == "decode" else ("seq", "seq_k")
+    for field in fields:
         value = getattr(r, field)
         if value is not None and value > limit:
             errs.append(
@@ -353,4 +374,41 @@ def check_run_request(r: RunRequest, s: Settings, backend: str) -> list[dict[str
                     field, f"{field} must be ≤ {limit} {why}, got {value}", value, limit, where
                 )
             )
+    return errs
+
+
+def _mode_errors(r: RunRequest, s: Settings, backend: str) -> list[dict[str, Any]]:
+    """What a run's mode, `what` and `route` allow together, and decode's own limits."""
+    errs: list[dict[str, Any]] = []
+
+    def bad(field: str, msg: str, value: object) -> None:
+        errs.append(value_error(field, msg, value, "body"))
+
+    def over(field: str, msg: str, value: int, limit: int) -> None:
+        errs.append(limit_error(field, msg, value, limit, "body"))
+
+    if r.what == "timeline" and (r.mode != "fwd" or backend != "cuda"):
+        why = "a GPU (the interpreter has no clock)" if backend != "cuda" else "mode fwd"
+        bad("what", f"a measured timeline needs {why}", r.what)
+    if r.route == "default" and r.what != "time":
+        bad("route", "route default times what flash_attention picks: what must be time", r.route)
+    if r.splits is not None and r.mode != "decode":
+        bad("splits", "splits belong to mode decode", r.splits)
+    if r.mode != "decode":
+        return errs
+    if r.what != "trace":
+        bad(
+            "what", "decode runs check each split against the simulator: what must be trace", r.what
+        )
+    if r.kv_heads not in (None, 1) or r.batch != 1:
+        bad("kv_heads", "decode runs take batch 1 and one K/V head; heads is its group", r.kv_heads)
+    if r.seq > 16:
+        over("seq", f"seq (new tokens) must be ≤ 16, got {r.seq}", r.seq, 16)
+    cache = r.seq_k if r.seq_k is not None else r.seq
+    limit = s.runs_max_cache_cpu if backend == "cpu" else s.max_decode_cache
+    if cache > limit:
+        over("seq_k", f"seq_k (the cache) must be ≤ {limit} for a decode run here, got {cache}",
+             cache, limit)  # fmt: skip
+    if r.splits is not None and r.splits > s.max_splits:
+        over("splits", f"splits must be ≤ {s.max_splits}, got {r.splits}", r.splits, s.max_splits)
     return errs
