@@ -256,3 +256,27 @@ def roofline(r: SimResult) -> dict[str, Any]:
         "yaxis": {"type": "log", "title": {"text": "TFLOP/s"}},
     }
     return {"data": data, "layout": layout}
+
+
+def measured_schedule(
+    rec: dict[str, Any] | None, result: SimResult, max_ctas: int
+) -> dict[str, Any] | None:
+    """A measured schedule (each CTA's start and end in µs and its SM, from
+    flashscope.kernels.timeline) beside the engine's for the same launch, or None: the CTAs
+    running over time on both, the CTAs resident per SM on average, the measured Gantt."""
+    if rec is None or len(result.kernels) != 1:
+        return None
+    k, sms = result.kernels[0], result.gpu.sms
+    start, end = (np.asarray(rec[f], dtype=float) for f in ("start_us", "end_us"))
+    sim_start, sim_end = k.start * 1e6, k.end * 1e6
+    return {
+        **{f: rec.get(f) for f in ("device", "date", "file", "median_us", "span_us")},
+        "ctas": int(start.size),
+        "simulated_span_us": float(sim_end.max() - sim_start.min()),
+        "resident_per_sm": {
+            "measured": resident_per_sm(start, end, sms),
+            "simulated": resident_per_sm(sim_start, sim_end, sms),
+        },
+        "gantt": measured_gantt(k.name, start, end, rec["sm"], sms, max_ctas),
+        "running": running_comparison((start, end), (sim_start, sim_end)),
+    }

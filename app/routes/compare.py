@@ -10,20 +10,18 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-import numpy as np
 from fastapi import APIRouter, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from flashscope.app.datasets import Datasets
 from flashscope.app.deps import SettingsDep, TemplatesDep
-from flashscope.app.figures.report import gantt, measured_gantt, resident_per_sm, running_comparison
+from flashscope.app.figures.report import gantt, measured_schedule
 from flashscope.app.middleware.errors import limit_error, refuse
 from flashscope.app.views import view_at
 from flashscope.simulator.calibrate.explain import kernel_rows, notes
 from flashscope.simulator.calibrate.validation import ncu_kernels, simulate_config
 from flashscope.simulator.core import hardware
-from flashscope.simulator.timing.results import SimResult
 
 router = APIRouter(tags=["views"])
 TILE_TEXT = "{block_m}×{block_n} · {warps} warps · {stages} stages"
@@ -160,35 +158,12 @@ def compare(
             "kernels": kernels,
             "notes": notes(row, result, kernels),
             "timeline": gantt(result, settings.compare_timeline_ctas),
-            "measured_schedule": _measured_schedule(
+            "measured_schedule": measured_schedule(
                 request.app.state.timelines.get(ds["gpu"], row["id"]),
                 result,
                 settings.compare_timeline_ctas,
             ),
         },
-    }
-
-
-def _measured_schedule(
-    rec: dict[str, Any] | None, result: SimResult, max_ctas: int
-) -> dict[str, Any] | None:
-    """The chosen configuration's measured schedule beside the simulated one (forward rows
-    that benchmarks/timeline.py recorded), or None."""
-    if rec is None or len(result.kernels) != 1:
-        return None
-    k, sms = result.kernels[0], result.gpu.sms
-    start, end = (np.asarray(rec[f], dtype=float) for f in ("start_us", "end_us"))
-    sim_start, sim_end = k.start * 1e6, k.end * 1e6
-    return {
-        **{f: rec.get(f) for f in ("device", "date", "file", "median_us", "span_us")},
-        "ctas": int(start.size),
-        "simulated_span_us": float(sim_end.max() - sim_start.min()),
-        "resident_per_sm": {
-            "measured": resident_per_sm(start, end, sms),
-            "simulated": resident_per_sm(sim_start, sim_end, sms),
-        },
-        "gantt": measured_gantt(k.name, start, end, rec["sm"], sms, max_ctas),
-        "running": running_comparison((start, end), (sim_start, sim_end)),
     }
 
 

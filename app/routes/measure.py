@@ -109,13 +109,13 @@ def _entry(run: Any, tile: str) -> tuple[Entry, dict[str, Any]] | None:
 async def dataset(body: DatasetRequest, request: Request) -> dict[str, Any]:
     """The finished runs as a validation dataset, simulated on the preset of the GPU they ran
     on (runs that failed, are not timed runs, or ran the Gluon forward are left out)."""
-    queue: RunQueue = request.app.state.runs.get()
+    service = request.app.state.runs
     entries: list[Entry] = []
     measured: list[dict[str, Any]] = []
     left_out: list[str] = []
     env: dict[str, Any] = {}
     for run_id in body.runs:
-        run = queue.get(run_id)
+        run = service.find(run_id)
         tile = "default" if run and run.request.get("route") == "default" else None
         if run is not None and tile is None:
             tile = f"{run.request['block_m']}x{run.request['block_n']}w{run.request['warps']}"
@@ -126,7 +126,7 @@ async def dataset(body: DatasetRequest, request: Request) -> dict[str, Any]:
             continue
         entries.append(got[0])
         measured.append(got[1])
-        env = run.result.get("env") or env  # type: ignore[union-attr]
+        env = run.result.get("env") or env
     if not entries:
         why = "no finished timed run that the engine can simulate among them"
         raise refuse([value_error("runs", why, body.runs, "body")])

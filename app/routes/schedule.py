@@ -10,14 +10,14 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse
 from pydantic import ValidationError
 
 from flashscope.app.config import Settings
 from flashscope.app.deps import SettingsDep, TemplatesDep
 from flashscope.app.figures.chrome_trace import from_timeline
-from flashscope.app.figures.report import limiter_bars, roofline, summary
+from flashscope.app.figures.report import limiter_bars, measured_schedule, roofline, summary
 from flashscope.app.figures.schedule import (
     cursor,
     gantt_by_wave,
@@ -26,9 +26,13 @@ from flashscope.app.figures.schedule import (
     shown_sms,
     utilization,
 )
-from flashscope.app.middleware.errors import refuse
+from flashscope.app.middleware.errors import refuse, value_error
+from flashscope.app.routes.health import backend_of
+from flashscope.app.routes.runs import RunId, queue_full, request_key
 from flashscope.app.routes.simulate import run_request
+from flashscope.app.runs.queue import QueueFull
 from flashscope.app.schemas.simulate import SimulateRequest
+from flashscope.app.schemas.trace import RunRequest, check_run_request
 from flashscope.app.schemas.views import SCHEDULE_SPECS, ScheduleParams
 from flashscope.app.views import view_at
 from flashscope.simulator.core import hardware
@@ -105,3 +109,80 @@ def schedule_chrome(
     """The simulated schedule in the Trace Event Format: one track per SM, one span per CTA."""
     result = _run(params, settings)
     return from_timeline(result, shown_sms(result, settings.simulate_max_timeline_ctas))
+
+
+MEASURE_NEEDS_GPU = (
+    "a measured schedule needs a GPU (each program's start and end come from its global timer): "
+    "this server has none; /compare shows the schedules recorded on an H100 and an H200"
+)
+
+
+def _measurable(params: ScheduleParams, backend: str, device: str | None) -> list[dict[str, Any]]:
+    """Why this schedule cannot be measured on this server (empty: it can)."""
+    if backend != "cuda":
+        return [value_error("gpu", MEASURE_NEEDS_GPU, params.gpu, "body")]
+    errs = []
+    if params.algo != "fa2":
+        why = "the timeline kernel is the FA-2 forward: choose algo fa2 to measure it"
+        errs.append(value_error("algo", why, params.algo, "body"))
+    if params.specs():
+        why = "the GPU runs as it is: leave every spec at its preset to measure"
+        errs.append(value_error("sms", why, params.specs(), "body"))
+    try:
+        here = hardware.resolve(device or "")
+    except ValueError:
+        here = None
+    try:
+        chosen = hardware.resolve(params.gpu)
+    except ValueError:
+        chosen = None
+    if here is not None and chosen != here:
+        why = f"this server's GPU is the {here} preset: choose it to compare with the measurement"
+        errs.append(value_error("gpu", why, params.gpu, "body"))
+    return errs
+
+
+@router.post("/api/schedule/measure", status_code=202)
+async def measure_schedule(params: ScheduleParams, request: Request) -> Any:
+    """Queue a timeline run of this schedule's forward on the server's GPU (see runs)."""
+    settings: Settings = request.app.state.settings
+    service = request.app.state.runs
+    backend = service.backend()
+    device = (await backend_of(request.app.state))[1]
+    errs = _measurable(params, backend, device)
+    if errs:
+        raise refuse(errs)
+    body = RunRequest(
+        **{f: getattr(params, f) for f in ("batch", "heads", "kv_heads", "seq", "seq_k")},
+        **{f: getattr(params, f) for f in ("head_dim", "causal", "dtype", "block_m")},
+        **{f: getattr(params, f) for f in ("block_n", "stages", "warps")},
+        mode="fwd",
+        what="timeline",
+    )
+    errs = check_run_request(body, settings, backend)
+    if errs:
+        raise refuse(errs)
+    queue = service.get()
+    try:
+        run, cached = queue.submit(request_key(body), body.model_dump())
+    except QueueFull as full:
+        return queue_full(full, settings)
+    return {**run.public(queue.position(run)), "cached": cached}
+
+
+@router.get("/api/schedule/measured/{run_id}")
+def measured(
+    run_id: RunId, params: Annotated[ScheduleParams, Query()], request: Request
+) -> dict[str, Any]:
+    """A finished timeline run beside the engine's schedule of the same launch: the figures."""
+    run = request.app.state.runs.find(run_id)
+    timeline = ((run.result or {}).get("timeline") if run is not None else None) or None
+    if run is None or run.state != "done" or timeline is None:
+        raise HTTPException(status_code=404, detail=f"no finished timeline run {run_id!r}")
+    settings: Settings = request.app.state.settings
+    result = _run(params, settings)
+    rec = {**timeline, "device": run.result.get("device"), "date": None, "file": None}
+    shown = measured_schedule(rec, result, settings.simulate_max_timeline_ctas)
+    if shown is None:
+        raise HTTPException(status_code=404, detail="the simulated launch is not one kernel")
+    return shown

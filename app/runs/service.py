@@ -6,7 +6,7 @@ import asyncio
 import threading
 
 from flashscope.app.config import Settings
-from flashscope.app.runs.queue import RunQueue
+from flashscope.app.runs.queue import Run, RunQueue
 
 
 def detect_devices() -> tuple[str, list[str]]:
@@ -56,6 +56,12 @@ class RunService:
                 queue.start(asyncio.get_running_loop())
                 self._queue = queue
             return self._queue
+
+    def find(self, run_id: str) -> Run | None:
+        """A known run, without starting the queue (None before any run was asked for)."""
+        with self._lock:
+            queue = self._queue
+        return queue.get(run_id) if queue is not None else None
 
     def close(self) -> None:
         if self._queue is not None:

@@ -2,13 +2,17 @@
 // one operation per step. The server computes P, dS and the gradient partials; this draws them.
 
 import { formatBytes, formatCount } from "./format.js";
+import { MeasuredRun } from "./live.js";
+import { sci, showRun, table } from "./measured.js";
 import { react } from "./plot.js";
 import {
   Figures, drawGrid, drawWrites, exactnessText, gridState, heatmap, highlightLine, span, traceExports, traceSource,
 } from "./trace_view.js";
 import { mountView } from "./view.js";
 
-const DEFAULTS = { n: 128, nk: "", d: 32, bm: 32, bn: 32, causal: false, dtype: "fp32", seed: 0, step: 0 };
+const DEFAULTS = {
+  n: 128, nk: "", d: 32, bm: 32, bn: 32, causal: false, dtype: "fp32", seed: 0, source: "simulated", step: 0,
+};
 const FIELDS = ["n", "nk", "d", "bm", "bn", "causal", "dtype", "seed"];
 const NUMBERS = ["n", "d", "bm", "bn", "seed"];
 const DTYPE_BYTES = { fp32: 4, fp16: 2, bf16: 2 };
@@ -31,7 +35,7 @@ const form = $("params");
 const figures = new Figures();
 
 function fillForm(params) {
-  for (const f of ["n", "nk", "d", "bm", "bn", "dtype", "seed"]) form.elements[f].value = params[f];
+  for (const f of ["n", "nk", "d", "bm", "bn", "dtype", "seed", "source"]) form.elements[f].value = params[f];
   form.elements.causal.checked = Boolean(params.causal);
 }
 
@@ -44,6 +48,7 @@ function readForm(params) {
   params.nk = nk === "" ? "" : Number(nk);
   params.dtype = form.elements.dtype.value;
   params.causal = form.elements.causal.checked;
+  params.source = form.elements.source.value;
 }
 
 function traceParams(params) {
@@ -57,6 +62,8 @@ const view = mountView({
   defaults: DEFAULTS,
   source: traceSource(figures),
   query: traceParams,
+  fields: FIELDS,
+  share: (params) => ({ ...traceParams(params), source: params.source }),
   fillForm,
   readForm,
   loaded(meta) {
@@ -64,6 +71,7 @@ const view = mountView({
     $("bwd-total").textContent =
       `${formatCount(t.elements.hbm_total)} elements; dQ accumulator ${formatBytes(t.bytes.acc_read + t.bytes.acc_write)}`;
     $("exactness").textContent = exactnessText(meta.exactness);
+    askMeasured(meta);
     return meta.n_events;
   },
   exports: (meta, { query: p }) => traceExports(
@@ -224,4 +232,41 @@ function render(ev) {
   renderTile(ev);
   renderAccumulators(ev);
   renderRows(ev);
+}
+
+// --- the measured source: the backward kernel's dQ, dK, dV on the same inputs --------------
+
+const measured = new MeasuredRun((update) => showRun(update, drawMeasured));
+
+function askMeasured(meta) {
+  if (view.params.source !== "measured") {
+    measured.clear();
+    return;
+  }
+  const p = meta.problem;
+  measured.ask({
+    mode: "bwd", what: "trace", seq: p.seq_q, seq_k: p.seq_k, head_dim: p.head_dim, causal: p.causal,
+    dtype: p.dtype, block_m: meta.tiles.block_m, block_n: meta.tiles.block_n, seed: view.params.seed,
+  });
+}
+
+function drawMeasured(run) {
+  const g = run.result.gradients;
+  const bad = g.gradients.filter((x) => !x.within).map((x) => x.name);
+  $("measured-status").textContent = bad.length
+    ? `${bad.join(", ")} beyond the tolerance (${g.route} route)`
+    : `dQ, dK and dV within the tolerance (${g.route} route)`;
+  const rows = g.gradients.map((x) => [
+    x.name, sci(x.kernel_vs_float64), sci(x.simulator_vs_float64), sci(x.torch_vs_float64), sci(x.kernel_vs_simulator),
+    sci(x.bound), { text: x.within ? "within" : "beyond", cls: x.within ? "within" : "beyond" },
+  ]);
+  const note = document.createElement("p");
+  note.className = "muted small";
+  note.textContent = `Max |error|, on the simulator's inputs. Rule: ${g.rule}. ${g.per_tile[0].toUpperCase()}${g.per_tile.slice(1)}.`;
+  $("measured-body").replaceChildren(
+    table(["gradient", "kernel − float64", "simulator − float64", `PyTorch in ${view.params.dtype} − float64`,
+      "kernel − simulator", "bound", ""], rows,
+      "The backward kernel's gradients against the simulator and float64"),
+    note,
+  );
 }

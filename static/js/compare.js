@@ -2,6 +2,7 @@
 // GET /api/compare computes everything (rows, the chosen configuration's breakdown, notes and
 // timeline); this module draws it. Step = the chosen configuration's index in sweep order.
 
+import { mountMeasureNow } from "./compare_live.js";
 import { formatBytes } from "./format.js";
 import { react } from "./plot.js";
 import { jsonSource, mountView } from "./view.js";
@@ -22,6 +23,14 @@ const TILE_COLORS = { t0: "#1d4ed8", t1: "#059669", t2: "#dc2626" };
 
 const $ = (id) => document.getElementById(id);
 const form = $("params");
+
+let live = []; // this GPU's live points (compare_live.js), each naming its problem
+
+/** The live points of the chosen configuration's problem (its id without the tile suffix). */
+function livePoints() {
+  const problem = view.data.chosen.id.replace(/-[^-]+$/, "");
+  return live.filter((p) => p.problem === problem);
+}
 
 const us = (x) => (x === null || x === undefined ? "–" : `${x.toLocaleString("en-US", { maximumFractionDigits: 1 })} µs`);
 const pct = (x) => (x === null || x === undefined ? "–" : `${x >= 0 ? "+" : ""}${x.toFixed(1)}%`);
@@ -129,6 +138,18 @@ function renderScatter() {
       });
     }
   }
+  const points = livePoints().filter((p) => p.kernel_us && p.simulated_us);
+  if (points.length) {
+    traces.push({
+      x: points.map((p) => p.kernel_us),
+      y: points.map((p) => p.simulated_us),
+      text: points.map((p) => `live on ${p.device}: ${p.tile}<br>kernels ${us(p.kernel_us)}, predicted ${us(p.simulated_us)}`),
+      hovertemplate: "%{text}<extra></extra>",
+      mode: "markers",
+      name: "live, this GPU",
+      marker: { color: "#16a34a", symbol: "star", size: 13, line: { color: "#14532d", width: 1 } },
+    });
+  }
   traces.push({
     x: [chosen.measured_us],
     y: [chosen.simulated_us],
@@ -160,6 +181,13 @@ function renderLines() {
     const label = `${tile}: ${rs[0].tiles}`;
     traces.push({ x: rs.map((r) => r.seq), y: rs.map((r) => r.measured_us), mode: "lines+markers", name: `${label} measured`, line: { color: TILE_COLORS[tile], dash: TILE_DASH[tile] } });
     traces.push({ x: rs.map((r) => r.seq), y: rs.map((r) => r.simulated_us), mode: "lines", name: `${tile} simulated`, line: { color: TILE_COLORS[tile], dash: "dash" } });
+    const now = livePoints().find((p) => p.tile === tile && p.kernel_us);
+    if (now) {
+      traces.push({
+        x: [c.seq], y: [now.kernel_us], mode: "markers", name: `${tile} live`,
+        marker: { color: TILE_COLORS[tile], symbol: "star", size: 14, line: { color: "#111827", width: 1 } },
+      });
+    }
   }
   react(
     "lines",
@@ -317,6 +345,17 @@ form.elements.gpu.addEventListener("change", () => {
   view.reload();
 });
 form.elements.id.addEventListener("change", () => choose(form.elements.id.value));
+
+mountMeasureNow({
+  problem: () => ({ gpu: view.params.gpu, id: view.params.id }),
+  onPoints(points) {
+    live = points;
+    if (view.data) {
+      renderScatter();
+      renderLines();
+    }
+  },
+});
 
 let clicksBound = false;
 

@@ -2,13 +2,17 @@
 // The server computes the splits, their partial outputs and LSEs, and the merge; this draws them.
 
 import { formatBytes, formatCount } from "./format.js";
+import { MeasuredRun } from "./live.js";
+import { sci, showRun, table } from "./measured.js";
 import { react } from "./plot.js";
 import {
   Figures, TILE_COLORS, exactnessText, gridState, heatmap, highlightLine, span, traceExports, traceSource,
 } from "./trace_view.js";
 import { mountView } from "./view.js";
 
-const DEFAULTS = { n: 1, nk: 4096, d: 64, bn: 64, group: 4, splits: 8, dtype: "fp16", seed: 0, step: 0 };
+const DEFAULTS = {
+  n: 1, nk: 4096, d: 64, bn: 64, group: 4, splits: 8, dtype: "fp16", seed: 0, source: "simulated", step: 0,
+};
 const FIELDS = ["n", "nk", "d", "bn", "group", "splits", "dtype", "seed"];
 const NUMBERS = ["n", "nk", "d", "bn", "group", "seed"];
 const DTYPE_BYTES = { fp32: 4, fp16: 2, bf16: 2 };
@@ -20,6 +24,7 @@ const figures = new Figures();
 
 function fillForm(params) {
   for (const f of FIELDS) form.elements[f].value = params[f] === "auto" ? "" : params[f];
+  form.elements.source.value = params.source;
 }
 
 function readForm(params) {
@@ -30,6 +35,7 @@ function readForm(params) {
   const splits = form.elements.splits.value.trim();
   params.splits = splits === "" ? "auto" : Number(splits); // "auto": the occupancy rule
   params.dtype = form.elements.dtype.value;
+  params.source = form.elements.source.value;
 }
 
 function traceParams(params) {
@@ -44,17 +50,24 @@ const view = mountView({
   blank: { splits: "auto" }, // a shared state leaves the occupancy rule's splits out
   source: traceSource(figures),
   query: traceParams,
+  fields: FIELDS,
+  share: (params) => ({ ...traceParams(params), source: params.source }),
   fillForm,
   readForm,
   loaded(meta) {
     renderPlan(meta);
+    askMeasured(meta);
     return meta.n_events;
   },
   exports: (meta, { query: p }) => traceExports(
     p,
     `trace-decode-n${p.n}-nk${p.nk}-d${p.d}-bn${p.bn}-g${p.group}-s${p.splits ?? "auto"}-${p.dtype}-seed${p.seed}`,
   ),
-  draw: (k, ev) => render(ev),
+  draw: (k, ev) => {
+    view.event = ev;
+    render(ev);
+    renderMeasuredSplit(ev);
+  },
 });
 
 function renderPlan(meta) {
@@ -252,4 +265,66 @@ function render(ev) {
   renderStats(ev);
   renderOutputs(ev);
   renderWeights(ev);
+}
+
+// --- the measured source: the split kernel's partial outputs and LSEs on the same inputs ---
+
+const measured = new MeasuredRun((update) => {
+  showRun(update, drawMeasured);
+  if (update.state === "done" && view.event) renderMeasuredSplit(view.event);
+});
+
+function askMeasured(meta) {
+  if (view.params.source !== "measured") {
+    measured.clear();
+    return;
+  }
+  const p = meta.problem;
+  measured.ask({
+    mode: "decode", what: "trace", heads: p.group, kv_heads: 1, seq: p.seq_q, seq_k: p.seq_k, head_dim: p.head_dim,
+    dtype: p.dtype, block_m: 16, block_n: meta.tiles.block_n, splits: meta.grid.splits, seed: view.params.seed,
+  });
+}
+
+function drawMeasured(run) {
+  const d = run.result.decode;
+  const bad = d.per_split.filter((s) => !s.within).length;
+  $("measured-status").textContent = bad
+    ? `${bad} of ${d.splits} splits beyond the tolerance`
+    : `all ${d.splits} splits within the ${view.data.problem.dtype} tolerance; merged O: max |kernel − simulator| = ${sci(d.max_o_diff)}`;
+  const rows = d.per_split.map((s) => [
+    `split ${s.split}`, sci(s.max_lse_diff), sci(s.max_o_diff),
+    { text: s.within ? "within" : "beyond", cls: s.within ? "within" : "beyond" },
+  ]);
+  const lse = document.createElement("div");
+  lse.id = "measured-lse";
+  lse.className = "plot measured-strip";
+  lse.setAttribute("role", "img");
+  lse.setAttribute("aria-label", "The current split's LSE per row: kernel and simulator");
+  const t = table(["split", "max |ΔLSEₛ|", "max |ΔOₛ|", ""], rows, "Each split: kernel against simulator");
+  t.id = "measured-splits";
+  const note = document.createElement("p");
+  note.className = "muted small";
+  note.textContent = `Tolerance: |ΔLSE| ≤ ${sci(d.tolerance.lse)}, |ΔO| ≤ ${sci(d.tolerance.o)} (one rounding flip of a probability). ${d.note}.`;
+  $("measured-body").replaceChildren(t, lse, note);
+}
+
+/** The split of step `ev` highlighted in the table, and its LSE per row from both sides. */
+function renderMeasuredSplit(ev) {
+  const d = measured.result && measured.result.decode;
+  if (!d || !$("measured-splits")) return;
+  const s = ev.state.split ?? 0;
+  for (const [i, tr] of [...$("measured-splits").tBodies[0].rows].entries()) tr.classList.toggle("current", i === s);
+  const split = d.per_split[Math.min(s, d.per_split.length - 1)];
+  const rows = span([0, d.rows]);
+  react("measured-lse", [
+    { x: rows, y: split.lse_simulated, name: "simulator", mode: "lines", line: { color: "#7c3aed" } },
+    { x: rows, y: split.lse_kernel, name: "kernel", mode: "markers", marker: { color: "#f59e0b", size: 7, symbol: "x" } },
+  ], {
+    height: 150,
+    legend: { orientation: "h", y: 1.2 },
+    margin: { t: 20, b: 30 },
+    xaxis: { title: { text: `query row (split ${split.split})` }, dtick: d.rows <= 16 ? 1 : undefined },
+    yaxis: { title: { text: "LSEₛ" } },
+  });
 }

@@ -5,6 +5,7 @@ import { showErrors } from "./errors.js";
 import { formatBytes, formatCount } from "./format.js";
 import { react } from "./plot.js";
 import { apiUrl } from "./url.js";
+import { mountScheduleMeasure } from "./schedule_live.js";
 import { jsonSource, mountView } from "./view.js";
 
 const SPECS = ["sms", "hbm_gbs", "clock_ghz", "smem_per_sm_kib", "smem_per_block_kib", "l2_mib"];
@@ -186,3 +187,5 @@ async function loadPresets() {
 }
 
 loadPresets();
+
+mountScheduleMeasure({ query: () => dataParams(view.params) });

@@ -4,6 +4,8 @@
 import { showErrors } from "./errors.js";
 import { formatBytes, formatCount } from "./format.js";
 import { react } from "./plot.js";
+import { MeasuredRun } from "./live.js";
+import { drawStrip, sci, showRun, table } from "./measured.js";
 import { changed } from "./registry.js";
 import {
   Figures, drawGrid, drawWrites, exactnessText, gridState, highlightLine, span, traceExports, traceSource,
@@ -12,7 +14,8 @@ import { writeParams } from "./url.js";
 import { mountView } from "./view.js";
 
 const DEFAULTS = {
-  algo: "fa2", n: 256, nk: "", d: 64, bm: 64, bn: 64, causal: false, dtype: "fp32", seed: 0, gpu: "h100-sxm", step: 0,
+  algo: "fa2", n: 256, nk: "", d: 64, bm: 64, bn: 64, causal: false, dtype: "fp32", seed: 0, gpu: "h100-sxm",
+  source: "simulated", step: 0,
 };
 const TRACE_FIELDS = ["algo", "n", "nk", "d", "bm", "bn", "causal", "dtype", "seed"];
 const NUMBERS = ["n", "d", "bm", "bn", "seed"];
@@ -25,7 +28,7 @@ const figures = new Figures();
 const gpus = {}; // preset key → specs (GET /api/hardware)
 
 function fillForm(params) {
-  for (const f of ["algo", "n", "nk", "d", "bm", "bn", "dtype", "seed", "gpu"]) {
+  for (const f of ["algo", "n", "nk", "d", "bm", "bn", "dtype", "seed", "gpu", "source"]) {
     if (form.elements[f]) form.elements[f].value = params[f];
   }
   form.elements.causal.checked = Boolean(params.causal);
@@ -42,6 +45,7 @@ function readForm(params) {
   params.dtype = form.elements.dtype.value;
   params.causal = form.elements.causal.checked;
   params.gpu = form.elements.gpu.value;
+  params.source = form.elements.source.value;
 }
 
 function traceParams(params) {
@@ -59,20 +63,104 @@ const view = mountView({
   fields: TRACE_FIELDS,
   source: traceSource(figures),
   query: traceParams,
-  share: (params) => ({ ...traceParams(params), gpu: params.gpu }),
+  share: (params) => ({ ...traceParams(params), gpu: params.gpu, source: params.source }),
   fillForm,
   readForm,
   loaded(meta) {
     $("algo-title").textContent = meta.title;
     renderTotals(meta);
+    askMeasured(meta);
     return meta.n_events;
   },
   exports: (meta, { query: p }) => traceExports(
     p,
     `trace-${p.algo}-n${p.n}${p.nk ? `-nk${p.nk}` : ""}-d${p.d}-${p.bm}x${p.bn}${p.causal ? "-causal" : ""}-${p.dtype}-seed${p.seed}`,
   ),
-  draw: (k, ev) => render(ev),
+  draw: (k, ev) => {
+    render(withMeasured(ev));
+    renderMeasuredStep(k);
+  },
 });
+
+// --- the measured source: the instrumented kernel's own state, step by step ------------------
+
+const measured = new MeasuredRun((update) => {
+  showRun(update, drawMeasured);
+  if (update.state === "done" && view.data) redrawStep();
+});
+
+/** The run that measures what the simulated trace on screen shows (FA-2 only). */
+function askMeasured(meta) {
+  const p = view.params;
+  if (p.source !== "measured") {
+    measured.clear();
+    return;
+  }
+  if (meta.algo !== "fa2") {
+    measured.clear();
+    showRun({ state: "note", text: "The instrumented kernel runs FA-2's loop order: choose FA-2 to see it measured." }, () => {});
+    return;
+  }
+  measured.ask({
+    mode: "fwd", what: "trace", seq: meta.problem.seq_q, seq_k: meta.problem.seq_k, head_dim: meta.problem.head_dim,
+    causal: meta.problem.causal, dtype: meta.problem.dtype, block_m: meta.tiles.block_m, block_n: meta.tiles.block_n,
+    seed: p.seed,
+  });
+}
+
+/** The event with the kernel's state in place of the simulator's, where a run has finished. */
+function withMeasured(ev) {
+  const trace = measured.result && measured.result.trace;
+  const got = trace && trace.events[ev.step];
+  if (!got) return ev;
+  return { ...ev, measured: true, state: { ...ev.state, ...got.state } };
+}
+
+function redrawStep() {
+  if (view.event) {
+    figures.reset();
+    render(withMeasured(view.event));
+    renderMeasuredStep(view.step);
+  }
+}
+
+function drawMeasured(run) {
+  const trace = run.result.trace;
+  const c = trace.compare;
+  const n = c.ratio_per_step.length;
+  const beyond = c.beyond.length;
+  $("measured-status").textContent = beyond
+    ? `${beyond} of ${n} steps beyond the ${view.data.problem.dtype} tolerance (marked ✕ in the strip)`
+    : `every one of ${n} steps within the ${view.data.problem.dtype} tolerance of the simulator`;
+  const body = $("measured-body");
+  const step = document.createElement("div");
+  step.id = "measured-step";
+  const strip = document.createElement("div");
+  strip.id = "measured-strip";
+  strip.className = "plot measured-strip";
+  strip.setAttribute("role", "img");
+  strip.setAttribute("aria-label", "Each step's gap between kernel and simulator over its tolerance");
+  const note = document.createElement("p");
+  note.className = "muted small";
+  note.textContent = `Tolerance: ${c.tolerance.rule}; rtol = ${c.tolerance.rtol}. ` +
+    `The kernel's output against float64: max |O − exact| = ${sci(c.max_abs_err_vs_reference)}.` +
+    (trace.events_carry_o ? "" : " Beyond 256 query rows the kernel's Õ is not sent: the output heatmap shows the simulator's.");
+  body.replaceChildren(step, strip, note);
+}
+
+/** The diff panel at step k: the kernel's |Δm|, |Δℓ|, |ΔÕ| and the strip's cursor. */
+function renderMeasuredStep(k) {
+  const trace = measured.result && measured.result.trace;
+  if (!trace || !$("measured-step")) return;
+  const c = trace.compare;
+  const ratio = c.ratio_per_step[k];
+  const over = ratio === null || ratio > 1;
+  const names = { m: "|Δm| (running max)", l: "|Δℓ| (running sum)", o: "|ΔÕ| (accumulator)" };
+  const rows = Object.keys(names).map((key) => [names[key], sci(c.per_step[key][k])]);
+  rows.push(["largest gap ÷ tolerance", { text: sci(ratio), cls: over ? "beyond" : "within" }]);
+  $("measured-step").replaceChildren(table([`step ${k}: kernel − simulator`, "max"], rows, "Kernel against simulator at this step"));
+  drawStrip($("measured-strip"), c.ratio_per_step, c.beyond, k);
+}
 
 function renderTotals(meta) {
   const flash = meta.traffic.algo.elements.hbm_total;
@@ -226,7 +314,8 @@ function describeEvent(ev) {
   }
   const where = parts.length ? parts.join(" × ") : "all rows";
   const masked = ev.masked ? " — partial tile: masked pairs at −∞" : "";
-  return `Step ${ev.step}: ${ev.phase.replace("_", " ")} — ${where}${masked}`;
+  const source = ev.measured ? " [the kernel's state]" : "";
+  return `Step ${ev.step}${source}: ${ev.phase.replace("_", " ")} — ${where}${masked}`;
 }
 
 /** Draw event `ev`, and the trace's peak against the chosen GPU (a room may change the GPU). */

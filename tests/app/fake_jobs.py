@@ -25,6 +25,8 @@ def execute(job: dict, device: str, progress) -> dict:
     progress("running")
     if device.startswith("cuda") and job.get("what") == "time":
         return _timed(job)
+    if device.startswith("cuda") and job.get("what") == "timeline":
+        return _timeline(job)
     return {"device": device, "echo": job, "pid": os.getpid()}
 
 
@@ -65,4 +67,21 @@ def _timed(job: dict) -> dict:
             },
         },
         "simulated": {"gpu": "h100-sxm", "time_us": us * 1.1, "limiter": {}},
+    }
+
+
+def _timeline(job: dict) -> dict:
+    """Programs in launch order, 132 SMs each running one at a time for 10 µs (invented)."""
+    programs = -(-job["seq"] // job["block_m"]) * job["batch"] * job["heads"]
+    start = [10.0 * (i // 132) for i in range(programs)]
+    return {
+        "backend": "cuda",
+        "device": "NVIDIA H100 80GB HBM3",
+        "timeline": {
+            "start_us": start,
+            "end_us": [t + 10.0 for t in start],
+            "sm": [i % 132 for i in range(programs)],
+            "span_us": max(start) + 10.0,
+            "sms": 132,
+        },
     }

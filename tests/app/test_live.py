@@ -175,3 +175,28 @@ def test_a_dataset_of_runs_that_are_not_finished_timed_runs_is_refused(fake_gpu)
     _wait(fake_gpu, echo["id"])
     r = fake_gpu.post("/api/compare/dataset", json={"runs": [echo["id"], "abc123"]})
     assert r.status_code == 422 and r.json()["detail"][0]["loc"][-1] == "runs"
+
+
+def test_a_measured_schedule_needs_a_gpu_and_the_gpus_own_preset(client, fake_gpu):
+    r = client.post("/api/schedule/measure", json={"algo": "fa2"})
+    assert r.status_code == 422 and "needs a GPU" in r.json()["detail"][0]["msg"]
+    # the fake GPU's device name resolves to no preset here (no torch device): only algo and
+    # edited specs are checked, each with its field
+    bad = fake_gpu.post("/api/schedule/measure", json={"algo": "fa1", "sms": 100})
+    assert bad.status_code == 422
+    assert {d["loc"][-1] for d in bad.json()["detail"]} == {"algo", "sms"}
+
+
+def test_a_measured_schedule_is_drawn_beside_the_simulated_one(fake_gpu):
+    params = {"gpu": "h100", "algo": "fa2", "batch": 1, "heads": 4, "seq": 1024,
+              "head_dim": 64, "block_m": 128, "block_n": 64, "causal": False}  # fmt: skip
+    r = fake_gpu.post("/api/schedule/measure", json=params)
+    assert r.status_code == 202, r.text
+    assert _wait(fake_gpu, r.json()["id"])["state"] == "done"
+    got = fake_gpu.get(f"/api/schedule/measured/{r.json()['id']}", params=params)
+    assert got.status_code == 200, got.text
+    m = got.json()
+    assert m["ctas"] == 32 and m["span_us"] == 10.0  # 8 query blocks × 4 heads, one wave
+    assert m["resident_per_sm"]["measured"] == pytest.approx(32 / 132)
+    assert m["gantt"]["data"] and m["running"]["data"]
+    assert fake_gpu.get("/api/schedule/measured/abc", params=params).status_code == 404

@@ -12,9 +12,9 @@ import pytest
 import torch
 
 from flashscope.kernels.device import device
+from flashscope.kernels.reference import LOWP_FLOOR as FLOOR
 
 DEV = device()
-FLOOR = {torch.float32: 2e-5, torch.float16: 5e-4, torch.bfloat16: 4e-3}
 
 
 @pytest.fixture
