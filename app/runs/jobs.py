@@ -6,8 +6,8 @@
 the worker, never in the server. What a run does:
 
     time      on a GPU (modes fwd and bwd): three times, kept apart: the kernels' own GPU time
-              (the span from the call's first kernel's start to its last's end, read by the
-              profiler, L2 flushed before the call: what the timing engine predicts), the whole
+              (while at least one of the call's kernels runs, from the profiler's records, L2
+              flushed before the call: what the timing engine predicts), the whole
               call as a user makes it (flash_attention; the backward through autograd), host and
               launches included, and do_bench's median (L2 flushed, events around each call: the
               figure of the validation datasets). With the tiles of the request, or (`route`
@@ -25,6 +25,7 @@ the worker, never in the server. What a run does:
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 from typing import Any
@@ -37,8 +38,9 @@ NO_GPU = (
     "the CPU, whose speed says nothing about a GPU's"
 )
 PREDICTS = (
-    "the timing engine predicts the kernels' own GPU time (kernel_us): the span of the call's "
-    "kernels on the GPU; call_us adds the host's work (Python, launches, autograd)"
+    "the timing engine predicts the kernels' own GPU time (kernel_us: while at least one of the "
+    "call's kernels runs); span_us adds the gaps between kernels, call_us the host's whole "
+    "call (Python, launches, autograd)"
 )
 SPAN_PASSES = 10  # profiled calls whose GPU span gives the median
 CALL_PASSES = 20  # whole calls timed on the host clock
@@ -82,29 +84,44 @@ def _flush_l2() -> None:
     torch.cuda.synchronize()
 
 
-def gpu_span_us(call: Callable[[], object], passes: int = SPAN_PASSES) -> float:
-    """Median over `passes` of the GPU span of one call's kernels (first start to last end, from
-    the profiler's kernel records), L2 flushed before each call."""
+def busy_us(intervals: list[tuple[float, float]]) -> float:
+    """Time at least one of the intervals covers (µs): kernels that overlap count once, the
+    gaps between them (the host launching the next) not at all."""
+    total, end = 0.0, -math.inf
+    for a, b in sorted(intervals):
+        if b > end:
+            total += b - max(a, end)
+            end = b
+    return total
+
+
+def gpu_time_us(call: Callable[[], object], passes: int = SPAN_PASSES) -> tuple[float, float]:
+    """(busy, span): medians over `passes` calls of the time the GPU ran the call's kernels
+    (their intervals' union, from the profiler's kernel records) and of the span from the first
+    kernel's start to the last one's end; L2 flushed before each call."""
     import statistics
 
     import torch
     from torch.profiler import ProfilerActivity, profile
 
-    spans = []
+    busy, spans = [], []
+    cuda = torch.autograd.DeviceType.CUDA  # type: ignore[attr-defined]
     for _ in range(passes):
         _flush_l2()
         with profile(activities=[ProfilerActivity.CUDA]) as prof:
             call()
             torch.cuda.synchronize()
-        cuda = torch.autograd.DeviceType.CUDA  # type: ignore[attr-defined]
-        kernels = [e for e in prof.events() if e.device_type == cuda]
+        kernels = [
+            (float(e.time_range.start), float(e.time_range.end))
+            for e in prof.events()
+            if e.device_type == cuda
+        ]
         if kernels:
-            start = min(e.time_range.start for e in kernels)
-            end = max(e.time_range.end for e in kernels)
-            spans.append(float(end - start))
-    if not spans:
+            busy.append(busy_us(kernels))
+            spans.append(max(b for _, b in kernels) - min(a for a, _ in kernels))
+    if not busy:
         raise RuntimeError("the profiler recorded no kernel of the call")
-    return statistics.median(spans)
+    return statistics.median(busy), statistics.median(spans)
 
 
 def call_us(call: Callable[[], object], passes: int = CALL_PASSES) -> float:
@@ -198,8 +215,8 @@ def _time(config: dict[str, Any], seed: int, progress: Progress) -> dict[str, An
     progress("building inputs and compiling")
     live = _live_calls(config, seed)
     live["kernels"]()
-    progress("timing the kernels' GPU span (profiler, median of 10 calls)")
-    kernel = gpu_span_us(live["kernels"])
+    progress("timing the kernels on the GPU (profiler, median of 10 calls)")
+    kernel, span = gpu_time_us(live["kernels"])
     progress("timing whole calls (host clock, median of 20)")
     whole = call_us(live["call"])
     progress("timing with do_bench (median, L2 flushed)")
@@ -211,6 +228,7 @@ def _time(config: dict[str, Any], seed: int, progress: Progress) -> dict[str, An
     got = time_case(case)
     return {
         "kernel_us": kernel,
+        "span_us": span,
         "call_us": whole,
         "median_us": got["ms"] * 1e3,
         "predicts": "kernel_us",

@@ -361,7 +361,7 @@ def check_run_request(r: RunRequest, s: Settings, backend: str) -> list[dict[str
     errs += _mode_errors(r, s, backend)
     if backend == "cpu":
         limit, why = s.runs_max_seq_cpu, "in Triton's interpreter (no GPU here)"
-    elif r.what != "time":
+    elif r.what in ("trace", "both"):
         limit, why = s.runs_max_seq_trace, "for an instrumented trace"
     else:
         limit, why = s.runs_max_seq_gpu, "on the GPU"

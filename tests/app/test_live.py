@@ -14,6 +14,7 @@ from fastapi.testclient import TestClient
 from flashscope.app.config import Settings
 from flashscope.app.main import create_app
 from flashscope.app.routes.measure import NO_GPU, plan
+from flashscope.app.runs.jobs import busy_us
 
 from .test_runs import _wait
 
@@ -200,3 +201,16 @@ def test_a_measured_schedule_is_drawn_beside_the_simulated_one(fake_gpu):
     assert m["resident_per_sm"]["measured"] == pytest.approx(32 / 132)
     assert m["gantt"]["data"] and m["running"]["data"]
     assert fake_gpu.get("/api/schedule/measured/abc", params=params).status_code == 404
+
+
+@pytest.mark.parametrize(
+    ("intervals", "busy"),
+    [
+        ([], 0.0),
+        ([(3.0, 4.0)], 1.0),
+        ([(0.0, 10.0), (5.0, 12.0), (20.0, 25.0)], 17.0),  # overlap counts once, gaps not
+        ([(5.0, 12.0), (0.0, 10.0), (1.0, 2.0)], 12.0),  # nested, out of order
+    ],
+)
+def test_kernel_time_is_the_time_some_kernel_runs(intervals, busy):
+    assert busy_us(intervals) == busy
