@@ -184,7 +184,8 @@ function renderLines() {
     const now = livePoints().find((p) => p.tile === tile && p.kernel_us);
     if (now) {
       traces.push({
-        x: [c.seq], y: [now.kernel_us], mode: "markers", name: `${tile} live`,
+        x: [c.seq], y: [now.kernel_us], mode: "markers", name: "live, this GPU", legendgroup: "live",
+        showlegend: !traces.some((t) => t.legendgroup === "live"),
         marker: { color: TILE_COLORS[tile], symbol: "star", size: 14, line: { color: "#111827", width: 1 } },
       });
     }

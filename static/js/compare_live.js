@@ -104,15 +104,19 @@ function drawRanking(points) {
   const ok = points.filter((p) => !p.error);
   const predicted = ranks(ok.map((p) => p.simulated_us));
   const measured = ranks(ok.map((p) => p.kernel_us));
+  const ranked = (x, r) => (x === null || x === undefined ? "–" : `${us(x)} (${r})`);
   const rows = ok.map((p, i) => [
-    p.tile === "default" ? `default (${p.kernel})` : p.tile,
-    us(p.simulated_us), predicted[i] ?? "–", us(p.kernel_us), measured[i] ?? "–", us(p.call_us),
+    p.tile === "default" ? `default: ${p.kernel.split(" ")[0]}` : p.tile,
+    ranked(p.simulated_us, predicted[i]), ranked(p.kernel_us, measured[i]), us(p.call_us),
   ]);
-  for (const p of points.filter((x) => x.error)) rows.push([p.tile, { text: p.error, cls: "beyond" }, "", "", "", ""]);
-  $("live-ranking").replaceChildren(table(
-    ["tiles", "predicted", "rank", "kernels' GPU time", "rank", "whole call"], rows,
-    "Predicted and measured ranking of the tile configurations",
-  ));
+  for (const p of points.filter((x) => x.error)) rows.push([p.tile, { text: p.error, cls: "beyond" }, "", ""]);
+  const t = table(["tiles", "predicted (rank)", "kernels (rank)", "whole call"], rows,
+    "Predicted and measured ranking of the tile configurations");
+  const kernels = ok.filter((p) => p.tile === "default").map((p) => `default: ${p.kernel}`);
+  const note = document.createElement("p");
+  note.className = "muted small";
+  note.textContent = ["kernels: the kernels' own GPU time; whole call: flash_attention as a user calls it, host included.", ...kernels].join(" ");
+  $("live-ranking").replaceChildren(t, note);
 }
 
 async function offerDataset(ids, problem) {

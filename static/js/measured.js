@@ -100,7 +100,7 @@ export function drawStrip(div, ratios, beyond, k) {
   ], {
     height: 130,
     showlegend: false,
-    margin: { t: 4, b: 30 },
+    margin: { t: 4, b: 30, l: 64 },
     xaxis: { title: { text: "step" }, range: [-0.5, Math.max(ratios.length - 0.5, 0.5)] },
     yaxis: { type: "log", title: { text: "gap ÷ tolerance" }, range: [Math.log10(floor), 1] },
     shapes: [
