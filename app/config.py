@@ -157,6 +157,21 @@ class Settings(BaseSettings):
         0.1, gt=0, description="Sustained POST /api/rooms (room creation) per second per client."
     )
     rate_rooms_burst: int = Field(5, ge=1, description="Rooms a client may create at once.")
+    rate_per_address_factor: float = Field(
+        50.0,
+        ge=1,
+        description="An address's budget in clients' budgets (a classroom behind one NAT).",
+    )
+    client_secret: str | None = Field(
+        None,
+        description="Signs the client-identity cookie; set the same one on every process behind "
+        "a load balancer (unset: a random one per process).",
+    )
+    trusted_proxies: list[str] = Field(
+        default_factory=list,
+        description="Addresses or networks of reverse proxies whose X-Forwarded-For is believed "
+        "(none by default: the TCP peer is the client).",
+    )
     rate_max_clients: int = Field(
         10000, ge=1, description="Clients whose rate buckets are remembered (oldest dropped)."
     )

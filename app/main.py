@@ -16,6 +16,7 @@ from flashscope.app.config import Settings, get_settings
 from flashscope.app.datasets import Datasets, Timelines
 from flashscope.app.middleware.bodylimit import BodyLimitMiddleware
 from flashscope.app.middleware.errors import validation_handler, value_handler
+from flashscope.app.middleware.identity import Identities, IdentityMiddleware, networks
 from flashscope.app.middleware.ratelimit import RateLimiter, RateLimitMiddleware, rates_from
 from flashscope.app.rooms.service import Rooms
 from flashscope.app.routes import (
@@ -74,11 +75,20 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.rooms = Rooms(settings)
     app.state.datasets = Datasets(settings.datasets_dir)
     app.state.timelines = Timelines(settings.datasets_dir)
-    app.state.rate_limiter = RateLimiter(rates_from(settings), settings.rate_max_clients)
+    app.state.rate_limiter = RateLimiter(
+        rates_from(settings),
+        settings.rate_max_clients,
+        address_factor=settings.rate_per_address_factor,
+    )
     app.mount("/static", StaticFiles(directory=settings.static_dir), name="static")
     app.add_exception_handler(RequestValidationError, validation_handler)  # type: ignore[arg-type]
     app.add_exception_handler(ValueError, value_handler)  # type: ignore[arg-type]
     app.add_middleware(RateLimitMiddleware, limiter=app.state.rate_limiter)
+    app.add_middleware(
+        IdentityMiddleware,
+        identities=Identities(settings.client_secret),
+        proxies=networks(settings.trusted_proxies),
+    )
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
     for module in (health, pages, trace, runs, traffic, simulate, rooms):
         app.include_router(module.router)

@@ -42,6 +42,9 @@ def _serve(args: argparse.Namespace) -> int:
         port=args.port,
         log_level=args.log_level,
         ws_max_size=max(settings.ws_max_message_bytes, settings.room_max_message_bytes),
+        # X-Forwarded-For is read by the app, from FLASHSCOPE_TRUSTED_PROXIES only; uvicorn
+        # would otherwise believe it from 127.0.0.1 without being told.
+        proxy_headers=False,
     )
     return 0
 

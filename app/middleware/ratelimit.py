@@ -2,8 +2,11 @@
 
 A bucket holds up to `burst` tokens and refills at `rate` tokens per second; each request takes
 one. A request that finds the bucket empty is refused with HTTP 429 and a Retry-After header (the
-seconds until a token is back). Buckets are keyed by (client address, group); the least recently
-used are forgotten beyond `max_clients` keys, so memory stays bounded whoever calls.
+seconds until a token is back). Every request draws on two buckets: its client's (the identity
+the server issued, app/middleware/identity.py, or its address where it has none) and its
+address's, which is `address_factor` times larger, so a classroom behind one address works while
+a script that drops its cookie stays bounded. The least recently used buckets are forgotten
+beyond `max_clients` keys, so memory stays bounded whoever calls.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from flashscope.app.config import Settings
+from flashscope.app.middleware.identity import address_key, client_key
 
 # (HTTP method or "*", path prefix, group). WebSocket routes are limited inside the route.
 COSTLY: tuple[tuple[str, str, str], ...] = (
@@ -78,24 +82,34 @@ class RateLimiter:
         rates: dict[str, Rate],
         max_clients: int,
         clock: Callable[[], float] = time.monotonic,
+        address_factor: float = 1.0,
     ) -> None:
-        self.rates = rates
+        self.rates = {**rates, **{f"{g}@address": r for g, r in rates.items()}}
+        self.address_factor = address_factor
         self._max = max_clients
         self._clock = clock
         self._buckets: OrderedDict[tuple[str, str], Bucket] = OrderedDict()
 
-    def take(self, client: str, group: str) -> float:
+    def take(self, client: str, group: str, factor: float = 1.0) -> float:
+        """Take a token from `client`'s bucket of `group` (`factor` times the group's rate and
+        burst); 0, or the seconds until one is back."""
         key = (client, group)
-        bucket = self._buckets.pop(key, None) or Bucket(self.rates[group], self._clock)
+        bucket = self._buckets.pop(key, None)
+        if bucket is None:
+            rate = self.rates[group]
+            scaled = Rate(rate.per_s * factor, max(1, round(rate.burst * factor)))
+            bucket = Bucket(scaled, self._clock)
         self._buckets[key] = bucket
         while len(self._buckets) > self._max:
             self._buckets.popitem(last=False)
         return bucket.take()
 
-
-def client_of(scope: Scope) -> str:
-    client = scope.get("client")
-    return client[0] if client else "unknown"
+    def take_for(self, scope: Scope, group: str) -> float:
+        """A request's tokens: its client's and its address's (0, or the longer wait)."""
+        own = self.take(client_key(scope), group)
+        if own > 0:
+            return own
+        return self.take(address_key(scope), group + "@address", self.address_factor)
 
 
 def group_of(method: str, path: str) -> str | None:
@@ -136,7 +150,7 @@ class RateLimitMiddleware:
         if scope["type"] == "http":
             group = group_of(scope["method"], scope["path"])
             if group is not None:
-                wait = self.limiter.take(client_of(scope), group)
+                wait = self.limiter.take_for(scope, group)
                 if wait > 0:
                     await too_many(wait, group, self.limiter.rates[group])(scope, receive, send)
                     return

@@ -19,7 +19,6 @@ from pydantic import ValidationError
 
 from flashscope.app.deps import SettingsDep, TracesDep
 from flashscope.app.middleware.errors import describe, limit_error, refuse, value_error
-from flashscope.app.middleware.ratelimit import client_of
 from flashscope.app.schemas.trace import (
     StrictTraceParams,
     TraceEventModel,
@@ -108,7 +107,7 @@ async def trace_stream(ws: WebSocket, settings: SettingsDep, traces: TracesDep) 
                     )
                     continue
                 errs = check_trace_params(params, settings, where="params")
-                wait = ws.app.state.rate_limiter.take(client_of(ws.scope), "compute")
+                wait = ws.app.state.rate_limiter.take_for(ws.scope, "compute")
                 if wait > 0:
                     errs.append(
                         limit_error(
