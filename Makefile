@@ -13,7 +13,7 @@ PORT ?= 8000
 PYTEST_ARGS ?=
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: run test lint typecheck jslint format bench chromium redis clean screenshots
+.PHONY: run test lint typecheck jslint format bench chromium redis clean screenshots vendor
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -66,6 +66,19 @@ node_modules/.installed: package.json package-lock.json
 
 jslint: node_modules/.installed
 	npm run --silent lint
+
+# The browser libraries in static/vendor/, copied verbatim from the npm packages that
+# package-lock.json pins, each with its version in the file name: Plotly's published cartesian
+# partial bundle (heatmap, bar and scatter are the traces the views draw) and Swagger UI for /docs.
+# Templates name the files: after a version bump, point _partials/plotly.html and docs.html at them.
+vendor: node_modules/.installed
+	@set -e; v() { node -p "require('./node_modules/$$1/package.json').version"; }; \
+	p=$$(v plotly.js-cartesian-dist-min); s=$$(v swagger-ui-dist); \
+	cp node_modules/plotly.js-cartesian-dist-min/plotly-cartesian.min.js static/vendor/plotly-cartesian-$$p.min.js; \
+	cp node_modules/swagger-ui-dist/swagger-ui-bundle.js static/vendor/swagger-ui-bundle-$$s.js; \
+	cp node_modules/swagger-ui-dist/swagger-ui-bundle.js.LICENSE.txt static/vendor/swagger-ui-bundle-$$s.js.LICENSE.txt; \
+	cp node_modules/swagger-ui-dist/swagger-ui.css static/vendor/swagger-ui-$$s.css; \
+	ls -l static/vendor
 
 test: $(VENV)/.installed-test chromium redis lint
 	$(BIN)/python -m pytest -n 2 $(PYTEST_ARGS)
