@@ -21,6 +21,7 @@ from flashscope.app.middleware.ratelimit import RateLimiter, RateLimitMiddleware
 from flashscope.app.rooms.service import Rooms
 from flashscope.app.routes import (
     compare,
+    docs,
     exports,
     health,
     measure,
@@ -63,6 +64,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         version=__version__,
         description="FlashAttention, tile by tile: simulator, traces and kernels.",
         lifespan=lifespan,
+        # FastAPI's pages load Swagger UI and ReDoc from a CDN, which the CSP refuses:
+        # routes/docs.py serves Swagger UI from static/vendor/ instead.
+        docs_url=None,
+        redoc_url=None,
     )
     app.state.settings = settings
     app.state.templates = Jinja2Templates(directory=settings.templates_dir)
@@ -90,7 +95,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         proxies=networks(settings.trusted_proxies),
     )
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
-    for module in (health, pages, trace, runs, traffic, simulate, rooms):
+    for module in (health, pages, docs, trace, runs, traffic, simulate, rooms):
         app.include_router(module.router)
     for module in (exports, memory_wall, online_softmax, memory_scaling, schedule):  # views
         app.include_router(module.router)
