@@ -151,8 +151,12 @@ Span = Annotated[list[int], Field(min_length=2, max_length=2)]
 class TileStateModel(BaseModel):
     """The numeric state an event leaves behind; keys that do not apply are null.
 
-    forward: rows, m, l, alpha, o, o_hat; backward: rows, cols, lse, delta, p, ds (tile_stride),
-    dq, dk, dv; decode: rows, split, m, l, alpha, o, o_hat, partial_o, partial_lse, weight, lse.
+    forward: rows, m, l, alpha, o, o_hat; on a tile also cols, s (the score tile, masked pairs
+    null) and from the softmax on p, l_prev, l_rescaled (α·ℓ), p_sum (ℓ′ = l_rescaled + p_sum),
+    at FA-2's P·V o_rescaled (α·Õ) and pv (P·Vⱼ); the simulator's forward also err (per row,
+    max |O_so_far − O_exact|), err_history (the block's largest error after each key block) and
+    err_floor (u · max |O_exact|). backward: rows, cols, lse, delta, p, ds (tile_stride), dq, dk,
+    dv; decode: rows, split, m, l, alpha, o, o_hat, partial_o, partial_lse, weight, lse.
     Row vectors have one entry per row of `rows`; dk and dv one row per key of `cols`.
     """
 
@@ -179,6 +183,15 @@ class TileStateModel(BaseModel):
     partial_o: Matrix | None = None
     partial_lse: Floats | None = None
     weight: Floats | None = None
+    s: Matrix | None = None
+    l_prev: Floats | None = None
+    l_rescaled: Floats | None = None
+    p_sum: Floats | None = None
+    o_rescaled: Matrix | None = None
+    pv: Matrix | None = None
+    err: list[float] | None = None
+    err_history: list[float] | None = None
+    err_floor: float | None = Field(None, ge=0)
 
     @model_validator(mode="after")
     def _shapes_agree(self) -> TileStateModel:
@@ -186,7 +199,8 @@ class TileStateModel(BaseModel):
             span = getattr(self, name)
             if span is not None and not 0 <= span[0] <= span[1]:
                 raise ValueError(f"{name} must be [start, stop] with 0 ≤ start ≤ stop")
-        per_row = ("m", "l", "alpha", "lse", "delta", "partial_lse", "o", "o_hat", "dq")
+        per_row: tuple[str, ...] = ("m", "l", "alpha", "lse", "delta", "partial_lse", "o")
+        per_row += ("o_hat", "dq", "err", "l_prev", "l_rescaled", "p_sum", "o_rescaled", "pv")
         checks = [(self.rows, (*per_row, "partial_o", "weight")), (self.cols, ("dk", "dv"))]
         for span, names in checks:
             for name in names:
@@ -197,10 +211,13 @@ class TileStateModel(BaseModel):
                     raise ValueError(f"{name} needs {'cols' if name in ('dk', 'dv') else 'rows'}")
                 if len(value) != span[1] - span[0]:
                     raise ValueError(f"{name} has {len(value)} entries for {span[1] - span[0]}")
-        for name in ("o", "o_hat", "p", "ds", "dq", "dk", "dv", "partial_o"):
+        matrices = ("o", "o_hat", "p", "ds", "dq", "dk", "dv", "partial_o", "s", "o_rescaled", "pv")
+        for name in matrices:
             value = getattr(self, name)
             if value and len({len(row) for row in value}) > 1:
                 raise ValueError(f"{name} rows must all have the same length")
+        if self.s and self.p and (len(self.s), len(self.s[0])) != (len(self.p), len(self.p[0])):
+            raise ValueError("s and p must have the same shape")
         return self
 
 

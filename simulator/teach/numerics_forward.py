@@ -34,6 +34,13 @@ class ForwardRecording:
     `acc` is the unnormalized accumulator Õ for FA-2 and the normalized O as stored in HBM for
     FA-1 (`normalized` says which), averaged over groups of `col_stride` head-dim columns.
     Without recording, the per-block arrays are empty and only `o` and `lse` are filled.
+
+    Given the float64 reference output, the recording also holds each row's error: `err[j]`
+    is max over the head dim of |O_so_far − O_exact| after key block j, where O_so_far is Õ / ℓ
+    (FA-2; 0 while ℓ = 0) or the stored O (FA-1), at full resolution; `err_init` the error of
+    O_so_far = 0, `err_final` that of the output as written (rounded to the dtype), `ref_max`
+    max |O_exact| per row. `q`, `k`, `v` (the inputs as fp32) let a state rebuild its tile
+    (`tile_numbers`).
     """
 
     m: np.ndarray  # (n_kv, Nq)
@@ -44,6 +51,13 @@ class ForwardRecording:
     lse: np.ndarray  # (Nq,)
     col_stride: int
     normalized: bool = False
+    q: np.ndarray | None = None  # (Nq, d) the inputs as the numerics used them
+    k: np.ndarray | None = None  # (Nk, d)
+    v: np.ndarray | None = None  # (Nk, d)
+    err: np.ndarray | None = None  # (n_kv, Nq)
+    err_init: np.ndarray | None = None  # (Nq,)
+    err_final: np.ndarray | None = None  # (Nq,)
+    ref_max: np.ndarray | None = None  # (Nq,)
 
 
 @dataclass
@@ -101,10 +115,12 @@ def flash_forward(
     o_col_limit: int = 64,
     col_stride: int | None = None,
     record: bool = True,
+    reference: np.ndarray | None = None,
 ) -> ForwardRecording:
     """FA-2 (`algo="fa2"`) or FA-1 (`algo="fa1"`) forward of one head, recording each block.
 
-    q: (Nq, d), k and v: (Nk, d), already rounded to problem.dtype.
+    q: (Nq, d), k and v: (Nk, d), already rounded to problem.dtype; `reference`: the exact
+    output (Nq, d) in float64, whose distance to the running output is recorded per block.
     """
     if algo not in ("fa1", "fa2"):
         raise ValueError(f"algo must be fa1 or fa2, got {algo!r}")
@@ -121,6 +137,8 @@ def flash_forward(
     rec_n = n_kv if record else 0
     ms, ls, alphas = (np.empty((rec_n, nq), np.float32) for _ in range(3))
     accs = np.empty((rec_n, nq, d_shown), np.float32)
+    ref = None if reference is None or not record else np.asarray(reference, np.float64)
+    errs = np.empty((rec_n if ref is not None else 0, nq))
     starts = row_starts(grid)
     for j in range(n_kv):
         lo = int(starts[j])
@@ -155,8 +173,84 @@ def flash_forward(
         if record:
             ms[j], ls[j], alphas[j] = m, l, alpha
             accs[j] = block_mean(acc, stride)
+            if ref is not None:
+                errs[j] = row_error(acc if algo == "fa1" else normalize(acc, l), ref)
     o, lse = _finish(acc, m, l, algo == "fa1", dtype)
-    return ForwardRecording(ms, ls, alphas, accs, o, lse, stride, normalized=algo == "fa1")
+    rec = ForwardRecording(ms, ls, alphas, accs, o, lse, stride, normalized=algo == "fa1")
+    if ref is not None:
+        rec.q, rec.k, rec.v, rec.err = q, k, v, errs
+        rec.err_init = np.abs(ref).max(axis=1, initial=0.0)
+        rec.err_final = row_error(o, ref)
+        rec.ref_max = rec.err_init
+    return rec
+
+
+def normalize(acc: np.ndarray, l: np.ndarray) -> np.ndarray:
+    """Õ / ℓ row by row, 0 on rows whose ℓ is still 0 (nothing seen yet)."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(l[:, None] > 0, acc / np.where(l > 0, l, 1)[:, None], np.float32(0))
+
+
+def row_error(o: np.ndarray, ref: np.ndarray) -> np.ndarray:
+    """max over the head dim of |o − ref|, per row, in float64."""
+    gap: np.ndarray = np.abs(np.asarray(o, np.float64) - ref).max(axis=1, initial=0.0)
+    return gap
+
+
+@dataclass(frozen=True)
+class TileNumbers:
+    """One tile (i, j) of a flash forward as the CTA computes it, for rows [r0, r1).
+
+    s: S = Qᵢ Kⱼᵀ · scale (fp32, masked pairs −∞); p: the exponentials the algorithm sums
+    (FA-2: e^(S − m′); FA-1: P̃ = e^(S − m̃) with m̃ the tile's own row max); alpha: e^(m − m′);
+    l_rescaled: α·ℓ, the old sum rescaled; p_sum: what the tile adds to ℓ (FA-2: rowsum P;
+    FA-1: β·rowsum P̃), so that ℓ′ = l_rescaled + p_sum; m_new: m′; pv (FA-2, given V): P·Vⱼ
+    with P rounded to the dtype, what the tile adds to Õ after the rescale α·Õ.
+    """
+
+    s: np.ndarray  # (rows, c)
+    p: np.ndarray  # (rows, c)
+    alpha: np.ndarray  # (rows,)
+    l_rescaled: np.ndarray  # (rows,)
+    p_sum: np.ndarray  # (rows,)
+    m_new: np.ndarray  # (rows,)
+    pv: np.ndarray | None = None  # (rows, d)
+
+
+def tile_numbers(
+    grid: TileGrid,
+    q: np.ndarray,
+    k: np.ndarray,
+    j: int,
+    r0: int,
+    r1: int,
+    m_prev: np.ndarray,
+    l_prev: np.ndarray,
+    *,
+    algo: str = "fa2",
+    v: np.ndarray | None = None,
+) -> TileNumbers:
+    """Rebuild tile (rows r0:r1, key block j) from the inputs and the rows' m, ℓ before it,
+    with the same fp32 operations as `flash_forward`."""
+    bn = grid.tiles.block_n
+    s = (q[r0:r1] @ k[j * bn : (j + 1) * bn].T) * np.float32(grid.problem.scale)  # (rows, c)
+    mask = grid.key_mask(j, r0, r1)
+    if mask is not None:
+        s = np.where(mask, s, NEG_INF)
+    m_blk = s.max(axis=1)
+    m_new = np.maximum(m_prev, m_blk)
+    m_sub = finite_or_zero(m_new)
+    alpha = np.exp(m_prev - m_sub)
+    pv = None
+    if algo == "fa2":
+        p = np.exp(s - m_sub[:, None])
+        p_sum = p.sum(axis=1)
+        if v is not None:
+            pv = round_to_dtype(p, grid.problem.dtype) @ v[j * bn : (j + 1) * bn]
+    else:
+        p = np.exp(s - finite_or_zero(m_blk)[:, None])
+        p_sum = np.exp(m_blk - m_sub) * p.sum(axis=1)
+    return TileNumbers(s, p, alpha, alpha * l_prev, p_sum, m_new, pv)
 
 
 def fa2_forward(

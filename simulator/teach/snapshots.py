@@ -1,10 +1,12 @@
 """How much per-tile state a trace keeps: column downsampling and the memory budget.
 
-Policy: a trace records m, ℓ and α exactly for every row after every key block, and the output
-accumulator averaged over groups of `col_stride` head-dim columns. The stride starts at the
-smallest power of two that shows at most `o_col_limit` columns and doubles until the recording
-fits in `budget_bytes` (one column per row at the least); beyond that the trace is refused. Tile
-matrices (P, dS) are averaged the same way over both axes, down to `o_col_limit` per side.
+Policy: a trace records m, ℓ and α exactly for every row after every key block (forward traces
+also each row's error against the exact output), and the output accumulator averaged over
+groups of `col_stride` head-dim columns. The stride starts at the smallest power of two that
+shows at most `o_col_limit` columns and doubles until the recording fits in `budget_bytes` (one
+column per row at the least); beyond that the trace is refused. Tile matrices (S, P, dS) are
+averaged the same way over both axes, down to `o_col_limit` per side; the forward rebuilds its
+S and P tiles from the inputs when an event is asked for, so they cost no recorded state.
 """
 
 from __future__ import annotations
@@ -66,3 +68,16 @@ def tile_view(a: np.ndarray, limit: int) -> tuple[np.ndarray, int]:
     """A tile matrix averaged over both axes to at most `limit` per side, and the stride used."""
     stride = shown_columns(max(a.shape), limit)
     return block_mean(block_mean(a, stride, 0), stride, 1), stride
+
+
+def masked_tile_view(a: np.ndarray, limit: int) -> tuple[np.ndarray, int]:
+    """As `tile_view`, for a score tile with masked pairs at −∞: each shown cell averages the
+    visible pairs of its group and is −∞ only where the whole group is masked."""
+    stride = shown_columns(max(a.shape), limit)
+    if stride == 1:
+        return a, 1
+    seen = np.isfinite(a)
+    total = block_mean(block_mean(np.where(seen, a, 0.0), stride, 0), stride, 1)
+    count = block_mean(block_mean(seen.astype(np.float32), stride, 0), stride, 1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(count > 0, total / count, -np.inf), stride

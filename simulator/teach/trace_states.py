@@ -13,10 +13,15 @@ import numpy as np
 
 from flashscope.simulator.core.tiling import TileGrid
 from flashscope.simulator.core.trace import PHASE_INDEX, OpTable, json_floats
+from flashscope.simulator.teach.exactness import UNIT_ROUNDOFF
 from flashscope.simulator.teach.numerics_backward import BackwardRecording
 from flashscope.simulator.teach.numerics_decode import DecodeRecording
-from flashscope.simulator.teach.numerics_forward import ForwardRecording, NaiveRecording
-from flashscope.simulator.teach.snapshots import block_mean, tile_view
+from flashscope.simulator.teach.numerics_forward import (
+    ForwardRecording,
+    NaiveRecording,
+    tile_numbers,
+)
+from flashscope.simulator.teach.snapshots import block_mean, masked_tile_view, tile_view
 
 StateFn = Callable[[int], dict[str, Any]]
 
@@ -30,15 +35,22 @@ def _phase_is(ops: OpTable, *names: str) -> np.ndarray:
     return np.isin(ops.columns["phase"], [PHASE_INDEX[n] for n in names])
 
 
-def forward_states(ops: OpTable, grid: TileGrid, rec: ForwardRecording) -> StateFn:
+def forward_states(
+    ops: OpTable, grid: TileGrid, rec: ForwardRecording, *, tile_limit: int = 64
+) -> StateFn:
     """FA-1 and FA-2: the rows of the event's query block after its snapshot.
 
     The softmax op has already updated m, ℓ and α but not the accumulator, which it shows as it
-    was after the previous key block.
+    was after the previous key block. Where the recording holds the inputs and errors (the
+    simulator's own; not a kernel's), tile ops add the tile itself (`tile_state`) and every op
+    of a query block its distance to the exact output (`error_state`).
     """
-    snap, qcol = ops.columns["snapshot"], ops.columns["q_block"]
+    snap, qcol, kcol = ops.columns["snapshot"], ops.columns["q_block"], ops.columns["kv_block"]
     acc_lags = _phase_is(ops, "softmax")
     is_store = _phase_is(ops, "store")
+    shows_s = _phase_is(ops, "qk", "softmax", "pv", "store")
+    shows_p = _phase_is(ops, "softmax", "pv", "store")
+    is_pv = _phase_is(ops, "pv")
     bm, nq = grid.tiles.block_m, grid.problem.seq_q
     d_shown = rec.acc.shape[-1]
     last_seen = grid.visible - 1  # snapshot of a query block's last visible tile
@@ -66,7 +78,7 @@ def forward_states(ops: OpTable, grid: TileGrid, rec: ForwardRecording) -> State
         # when P·V lands, not when the softmax has already moved ℓ on.
         o_hat = acc if rec.normalized else _o_hat(acc, l_acc)
         final = bool(is_store[i]) and s == int(last_seen[qb])
-        return {
+        out = {
             **base,
             "rows": [r0, r1],
             "m": json_floats(m),
@@ -76,8 +88,87 @@ def forward_states(ops: OpTable, grid: TileGrid, rec: ForwardRecording) -> State
             "o_hat": json_floats(o_hat, 5),
             "final": final,
         }
+        if rec.err is not None:
+            out.update(error_state(rec, grid, r0, r1, s - 1 if acc_lags[i] else s, final))
+        kb = int(kcol[i])
+        if kb >= 0 and shows_s[i] and rec.q is not None:
+            with_pv = bool(is_pv[i]) and not rec.normalized
+            out.update(tile_state(rec, grid, r0, r1, kb, tile_limit, bool(shows_p[i]), with_pv))
+        return out
 
     return state_of
+
+
+def _prev(rec: ForwardRecording, j: int, r0: int, r1: int) -> tuple[np.ndarray, np.ndarray]:
+    """m and ℓ of rows r0:r1 before key block j (−∞ and 0 before the first)."""
+    if j == 0:
+        return np.full(r1 - r0, -np.inf, np.float32), np.zeros(r1 - r0, np.float32)
+    return rec.m[j - 1, r0:r1], rec.l[j - 1, r0:r1]
+
+
+def tile_state(
+    rec: ForwardRecording,
+    grid: TileGrid,
+    r0: int,
+    r1: int,
+    j: int,
+    limit: int,
+    with_p: bool,
+    with_pv: bool,
+) -> dict[str, Any]:
+    """Tile (rows r0:r1, key block j): its keys, the S tile (masked pairs null) and, once the
+    softmax ran, the P tile, ℓ before the tile, α·ℓ and what the tile adds to ℓ; with `with_pv`
+    (FA-2's P·V) the accumulator update Õ′ = α·Õ + P·Vⱼ in its two terms (shown columns).
+    S and P are averaged to at most `limit` cells per side (S over its visible pairs)."""
+    assert rec.q is not None and rec.k is not None
+    bn, nk = grid.tiles.block_n, grid.problem.seq_k
+    m_prev, l_prev = _prev(rec, j, r0, r1)
+    algo = "fa1" if rec.normalized else "fa2"
+    v = rec.v if with_pv else None
+    t = tile_numbers(grid, rec.q, rec.k, j, r0, r1, m_prev, l_prev, algo=algo, v=v)
+    s_view, stride = masked_tile_view(t.s, limit)
+    out: dict[str, Any] = {
+        "cols": [j * bn, min((j + 1) * bn, nk)],
+        "tile_stride": stride,
+        "s": json_floats(s_view, 5),
+    }
+    if with_p:
+        p_view, _ = tile_view(t.p, limit)
+        out.update(
+            p=json_floats(p_view, 5),
+            l_prev=json_floats(l_prev),
+            l_rescaled=json_floats(t.l_rescaled),
+            p_sum=json_floats(t.p_sum),
+        )
+    if t.pv is not None:
+        before = rec.acc[j - 1, r0:r1] if j > 0 else np.zeros((r1 - r0, rec.acc.shape[-1]))
+        out["o_rescaled"] = json_floats(t.alpha[:, None] * before, 5)
+        out["pv"] = json_floats(block_mean(t.pv, rec.col_stride), 5)
+    return out
+
+
+def error_state(
+    rec: ForwardRecording, grid: TileGrid, r0: int, r1: int, seen: int, final: bool
+) -> dict[str, Any]:
+    """How far the output so far is from the exact output, for rows r0:r1 whose accumulator
+    holds key blocks 0…`seen` (−1: none): per row, then the block's largest error after each
+    key block (the first entry before any, and the output as written last once it is), and
+    the dtype's rounding floor u · max |O_exact| of these rows."""
+    assert rec.err is not None and rec.err_init is not None and rec.err_final is not None
+    assert rec.ref_max is not None
+    rows = slice(r0, r1)
+    now = rec.err_final[rows] if final else rec.err[seen, rows] if seen >= 0 else rec.err_init[rows]
+    history = [rec.err_init[rows].max(initial=0.0)]
+    history += [rec.err[j, rows].max(initial=0.0) for j in range(seen + 1)]
+    if final:
+        history.append(rec.err_final[rows].max(initial=0.0))
+    floor = UNIT_ROUNDOFF[grid.problem.dtype] * float(rec.ref_max[rows].max(initial=0.0))
+    return {"err": significant(now), "err_history": significant(history), "err_floor": floor}
+
+
+def significant(a: Any, digits: int = 4) -> list[float]:
+    """Small positive numbers for JSON: rounded to `digits` significant digits, not decimals."""
+    return [float(f"{x:.{digits}g}") for x in np.asarray(a, np.float64).ravel()]
 
 
 def naive_states(ops: OpTable, grid: TileGrid, rec: NaiveRecording) -> StateFn:

@@ -50,6 +50,16 @@ MARK_PHASES = (
     "naive_pv",
 )
 
+# Where a stepper opens: the first op of this phase (on this key block, where one is named),
+# a step that already shows the algorithm at work rather than its empty start.
+OPENING = {
+    "fa2": ("softmax", 1),  # the first rescale: a second key block meets a running max
+    "fa1": ("softmax", 1),
+    "fa2-bwd": ("ds", None),  # P, dV and dP in place, dS just formed
+    "decode": ("softmax", 1),
+    "naive": ("naive_softmax", None),
+}
+
 
 def build_trace(
     algo: str,
@@ -120,6 +130,7 @@ def _meta(module: TileProgram, request: TraceRequest, parts: TraceParts) -> dict
         "col_stride": stride,
         "d_shown": -(-p.head_dim // stride),
         "marks": _marks(parts.ops),
+        "opening_step": opening_step(parts.ops, module.NAME),
     }
 
 
@@ -143,3 +154,18 @@ def _marks(ops: OpTable) -> list[int]:
     """The steps of MARK_PHASES, in order."""
     marks = np.flatnonzero(np.isin(ops.columns["phase"], [PHASE_INDEX[x] for x in MARK_PHASES]))
     return [int(i) for i in marks]
+
+
+def opening_step(ops: OpTable, algo: str) -> int:
+    """The step a stepper opens on (OPENING): the first op of the phase on the key block, else
+    the first op of the phase, else 0."""
+    phase, kv_block = OPENING.get(algo, ("", None))
+    if phase not in PHASE_INDEX:
+        return 0
+    hits = ops.columns["phase"] == PHASE_INDEX[phase]
+    if kv_block is not None:
+        on_block = np.flatnonzero(hits & (ops.columns["kv_block"] == kv_block))
+        if on_block.size:
+            return int(on_block[0])
+    found = np.flatnonzero(hits)
+    return int(found[0]) if found.size else 0

@@ -94,20 +94,23 @@ def forward_parts(
     request: TraceRequest, algo: str, ops: OpTable, layout: Layout, counts: traffic.Traffic
 ) -> TraceParts:
     """The trace parts of a flash forward, FA-2 or FA-1 (`algo`), given its program `ops`,
-    on-chip layout and traffic `counts`: m, ℓ, α per row after every key block and the
-    accumulator in as many shown columns as the budget allows; O against the reference."""
+    on-chip layout and traffic `counts`: m, ℓ, α and the error against the exact output per
+    row after every key block, and the accumulator in as many shown columns as the budget
+    allows; O against the reference. S and P tiles are rebuilt per event from the inputs."""
     p, t = request.problem, request.tiles
     grid = TileGrid(p, t)
     nq, d = p.seq_q, p.head_dim
     snapshots = grid.n_kv * nq
-    fixed = 3 * snapshots + 4 * nq * d  # m, ℓ, α of each snapshot row; four Nq × d tensors
+    # m, ℓ, α and the error of each snapshot row; Q, O and the float64 reference (two floats
+    # per entry) as Nq × d tensors, K and V; three error vectors per row
+    fixed = 4 * snapshots + 4 * nq * d + 2 * p.seq_k * d + 3 * nq
     stride = fit_stride(d, request.o_col_limit, snapshots, fixed, request.budget_bytes)
     q, k, v = request.inputs()
-    rec = flash_forward(q, k, v, p, t, algo=algo, col_stride=stride)
     o_ref = naive_attention(q, k, v, p.scale, p.causal)
+    rec = flash_forward(q, k, v, p, t, algo=algo, col_stride=stride, reference=o_ref)
     return TraceParts(
         ops=ops,
-        state_of=forward_states(ops, grid, rec),
+        state_of=forward_states(ops, grid, rec, tile_limit=request.o_col_limit),
         onchip=onchip(p, t, ops, layout),
         extras={"o": rec.o, "o_ref": o_ref},
         compared=[exactness.compare("O", rec.o, o_ref, p.dtype)],
