@@ -8,6 +8,7 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI, Request, Response
 from fastapi.exceptions import RequestValidationError
+from fastapi.middleware.gzip import GZipMiddleware
 from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
 
@@ -95,6 +96,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         proxies=networks(settings.trusted_proxies),
     )
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
+    # Pages, modules, Plotly (1.5 MB, 0.5 MB gzipped) and JSON answers go out gzipped to clients
+    # that accept it; level 6 costs a few ms per megabyte; WebSockets pass untouched.
+    app.add_middleware(GZipMiddleware, minimum_size=1024, compresslevel=6)
     for module in (health, pages, docs, trace, runs, traffic, simulate, rooms):
         app.include_router(module.router)
     for module in (exports, memory_wall, online_softmax, memory_scaling, schedule):  # views
