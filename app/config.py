@@ -46,7 +46,34 @@ class Settings(BaseSettings):
     trace_state_bytes: int = Field(
         64 * 2**20, ge=2**20, description="Most bytes of recorded numeric state per trace."
     )
-    trace_cache_size: int = Field(16, ge=1, description="Traces kept in memory for reuse.")
+    trace_cache_size: int = Field(
+        16, ge=1, description="Traces kept in memory for reuse (shared out among the workers)."
+    )
+    trace_max_macs: float = Field(
+        1.5e9,
+        gt=0,
+        description="Most multiply-adds (query rows × keys × head_dim) one trace's numerics may "
+        "take; a larger request is refused before any work.",
+    )
+
+    # The compute pool: worker processes that build and step traces off the event loop.
+    compute_workers: int = Field(2, ge=1, le=64, description="Worker processes for traces.")
+    compute_warm: bool = Field(
+        True, description="Start the compute workers with the server (else on the first trace)."
+    )
+    compute_memory_mib: int = Field(
+        2048, ge=0, description="Address space of one compute worker, MiB (0: no cap)."
+    )
+    compute_timeout_s: float = Field(
+        20.0, gt=0, description="A trace task running longer is stopped (its worker replaced)."
+    )
+    compute_max_pending: int = Field(
+        64, ge=1, description="Trace tasks waiting or running at once; beyond, HTTP 503."
+    )
+    ws_steps_per_s: float = Field(
+        60.0, gt=0, description="Sustained step messages per second one /ws/trace socket sends."
+    )
+    ws_steps_burst: int = Field(120, ge=1, description="Step messages a socket may send at once.")
     # Closed-form traffic (POST /api/traffic): no numerics, so far larger sizes are fine.
     traffic_max_seq: int = Field(2**20, ge=1, description="Largest seq_q / seq_k of a count.")
     traffic_max_batch: int = Field(4096, ge=1, description="Largest batch of a count.")

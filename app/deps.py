@@ -9,7 +9,7 @@ from fastapi.templating import Jinja2Templates
 from starlette.requests import HTTPConnection
 
 from flashscope.app.config import Settings
-from flashscope.app.traces import TraceStore
+from flashscope.app.traces import TraceService
 
 
 def get_settings_dep(conn: HTTPConnection) -> Settings:
@@ -22,11 +22,11 @@ def get_templates(conn: HTTPConnection) -> Jinja2Templates:
     return templates
 
 
-def get_traces(conn: HTTPConnection) -> TraceStore:
-    traces: TraceStore = conn.app.state.traces
+def get_traces(conn: HTTPConnection) -> TraceService:
+    traces: TraceService = conn.app.state.traces
     return traces
 
 
 SettingsDep = Annotated[Settings, Depends(get_settings_dep)]
 TemplatesDep = Annotated[Jinja2Templates, Depends(get_templates)]
-TracesDep = Annotated[TraceStore, Depends(get_traces)]
+TracesDep = Annotated[TraceService, Depends(get_traces)]

@@ -13,6 +13,7 @@ from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
 
 from flashscope.app import __version__
+from flashscope.app.compute.pool import WorkerPool
 from flashscope.app.config import Settings, get_settings
 from flashscope.app.datasets import Datasets, Timelines
 from flashscope.app.middleware.bodylimit import BodyLimitMiddleware
@@ -38,7 +39,7 @@ from flashscope.app.routes import (
     traffic,
 )
 from flashscope.app.runs.service import RunService
-from flashscope.app.traces import TraceStore
+from flashscope.app.traces import TraceService
 
 CSP = (
     "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; "
@@ -55,8 +56,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         # Which backend the kernels have (torch loads in a thread): probed now, so neither the
         # first /api/health nor the pages' backend badge waits for it.
         probe = asyncio.get_running_loop().create_task(health.backend_of(app.state))
+        if settings.compute_warm:
+            await asyncio.get_running_loop().run_in_executor(None, app.state.pool.start)
         yield
         probe.cancel()
+        app.state.pool.close()
         app.state.runs.close()
         await app.state.rooms.close()
 
@@ -73,9 +77,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.settings = settings
     app.state.templates = Jinja2Templates(directory=settings.templates_dir)
     app.state.templates.env.globals["version"] = __version__
-    app.state.traces = TraceStore(
-        settings.trace_cache_size, settings.o_col_limit, settings.trace_state_bytes
+    app.state.pool = WorkerPool(
+        settings.compute_workers,
+        settings.compute_memory_mib,
+        settings.compute_timeout_s,
+        settings.compute_max_pending,
     )
+    app.state.traces = TraceService(app.state.pool, settings)
     app.state.backend = None
     app.state.runs = RunService(settings)
     app.state.rooms = Rooms(settings)

@@ -1,61 +1,59 @@
-"""The trace store: builds tile traces off the event loop and keeps the recent ones (LRU)."""
+"""The trace service on app.state: tile traces built and stepped in the compute pool's workers.
+
+A trace is built once per request key inside the worker its key hashes to, and kept there
+(an LRU of `trace_cache_size` per worker), so stepping it again costs the worker one event and
+the server one message. Nothing of a trace is computed on the event loop or in the server's
+own process (app/compute/pool.py says why and how the workers are bounded).
+"""
 
 from __future__ import annotations
 
-import threading
-from collections import OrderedDict
+from collections.abc import Awaitable, Callable
 from typing import Any
 
-from starlette.concurrency import run_in_threadpool
-
+from flashscope.app.compute.pool import WorkerPool
+from flashscope.app.config import Settings
 from flashscope.app.schemas.trace import TraceParams
-from flashscope.simulator.core.trace import Trace
-from flashscope.simulator.teach.tracing import build_trace
+
+Gone = Callable[[], Awaitable[bool]] | None
 
 
-class TraceStore:
-    """Traces by request; one build per key even when many clients ask at once."""
+class TraceService:
+    """What the trace routes ask of a trace, each answered by a compute worker."""
 
-    def __init__(self, size: int, o_col_limit: int, state_bytes: int = 64 * 2**20) -> None:
-        self._size = size
-        self._o_col_limit = o_col_limit
-        self._state_bytes = state_bytes
-        self._items: OrderedDict[tuple[Any, ...], Trace] = OrderedDict()
-        self._lock = threading.Lock()
-        self._building: dict[tuple[Any, ...], threading.Lock] = {}
+    def __init__(self, pool: WorkerPool, settings: Settings) -> None:
+        self.pool = pool
+        self.options = {
+            "o_col_limit": settings.o_col_limit,
+            "state_bytes": settings.trace_state_bytes,
+            "cache": max(2, settings.trace_cache_size // settings.compute_workers),
+        }
 
-    def _build(self, p: TraceParams) -> Trace:
-        key = p.cache_key()
-        with self._lock:
-            if key in self._items:
-                self._items.move_to_end(key)
-                return self._items[key]
-            gate = self._building.setdefault(key, threading.Lock())
-        with gate:
-            with self._lock:
-                if key in self._items:
-                    return self._items[key]
-            problem, tiles, kw = p.problem()
-            try:
-                trace = build_trace(
-                    p.algo,
-                    problem,
-                    tiles,
-                    p.seed,
-                    o_col_limit=self._o_col_limit,
-                    budget_bytes=self._state_bytes,
-                    **kw,
-                )
-            except ValueError:
-                with self._lock:
-                    self._building.pop(key, None)
-                raise
-            with self._lock:
-                self._items[key] = trace
-                self._building.pop(key, None)
-                while len(self._items) > self._size:
-                    self._items.popitem(last=False)
-            return trace
+    async def _run(self, task: str, params: TraceParams, *args: Any, gone: Gone = None) -> Any:
+        return await self.pool.run(
+            task, (params, self.options, *args), affinity=hash(params.cache_key()), gone=gone
+        )
 
-    async def get(self, p: TraceParams) -> Trace:
-        return await run_in_threadpool(self._build, p)
+    async def meta(self, params: TraceParams, gone: Gone = None) -> dict[str, Any]:
+        """The trace's metadata (its `n_events` among them)."""
+        out: dict[str, Any] = await self._run("trace.meta", params, gone=gone)
+        return out
+
+    async def step(self, params: TraceParams, step: int, gone: Gone = None) -> str:
+        """Event `step` as JSON text."""
+        out: str = await self._run("trace.step", params, step, gone=gone)
+        return out
+
+    async def window(
+        self, params: TraceParams, start: int, count: int, limit: int, gone: Gone = None
+    ) -> tuple[dict[str, Any], list[str]]:
+        """(metadata, events start … start + count − 1 as JSON texts) within `limit` bytes."""
+        out: tuple[dict[str, Any], list[str]] = await self._run(
+            "trace.window", params, start, count, limit, gone=gone
+        )
+        return out
+
+    async def export(self, task: str, params: TraceParams, gone: Gone = None) -> dict[str, Any]:
+        """A whole-trace export: `trace.ops` or `trace.chrome`."""
+        out: dict[str, Any] = await self._run(task, params, gone=gone)
+        return out

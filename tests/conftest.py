@@ -3,3 +3,7 @@
 import os
 
 os.environ.setdefault("TRITON_INTERPRET", "1")
+
+# Apps made by the tests start their compute workers on their first trace, not at start-up:
+# most tests never trace, and each worker costs an interpreter's start.
+os.environ.setdefault("FLASHSCOPE_COMPUTE_WARM", "0")

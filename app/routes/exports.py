@@ -9,40 +9,47 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Query, Request
 
+from flashscope.app.compute.pool import Busy, Cancelled, TaskError, TooSlow
+from flashscope.app.config import Settings
 from flashscope.app.deps import SettingsDep, TracesDep
-from flashscope.app.figures.chrome_trace import from_tile_trace
 from flashscope.app.middleware.errors import refuse
+from flashscope.app.routes.trace import cost_errors, disconnected, pool_errors
 from flashscope.app.schemas.trace import TraceParams, check_trace_params
-from flashscope.simulator.core.trace import COUNTERS, PHASES
+from flashscope.app.traces import TraceService
 
 router = APIRouter(tags=["trace"])
 
 
+async def _export(
+    task: str, params: TraceParams, request: Request, settings: Settings, traces: TraceService
+) -> dict[str, Any]:
+    if errs := check_trace_params(params, settings) or cost_errors(params, settings):
+        raise refuse(errs)
+    try:
+        return await traces.export(task, params, gone=disconnected(request))
+    except (TaskError, Busy, TooSlow, Cancelled) as exc:
+        raise pool_errors(exc) from None
+
+
 @router.get("/api/trace/ops")
 async def trace_ops(
-    params: Annotated[TraceParams, Query()], settings: SettingsDep, traces: TracesDep
+    params: Annotated[TraceParams, Query()],
+    request: Request,
+    settings: SettingsDep,
+    traces: TracesDep,
 ) -> dict[str, Any]:
     """Every step of a trace without its state: phase, CTA, blocks and counters, as columns."""
-    if errs := check_trace_params(params, settings):
-        raise refuse(errs)
-    trace = await traces.get(params)
-    c = trace.ops.columns
-    columns: dict[str, Any] = {
-        "phase": [PHASES[int(x)] for x in c["phase"]],
-        **{k: c[k].tolist() for k in ("cta", "q_block", "kv_block", "masked", "line")},
-        **{k: c[k].tolist() for k in COUNTERS},
-    }
-    return {"meta": trace.describe(), "columns": columns, "note": "q_block/kv_block −1: none"}
+    return await _export("trace.ops", params, request, settings, traces)
 
 
 @router.get("/api/trace/chrome")
 async def trace_chrome(
-    params: Annotated[TraceParams, Query()], settings: SettingsDep, traces: TracesDep
+    params: Annotated[TraceParams, Query()],
+    request: Request,
+    settings: SettingsDep,
+    traces: TracesDep,
 ) -> dict[str, Any]:
     """The trace in the Trace Event Format: one "X" event per step, one track per CTA."""
-    if errs := check_trace_params(params, settings):
-        raise refuse(errs)
-    trace = await traces.get(params)
-    return from_tile_trace(trace)
+    return await _export("trace.chrome", params, request, settings, traces)

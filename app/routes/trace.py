@@ -12,16 +12,29 @@ The server sends one event per request: the client never recomputes the algorith
 from __future__ import annotations
 
 import json
+from collections.abc import Awaitable, Callable
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Query, WebSocket, WebSocketDisconnect
+from fastapi import (
+    APIRouter,
+    HTTPException,
+    Query,
+    Request,
+    Response,
+    WebSocket,
+    WebSocketDisconnect,
+)
+from fastapi.exceptions import RequestValidationError
 from pydantic import ValidationError
 
+from flashscope.app.compute.pool import Busy, Cancelled, TaskError, TooSlow
+from flashscope.app.config import Settings
 from flashscope.app.deps import SettingsDep, TracesDep
+from flashscope.app.middleware import wsjson
 from flashscope.app.middleware.errors import describe, limit_error, refuse, value_error
+from flashscope.app.middleware.ratelimit import Bucket, Rate
 from flashscope.app.schemas.trace import (
     StrictTraceParams,
-    TraceEventModel,
     TraceParams,
     TraceResponse,
     check_step,
@@ -31,16 +44,59 @@ from flashscope.app.schemas.trace import (
 router = APIRouter(tags=["trace"])
 
 
+def cost_errors(
+    params: TraceParams, settings: Settings, where: str = "query"
+) -> list[dict[str, Any]]:
+    """The trace's numerics, estimated before any work (query rows × keys × head_dim, every
+    query head of a decode group), against `trace_max_macs`."""
+    rows = params.n * (params.group if params.algo == "decode" else 1)
+    keys = params.nk if params.nk is not None else params.n
+    macs = rows * keys * params.d * (3 if params.algo == "fa2-bwd" else 1)
+    if macs <= settings.trace_max_macs:
+        return []
+    field = "nk" if params.algo == "decode" else "n"
+    value = keys if field == "nk" else params.n
+    return [
+        limit_error(
+            field,
+            f"this trace would take {macs:.3g} multiply-adds (query rows × keys × head_dim"
+            f"{', ×3 for the backward' if params.algo == 'fa2-bwd' else ''}); at most "
+            f"{settings.trace_max_macs:.3g}: use a shorter {field}, a smaller head_dim"
+            f"{' or group' if params.algo == 'decode' else ''}",
+            value,
+            settings.trace_max_macs,
+            where,
+        )
+    ]
+
+
+def pool_errors(exc: Exception, field: str = "params") -> HTTPException | RequestValidationError:
+    """What a compute-pool failure answers: 422 for the request's own fault, 503 otherwise."""
+    if isinstance(exc, TaskError) and exc.kind in ("ValueError", "MemoryError"):
+        return refuse([value_error(field, str(exc), None)])
+    if isinstance(exc, Busy):
+        return HTTPException(503, str(exc), headers={"Retry-After": str(exc.retry_after)})
+    return HTTPException(503, str(exc))
+
+
+def disconnected(request: Request) -> Callable[[], Awaitable[bool]]:
+    async def gone() -> bool:
+        return await request.is_disconnected()
+
+    return gone
+
+
 @router.get("/api/trace", response_model=TraceResponse)
 async def get_trace(
     params: Annotated[TraceParams, Query()],
+    request: Request,
     settings: SettingsDep,
     traces: TracesDep,
     start: Annotated[int, Query(ge=0, description="First event to return.")] = 0,
     count: Annotated[int, Query(ge=0, description="Events to return.")] = 1,
 ) -> Any:
     """Metadata of a trace and `count` of its events from `start`."""
-    errs = check_trace_params(params, settings)
+    errs = check_trace_params(params, settings) or cost_errors(params, settings)
     if count > settings.max_events_per_request:
         errs.append(
             {
@@ -51,39 +107,60 @@ async def get_trace(
                 "ctx": {"limit": settings.max_events_per_request},
             }
         )
+    if not errs and count:
+        n_events = closed_form_events(params)
+        if n_events is not None and start >= n_events:
+            errs += check_step(start, n_events)
     if errs:
         raise refuse(errs)
     try:
-        trace = await traces.get(params)
-    except ValueError as exc:  # a state budget or shape the checks above did not foresee
-        raise refuse([value_error("params", str(exc), None)]) from None
-    if count and start >= len(trace):
-        raise refuse(check_step(start, len(trace)))
-    events = [trace.event(i) for i in range(start, min(start + count, len(trace)))]
-    # Events of wide states run to ~150 kB each: bound the response in bytes, not just events.
-    room = settings.max_trace_response_bytes - len(json.dumps(trace.describe()))
-    for fits, event in enumerate(events):
-        room -= len(TraceEventModel.model_validate(event).model_dump_json()) + 1
-        if room < 0:
+        meta, events = await traces.window(
+            params, start, count, settings.max_trace_response_bytes, gone=disconnected(request)
+        )
+    except TaskError as exc:
+        if exc.kind == "ResponseTooLarge":
+            fits = int(str(exc).partition("=")[2] or 1)
             raise refuse(
                 [
                     limit_error(
                         "count",
-                        f"count must be ≤ {max(1, fits)} from step {start} of this trace "
-                        f"(responses are limited to {settings.max_trace_response_bytes:,} "
-                        f"bytes), got {count}",
+                        f"count must be ≤ {fits} from step {start} of this trace (responses "
+                        f"are limited to {settings.max_trace_response_bytes:,} bytes), got "
+                        f"{count}",
                         count,
-                        max(1, fits),
+                        fits,
                     )
                 ]
-            )
-    return {"meta": trace.describe(), "start": start, "events": events}
+            ) from None
+        raise pool_errors(exc) from None
+    except (Busy, TooSlow, Cancelled) as exc:
+        raise pool_errors(exc) from None
+    if count and start >= meta["n_events"]:
+        raise refuse(check_step(start, meta["n_events"]))
+    body = ",".join(events)
+    return Response(
+        f'{{"meta":{json.dumps(meta)},"start":{start},"events":[{body}]}}',
+        media_type="application/json",
+    )
+
+
+def closed_form_events(params: TraceParams) -> int | None:
+    """The trace's number of events from its tile program's closed form (no numerics)."""
+    from flashscope.simulator.teach.algorithms import get
+
+    problem, tiles, kw = params.problem()
+    try:
+        return int(get(params.algo).n_events(problem, tiles, **kw))
+    except ValueError:
+        return None
 
 
 @router.websocket("/ws/trace")
 async def trace_stream(ws: WebSocket, settings: SettingsDep, traces: TracesDep) -> None:
     await ws.accept()
-    trace = None
+    params: TraceParams | None = None
+    n_events = 0
+    steps = Bucket(Rate(settings.ws_steps_per_s, settings.ws_steps_burst))
     try:
         while True:
             raw = await ws.receive_text()
@@ -93,20 +170,23 @@ async def trace_stream(ws: WebSocket, settings: SettingsDep, traces: TracesDep) 
                 )
                 return
             try:
-                msg = json.loads(raw)
+                msg = wsjson.loads(raw)
                 kind = msg.get("type") if isinstance(msg, dict) else None
-            except json.JSONDecodeError:
-                kind, msg = None, None
+            except wsjson.BadMessage as exc:
+                await _send_errors(ws, [value_error("type", str(exc), raw[:80], "message")])
+                continue
             if kind == "open":
                 try:
-                    params = StrictTraceParams.model_validate(msg.get("params") or {})
+                    wanted = StrictTraceParams.model_validate(msg.get("params") or {})
                 except ValidationError as exc:
                     await _send_errors(
                         ws,
                         [dict(e, loc=["params", *e["loc"]]) for e in exc.errors(include_url=False)],
                     )
                     continue
-                errs = check_trace_params(params, settings, where="params")
+                errs = check_trace_params(wanted, settings, where="params") or cost_errors(
+                    wanted, settings, where="params"
+                )
                 wait = ws.app.state.rate_limiter.take_for(ws.scope, "compute")
                 if wait > 0:
                     errs.append(
@@ -122,28 +202,46 @@ async def trace_stream(ws: WebSocket, settings: SettingsDep, traces: TracesDep) 
                     await _send_errors(ws, errs)
                     continue
                 try:
-                    trace = await traces.get(params)
-                except ValueError as exc:
+                    meta = await traces.meta(wanted)
+                except (TaskError, Busy, TooSlow, Cancelled) as exc:
                     await _send_errors(ws, [value_error("params", str(exc), None, "params")])
                     continue
-                await ws.send_json({"type": "meta", "meta": trace.describe()})
+                params, n_events = wanted, int(meta["n_events"])
+                await ws.send_json({"type": "meta", "meta": meta})
             elif kind == "step":
                 step = msg.get("step")
-                if trace is None:
+                wait = steps.take()
+                if params is None:
                     await _send_errors(
                         ws, [value_error("type", "send an open message first", kind, "message")]
+                    )
+                elif wait > 0:
+                    await _send_errors(
+                        ws,
+                        [
+                            limit_error(
+                                "type",
+                                f"too many steps: at most {settings.ws_steps_per_s:g} per "
+                                f"second; retry after {wait:.2f} s",
+                                kind,
+                                settings.ws_steps_per_s,
+                                "message",
+                            )
+                        ],
                     )
                 elif isinstance(step, bool) or not isinstance(step, int):
                     await _send_errors(
                         ws, [value_error("step", "step must be an integer", step, "message")]
                     )
-                elif errs := check_step(step, len(trace), "message"):
+                elif errs := check_step(step, n_events, "message"):
                     await _send_errors(ws, errs)
                 else:
-                    event = TraceEventModel.model_validate(trace.event(step))
-                    # pydantic's own JSON encoder: several times faster than json.dumps of the
-                    # dumped dict on a 64×64 state (benchmarks/step_latency.py).
-                    await ws.send_text(f'{{"type":"event","event":{event.model_dump_json()}}}')
+                    try:
+                        event = await traces.step(params, step)
+                    except (TaskError, Busy, TooSlow, Cancelled) as exc:
+                        await _send_errors(ws, [value_error("step", str(exc), step, "message")])
+                        continue
+                    await ws.send_text(f'{{"type":"event","event":{event}}}')
             else:
                 await _send_errors(
                     ws,

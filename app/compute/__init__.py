@@ -1,0 +1,1 @@
+"""Costly request work in bounded worker processes, off the server's event loop."""

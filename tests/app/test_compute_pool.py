@@ -1,0 +1,129 @@
+"""The compute pool: tasks off the event loop, bounded in time, memory and number, cancelled
+with their client, and workers that die with the server."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from flashscope.app.compute.pool import Busy, Cancelled, TaskError, TooSlow, WorkerPool
+
+FAKE = "tests.app.fake_tasks"
+
+
+@pytest.fixture
+def pool():
+    p = WorkerPool(2, 512, 3.0, 4, module=FAKE)
+    yield p
+    p.close()
+
+
+def test_tasks_run_in_other_processes_with_affinity_and_state(pool):
+    async def go():
+        pids = [await pool.run("pid", None, affinity=k) for k in (0, 1, 2, 3)]
+        counts = [await pool.run("count", None, affinity=1) for _ in range(3)]
+        return pids, counts
+
+    pids, counts = asyncio.run(go())
+    assert os.getpid() not in pids
+    assert pids[0] == pids[2] != pids[1] == pids[3]  # the same affinity, the same worker
+    assert counts == [1, 2, 3]
+
+
+def test_a_slow_task_is_stopped_and_its_worker_replaced(pool):
+    async def go():
+        t0 = time.monotonic()
+        with pytest.raises(TooSlow):
+            await pool.run("sleep", 30, affinity=0)
+        took = time.monotonic() - t0
+        return took, await pool.run("sleep", 0.01, affinity=0)
+
+    took, again = asyncio.run(go())
+    assert took < 6 and again == "slept" and pool.restarts == 1
+
+
+def test_a_task_whose_client_left_is_stopped_within_a_second(pool):
+    async def go():
+        left = time.monotonic() + 0.3
+
+        async def gone() -> bool:
+            return time.monotonic() > left
+
+        with pytest.raises(Cancelled):
+            await pool.run("sleep", 30, affinity=0, gone=gone)
+        return time.monotonic() - left
+
+    assert asyncio.run(go()) < 1.0
+
+
+def test_the_memory_cap_holds_and_the_worker_lives_on(pool):
+    async def go():
+        with pytest.raises(TaskError) as err:
+            await pool.run("allocate", 2048, affinity=0)
+        return err.value.kind, await pool.run("allocate", 16, affinity=0)
+
+    kind, ok = asyncio.run(go())
+    assert kind == "MemoryError" and ok == 16 * 2**20
+
+
+def test_input_errors_come_back_as_value_errors(pool):
+    async def go():
+        with pytest.raises(TaskError) as err:
+            await pool.run("nonsense", None)
+        return err.value
+
+    err = asyncio.run(go())
+    assert err.kind == "ValueError" and "bad input" in str(err)
+
+
+def test_beyond_the_pending_bound_work_is_refused_at_once(pool):
+    async def go():
+        slow = [asyncio.ensure_future(pool.run("sleep", 0.5, affinity=k)) for k in range(4)]
+        await asyncio.sleep(0.05)
+        t0 = time.monotonic()
+        with pytest.raises(Busy):
+            await pool.run("pid", None)
+        refused_in = time.monotonic() - t0
+        await asyncio.gather(*slow)
+        return refused_in
+
+    assert asyncio.run(go()) < 0.05
+
+
+SERVER = f"""
+import asyncio, sys
+from flashscope.app.compute.pool import WorkerPool
+p = WorkerPool(2, 0, 60, 4, module={FAKE!r})
+async def go():
+    pids = [await p.run("pid", None, affinity=k) for k in (0, 1)]
+    print(*pids, flush=True)
+    await asyncio.sleep(60)
+asyncio.run(go())
+"""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().split()[2] != "Z"
+
+
+def test_workers_die_with_a_killed_server():
+    proc = subprocess.Popen([sys.executable, "-c", SERVER], stdout=subprocess.PIPE, text=True)
+    pids = [int(x) for x in proc.stdout.readline().split()]
+    assert len(pids) == 2 and all(_alive(p) for p in pids)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and any(_alive(p) for p in pids):
+        time.sleep(0.1)
+    assert not any(_alive(p) for p in pids)
