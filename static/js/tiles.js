@@ -7,6 +7,8 @@ import { react } from "./plot.js";
 import { MeasuredRun } from "./live.js";
 import { drawStrip, sci, showRun, table } from "./measured.js";
 import { changed } from "./registry.js";
+import { StepPrompt, urlHasStep } from "./step_prompt.js";
+import { drawAccumulator, drawError, drawStats, drawTile } from "./tile_state.js";
 import {
   Figures, drawGrid, drawWrites, exactnessText, gridState, highlightLine, span, traceExports, traceSource,
 } from "./trace_view.js";
@@ -26,6 +28,8 @@ const $ = (id) => document.getElementById(id);
 const form = $("params");
 const figures = new Figures();
 const gpus = {}; // preset key → specs (GET /api/hardware)
+const prompt = new StepPrompt();
+let opening = !urlHasStep(); // a bare link opens where the server says the algorithm is at work
 
 function fillForm(params) {
   for (const f of ["algo", "n", "nk", "d", "bm", "bn", "dtype", "seed", "gpu", "source"]) {
@@ -70,13 +74,25 @@ const view = mountView({
     $("algo-title").textContent = meta.title;
     renderTotals(meta);
     askMeasured(meta);
-    return meta.n_events;
+    const step = opening ? meta.opening_step ?? 0 : Math.min(view.params.step, meta.n_events - 1);
+    opening = false;
+    const last = meta.n_events - 1;
+    const what = meta.grid.kv_blocks > 1
+      ? "a second key block meets the running max, so α rescales ℓ and Õ"
+      : "the softmax of the only key block";
+    const move = "Press → or Play to step on; Home goes back to the start.";
+    let text = `Step ${step} of ${last}. ${move}`;
+    if (step === 0) text = `Step 0 of ${last}: nothing computed yet. Press → or Play to start.`;
+    else if (step === meta.opening_step) text = `Step ${step} of ${last}: ${what}. ${move}`;
+    prompt.show(step, text);
+    return { total: meta.n_events, step };
   },
   exports: (meta, { query: p }) => traceExports(
     p,
     `trace-${p.algo}-n${p.n}${p.nk ? `-nk${p.nk}` : ""}-d${p.d}-${p.bm}x${p.bn}${p.causal ? "-causal" : ""}-${p.dtype}-seed${p.seed}`,
   ),
   draw: (k, ev) => {
+    prompt.seen(k);
     render(withMeasured(ev));
     renderMeasuredStep(k);
   },
@@ -257,32 +273,6 @@ function renderGrid(ev) {
   return state;
 }
 
-function renderStats(ev) {
-  const st = ev.state;
-  if (!st.rows || !st.m) return;
-  if (!figures.stale("ml", [st.rows, st.m, st.l])) return;
-  const rows = span(st.rows);
-  const fixed = (range) => (range ? { range, autorange: false } : { autorange: true });
-  // One marker per row helps on small blocks; beyond 16 rows they cost more than they show.
-  const mode = rows.length > 16 ? "lines" : "lines+markers";
-  const layout = {
-    height: 240,
-    legend: { orientation: "h", y: 1.12 },
-    xaxis: { title: { text: "query row" } },
-    yaxis: { title: { text: "m (running max)" }, ...fixed(figures.range("m", st.m)) },
-    yaxis2: { title: { text: "ℓ (running sum)" }, overlaying: "y", side: "right", ...fixed(figures.range("l", st.l, { zero: true })) },
-    margin: { r: 56 },
-  };
-  react(
-    "ml",
-    [
-      { x: rows, y: st.m, name: "m", mode, marker: { size: 4 }, line: { color: "#b45309" } },
-      { x: rows, y: st.l, name: "ℓ", yaxis: "y2", mode, marker: { size: 4 }, line: { color: "#1d4ed8" } },
-    ],
-    layout,
-  );
-}
-
 function renderOutput(ev) {
   const st = ev.state;
   if (!st.rows || !st.o_hat) return;
@@ -334,7 +324,10 @@ function render(ev) {
   const writes = state.writes.reduce((a, b) => a + b, 0);
   $("o-writes").textContent = `${formatCount(writes)} (${meta.grid.q_blocks} query blocks)`;
   renderOnchip(ev);
-  renderStats(ev);
+  drawTile($("tile"), ev, figures, { algo: meta.algo, measured: Boolean(ev.measured) });
+  drawStats($("ml"), ev, figures);
+  drawAccumulator($("acc"), ev, figures, meta.algo);
+  drawError($("err"), $("err-readout"), ev, meta.problem.dtype);
   renderOutput(ev);
 }
 

@@ -50,7 +50,7 @@ def test_a_lecturer_drives_and_attendees_follow_detach_and_catch_up(browser, liv
     attendee_ctx, attendee = open_tab(browser, live_server)
     tablet_ctx, tablet = open_tab(browser, live_server)
     try:
-        lecturer.goto(f"{live_server}/tiles?n=64&d=16&bm=16&bn=16&seed=5")
+        lecturer.goto(f"{live_server}/tiles?n=64&d=16&bm=16&bn=16&seed=5&step=0")
         at_step(lecturer, 0)
         lecturer.locator("#room-start").click()
         room_state(lecturer, "driving")
@@ -141,7 +141,7 @@ def test_a_lecturer_drives_and_attendees_follow_detach_and_catch_up(browser, liv
 
 
 def test_a_wrong_code_says_so_and_leaves_the_page_alone(page, live_server):
-    page.goto(f"{live_server}/tiles?n=32&d=8&bm=16&bn=16")
+    page.goto(f"{live_server}/tiles?n=32&d=8&bm=16&bn=16&step=0")
     at_step(page, 0)
     page.locator("#room-code-input").fill("ZZZZZZ")
     page.locator("#room-join button").click()

@@ -11,7 +11,7 @@ pytestmark = pytest.mark.browser
 
 
 def test_play_pause_and_exports(page, live_server):
-    page.goto(f"{live_server}/tiles?n=64&d=16&bm=32&bn=32&seed=1")
+    page.goto(f"{live_server}/tiles?n=64&d=16&bm=32&bn=32&seed=1&step=0")
     wait_step(page, 0)
     page.locator("#speed").select_option("30")
     page.keyboard.press("Space")
