@@ -5,6 +5,7 @@ import { formatBytes, formatCount } from "./format.js";
 import { MeasuredRun } from "./live.js";
 import { sci, showRun, table } from "./measured.js";
 import { react } from "./plot.js";
+import { StepPrompt, urlHasStep } from "./step_prompt.js";
 import {
   Figures, drawGrid, drawWrites, exactnessText, gridState, heatmap, highlightLine, span, traceExports, traceSource,
 } from "./trace_view.js";
@@ -33,6 +34,8 @@ const PHASE_TEXT = {
 const $ = (id) => document.getElementById(id);
 const form = $("params");
 const figures = new Figures();
+const prompt = new StepPrompt();
+let opening = !urlHasStep(); // a bare link opens on a step where the backward is at work
 
 function fillForm(params) {
   for (const f of ["n", "nk", "d", "bm", "bn", "dtype", "seed", "source"]) form.elements[f].value = params[f];
@@ -72,13 +75,22 @@ const view = mountView({
       `${formatCount(t.elements.hbm_total)} elements; dQ accumulator ${formatBytes(t.bytes.acc_read + t.bytes.acc_write)}`;
     $("exactness").textContent = exactnessText(meta.exactness);
     askMeasured(meta);
-    return meta.n_events;
+    const step = opening ? meta.opening_step ?? 0 : view.params.step;
+    opening = false;
+    const last = meta.n_events - 1;
+    prompt.show(step, step === meta.opening_step && step > 0
+      ? `Step ${step} of ${last}: P has been rebuilt from the saved LSE, dV and dP are in, and dS = P ∘ (dP − D) has just formed. Press → or Play to step on; Home goes back to the preprocess.`
+      : `Step ${step} of ${last}. Press → or Play to step on.`);
+    return { total: meta.n_events, step };
   },
   exports: (meta, { query: p }) => traceExports(
     p,
     `trace-fa2-bwd-n${p.n}${p.nk ? `-nk${p.nk}` : ""}-d${p.d}-${p.bm}x${p.bn}${p.causal ? "-causal" : ""}-${p.dtype}-seed${p.seed}`,
   ),
-  draw: (k, ev) => render(ev),
+  draw: (k, ev) => {
+    prompt.seen(k);
+    render(ev);
+  },
 });
 
 const EMPTY = { type: "heatmap", z: [[null]], showscale: false, hoverinfo: "skip" };

@@ -4,6 +4,7 @@
 import { showErrors } from "./errors.js";
 import { formatBytes, formatCount } from "./format.js";
 import { react } from "./plot.js";
+import { StepPrompt } from "./step_prompt.js";
 import { apiUrl } from "./url.js";
 import { mountScheduleMeasure } from "./schedule_live.js";
 import { jsonSource, mountView } from "./view.js";
@@ -13,7 +14,7 @@ const DEFAULTS = {
   gpu: "h100-sxm", algo: "fa2", batch: 2, heads: 16, kv_heads: "", seq: 4096, seq_k: "", head_dim: 128, causal: true,
   dtype: "fp16", block_m: 128, block_n: 64, stages: 2, warps: 8, splits: "",
   ...Object.fromEntries(SPECS.map((s) => [s, ""])),
-  step: 100,
+  step: -1, // −1: the first cursor position worth seeing (`openingStep`)
 };
 const FIELDS = Object.keys(DEFAULTS).filter((k) => k !== "step");
 const TEXT = new Set(["gpu", "algo", "dtype"]);
@@ -24,6 +25,7 @@ const LIMITER_COLORS = {
 const $ = (id) => document.getElementById(id);
 const form = $("params");
 const presets = {}; // preset key → specs (GET /api/hardware)
+const prompt = new StepPrompt();
 
 function dataParams(params) {
   const out = {};
@@ -65,14 +67,21 @@ const view = mountView({
   query: dataParams,
   fillForm,
   readForm,
-  firstStep: 100,
+  firstStep: -1,
   loaded(body) {
     view.params.gpu = body.gpu.replace(/\+custom$/, ""); // an alias ("H100") becomes the preset's key
     form.elements.gpu.value = view.params.gpu;
     renderSummary(body);
     renderFigures(body);
     renderOccupancy(body);
-    return body.cursor.times_us.length;
+    const c = body.cursor;
+    const last = c.times_us.length - 1;
+    const chosen = view.params.step < 0;
+    const step = chosen ? openingStep(c) : Math.min(view.params.step, last);
+    prompt.show(step, chosen
+      ? `The cursor opens at ${step} % of the run: ${formatCount(c.done[step])} CTAs have finished, ${formatCount(c.running[step])} run and ${formatCount(c.waiting[step])} wait for a free slot. Press → or Play to move it on; End shows the finish.`
+      : `Cursor at ${step} % of the run. Press → or Play to move it on.`);
+    return { total: c.times_us.length, step };
   },
   exports: (body, { url, query }) => ({
     name: `schedule-${body.algo}-${body.gpu}-b${body.problem.batch}-h${body.problem.heads}-n${body.problem.seq}-d${body.problem.head_dim}${body.problem.causal ? "-causal" : ""}`,
@@ -81,6 +90,15 @@ const view = mountView({
   }),
   draw: render,
 });
+
+/**
+ * The first cursor position worth seeing: the first at which some CTAs have finished while
+ * others still run or wait (the waves and the causal tail at work); else the middle of the run.
+ */
+function openingStep(c) {
+  const k = c.done.findIndex((done, i) => i > 0 && done > 0 && c.running[i] + c.waiting[i] > 0);
+  return k > 0 ? k : Math.floor((c.times_us.length - 1) / 2);
+}
 
 function us(x) {
   return x >= 1000 ? `${(x / 1000).toFixed(2)} ms` : `${x.toFixed(1)} µs`;
@@ -164,6 +182,7 @@ function renderOccupancy(d) {
 }
 
 function render(k) {
+  prompt.seen(k);
   const c = view.data.cursor;
   const t = c.times_us[k];
   Plotly.relayout("gantt", { shapes: [cursorShape(t)] });

@@ -33,9 +33,11 @@ def test_backward_steps_through_a_tile_and_exports(page, live_server):
         for k, ph in enumerate(ops["phase"])
         if ph == "recompute_p" and (ops["q_block"][k], ops["kv_block"][k]) == (2, 1)
     )
+    opening = _get(live_server, f"/api/trace?algo=fa2-bwd&{QUERY}")["meta"]["opening_step"]
     page.goto(f"{live_server}/backward?{QUERY}")
-    wait_step(page, 0)
-    assert "preprocess" in page.locator("#now").inner_text()
+    wait_step(page, opening)  # a bare link opens where dS has just formed, with a prompt
+    assert "dS = P ∘ (dP − D)" in page.locator("#now").inner_text()
+    assert "Press → or Play" in page.locator("#step-prompt").inner_text()
     page.locator("#step").fill(str(first))
     page.locator("#step").press("Enter")
     page.evaluate("() => document.activeElement.blur()")  # arrow keys step, not the caret

@@ -58,12 +58,14 @@ def test_schedule_cursor_specs_and_exports(page, live_server):
     page.locator("input[name=seq]").fill("1024")
     page.locator("#params button[type=submit]").click()
     page.locator("#time").filter(has_text="edited: sms").wait_for()
-    wait_step(page, 100)
+    page.locator("#step-prompt").filter(has_text="opens at").wait_for()
+    opened = int(page.evaluate("() => document.body.dataset.step"))
+    assert 0 < opened < 100  # a new run opens where CTAs are at work, not at its end
     assert page.locator("#errors").is_hidden()
     url = page.url
-    assert "sms=66" in url and "seq=1024" in url
+    assert "sms=66" in url and "seq=1024" in url and f"step={opened}" in url
     page.goto(url)
-    wait_step(page, 100)
+    wait_step(page, opened)
     assert "edited: sms" in page.locator("#time").inner_text()
     assert page.locator("input[name=sms]").input_value() == "66"
     # The one console error is Chromium's own note on the refused request (HTTP 422).
