@@ -75,6 +75,14 @@ VIEWS: tuple[View, ...] = (
         "configuration by configuration: where the model is right, where it is wrong, and why.",
         "/api/compare",
     ),
+    View(
+        "/learn",
+        "Course",
+        "An ordered path through the views, from the memory wall to the GPU schedule: each "
+        "lesson a short text beside its live figure, links that set the figure up, and a check "
+        "question.",
+        "/api/learn",
+    ),
 )
 
 

@@ -1,19 +1,21 @@
 """HTML pages. Each has a JSON twin under /api (listed by GET /api/views).
 
-The three trace steppers (/tiles, /backward, /decode) draw GET /api/trace and /ws/trace.
+The three trace steppers (/tiles, /backward, /decode) draw GET /api/trace and /ws/trace. The
+course (/learn, /learn/{id}) reads its lessons from app/lessons.py; GET /api/learn is its twin.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, HTTPException, Request
 from fastapi.responses import HTMLResponse
 from fastapi.templating import Jinja2Templates
 
+from flashscope.app import lessons
 from flashscope.app.config import Settings
 from flashscope.app.deps import SettingsDep, TemplatesDep
-from flashscope.app.views import VIEWS, view_at
+from flashscope.app.views import VIEWS, View, view_at
 from flashscope.simulator.core import hardware
 from flashscope.simulator.core.problem import DTYPE_BYTES
 
@@ -47,9 +49,77 @@ def _stepper(
     return templates.TemplateResponse(request, template, context)
 
 
+# The order of the navigation bar (templates/_partials/nav.html): the home page lists the views
+# in it, then the views the bar does not show.
+NAV_ORDER = (
+    "/tiles",
+    "/memory-wall",
+    "/online-softmax",
+    "/memory-scaling",
+    "/backward",
+    "/decode",
+    "/schedule",
+    "/compare",
+)
+
+
+def in_nav_order(views: tuple[View, ...]) -> list[View]:
+    """`views` in the navigation bar's order, the others after them in registry order."""
+    rank = {path: k for k, path in enumerate(NAV_ORDER)}
+    return sorted(views, key=lambda v: rank.get(v.path, len(rank)))
+
+
 @router.get("/", response_class=HTMLResponse, include_in_schema=False)
 async def home(request: Request, templates: TemplatesDep) -> HTMLResponse:
-    return templates.TemplateResponse(request, "index.html", {"views": VIEWS})
+    context = {
+        "views": in_nav_order(VIEWS),
+        "first_lesson": lessons.LESSONS[0],
+        "first_url": lessons.lesson_url(lessons.LESSONS[0]),
+        "n_lessons": len(lessons.LESSONS),
+    }
+    return templates.TemplateResponse(request, "index.html", context)
+
+
+@router.get("/learn", response_class=HTMLResponse, include_in_schema=False)
+async def learn(request: Request, templates: TemplatesDep) -> HTMLResponse:
+    course = [lessons.as_json(lesson, k) for k, lesson in enumerate(lessons.LESSONS)]
+    return templates.TemplateResponse(
+        request, "learn.html", {"view": view_at("/learn"), "course": course, "lesson": None}
+    )
+
+
+@router.get("/learn/{lesson_id}", response_class=HTMLResponse, include_in_schema=False)
+async def lesson_page(lesson_id: str, request: Request, templates: TemplatesDep) -> HTMLResponse:
+    found = lessons.lesson_at(lesson_id)
+    if found is None:
+        raise HTTPException(404, f"no lesson {lesson_id!r}: GET /api/learn lists them")
+    k, lesson = found
+    course = [lessons.as_json(x, i) for i, x in enumerate(lessons.LESSONS)]
+    context = {
+        "view": view_at("/learn"),
+        "course": course,
+        "lesson": course[k],
+        "figure": view_at(lesson.view) if lesson.view else None,
+    }
+    return templates.TemplateResponse(request, "learn.html", context)
+
+
+@router.get("/api/learn", tags=["pages"])
+async def learn_api() -> dict[str, Any]:
+    """The course: its lessons in order, each with its view, narrative, try-this links (URL
+    state of the view), check question and neighbours."""
+    return {
+        "lessons": [lessons.as_json(lesson, k) for k, lesson in enumerate(lessons.LESSONS)],
+    }
+
+
+@router.get("/api/learn/{lesson_id}", tags=["pages"])
+async def lesson_api(lesson_id: str) -> dict[str, Any]:
+    """One lesson of the course (404 for an unknown id)."""
+    found = lessons.lesson_at(lesson_id)
+    if found is None:
+        raise HTTPException(404, f"no lesson {lesson_id!r}: GET /api/learn lists them")
+    return lessons.as_json(found[1], found[0])
 
 
 @router.get("/tiles", response_class=HTMLResponse, include_in_schema=False)

@@ -69,7 +69,9 @@ export function drawTile(div, ev, figures, { algo = "fa2", measured = false } = 
     return;
   }
   const stride = st.tile_stride || 1;
-  const small = st.s.length <= CELL_TEXT_MAX && st.s[0].length <= CELL_TEXT_MAX;
+  // Numbers in the cells where each cell is wide enough to hold one (a panel is 40 % wide).
+  const cellPx = ((div.clientWidth || 800) * 0.4) / st.s[0].length;
+  const small = st.s.length <= CELL_TEXT_MAX && st.s[0].length <= CELL_TEXT_MAX && cellPx >= 30;
   const rowsLabel = (k) => st.rows[0] + k * stride;
   const colsLabel = (k) => st.cols[0] + k * stride;
   const y = st.s.map((_, k) => rowsLabel(k));
