@@ -232,7 +232,7 @@ export function drawAccumulator(div, ev, figures, algo = "fa2") {
  * How far the output so far is from exact attention: the block's largest |O_so_far − O_exact|
  * after each key block (log scale) against the dtype's floor u·max|O_exact|, and a sentence.
  */
-export function drawError(div, readout, ev, dtype) {
+export function drawError(div, readout, ev, dtype, { measured = false } = {}) {
   const st = ev.state;
   if (!st.err_history) {
     readout.textContent = "–";
@@ -280,6 +280,7 @@ export function drawError(div, readout, ev, dtype) {
       ? `: ${x}× the floor, as exact as ${dtype} allows.`
       : `: ${x}× the floor; the keys still to come bring it down.`;
   }
+  const whose = measured ? " (the simulator's run: the measured panel gives the kernel's own error)" : "";
   readout.textContent = `After ${seen}: max |O so far − exact| = ${short(now, 3)} over ${rows}; ` +
-    `the ${dtype} floor u·max|O| is ${short(floor, 3)}${verdict}`;
+    `the ${dtype} floor u·max|O| is ${short(floor, 3)}${verdict}${whose}`;
 }

@@ -327,7 +327,7 @@ function render(ev) {
   drawTile($("tile"), ev, figures, { algo: meta.algo, measured: Boolean(ev.measured) });
   drawStats($("ml"), ev, figures);
   drawAccumulator($("acc"), ev, figures, meta.algo);
-  drawError($("err"), $("err-readout"), ev, meta.problem.dtype);
+  drawError($("err"), $("err-readout"), ev, meta.problem.dtype, { measured: Boolean(ev.measured) });
   renderOutput(ev);
 }
 
