@@ -77,7 +77,8 @@ def test_step_zero_says_what_is_about_to_happen_and_the_last_step_is_exact(page,
     note = _fig(page, "tile", "layout.annotations[0].text")
     assert "no key seen yet" in note and "K₀" in note
     assert _fig(page, "ml", "layout.yaxis3.range") == [0, 1]  # ℓ = 0: an axis from 0 to 1
-    assert "m = −∞ for every row" in json.dumps(_fig(page, "ml", "layout.annotations"), ensure_ascii=False)
+    notes = json.dumps(_fig(page, "ml", "layout.annotations"), ensure_ascii=False)
+    assert "m = −∞ for every row" in notes
     assert "Press → or Play" in page.locator("#step-prompt").inner_text()
 
     served = _get(live_server, f"/api/trace?{query}&start=0&count=1")
@@ -87,5 +88,6 @@ def test_step_zero_says_what_is_about_to_happen_and_the_last_step_is_exact(page,
     state = _get(live_server, f"/api/trace?{query}&start={last}&count=1")["events"][0]["state"]
     assert state["final"]
     readout = page.locator("#err-readout").inner_text()
-    assert readout.startswith("After the output as written") and "as exact as bf16 allows" in readout
+    assert readout.startswith("After the output as written")
+    assert "as exact as bf16 allows" in readout
     assert page.log.console_errors == [] and page.log.page_errors == []
