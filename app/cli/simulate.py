@@ -144,6 +144,7 @@ def _flag_for(message: str, default: str) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    from flashscope.app.config import Settings
     from flashscope.app.figures.report import summary
     from flashscope.simulator.core import hardware
     from flashscope.simulator.core.problem import AttentionProblem, TileConfig
@@ -167,8 +168,13 @@ def run(args: argparse.Namespace) -> int:
         return _fail(_flag_for(str(exc), "--seq"), str(exc))
     try:
         gpu = hardware.from_name(args.gpu)
-        if args.set:
-            gpu = hardware.custom(gpu, **dict(args.set))
+        changes = dict(args.set)
+        factor = Settings().simulate_max_hardware_factor
+        for name, value in changes.items():  # the ranges POST /api/simulate holds them to
+            if (refused := hardware.check_change(gpu, name, value, factor)) is not None:
+                raise ValueError(refused)
+        if changes:
+            gpu = hardware.custom(gpu, **changes)
     except ValueError as exc:
         return _fail("--set", str(exc))
     dq_fields = (args.dq_block_m, args.dq_block_n, args.dq_stages, args.dq_warps)

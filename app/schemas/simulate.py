@@ -163,29 +163,15 @@ def _warps_errors(field: str, value: int, where: str) -> list[dict[str, Any]]:
 
 
 def _check_hardware_changes(r: SimulateRequest, s: Settings, where: str) -> list[dict[str, Any]]:
-    """Unknown fields are refused; a GPU figure may move at most a factor from its preset's."""
+    """Unknown fields are refused; every field stays in its range around the preset's
+    (`hardware.change_bounds`: within a factor for figures, fixed bounds for fractions)."""
     errs: list[dict[str, Any]] = []
     try:
         base = hardware.from_name(r.gpu)
     except ValueError:
-        base = None
+        return errs  # the unknown gpu has its own error
     factor = s.simulate_max_hardware_factor
     for name, value in (r.hardware or {}).items():
-        if name in hardware.GPU_FIELDS and base is not None:
-            preset = getattr(base, name)
-            if isinstance(preset, int | float) and preset > 0:
-                lo, hi = preset / factor, preset * factor
-                if not lo <= value <= hi:
-                    errs.append(
-                        limit_error(
-                            name,
-                            f"{name} must stay within {factor:g}× of the preset's {preset:g} "
-                            f"(from {lo:g} to {hi:g}), got {value:g}",
-                            value,
-                            [lo, hi],
-                            where,
-                        )
-                    )
         if name not in hardware.GPU_FIELDS + hardware.EFFICIENCY_FIELDS:
             errs.append(
                 limit_error(
@@ -196,4 +182,9 @@ def _check_hardware_changes(r: SimulateRequest, s: Settings, where: str) -> list
                     where,
                 )
             )
+            continue
+        problem = hardware.check_change(base, name, value, factor)
+        if problem is not None:
+            bounds = list(hardware.change_bounds(base, name, factor))
+            errs.append(limit_error(name, problem, value, bounds, where))
     return errs

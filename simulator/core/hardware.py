@@ -36,6 +36,8 @@ __all__ = [
     "PRESETS",
     "SFU_PER_CLK",
     "Efficiency",
+    "change_bounds",
+    "check_change",
     "custom",
     "from_name",
     "names",
@@ -209,6 +211,72 @@ def from_name(name: str, calibrated: bool = True) -> GPU:
     if calibrated:
         gpu = apply_calibration(gpu)
     return gpu
+
+
+# How far a what-if GPU may move from its preset, at the boundaries that take changes from people
+# (POST /api/simulate, `flashscope simulate --set`): within the range the engine's model is meant
+# for, so that no change makes it divide by zero or overflow. Datasheet figures and the positive
+# scales among the efficiencies (times and power budgets) stay within `factor`× of the preset's;
+# the other efficiencies have fixed bounds: fractions of a peak, shares, exponents, counts, and
+# effects whose natural value is 0. `custom` itself takes any valid GPU (tests and fits need
+# more room).
+SCALED_EFFICIENCIES = (
+    "launch_us",
+    "cta_setup_ns",
+    "cta_dispatch_ns",
+    "cold_start_ns",
+    "l2_latency_ns",
+    "dram_latency_ns",
+    "bulk_read_ns",
+    "power_tflops",
+    "power_l2_tbs",
+)
+_FRACTION, _SHARE = (0.01, 1.0), (0.0, 1.0)
+EFFICIENCY_BOUNDS: dict[str, tuple[float, float]] = {
+    **dict.fromkeys(("tensor", "hbm", "l2", "sfu", "fp32", "l2_reuse_fraction"), _FRACTION),
+    "l2_reduce": _FRACTION,
+    **dict.fromkeys(("overlap", "cta_overlap", "lockstep", "two_stage", "spill_l1_miss"), _SHARE),
+    "warps_to_saturate": (1, 64),
+    "reg_overhead": (0, 255),
+    "l2_reuse_exponent": (0.1, 10.0),
+    "l2_shared_copies": (1.0, MAX_SHARED_COPIES),
+    "smem_feed": (0.0, 8.0),
+    "spill_penalty": (0.0, 16.0),
+    "wg_split": (0.0, 4.0),
+    "lockstep_fill": (0.0, 8.0),
+    "reduce_op_ns": (0.0, 1e5),
+    "mma_chain_ns": (0.0, 1e5),
+    "power_exp": (0.0, 0.9),
+}
+
+
+def change_bounds(gpu: GPU, name: str, factor: float) -> tuple[float, float]:
+    """[low, high] a changed value of field `name` must lie in, for a GPU like `gpu`."""
+    if name in EFFICIENCY_BOUNDS:
+        return EFFICIENCY_BOUNDS[name]
+    if name in GPU_FIELDS:
+        preset = float(getattr(gpu, name))
+    elif name in SCALED_EFFICIENCIES:
+        preset = float(getattr(gpu.efficiency, name))
+    else:
+        fields = ", ".join(GPU_FIELDS + EFFICIENCY_FIELDS)
+        raise ValueError(f"unknown hardware field {name!r}; fields: {fields}")
+    return preset / factor, preset * factor
+
+
+def check_change(gpu: GPU, name: str, value: object, factor: float) -> str | None:
+    """Why `value` is refused for field `name` of a GPU like `gpu`, or None when it is in range."""
+    lo, hi = change_bounds(gpu, name, factor)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return f"{name} must be a number, got {value!r}"
+    if not lo <= value <= hi:  # NaN fails too
+        if name in EFFICIENCY_BOUNDS:
+            return f"{name} must be from {lo:g} to {hi:g}, got {value!r}"
+        return (
+            f"{name} must stay within {factor:g}× of the preset's {lo * factor:g} "
+            f"(from {lo:g} to {hi:g}), got {value!r}"
+        )
+    return None
 
 
 # Whole-GPU rates that grow with the SM count and the clock when `custom` changes them.

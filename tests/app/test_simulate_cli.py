@@ -110,6 +110,8 @@ def test_table_without_json(capsys):
         (["--algo", "decode", "--causal"], "argument --causal: causal must be false for decode"),
         (["--set", "sram=2"], "argument --set: unknown hardware field 'sram'"),
         (["--set", "sms"], "argument --set: expected NAME=VALUE"),
+        (["--set", "power_tflops=1e-308"], "argument --set: power_tflops must stay within 64×"),
+        (["--set", "power_exp=0.9999999"], "argument --set: power_exp must be from 0 to 0.9"),
         (["--seq", "1048576", "--heads", "128", "--batch", "64"], "argument --seq:"),
     ],
 )
