@@ -188,6 +188,24 @@ def test_every_response_carries_a_strict_csp_and_no_cors(client):
         assert "frame-ancestors" in directives
 
 
+def test_a_server_error_carries_the_security_headers_too():
+    """Starlette answers an unhandled exception outside every middleware a FastAPI app adds."""
+    app = create_app(Settings())
+
+    @app.get("/api/_fail")
+    async def fail() -> None:
+        raise RuntimeError("a bug, not bad input")
+
+    with TestClient(app, raise_server_exceptions=False) as client:
+        r = client.get("/api/_fail")
+        too_big = client.post("/api/simulate", content=b"x" * (Settings().max_body_bytes + 1))
+    assert r.status_code == 500 and too_big.status_code == 413
+    for response in (r, too_big):
+        assert "default-src 'self'" in response.headers["content-security-policy"]
+        assert response.headers["x-content-type-options"] == "nosniff"
+        assert response.headers["referrer-policy"] == "no-referrer"
+
+
 def test_no_request_names_code_to_run(client):
     """Nothing a client sends picks a module, a function or a program: the server decides."""
     schema = client.get("/openapi.json").json()
