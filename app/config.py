@@ -5,7 +5,7 @@ from __future__ import annotations
 from functools import lru_cache
 from pathlib import Path
 
-from pydantic import Field
+from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -228,6 +228,59 @@ class Settings(BaseSettings):
     room_idle_ttl_s: float = Field(
         4 * 3600.0, gt=0, description="A room with no client and no state for this long closes."
     )
+    room_unjoined_ttl_s: float = Field(
+        600.0,
+        gt=0,
+        description="A room no attendee has joined closes after this long without a client.",
+    )
+    rooms_max_per_client: int = Field(
+        2, ge=1, description="Most open rooms one client (browser identity) may have created."
+    )
+    rooms_max_per_address: int = Field(
+        4, ge=1, description="Most open rooms the clients of one address may have created."
+    )
+    room_max_clients_per_address: int | None = Field(
+        None,
+        ge=1,
+        description="Most attendee connections from one address in one room "
+        "(unset: max(20, room_max_clients // 4)); the lecturer's connections are not counted.",
+    )
+    room_driver_seats: int = Field(
+        4,
+        ge=0,
+        description="Connections a full room still admits for holders of its drive token.",
+    )
+    room_send_timeout_s: float = Field(
+        10.0,
+        gt=0,
+        description="A room client that takes longer than this to take one message is dropped.",
+    )
+    rate_lookup_per_s: float = Field(
+        1.0,
+        gt=0,
+        description="Sustained room look-ups (GET /api/rooms/{code}, joins) per second per client.",
+    )
+    rate_lookup_burst: int = Field(20, ge=1, description="Room look-ups a client may make at once.")
+    allowed_origins: list[str] = Field(
+        default_factory=list,
+        description="Origins (scheme://host[:port]) besides the server's own whose pages may "
+        "open rooms and their WebSockets.",
+    )
+
+    @field_validator("allowed_origins")
+    @classmethod
+    def _origins(cls, value: list[str]) -> list[str]:
+        from flashscope.app.middleware.origin import parse_origin
+
+        for entry in value:
+            parse_origin(entry)  # ValueError names the entry
+        return value
+
+    def seats_per_address(self) -> int:
+        """Most attendee connections one address may hold in one room."""
+        if self.room_max_clients_per_address is not None:
+            return self.room_max_clients_per_address
+        return max(20, self.room_max_clients // 4)
 
     templates_dir: Path = Field(ROOT / "templates", description="Jinja2 templates of the pages.")
     static_dir: Path = Field(ROOT / "static", description="CSS, ES modules, vendored Plotly.")

@@ -1,4 +1,9 @@
-"""GET /api/health: liveness, version and which backend the kernels would use."""
+"""GET /api/health: liveness, version, which backend the kernels would use, and what is degraded.
+
+The answer is HTTP 200 whenever the process serves: a room store (Redis) that does not answer
+makes it `degraded`, with the reason, since every page and computation still works and a
+restarted container would not bring Redis back.
+"""
 
 from __future__ import annotations
 
@@ -37,8 +42,10 @@ async def backend_of(state: Any) -> tuple[str, str | None]:
 @router.get("/api/health", response_model=Health)
 async def health(request: Request) -> Health:
     backend, gpu = await backend_of(request.app.state)
+    reasons = await request.app.state.rooms.problems()
     return Health(
-        status="ok",
+        status="degraded" if reasons else "ok",
+        reasons=reasons,
         version=__version__,
         backend=backend,  # type: ignore[arg-type]
         gpu=gpu,

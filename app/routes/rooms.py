@@ -1,5 +1,5 @@
-"""Rooms: POST /api/rooms makes one, GET /api/rooms/{code} describes it, WS /ws/rooms/{code}
-follows (or, with the drive token, drives) it.
+"""Rooms: POST /api/rooms makes one, GET /api/rooms/{code} describes it, DELETE ends it,
+WS /ws/rooms/{code} follows (or, with the drive token, drives) it.
 
 WebSocket protocol (JSON text messages, each at most `room_max_message_bytes`):
     client → {"type": "join", "token": "<drive token>"}   first, within 10 s; token only to drive
@@ -7,6 +7,10 @@ WebSocket protocol (JSON text messages, each at most `room_max_message_bytes`):
     driver → {"type": "state", "state": {"path", "params", "step"}, "base": <seq>}
              →  {"type": "ack", "seq"}, or {"type": "stale", "seq"} when refused as stale
     server → {"type": "state", "seq", "state"}   to everyone else in the room, in seq order
+    server → {"type": "room-gone", "final": false, "reason"}  the room store lost the room
+             (Redis restarted or does not answer); the connection stays
+    server → {"type": "room-back", "seq", "clients", "state"?}  it is back; `state` when newer
+    server → {"type": "room-gone", "final": true, "reason"}, then close 4410: it has closed
     client → {"type": "detach"} stops the states; {"type": "attach"} sends the latest and resumes
     client → {"type": "ping"}  →  {"type": "pong"}
 `base` (optional) is the newest seq the driver had seen when its page produced the state. With
@@ -14,11 +18,17 @@ several drivers (the lecturer's laptop and tablet), a state built on an older ro
 another driver's newest one is refused as stale: it is an echo of something the room has left
 behind, and the newer state is already on its way to the sender. The first of two drivers acting
 at once wins; a driver's own quick succession of states never counts against it.
-A recoverable mistake (an attendee trying to drive, a bad state, a bad message) gets
-{"type": "error", "errors": [...]} with `field` and `limit`, and changes nothing. Otherwise the
-server closes with a reason: 4400 bad code or first message, 4403 drive token does not match,
-4404 no such room, 4408 no join message, 4409 room full, 4410 room closed, 1009 message too
-large, 1013 client too slow to keep up.
+A recoverable mistake (an attendee trying to drive, a bad state, a bad message, a state sent
+while the store does not answer) gets {"type": "error", "errors": [...]} with `field` and
+`limit`, and changes nothing. Otherwise the server closes with a reason: 4400 bad code or first
+message, 4403 drive token does not match or the page's Origin is not allowed, 4404 no such
+room, 4408 no join message, 4409 room full (or full for the client's address), 4410 room
+closed, 4429 too many look-ups, 1009 message too large, 1011 room store unavailable, 1013 too
+slow to keep up.
+
+Limits on who may do what: creating rooms needs a JSON request from this server's own pages (or
+an allowed origin) and is capped per client and per address; every look-up of a code (GET, a
+join, a DELETE) without the room's drive token draws on the client's look-up budget.
 """
 
 from __future__ import annotations
@@ -28,34 +38,53 @@ import contextlib
 import json
 import math
 import re
-import secrets
 from typing import Annotated, Any
 
-from fastapi import APIRouter, HTTPException, Path, Request, WebSocket, WebSocketDisconnect
+from fastapi import APIRouter, Header, Path, Request, Response, WebSocket, WebSocketDisconnect
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
+from starlette.types import Scope
 
 from flashscope.app.config import Settings
 from flashscope.app.deps import SettingsDep
-from flashscope.app.middleware.errors import describe, limit_error, value_error
-from flashscope.app.middleware.ratelimit import Bucket, Rate
+from flashscope.app.middleware.errors import limit_error
+from flashscope.app.middleware.identity import address_key, client_key
+from flashscope.app.middleware.origin import refusal, same_origin
+from flashscope.app.rooms.connection import close_reason, receive, serve
+from flashscope.app.rooms.follower import Follower
 from flashscope.app.rooms.service import (
     CODE_PATTERN,
-    SAFE_INT,
-    Follower,
+    OwnerFull,
     Rooms,
     RoomsFull,
-    RoomState,
-    check_room_state,
-    state_message,
     token_matches,
 )
-from flashscope.app.rooms.store import RoomFull, RoomGone, RoomRecord, RoomsUnavailable, StaleState
+from flashscope.app.rooms.state import RoomState
+from flashscope.app.rooms.store import RoomFull, RoomGone, RoomRecord, RoomsUnavailable, member_id
 
 router = APIRouter(tags=["rooms"])
 
 JOIN_TIMEOUT_S = 10.0
 Code = Annotated[str, Path(pattern=CODE_PATTERN, description="The room's join code.")]
+DriveToken = Annotated[
+    str | None,
+    Header(
+        max_length=128,
+        description="The room's drive token: spares the look-up budget; needed to end a room.",
+    ),
+]
+NO_OPTIONS = {
+    "required": False,
+    "content": {
+        "application/json": {
+            "schema": {
+                "type": "object",
+                "maxProperties": 0,
+                "description": "Rooms take no options.",
+            }
+        }
+    },
+}
 
 
 class RoomCreated(BaseModel):
@@ -81,39 +110,136 @@ def _rooms(conn: Request | WebSocket) -> Rooms:
     return rooms
 
 
+def _refused(status: int, entry: dict[str, Any], retry: int | None = None) -> JSONResponse:
+    entry = {"loc": ["request"], "field": None, "limit": None, **entry}
+    headers = {"Retry-After": str(retry)} if retry is not None else None
+    return JSONResponse(status_code=status, headers=headers, content={"detail": [entry]})
+
+
+def _foreign(scope: Scope) -> JSONResponse:
+    return _refused(
+        403,
+        {"type": "origin", "loc": ["header", "Origin"], "field": "Origin", "msg": refusal(scope)},
+    )
+
+
+def _unavailable(exc: RoomsUnavailable) -> JSONResponse:
+    return _refused(
+        503, {"type": "unavailable", "loc": ["server"], "msg": f"rooms are unavailable: {exc}"}
+    )
+
+
+def _lookup_wait(rooms: Rooms, scope: Scope) -> float:
+    return rooms.lookups.take_for(scope, "lookup")
+
+
+def _too_many_lookups(wait: float, settings: Settings) -> JSONResponse:
+    retry = max(1, math.ceil(wait))
+    burst, per_s = settings.rate_lookup_burst, settings.rate_lookup_per_s
+    return _refused(
+        429,
+        {
+            "type": "rate_limit",
+            "field": "lookup",
+            "limit": {"per_s": per_s, "burst": burst},
+            "msg": f"too many room look-ups from this client: at most {burst} at once and "
+            f"{per_s:g} per second; retry after {retry} s",
+        },
+        retry,
+    )
+
+
+async def _no_options(request: Request) -> JSONResponse | None:
+    """Refuse a body that is not JSON (415: a cross-site form or text/plain) or not `{}` (422)."""
+    media = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if media != "application/json":
+        return _refused(
+            415,
+            {
+                "type": "content_type",
+                "loc": ["header", "Content-Type"],
+                "field": "Content-Type",
+                "limit": "application/json",
+                "msg": f"send Content-Type: application/json (got {media or 'none'})",
+            },
+        )
+    body = await request.body()
+    try:
+        value = json.loads(body) if body.strip() else {}
+    except ValueError:
+        value = None
+    if value != {}:
+        return _refused(
+            422,
+            {
+                "type": "value_error",
+                "loc": ["body"],
+                "field": "body",
+                "msg": "rooms take no options: send {} or nothing",
+            },
+        )
+    return None
+
+
+def _owner_full(exc: OwnerFull, settings: Settings) -> JSONResponse:
+    who = "this browser" if exc.per == "client" else "your address"
+    name = "rooms_per_client" if exc.per == "client" else "rooms_per_address"
+    unjoined = round(settings.room_unjoined_ttl_s / 60)
+    return _refused(
+        429,
+        {
+            "type": "limit",
+            "loc": ["server"],
+            "field": name,
+            "limit": exc.limit,
+            "msg": f"{who} already has {exc.limit} rooms open (the limit): end one with its "
+            f"drive link, or wait until it closes ({unjoined} min after its last client leaves "
+            "when no attendee ever joined it)",
+        },
+        60,
+    )
+
+
 @router.post(
     "/api/rooms",
     status_code=201,
     response_model=RoomCreated,
+    openapi_extra={"requestBody": NO_OPTIONS},
     responses={
+        403: {"model": Problem, "description": "The page's Origin is not this server's."},
+        415: {"model": Problem, "description": "The request is not JSON."},
+        422: {"model": Problem, "description": "The body is not {}."},
         429: {"model": Problem, "description": "Too many rooms, or too many requests."},
         503: {"model": Problem, "description": "The shared room store does not answer."},
     },
 )
 async def create_room(request: Request, settings: SettingsDep) -> Any:
     """Make a room: a join code for attendees and a drive token for the lecturer (secret)."""
+    if not same_origin(request.scope, settings):
+        return _foreign(request.scope)
+    if refused := await _no_options(request):
+        return refused
     try:
-        code, token = await _rooms(request).create()
+        code, token = await _rooms(request).create(
+            client_key(request.scope), address_key(request.scope)
+        )
     except RoomsUnavailable as exc:
         return _unavailable(exc)
+    except OwnerFull as exc:
+        return _owner_full(exc, settings)
     except RoomsFull:
-        retry = 60
-        return JSONResponse(
-            status_code=429,
-            headers={"Retry-After": str(retry)},
-            content={
-                "detail": [
-                    limit_error(
-                        "rooms",
-                        f"this server already has {settings.rooms_max} rooms open (the limit); "
-                        "idle rooms close on their own",
-                        None,
-                        settings.rooms_max,
-                        "server",
-                    )
-                    | {"field": "rooms", "limit": settings.rooms_max}
-                ]
-            },
+        return _refused(
+            429,
+            limit_error(
+                "rooms",
+                f"this server already has {settings.rooms_max} rooms open (the limit); "
+                "idle rooms close on their own",
+                None,
+                settings.rooms_max,
+                "server",
+            )
+            | {"field": "rooms", "limit": settings.rooms_max},
+            60,
         )
     return RoomCreated(
         code=code,
@@ -123,66 +249,116 @@ async def create_room(request: Request, settings: SettingsDep) -> Any:
     )
 
 
+async def _look_up(
+    request: Request, settings: Settings, code: str, token: str | None
+) -> RoomRecord | JSONResponse | None:
+    """The room, None, or the refusal: a look-up without the room's token costs one from the
+    client's look-up budget, taken before anything about the code is told."""
+    rooms = _rooms(request)
+    if token is None and (wait := _lookup_wait(rooms, request.scope)) > 0:
+        return _too_many_lookups(wait, settings)
+    try:
+        record = await rooms.get(code)
+    except RoomsUnavailable as exc:
+        return _unavailable(exc)
+    paid = token is None or (record is not None and token_matches(token, record))
+    if not paid and (wait := _lookup_wait(rooms, request.scope)) > 0:
+        return _too_many_lookups(wait, settings)
+    return record
+
+
+def _no_room(code: str) -> JSONResponse:
+    return _refused(
+        404,
+        {"type": "not_found", "loc": ["path", "code"], "field": "code", "msg": f"no room {code!r}"},
+    )
+
+
 @router.get(
     "/api/rooms/{code}",
     response_model=RoomInfo,
     responses={
         404: {"model": Problem, "description": "No room has this code."},
+        429: {"model": Problem, "description": "Too many look-ups from this client."},
         503: {"model": Problem, "description": "The shared room store does not answer."},
     },
 )
-async def room_info(code: Code, request: Request) -> Any:
+async def room_info(
+    code: Code, request: Request, settings: SettingsDep, x_drive_token: DriveToken = None
+) -> Any:
     """Who is in a room and what it shows now (the drive token is never returned)."""
-    try:
-        record = await _rooms(request).get(code)
-    except RoomsUnavailable as exc:
-        return _unavailable(exc)
+    code = code.upper()
+    record = await _look_up(request, settings, code, x_drive_token)
+    if isinstance(record, JSONResponse):
+        return record
     if record is None:
-        raise HTTPException(status_code=404, detail=f"no room {code.upper()!r}")
+        return _no_room(code)
     state = json.loads(record.state) if record.state else None
     return {"code": record.code, "clients": record.clients, "seq": record.seq, "state": state}
 
 
-def _no_nan(token: str) -> float:
-    raise ValueError(f"{token} is not a JSON number")
-
-
-def _finite(text: str) -> float:
-    value = float(text)
-    if not math.isfinite(value):
-        raise ValueError(f"{text} is too large for a number")
-    return value
-
-
-async def _receive(ws: WebSocket, limit: int) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
-    """The next message as a dict, or errors to send back. Closes (and raises) when too large."""
-    message = await ws.receive()
-    if message["type"] == "websocket.disconnect":
-        raise WebSocketDisconnect(message.get("code", 1000))
-    raw = message.get("text")
-    size = len(message.get("bytes") or b"") if raw is None else len(raw.encode())
-    if size > limit:
-        await ws.close(code=1009, reason=f"message over the limit of {limit} bytes")
-        raise WebSocketDisconnect(1009)
-    if raw is None:
-        return None, [value_error("type", "send JSON text messages", None, "message")]
+@router.delete(
+    "/api/rooms/{code}",
+    status_code=204,
+    response_class=Response,
+    response_model=None,
+    responses={
+        403: {"model": Problem, "description": "Wrong drive token, or a foreign Origin."},
+        404: {"model": Problem, "description": "No room has this code."},
+        422: {"model": Problem, "description": "No drive token."},
+        429: {"model": Problem, "description": "Too many look-ups from this client."},
+        503: {"model": Problem, "description": "The shared room store does not answer."},
+    },
+)
+async def end_room(
+    code: Code, request: Request, settings: SettingsDep, x_drive_token: DriveToken = None
+) -> Response:
+    """End a room for everyone in it (its drive token's holder only)."""
+    code = code.upper()
+    if not same_origin(request.scope, settings):
+        return _foreign(request.scope)
+    if x_drive_token is None:
+        return _refused(
+            422,
+            {
+                "type": "missing",
+                "loc": ["header", "X-Drive-Token"],
+                "field": "X-Drive-Token",
+                "msg": "send the room's drive token in the X-Drive-Token header",
+            },
+        )
+    record = await _look_up(request, settings, code, x_drive_token)
+    if isinstance(record, JSONResponse):
+        return record
+    if record is None:
+        return _no_room(code)
+    if not token_matches(x_drive_token, record):
+        return _refused(
+            403,
+            {
+                "type": "token",
+                "loc": ["header", "X-Drive-Token"],
+                "field": "X-Drive-Token",
+                "msg": "the drive token does not match this room",
+            },
+        )
     try:
-        msg = json.loads(raw, parse_constant=_no_nan, parse_float=_finite)
-    except ValueError as exc:
-        return None, [value_error("message", f"not JSON: {exc}", raw[:80], "message")]
-    if not isinstance(msg, dict) or not isinstance(msg.get("type"), str):
-        return None, [value_error("type", 'a message is an object with a "type"', None, "message")]
-    return msg, []
+        await _rooms(request).delete(code, x_drive_token)
+    except RoomsUnavailable as exc:
+        return _unavailable(exc)
+    return Response(status_code=204)
 
 
-def _errors(errors: list[dict[str, Any]]) -> str:
-    return json.dumps({"type": "error", "errors": describe(errors)}, default=str)
+# --- the WebSocket ---------------------------------------------------------------------------
 
 
 @router.websocket("/ws/rooms/{code}")
 async def room_stream(ws: WebSocket, code: str, settings: SettingsDep) -> None:
     rooms = _rooms(ws)
     await ws.accept()
+    if not same_origin(ws.scope, settings):
+        await ws.close(code=4403, reason=close_reason(refusal(ws.scope)))
+        return
     if not re.fullmatch(CODE_PATTERN, code):
         await ws.close(code=4400, reason="a room code is 4 to 12 letters or digits")
         return
@@ -207,14 +383,14 @@ async def room_stream(ws: WebSocket, code: str, settings: SettingsDep) -> None:
             }
             follower.send(json.dumps(welcome))
             follower.ready(record.seq)
-            await _serve(ws, rooms, settings, code, role, follower)
+            await serve(ws, rooms, settings, code, role, follower)
         finally:
             await rooms.leave(code, follower.member)
     except WebSocketDisconnect:
         return
     except RoomsUnavailable as exc:
         with contextlib.suppress(RuntimeError):
-            await ws.close(code=1011, reason=f"rooms are unavailable: {exc}"[:120])
+            await ws.close(code=1011, reason=close_reason(f"rooms are unavailable: {exc}"))
 
 
 async def _join(
@@ -223,7 +399,7 @@ async def _join(
     """Read the join message and admit the client, or close with the reason and return None."""
     try:
         msg, errs = await asyncio.wait_for(
-            _receive(ws, settings.room_max_message_bytes), JOIN_TIMEOUT_S
+            receive(ws, settings.room_max_message_bytes), JOIN_TIMEOUT_S
         )
     except TimeoutError:
         await ws.close(code=4408, reason="send a join message first")
@@ -233,170 +409,36 @@ async def _join(
         return None
     token = msg.get("token")
     if token is not None and (not isinstance(token, str) or len(token) > 128):
-        await ws.close(code=4403, reason="drive token does not match this room")
-        return None
-    record = await rooms.get(code)
+        token = ""  # matches no room: refused below, after the look-up is paid for
+    record = None if token is None else await rooms.get(code)
+    driver = token is not None and record is not None and token_matches(token, record)
+    if not driver:
+        # Without the room's drive token a join is a look-up of its code: paid for before the
+        # client learns whether the code exists.
+        wait = rooms.lookups.take_for(ws.scope, "lookup")
+        if wait > 0:
+            reason = f"too many room look-ups from this client; retry after {math.ceil(wait)} s"
+            await ws.close(code=4429, reason=reason)
+            return None
+        if token is None:
+            record = await rooms.get(code)
     if record is None:
         await ws.close(code=4404, reason=f"no room {code}")
         return None
-    if token is not None and not token_matches(token, record):
+    if token is not None and not driver:
         await ws.close(code=4403, reason="drive token does not match this room")
         return None
     try:
-        follower, record = await rooms.admit(code, secrets.token_hex(8))
-    except RoomFull:
-        reason = f"room {code} is full ({settings.room_max_clients} clients)"
+        follower, record = await rooms.admit(code, member_id(driver, address_key(ws.scope)))
+    except RoomFull as full:
+        if full.per == "address":
+            n = rooms.seats.per_address
+            reason = f"room {code} is full for your network ({n} attendees from one address)"
+        else:
+            reason = f"room {code} is full ({settings.room_max_clients} clients)"
         await ws.close(code=4409, reason=reason)
         return None
     except RoomGone:
         await ws.close(code=4404, reason=f"no room {code}")
         return None
-    return ("driver" if token is not None else "attendee"), follower, record
-
-
-def _unavailable(exc: RoomsUnavailable) -> JSONResponse:
-    return JSONResponse(
-        status_code=503,
-        content={
-            "detail": [
-                {
-                    "type": "unavailable",
-                    "loc": ["server"],
-                    "field": None,
-                    "limit": None,
-                    "msg": f"rooms are unavailable: {exc}",
-                }
-            ]
-        },
-    )
-
-
-async def _serve(
-    ws: WebSocket, rooms: Rooms, settings: Settings, code: str, role: str, follower: Follower
-) -> None:
-    """Run the reader and the writer of one connection until either ends."""
-    reader = asyncio.create_task(_read(ws, rooms, settings, code, role, follower))
-    writer = asyncio.create_task(_write(ws, follower))
-    done, pending = await asyncio.wait({reader, writer}, return_when=asyncio.FIRST_COMPLETED)
-    for task in pending:
-        task.cancel()
-    for task in (*done, *pending):
-        with contextlib.suppress(asyncio.CancelledError, WebSocketDisconnect, RuntimeError):
-            await task
-
-
-async def _write(ws: WebSocket, follower: Follower) -> None:
-    while True:
-        text = await follower.queue.get()
-        await ws.send_text(text)
-        if follower.too_slow:
-            await ws.close(code=1013, reason="too slow to keep up with the room; join again")
-            return
-
-
-async def _read(
-    ws: WebSocket, rooms: Rooms, settings: Settings, code: str, role: str, follower: Follower
-) -> None:
-    bucket = Bucket(Rate(settings.room_states_per_s, settings.room_states_burst))
-    while True:
-        msg, errs = await _receive(ws, settings.room_max_message_bytes)
-        kind = msg.get("type") if msg else None
-        if errs:
-            follower.send(_errors(errs))
-        elif kind == "state" and msg is not None:
-            try:
-                outcome = await _drive(rooms, settings, code, role, follower.member, bucket, msg)
-            except RoomGone:
-                await ws.close(code=4410, reason=f"room {code} has closed")
-                return
-            if isinstance(outcome, StaleState):
-                follower.send(f'{{"type":"stale","seq":{outcome.seq}}}')
-            elif isinstance(outcome, int):
-                follower.send(f'{{"type":"ack","seq":{outcome}}}')
-            else:
-                follower.send(_errors(outcome))
-        elif kind == "detach":
-            follower.following = False
-            follower.send('{"type":"detached"}')
-        elif kind == "attach":
-            follower.following = True
-            follower.hold()
-            record = await rooms.get(code)
-            seq = record.seq if record else 0
-            if record and record.state:
-                follower.send(state_message(seq, record.state))
-            follower.send('{"type":"attached"}')
-            follower.ready(seq)
-        elif kind == "ping":
-            follower.send('{"type":"pong"}')
-        else:
-            follower.send(
-                _errors(
-                    [
-                        value_error(
-                            "type",
-                            "type must be one of state, detach, attach, ping",
-                            kind,
-                            "message",
-                        )
-                    ]
-                )
-            )
-
-
-async def _drive(
-    rooms: Rooms,
-    settings: Settings,
-    code: str,
-    role: str,
-    member: str,
-    bucket: Bucket,
-    msg: dict[str, Any],
-) -> int | StaleState | list[dict[str, Any]]:
-    """Publish a driver's state: its seq, StaleState, or errors for anything refused.
-
-    RoomGone when the room has closed.
-    """
-    if role != "driver":
-        return [
-            value_error(
-                "type",
-                "only the lecturer (holder of the drive token) can change the room's state; "
-                "detach to explore on your own",
-                "state",
-                "message",
-            )
-        ]
-    wait = bucket.take()
-    if wait > 0:
-        return [
-            limit_error(
-                "state",
-                f"at most {settings.room_states_per_s:g} states per second "
-                f"(burst {settings.room_states_burst}); this one was dropped",
-                None,
-                settings.room_states_per_s,
-                "message",
-            )
-        ]
-    extra = set(msg) - {"type", "state", "base"}
-    base = msg.get("base")
-    if base is not None and (
-        not isinstance(base, int) or isinstance(base, bool) or not 0 <= base <= SAFE_INT
-    ):
-        why = "base must be a whole number from 0 to 2**53: the newest seq this driver has seen"
-        return [value_error("base", why, None, "message")]
-    try:
-        if extra:
-            raise ValueError(f"unknown fields {sorted(extra)}")
-        state = RoomState.model_validate(msg.get("state"))
-    except ValidationError as exc:
-        return [dict(e, loc=["state", *e["loc"]]) for e in exc.errors(include_url=False)]
-    except ValueError as exc:
-        return [value_error("message", str(exc), None, "message")]
-    if errs := check_room_state(state, settings):
-        return errs
-    try:
-        return await rooms.publish(code, member, state, base)
-    except StaleState as stale:
-        return stale
+    return ("driver" if driver else "attendee"), follower, record

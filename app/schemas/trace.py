@@ -289,7 +289,13 @@ class TraceResponse(BaseModel):
 
 
 class Health(BaseModel):
-    status: Literal["ok"]
+    status: Literal["ok", "degraded"] = Field(
+        description="'ok', or 'degraded' when a part (the shared room store) does not work; "
+        "pages and computations still do."
+    )
+    reasons: list[str] = Field(
+        default_factory=list, description="What does not work, when degraded."
+    )
     version: str
     backend: Literal["cpu", "cuda"]
     gpu: str | None

@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from flashscope.app.rooms.store import RoomStore, StaleState
+from flashscope.app.rooms.store import RoomStore, Seats, StaleState
 
 
 async def stale_states_are_refused(store: RoomStore, code: str) -> None:
@@ -19,7 +19,7 @@ async def stale_states_are_refused(store: RoomStore, code: str) -> None:
     try:
         assert await store.create(code, "digest", max_rooms=100) == "ok"
         for m in ("A", "B", "C"):
-            await store.join(code, m, limit=10)
+            await store.join(code, f"d.{m}.0", Seats(limit=10, per_address=10))
         assert await store.publish(code, "A", '{"s":1}', base=0) == 1
         # B had seen nothing: its state answers a room that has moved on.
         with pytest.raises(StaleState) as exc:

@@ -44,29 +44,54 @@ def _stop(proc: subprocess.Popen) -> None:
         proc.wait()
 
 
+class RedisProcess:
+    """A throwaway redis-server (no persistence) on a fixed port, which a test may stop and start
+    again: a Redis restart, as clients see it (same address, empty)."""
+
+    def __init__(self) -> None:
+        self.exe = shutil.which("redis-server") or "/usr/bin/redis-server"
+        if not os.path.exists(self.exe):
+            raise RuntimeError("redis-server not found: `make test` installs Debian's redis-server")
+        self.port = free_port()
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self.proc: subprocess.Popen | None = None
+
+    def answers(self) -> bool:
+        try:
+            with socket.create_connection(("127.0.0.1", self.port), timeout=1) as s:
+                s.sendall(b"PING\r\n")
+                return s.recv(16).startswith(b"+PONG")
+        except OSError:
+            return False
+
+    def start(self) -> None:
+        argv = ["--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
+        self.proc = subprocess.Popen(
+            [self.exe, *argv], stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+        )
+        _wait(self.proc, self.answers, "redis-server")
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            _stop(self.proc)
+            self.proc = None
+
+
 @contextmanager
 def redis_server() -> Iterator[str]:
     """A throwaway redis-server (no persistence); yields its URL."""
-    exe = shutil.which("redis-server") or "/usr/bin/redis-server"
-    if not os.path.exists(exe):
-        raise RuntimeError("redis-server not found: `make test` installs Debian's redis-server")
-    port = free_port()
-    proc = subprocess.Popen(
-        [exe, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-    )
+    with restartable_redis() as redis:
+        yield redis.url
 
-    def ready() -> bool:
-        with socket.create_connection(("127.0.0.1", port), timeout=1) as s:
-            s.sendall(b"PING\r\n")
-            return s.recv(16).startswith(b"+PONG")
 
+@contextmanager
+def restartable_redis() -> Iterator[RedisProcess]:
+    redis = RedisProcess()
+    redis.start()
     try:
-        _wait(proc, ready, "redis-server")
-        yield f"redis://127.0.0.1:{port}/0"
+        yield redis
     finally:
-        _stop(proc)
+        redis.stop()
 
 
 @contextmanager

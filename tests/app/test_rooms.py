@@ -12,11 +12,14 @@ from starlette.websockets import WebSocketDisconnect
 
 from flashscope.app.config import Settings
 from flashscope.app.main import create_app
-from flashscope.app.rooms.service import CODE_ALPHABET, Follower
-from flashscope.app.rooms.store import MemoryRoomStore, RoomGone
+from flashscope.app.rooms.follower import Follower
+from flashscope.app.rooms.service import CODE_ALPHABET
+from flashscope.app.rooms.store import MemoryRoomStore, RoomGone, Seats, member_id
 
 from .room_contract import stale_states_are_refused
 from .servers import free_port
+
+SEATS = Seats(limit=5, per_address=5)
 
 
 def state(step: int, path: str = "/tiles", **params) -> dict:
@@ -24,7 +27,7 @@ def state(step: int, path: str = "/tiles", **params) -> dict:
 
 
 def make_room(client) -> tuple[str, str]:
-    r = client.post("/api/rooms")
+    r = client.post("/api/rooms", json={})
     assert r.status_code == 201, r.text
     body = r.json()
     return body["code"], body["drive_token"]
@@ -264,14 +267,14 @@ def test_room_count_and_creation_rate_are_limited():
     with app_client(rooms_max=2) as client:
         make_room(client)
         make_room(client)
-        r = client.post("/api/rooms")
+        r = client.post("/api/rooms", json={})
         assert r.status_code == 429 and int(r.headers["Retry-After"]) > 0
         err = r.json()["detail"][0]
         assert (err["field"], err["limit"]) == ("rooms", 2)
     with app_client(rate_rooms_burst=2, rate_rooms_per_s=0.01) as client:
         make_room(client)
         make_room(client)
-        r = client.post("/api/rooms")
+        r = client.post("/api/rooms", json={})
         assert r.status_code == 429 and int(r.headers["Retry-After"]) >= 1
         assert r.json()["detail"][0]["limit"] == {"per_s": 0.01, "burst": 2}
 
@@ -322,20 +325,20 @@ def test_an_idle_empty_room_closes_and_frees_its_place():
         assert await store.create("AAAAAA", "d", max_rooms=2) == "exists"
         assert await store.create("BBBBBB", "d", max_rooms=2) == "ok"
         assert await store.create("CCCCCC", "d", max_rooms=2) == "full"
-        await store.join("BBBBBB", "m1", limit=5)
+        await store.join("BBBBBB", member_id(False, "10.0.0.1"), SEATS)
         now[0] = 61.0  # A is idle and empty; B has a member
         assert await store.count() == 1
         assert await store.get("AAAAAA") is None
         assert await store.create("CCCCCC", "d", max_rooms=2) == "ok"
         with pytest.raises(RoomGone):
-            await store.join("AAAAAA", "m2", limit=5)
+            await store.join("AAAAAA", member_id(False, "10.0.0.2"), SEATS)
 
     asyncio.run(scenario())
 
 
 def test_an_unreachable_redis_is_a_clear_503_and_close():
     with app_client(redis_url=f"redis://127.0.0.1:{free_port()}/0") as client:
-        for r in (client.post("/api/rooms"), client.get("/api/rooms/ABCDEF")):
+        for r in (client.post("/api/rooms", json={}), client.get("/api/rooms/ABCDEF")):
             err = r.json()["detail"][0]
             assert r.status_code == 503 and "Redis does not answer" in err["msg"], r.text
         with client.websocket_connect("/ws/rooms/ABCDEF") as ws:

@@ -14,6 +14,7 @@ from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
 from flashscope.app.rooms.redisstore import RedisRoomStore
+from flashscope.app.rooms.store import Seats, member_id
 
 from .room_contract import stale_states_are_refused
 from .servers import flashscope_server, redis_server
@@ -38,7 +39,9 @@ def two_servers(redis_url):
 
 
 def post(base: str, path: str) -> dict:
-    req = urllib.request.Request(base + path, method="POST")
+    req = urllib.request.Request(
+        base + path, data=b"{}", method="POST", headers={"Content-Type": "application/json"}
+    )
     with urllib.request.urlopen(req, timeout=30) as r:
         return json.loads(r.read())
 
@@ -127,13 +130,17 @@ def test_a_burst_of_joins_waits_for_redis_connections_instead_of_failing(redis_u
     """200 attendees arriving at once once exhausted the client's connection pool."""
     store = RedisRoomStore(redis_url, idle_ttl_s=60)
     got: list[int] = []
+    seats = Seats(limit=500, per_address=500)
 
     async def scenario():
         await store.start(lambda code, seq, origin, state: got.append(seq))
         try:
             assert await store.create("BURST2", "digest", max_rooms=10) == "ok"
             counts = await asyncio.gather(
-                *(store.join("BURST2", f"m{i}", limit=500) for i in range(300))
+                *(
+                    store.join("BURST2", member_id(False, f"10.0.{i // 100}.{i}"), seats)
+                    for i in range(300)
+                )
             )
             assert sorted(counts) == list(range(1, 301))
             assert await store.publish("BURST2", "m0", '{"path":"/"}') == 1
