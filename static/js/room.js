@@ -16,12 +16,18 @@
 // pointer, a form), so the churn of its view catching up, in whatever order it lands, is never
 // sent back. Each state also carries `base`, the newest seq this page had seen when the state was
 // made; the server refuses one built on a state another driver has since replaced.
+//
+// The bar says what is true of the room: "Room lost" when the server's room store (Redis) lost
+// it or does not answer (the connection stays, and the server puts the room back when it can:
+// "room-back"); a refusal (full, too many look-ups, ended) with the server's reason. A page that
+// was in a room and finds it gone (4404) tries again with backoff for a while before it gives up.
 
 import { currentView, onChange } from "./registry.js";
 
 const KEY = "flashscope.room";
-const FATAL = new Set([4400, 4403, 4404, 4409, 4410]); // no point in joining again
+const FATAL = new Set([4400, 4403, 4409, 4410]); // no point in joining again
 const SEND_EVERY_MS = 50; // the most a driver sends: one state per 50 ms, the newest one
+const GONE_TRIES = 8; // a room this page was in and cannot find: tries before giving up
 const $ = (id) => document.getElementById(id);
 
 const room = {
@@ -36,6 +42,8 @@ const room = {
   lastSent: 0,
   retry: 0,
   poll: null,
+  again: null, // the timer of the next join attempt
+  goneTries: 0, // joins in a row that found this page's room gone
 };
 
 function load() {
@@ -72,6 +80,7 @@ const LABELS = {
   following: "Following",
   detached: "Detached",
   disconnected: "Disconnected",
+  lost: "Room lost",
 };
 
 function show(status, note = "") {
@@ -88,6 +97,7 @@ function show(status, note = "") {
   const driving = status === "driving";
   $("room-drive").hidden = !driving;
   if (driving) $("room-drive-link").value = driveLink(rec);
+  $("room-end").hidden = !(rec && rec.token && inRoom);
   $("room-detach").hidden = status !== "following";
   $("room-attach").hidden = status !== "detached";
   $("room-leave").hidden = !inRoom;
@@ -109,7 +119,7 @@ async function pollCount() {
   const rec = load();
   if (!rec || room.role !== "driver") return;
   try {
-    const r = await fetch(`/api/rooms/${rec.code}`);
+    const r = await fetch(`/api/rooms/${rec.code}`, { headers: { "X-Drive-Token": rec.token } });
     if (r.ok) {
       const info = await r.json();
       const others = Math.max(0, info.clients - 1);
@@ -141,16 +151,36 @@ function connect() {
     room.live = false;
     room.role = null;
     clearInterval(room.poll);
-    if (FATAL.has(ev.code)) {
-      save(null);
-      show("none");
-      showError(ev.reason || `room closed (${ev.code})`);
-      return;
-    }
-    room.retry = Math.min(room.retry + 1, 5);
-    show("disconnected", "trying again");
-    setTimeout(connect, 1000 * 2 ** (room.retry - 1));
+    closed(ev.code, ev.reason);
   });
+}
+
+/** After a close: give up with the server's reason, or join again after a while. */
+function closed(code, reason) {
+  const rec = load();
+  const gone = code === 4404 && rec && rec.welcomed;
+  room.goneTries = gone ? room.goneTries + 1 : 0;
+  if (FATAL.has(code) || (code === 4404 && !gone) || room.goneTries > GONE_TRIES) {
+    save(null);
+    show("none");
+    showError(reason || `room closed (${code})`);
+    return;
+  }
+  room.retry += 1;
+  let wait = 1000 * 2 ** Math.min(room.retry - 1, 4) * (0.75 + Math.random() / 2);
+  let note = "trying again";
+  if (code === 4429) {
+    const secs = Number((/retry after (\d+)/.exec(reason || "") || [])[1]) || 10;
+    wait = secs * 1000;
+    note = "too many look-ups from here";
+  } else if (gone) {
+    note = `room ${rec.code} is gone`;
+  } else if (code === 1011) {
+    note = "rooms are unavailable";
+  }
+  show(gone ? "lost" : "disconnected", `${note}; trying again in ${Math.round(wait / 1000)} s`);
+  clearTimeout(room.again);
+  room.again = setTimeout(connect, wait);
 }
 
 function receive(msg) {
@@ -159,10 +189,21 @@ function receive(msg) {
   if (Number.isInteger(msg.seq)) room.seen = Math.max(room.seen, msg.seq);
   if (msg.type === "welcome") {
     room.retry = 0;
+    room.goneTries = 0;
     room.role = msg.role;
+    update({ welcomed: true });
     showError("");
     if (msg.role === "driver") welcomeDriver(rec, msg.state);
     else welcomeAttendee(rec, msg.state);
+  } else if (msg.type === "room-gone") {
+    if (msg.final) {
+      showError(msg.reason); // the close (4410) follows
+    } else {
+      room.live = false;
+      show("lost", "waiting for it to come back");
+    }
+  } else if (msg.type === "room-back") {
+    back(rec, msg);
   } else if (msg.type === "state") {
     if (room.role === "driver") passive();
     apply(msg.state);
@@ -190,6 +231,28 @@ function welcomeDriver(rec, latest) {
     room.passive = false;
     publish(here());
   }
+}
+
+/** The server put the room back (its store had lost it): carry on where the room is. */
+function back(rec, msg) {
+  showError("");
+  if (room.role === "driver") {
+    show("driving");
+    room.live = true;
+    if (msg.state) {
+      passive();
+      apply(msg.state);
+    } else if (!room.passive) {
+      publish(here()); // what this page showed while the room was away
+    }
+    return;
+  }
+  if (rec.detached) {
+    show("detached");
+    return;
+  }
+  show("following");
+  if (msg.state) apply(msg.state);
 }
 
 function welcomeAttendee(rec, latest) {
@@ -261,7 +324,10 @@ function leave() {
   room.ws = null;
   room.role = null;
   room.live = false;
+  room.retry = 0;
+  room.goneTries = 0;
   clearInterval(room.poll);
+  clearTimeout(room.again);
   if (ws) ws.close(1000);
   save(null);
   show("none");
@@ -269,16 +335,40 @@ function leave() {
 
 async function start() {
   showError("");
-  const r = await fetch("/api/rooms", { method: "POST" });
+  const r = await fetch("/api/rooms", {
+    method: "POST",
+    headers: { "Content-Type": "application/json" },
+    body: "{}",
+  });
   const body = await r.json().catch(() => ({}));
   if (!r.ok) {
-    const detail = Array.isArray(body.detail) ? body.detail.map((e) => e.msg).join("; ") : "";
-    showError(detail || `could not start a room (HTTP ${r.status})`);
+    showError(problem(body) || `could not start a room (HTTP ${r.status})`);
     return;
   }
   leave();
   save({ code: body.code, token: body.drive_token });
   connect();
+}
+
+function problem(body) {
+  return Array.isArray(body.detail) ? body.detail.map((e) => e.msg).join("; ") : "";
+}
+
+/** End the room for everyone in it (a driver only), then leave it. */
+async function end() {
+  const rec = load();
+  if (!rec || !rec.token) return;
+  const r = await fetch(`/api/rooms/${rec.code}`, {
+    method: "DELETE",
+    headers: { "X-Drive-Token": rec.token },
+  });
+  if (!r.ok && r.status !== 404) {
+    const body = await r.json().catch(() => ({}));
+    showError(problem(body) || `could not end the room (HTTP ${r.status})`);
+    return;
+  }
+  leave();
+  showError(`room ${rec.code} has ended`);
 }
 
 function join(code) {
@@ -336,6 +426,7 @@ function init() {
   $("room-detach").addEventListener("click", () => detach(true));
   $("room-attach").addEventListener("click", () => detach(false));
   $("room-leave").addEventListener("click", leave);
+  $("room-end").addEventListener("click", end);
   $("room-copy").addEventListener("click", copyLink);
   for (const kind of ["keydown", "pointerdown", "submit"]) {
     window.addEventListener(kind, () => (room.passive = false), { capture: true });

@@ -6,6 +6,7 @@ import re
 
 import pytest
 
+from ..app.servers import flashscope_server, restartable_redis
 from .conftest import PageLog, screenshot, wait_step
 
 pytestmark = pytest.mark.browser
@@ -152,3 +153,86 @@ def test_a_wrong_code_says_so_and_leaves_the_page_alone(page, live_server):
     page.locator("#room-join button").click()
     assert "4 to 12 letters" in page.locator("#room-error").inner_text()
     assert page.log.page_errors == []
+
+
+def start_room(page, base: str) -> str:
+    page.goto(f"{base}/tiles?n=32&d=8&bm=16&bn=16&step=0")
+    at_step(page, 0)
+    page.locator("#room-start").click()
+    room_state(page, "driving")
+    return page.locator("#room-code").inner_text()
+
+
+def join_room(page, base: str, code: str) -> None:
+    page.goto(f"{base}/tiles?n=32&d=8&bm=16&bn=16&step=0")
+    at_step(page, 0)
+    page.locator("#room-code-input").fill(code)
+    page.locator("#room-join button").click()
+
+
+def error_text(page) -> str:
+    box = page.locator("#room-error")
+    box.wait_for(state="visible", timeout=WAIT_MS)
+    return box.inner_text()
+
+
+def test_a_full_room_says_why_and_an_ended_room_says_so(browser):
+    """With one seat per room: the second page is refused with the server's reason; the lecturer
+    ends the room and a follower's bar says it has ended."""
+    with flashscope_server({"FLASHSCOPE_ROOM_MAX_CLIENTS": "2"}) as base:
+        tabs = [open_tab(browser, base) for _ in range(3)]
+        (_, lecturer), (_, first), (_, second) = tabs
+        try:
+            code = start_room(lecturer, base)
+            assert lecturer.locator("#room-end").is_visible()
+            join_room(first, base, code)
+            room_state(first, "following")
+            assert first.locator("#room-end").is_hidden()
+            join_room(second, base, code)
+            assert f"room {code} is full (2 clients)" in error_text(second)
+            room_state(second, "none")
+            lecturer.locator("#room-end").click()
+            room_state(lecturer, "none")
+            assert f"room {code} has ended" in error_text(lecturer)
+            room_state(first, "none")
+            assert f"room {code} has been ended by its lecturer" in error_text(first)
+            for _, pg in tabs:
+                assert pg.log.page_errors == [], pg.log.page_errors
+        finally:
+            for ctx, _ in tabs:
+                ctx.close()
+
+
+@pytest.mark.slow
+def test_the_bar_shows_a_room_lost_with_redis_and_its_return(browser):
+    """Redis restarts under the room: the bars say "Room lost", then follow again, and the
+    lecturer's next step reaches the attendee."""
+    with (
+        restartable_redis() as redis,
+        flashscope_server({"FLASHSCOPE_REDIS_URL": redis.url}) as base,
+    ):
+        tabs = [open_tab(browser, base) for _ in range(2)]
+        (_, lecturer), (_, attendee) = tabs
+        try:
+            code = start_room(lecturer, base)
+            join_room(attendee, base, code)
+            room_state(attendee, "following")
+            lecturer.keyboard.press("ArrowRight")
+            at_step(attendee, 1)
+            redis.stop()
+            room_state(attendee, "lost")
+            room_state(lecturer, "lost")
+            assert attendee.locator("#room-status").inner_text().startswith("Room lost")
+            lecturer.keyboard.press("ArrowRight")  # shown here, sent once the room is back
+            at_step(lecturer, 2)
+            redis.start()
+            room_state(attendee, "following")
+            room_state(lecturer, "driving")
+            at_step(attendee, 2)
+            lecturer.keyboard.press("ArrowRight")
+            at_step(attendee, 3)
+            for _, pg in tabs:
+                assert pg.log.page_errors == [], pg.log.page_errors
+        finally:
+            for ctx, _ in tabs:
+                ctx.close()
