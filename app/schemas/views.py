@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import re
+import sys
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
@@ -31,6 +32,7 @@ SimAlgo = Literal[ALGOS]  # type: ignore[valid-type]
 SEED_NS = "256,512,1024,2048,4096"
 # Minus signs people type for −∞: ASCII hyphen and the typographic minus.
 NEG_INF = {"-inf", "−inf", "-∞", "−∞", "-infinity", "−infinity"}
+MAX_FLOAT = sys.float_info.max  # what a number in the online-softmax vector may reach
 
 
 class MemoryWallParams(BaseModel):
@@ -165,6 +167,16 @@ def parse_vector(raw: str, max_len: int) -> tuple[list[float], list[dict[str, An
         if math.isnan(value) or value == math.inf:
             errs.append(
                 value_error("x", f"x[{i}] must be a finite number or -inf, got {tok!r}", tok)
+            )
+        elif value == -math.inf:  # a number too large for a float64, not one of the −∞ words
+            errs.append(
+                limit_error(
+                    "x",
+                    f"x[{i}] = {tok} is beyond the largest float64 ({MAX_FLOAT:.6g}); "
+                    "write -inf for a masked entry",
+                    tok,
+                    MAX_FLOAT,
+                )
             )
         else:
             out.append(value)

@@ -138,7 +138,12 @@ def json_floats(a: np.ndarray | None, decimals: int = 6) -> Any:
     """Array → nested lists for JSON: rounded, with ±∞ and NaN as null."""
     if a is None:
         return None
-    a = np.round(np.asarray(a, dtype=np.float64), decimals)
+    a = np.asarray(a, dtype=np.float64)
+    # Rounding scales by 10**decimals, which overflows to ∞ for |a| beyond ~1e(308 − decimals):
+    # such values have no decimals to round, so they go out as they are (a null means ±∞ only).
+    with np.errstate(over="ignore", invalid="ignore"):
+        rounded = np.round(a, decimals)
+    a = np.where(np.isfinite(rounded) | ~np.isfinite(a), rounded, a)
     if np.all(np.isfinite(a)):
         return a.tolist()
     out = a.astype(object)

@@ -71,8 +71,16 @@ def _exp_shifted(values: np.ndarray, m: float) -> np.ndarray:
 
 
 def walk(x: np.ndarray, block: int) -> SoftmaxWalk:
-    """Run the online softmax on `x` in blocks of `block` and describe every block."""
-    x = np.asarray(x, dtype=np.float64)
+    """Run the online softmax on `x` in blocks of `block` and describe every block.
+
+    Any finite float64 is fine: x − m for entries far below the max (1e308 and −1e308) is −∞,
+    whose weight e^−∞ = 0 is the right one, so that overflow is not reported.
+    """
+    with np.errstate(over="ignore"):
+        return _walk(np.asarray(x, dtype=np.float64), block)
+
+
+def _walk(x: np.ndarray, block: int) -> SoftmaxWalk:
     rec = online_softmax(x, block)
     steps = []
     m_before, l_before = -np.inf, 0.0

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import re
+import sys
 
 import numpy as np
 import pytest
@@ -104,6 +105,24 @@ def test_online_softmax_accepts_minus_infinity_and_spaces(client):
     assert body["x"] == [None, 2.0, None, 1000.0, 0.5]
     assert body["online"][3] == pytest.approx(1.0)
     assert body["max_abs_diff"] == 0.0
+
+
+def test_online_softmax_shows_the_largest_floats_as_numbers(client):
+    """null means −∞ only: 1e300 is a number, not a masked entry, however it is rounded."""
+    body = client.get("/api/online-softmax", params={"x": "1e300,1", "block": 3}).json()
+    assert body["x"] == [1e300, 1.0]
+    assert body["blocks"][0]["block_max"] == body["blocks"][0]["m_after"] == 1e300
+    assert body["online"] == body["standard"] == [1.0, 0.0]
+    body = client.get("/api/online-softmax", params={"x": "1.7e308,-1.7e308", "block": 1}).json()
+    assert body["x"] == [1.7e308, -1.7e308]
+    assert [b["m_after"] for b in body["blocks"]] == [1.7e308, 1.7e308]
+    assert body["online"] == [1.0, 0.0] and body["max_abs_diff"] == 0.0
+
+
+def test_online_softmax_refuses_a_number_beyond_float64_instead_of_masking_it(client):
+    errs = _errors(client.get("/api/online-softmax", params={"x": "1,-1e309"}))
+    assert errs["x"]["limit"] == sys.float_info.max
+    assert "x[1] = -1e309 is beyond the largest float64" in errs["x"]["msg"]
 
 
 def test_online_softmax_refuses_bad_input(client, settings):
