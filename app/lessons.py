@@ -134,8 +134,8 @@ LESSONS: tuple[Lesson, ...] = (
             "FlashAttention fuses the three steps into one kernel that works on tiles small "
             "enough for SRAM, so S and P never reach HBM. It pays by reading K and V again for "
             "every block of queries. Step through the figure: naive attention's tiles of S and "
-            "P each cross HBM, FlashAttention-2's are used and dropped on chip, and the table "
-            "below compares the totals as N grows.",
+            "P each cross HBM, FlashAttention-2's are used and dropped on chip, and the access "
+            "table compares the totals as N grows.",
         ),
         try_this=(
             TryThis(
