@@ -198,6 +198,7 @@ def test_detach_stops_the_states_and_attach_catches_up(client, stack):
         ('{"type": "state", "state": {"path": "/tiles", "extra": 1}}', "extra"),
         ('{"type": "state", "state": "tiles"}', "state"),
         ('{"type": "state", "state": {"path": "/tiles"}, "sneaky": 1}', "message"),
+        ('{"type": "ping", "x": ' + "[" * 1500 + "]" * 1500 + "}", "message"),  # too deep
     ],
 )
 def test_bad_messages_get_an_error_and_change_nothing(client, stack, message, field):
