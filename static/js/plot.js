@@ -1,5 +1,14 @@
 // Plotly as every view uses it (the vendored static/vendor/plotly-*.min.js defines the global
 // `Plotly`): one base layout, legible on a 1280×720 projector, and one config.
+//
+// The modebar keeps what a figure here is for: zoom, pan and reset. Plotly's "Share chart"
+// (it would send the data to a Chart Studio server), box and lasso select (nothing here selects),
+// zoom-in/out, autoscale, the hover-mode and spike toggles go; so does its PNG camera where the
+// figure's caption has a PNG button (exports.js, 2× for slides). It stands upright in a gutter
+// right of the figure (static/css/app.css), outside the drawing: it never covers a legend, a
+// colour bar or a title. Axes make room for their tick labels and titles (automargin), so a
+// title never runs over the tick labels (margins only grow from one draw to the next); on a
+// narrow figure a legend beside the plot moves above it, so the plot keeps its width.
 
 /** Common Plotly layout pieces. */
 export const baseLayout = {
@@ -7,15 +16,80 @@ export const baseLayout = {
   font: { family: "system-ui, sans-serif", size: 13 },
   paper_bgcolor: "rgba(0,0,0,0)",
   plot_bgcolor: "rgba(0,0,0,0)",
+  modebar: { orientation: "v", bgcolor: "rgba(255,255,255,0.85)" },
 };
 
-export const plotConfig = { displaylogo: false, responsive: true };
+const REMOVED = [
+  "select2d", "lasso2d", "zoomIn2d", "zoomOut2d", "autoScale2d", "hoverClosestCartesian",
+  "hoverCompareCartesian", "toggleSpikelines",
+];
+
+export const plotConfig = {
+  displaylogo: false,
+  responsive: true,
+  showSendToCloud: false,
+  showEditInChartStudio: false,
+  modeBarButtonsToRemove: REMOVED,
+  toImageButtonOptions: { format: "png", scale: 2 },
+};
+
+/** The config for figure `div`: no PNG camera where its caption has a PNG button. */
+function configFor(div, { modebar = true } = {}) {
+  if (!modebar) return { ...plotConfig, displayModeBar: false };
+  const id = typeof div === "string" ? div : div.id;
+  const png = id && document.querySelector(`button[data-png-target="${id}"]`);
+  return png ? { ...plotConfig, modeBarButtonsToRemove: [...REMOVED, "toImage"] } : plotConfig;
+}
+
+const AXIS = /^[xy]axis\d*$/;
+
+/**
+ * `layout` with automargin on every titled axis that does not say otherwise: the margin makes
+ * room for the tick labels and the title both. (Untitled axes are left alone: measuring their
+ * tick labels on every draw costs a step time for nothing.)
+ */
+function withAutomargin(layout) {
+  const out = { ...layout };
+  for (const [key, axis] of Object.entries(layout)) {
+    const titled = axis && axis.title && (typeof axis.title === "string" || axis.title.text);
+    if (AXIS.test(key) && titled && axis.automargin === undefined) out[key] = { automargin: true, ...axis };
+  }
+  return out;
+}
+
+/**
+ * `margin`, each side at least what automargin made it on the figure's last draw. Margins that
+ * only grow keep the figure still while stepping, and spare Plotly the second drawing pass it
+ * makes whenever automargin moves a margin (a step's tick labels a little wider, say).
+ */
+function grownMargin(div, margin) {
+  const el = typeof div === "string" ? document.getElementById(div) : div;
+  const size = el && el._fullLayout && el._fullLayout._size;
+  if (!size) return margin;
+  const out = { ...margin };
+  for (const side of ["l", "r", "t", "b"]) out[side] = Math.max(margin[side] ?? 0, Math.ceil(size[side]));
+  return out;
+}
+
+/** Narrower than this (px), a figure's legend moves from its right-hand side to above it. */
+const NARROW = 640;
+
+/** `layout` with a legend placed right of the plot area moved above it on a narrow figure. */
+function fitLegend(div, layout) {
+  const legend = layout.legend;
+  if (!legend || !(legend.x >= 1)) return layout;
+  const el = typeof div === "string" ? document.getElementById(div) : div;
+  if (!el || !el.clientWidth || el.clientWidth >= NARROW) return layout;
+  return { ...layout, legend: { ...legend, orientation: "h", x: 0, xanchor: "left", y: 1.02, yanchor: "bottom" } };
+}
 
 /**
  * Draw (or redraw) a figure: `layout` on top of the base layout, its `margin` on top of the
- * base margin, with the shared config.
+ * base margin, with the shared config; `modebar: false` for a figure with nothing to zoom.
  */
-export function react(div, data, layout = {}) {
-  const margin = { ...baseLayout.margin, ...layout.margin };
-  return Plotly.react(div, data, { ...baseLayout, ...layout, margin }, plotConfig);
+export function react(div, data, layout = {}, { modebar = true } = {}) {
+  const margin = grownMargin(div, { ...baseLayout.margin, ...layout.margin });
+  const bar = { ...baseLayout.modebar, ...layout.modebar };
+  const full = withAutomargin(fitLegend(div, { ...baseLayout, ...layout, margin, modebar: bar }));
+  return Plotly.react(div, data, full, configFor(div, { modebar }));
 }
