@@ -7,7 +7,8 @@ import { sci, showRun, table } from "./measured.js";
 import { react } from "./plot.js";
 import { StepPrompt, urlHasStep } from "./step_prompt.js";
 import {
-  Figures, drawGrid, drawWrites, exactnessText, gridState, heatmap, highlightLine, span, traceExports, traceSource,
+  Figures, cellSpans, drawGrid, drawWrites, exactnessText, gridState, heatmap, highlightLine, span, traceExports,
+  traceSource,
 } from "./trace_view.js";
 import { mountView } from "./view.js";
 
@@ -95,7 +96,13 @@ const view = mountView({
 
 const EMPTY = { type: "heatmap", z: [[null]], showscale: false, hoverinfo: "skip" };
 
-/** Two heatmaps side by side (left on x/y, right on x2/y2), or a note where one is missing. */
+// The two panels of a pair and where each one's colour bar stands (paper coordinates).
+const PANELS = [{ domain: [0, 0.4], bar: 0.41 }, { domain: [0.57, 0.97], bar: 0.98 }];
+
+/**
+ * Two heatmaps side by side (left on x/y, right on x2/y2), each with its colour bar, or a note
+ * where one is missing.
+ */
 function pair(id, left, right, { height = 230 } = {}) {
   const traces = [];
   const annotations = [];
@@ -103,7 +110,8 @@ function pair(id, left, right, { height = 230 } = {}) {
     const axes = k === 0 ? {} : { xaxis: "x2", yaxis: "y2" };
     if (side.z) {
       const look = side.colorscale ? { colorscale: side.colorscale } : {};
-      traces.push(heatmap(side.z, { ...axes, ...look, x: side.x, y: side.y, range: side.range, colorbar: false }));
+      const colorbar = { x: PANELS[k].bar, thickness: 8 };
+      traces.push(heatmap(side.z, { ...axes, ...look, x: side.x, y: side.y, range: side.range, colorbar, hover: side.hover }));
     } else {
       traces.push({ ...EMPTY, ...axes });
       annotations.push({
@@ -123,9 +131,9 @@ function pair(id, left, right, { height = 230 } = {}) {
       height,
       margin: { t: 24 },
       annotations,
-      xaxis: { domain: [0, 0.47], title: { text: left.xTitle } },
+      xaxis: { domain: PANELS[0].domain, title: { text: left.xTitle } },
       yaxis: { title: { text: left.yTitle }, autorange: "reversed" },
-      xaxis2: { domain: [0.53, 1], title: { text: right.xTitle }, anchor: "y2" },
+      xaxis2: { domain: PANELS[1].domain, title: { text: right.xTitle }, anchor: "y2" },
       yaxis2: { autorange: "reversed", anchor: "x2" },
     },
   );
@@ -143,21 +151,29 @@ function renderTile(ev) {
   const have = st.rows && st.cols;
   const note = have ? "not computed yet at this step" : "no tile at this step";
   const range = figures.range("ds", st.ds || [], { symmetric: true });
-  const side = (name, z, title, r, colorscale) => ({
+  const stride = st.tile_stride || 1;
+  // A cell averages stride × stride entries on large tiles: its hover gives the spans.
+  const hover = (name, z, format) => ({
+    name, format, rows: cellSpans(st.rows[0], z.length, stride, st.rows[1]),
+    cols: cellSpans(st.cols[0], z[0].length, stride, st.cols[1]), note: stride > 1 ? " (mean of the cell)" : "",
+  });
+  const side = (name, z, title, r, colorscale, format) => ({
     colorscale,
     z: have && z ? z : null,
     x: have && z ? tileAxis(st, "cols")(z[0].length) : undefined,
     y: have && z ? tileAxis(st, "rows")(z.length) : undefined,
+    hover: have && z ? hover(name, z, format) : undefined,
     range: r,
     title,
     empty: `${name}: ${note}`,
-    xTitle: "key",
-    yTitle: "query row",
+    xTitle: "key j",
+    yTitle: "query row i",
   });
   pair(
     "tile",
-    side("P", st.p, "P = e^(S − LSE)", figures.range("p", st.p || [], { zero: true }), [[0, "#f8fafc"], [1, "#1e3a8a"]]),
-    side("dS", st.ds, "dS = P ∘ (dP − D)", range),
+    // P is a probability: its hover reads as a decimal (".3~r": 0.00066, not 660µ).
+    side("P", st.p, "P = e^(S − LSE)", figures.range("p", st.p || [], { zero: true }), [[0, "#f8fafc"], [1, "#1e3a8a"]], ".3~r"),
+    side("dS", st.ds, "dS = P ∘ (dP − D)", range, undefined, ".3~g"),
   );
 }
 
@@ -166,16 +182,17 @@ function renderAccumulators(ev) {
   if (!figures.stale("acc", [st.cols, st.dk, st.dv])) return;
   const cols = st.cols ? span(st.cols) : null;
   const dims = (m) => m[0].map((_, c) => c * st.col_stride);
-  const dim = st.col_stride > 1 ? `head dim (mean of ${st.col_stride})` : "head dim";
+  const dim = st.col_stride > 1 ? `head-dim column c (mean of ${st.col_stride})` : "head-dim column c";
   const side = (name, z) => ({
     z: cols && z ? z : null,
     x: cols && z ? dims(z) : undefined,
     y: cols || undefined,
+    hover: cols && z ? { name, row: "j", col: "c", note: st.col_stride > 1 ? ` (mean of ${st.col_stride} columns)` : "" } : undefined,
     range: figures.range(name, z || [], { symmetric: true }),
     title: `${name}ⱼ (fp32, on chip)`,
     empty: `${name}: no key block in flight`,
     xTitle: dim,
-    yTitle: "key",
+    yTitle: "key j",
   });
   pair("acc", side("dK", st.dk), side("dV", st.dv));
 }
@@ -191,7 +208,11 @@ function renderRows(ev) {
   ];
   if (st.dq) {
     const x = st.dq[0].map((_, c) => c * st.col_stride);
-    traces.push(heatmap(st.dq, { x, y: rows, range: figures.range("dq", st.dq, { symmetric: true }), colorbar: false }));
+    const note = st.col_stride > 1 ? ` (mean of ${st.col_stride} columns)` : "";
+    traces.push(heatmap(st.dq, {
+      x, y: rows, range: figures.range("dq", st.dq, { symmetric: true }), colorbar: { x: 0.53, thickness: 8 },
+      hover: { name: "dQ", col: "c", note },
+    }));
   } else {
     traces.push({ ...EMPTY });
     annotations.push({ xref: "x domain", yref: "y domain", x: 0.5, y: 0.5, showarrow: false, text: "dQ: no query block in flight", font: { color: "#4b5563" } });
@@ -207,9 +228,9 @@ function renderRows(ev) {
       margin: { t: 24 },
       annotations,
       legend: { x: 1, xanchor: "right", y: 1, bgcolor: "rgba(255,255,255,0.7)" },
-      xaxis: { domain: [0, 0.55], title: { text: st.col_stride > 1 ? `head dim (mean of ${st.col_stride})` : "head dim" } },
-      yaxis: { title: { text: "query row" }, autorange: "reversed" },
-      xaxis2: { domain: [0.63, 1], title: { text: "query row" }, anchor: "y2" },
+      xaxis: { domain: [0, 0.52], title: { text: st.col_stride > 1 ? `head-dim column c (mean of ${st.col_stride})` : "head-dim column c" } },
+      yaxis: { title: { text: "query row i" }, autorange: "reversed" },
+      xaxis2: { domain: [0.68, 1], title: { text: "query row i" }, anchor: "y2" },
       yaxis2: { anchor: "x2" },
     },
   );

@@ -98,6 +98,10 @@ function renderSplits(ev) {
   const table = g.split_table;
   const z = table.map((s) => state.z[0].map((v, j) => (j >= s.blocks[0] && j < s.blocks[1] ? v : 0)));
   const labels = table.map((s) => `split ${s.split} · SM ${s.sm}`);
+  const status = ["not this split's", "not yet", "done", "streaming now"];
+  const bn = meta.tiles.block_n;
+  const keys = (j) => `keys ${j * bn}–${Math.min((j + 1) * bn, meta.problem.seq_k) - 1}`;
+  const hovers = z.map((row, s) => row.map((v, j) => `${labels[s]}: key block j=${j} (${keys(j)}), ${status[v]}`));
   const colorscale = [
     [0, TILE_COLORS.skipped], [0.25, TILE_COLORS.skipped], [0.25, TILE_COLORS.todo], [0.5, TILE_COLORS.todo],
     [0.5, TILE_COLORS.done], [0.75, TILE_COLORS.done], [0.75, TILE_COLORS.current], [1, TILE_COLORS.current],
@@ -115,15 +119,16 @@ function renderSplits(ev) {
     "splits",
     [{
       type: "heatmap", z, zmin: 0, zmax: 3, colorscale, showscale: false, y: table.map((t) => t.split),
-      customdata: labels.map((l) => Array(g.kv_blocks).fill(l)),
+      customdata: hovers,
       xgap: g.kv_blocks <= 64 ? 1 : 0, ygap: many ? 0 : 2,
-      hovertemplate: "%{customdata}: key block %{x}<extra></extra>",
+      hovertemplate: "%{customdata}<extra></extra>",
+      meta: { legend: "figure:has(#splits) figcaption" },
     }],
     {
       height: Math.min(320, 90 + 16 * table.length),
       shapes,
       margin: { l: many ? 48 : 110 },
-      xaxis: { title: { text: `key block (block_n = ${meta.tiles.block_n}, cache = ${formatCount(meta.problem.seq_k)} keys)` }, showgrid: false, zeroline: false },
+      xaxis: { title: { text: `key block j (${bn} keys each; cache of ${formatCount(meta.problem.seq_k)} keys)` }, showgrid: false, zeroline: false },
       yaxis: {
         autorange: "reversed", showgrid: false, zeroline: false,
         tickvals: many ? undefined : table.map((t) => t.split), ticktext: many ? undefined : labels,
@@ -182,14 +187,19 @@ function renderOutputs(ev) {
     : ev.phase === "store_partial" ? `partial Oₛ of split ${st.split} (written, fp32)` : `split ${st.split}: Õ / ℓ so far`;
   title("x", leftTitle);
   title("x2", ev.phase === "store" ? "O (final, written in the dtype)" : "O merged so far");
-  traces.push(left ? heatmap(left, { x: cols(left), y, range, colorbar: false }) : { type: "heatmap", z: [[null]], showscale: false, hoverinfo: "skip" });
+  const note = st.col_stride > 1 ? ` (mean of ${st.col_stride} columns)` : "";
+  const hover = (name) => ({ name, row: null, col: "c", note });
+  const leftName = reducing || ev.phase === "store_partial" ? "Oₛ" : "Õ/ℓ";
+  traces.push(left
+    ? heatmap(left, { x: cols(left), y, range, colorbar: { x: 0.48, thickness: 8 }, hover: hover(leftName) })
+    : { type: "heatmap", z: [[null]], showscale: false, hoverinfo: "skip" });
   traces.push(right
-    ? heatmap(right, { x: cols(right), y, range, xaxis: "x2", yaxis: "y2", colorbar: false })
+    ? heatmap(right, { x: cols(right), y, range, xaxis: "x2", yaxis: "y2", colorbar: { x: 1.0, thickness: 8 }, hover: hover("O") })
     : { type: "heatmap", z: [[null]], xaxis: "x2", yaxis: "y2", showscale: false, hoverinfo: "skip" });
   if (!right) {
     annotations.push({ xref: "x2 domain", yref: "y2 domain", x: 0.5, y: 0.5, showarrow: false, text: "the reduce has not started", font: { color: "#4b5563" } });
   }
-  const dim = st.col_stride > 1 ? `head dim (mean of ${st.col_stride})` : "head dim";
+  const dim = st.col_stride > 1 ? `head-dim column c (mean of ${st.col_stride})` : "head-dim column c";
   react(
     "outputs",
     traces,
@@ -197,9 +207,9 @@ function renderOutputs(ev) {
       height: Math.min(300, 110 + 14 * y.length),
       margin: { l: 64, t: 24 },
       annotations,
-      xaxis: { domain: [0, 0.47], title: { text: dim } },
+      xaxis: { domain: [0, 0.45], title: { text: dim } },
       yaxis: { type: "category", autorange: "reversed" },
-      xaxis2: { domain: [0.53, 1], title: { text: dim }, anchor: "y2", visible: Boolean(right) },
+      xaxis2: { domain: [0.55, 0.98], title: { text: dim }, anchor: "y2", visible: Boolean(right) },
       yaxis2: { type: "category", autorange: "reversed", anchor: "x2", showticklabels: false, visible: Boolean(right) },
     },
   );

@@ -14,6 +14,10 @@ const MATRIX_COLORS = { Q: "#94a3b8", K: "#64748b", V: "#475569", S: "#dc2626", 
 // Tile states (see templates/memory_wall.html for the legend).
 const TODO = 0, S_HBM = 1, P_HBM = 2, P_READ = 3, NOW = 4, ON_CHIP = 5;
 const TILE_COLORS = ["#e5e7eb", "#dc2626", "#f97316", "#fca5a5", "#facc15", "#60a5fa"];
+const TILE_NAMES = {
+  naive: ["not computed yet", "S written to HBM", "P written to HBM", "P read back (done)", "moving now"],
+  flash: ["not computed yet", "", "", "", "on chip now", "done on chip, never in HBM"],
+};
 
 const $ = (id) => document.getElementById(id);
 const form = $("params");
@@ -102,29 +106,34 @@ const TILE_SCALE = TILE_COLORS.flatMap((c, v) => [
 function renderGrids(k) {
   const { naive, flash } = view.data.walks;
   const g = view.data.grid;
-  const heat = (name, w, axis) => ({
-    type: "heatmap",
-    z: tileStates(w, k, name),
-    zmin: 0,
-    zmax: 5,
-    colorscale: TILE_SCALE,
-    showscale: false,
-    xgap: g.kv_blocks <= 32 ? 1 : 0,
-    ygap: g.q_blocks <= 32 ? 1 : 0,
-    xaxis: `x${axis}`,
-    yaxis: `y${axis}`,
-    hovertemplate: "Q block %{y} × K/V block %{x}<extra></extra>",
-  });
+  const heat = (name, w, axis) => {
+    const z = tileStates(w, k, name);
+    return {
+      type: "heatmap",
+      z,
+      zmin: 0,
+      zmax: 5,
+      colorscale: TILE_SCALE,
+      showscale: false,
+      xgap: g.kv_blocks <= 32 ? 1 : 0,
+      ygap: g.q_blocks <= 32 ? 1 : 0,
+      xaxis: `x${axis}`,
+      yaxis: `y${axis}`,
+      customdata: z.map((row) => row.map((v) => TILE_NAMES[name][v])),
+      hovertemplate: `${name}: tile (query block i=%{y}, key block j=%{x}): %{customdata}<extra></extra>`,
+      meta: { legend: "figure:has(#grids) .legend" }, // categories: the caption's chips
+    };
+  };
   const axis = (domain, title) => ({ domain, title: { text: title }, dtick: g.kv_blocks > 16 ? undefined : 1 });
-  const yaxis = (anchor) => ({ autorange: "reversed", anchor, title: { text: "Q block" }, dtick: g.q_blocks > 16 ? undefined : 1 });
+  const yaxis = (anchor) => ({ autorange: "reversed", anchor, title: { text: "query block i" }, dtick: g.q_blocks > 16 ? undefined : 1 });
   react(
     "grids",
     [heat("naive", naive, ""), heat("flash", flash, "2")],
     {
       height: 280,
       margin: { t: 28 },
-      xaxis: axis([0, 0.46], "K/V block"),
-      xaxis2: axis([0.54, 1], "K/V block"),
+      xaxis: axis([0, 0.46], "key block j"),
+      xaxis2: axis([0.54, 1], "key block j"),
       yaxis: yaxis("x"),
       yaxis2: { ...yaxis("x2"), title: { text: "" } },
       annotations: [

@@ -10,7 +10,7 @@ import { changed } from "./registry.js";
 import { StepPrompt, urlHasStep } from "./step_prompt.js";
 import { drawAccumulator, drawError, drawStats, drawTile } from "./tile_state.js";
 import {
-  Figures, drawGrid, drawWrites, exactnessText, gridState, highlightLine, span, traceExports, traceSource,
+  Figures, drawGrid, drawWrites, exactnessText, gridState, heatmap, highlightLine, span, traceExports, traceSource,
 } from "./trace_view.js";
 import { writeParams } from "./url.js";
 import { mountView } from "./view.js";
@@ -280,14 +280,16 @@ function renderOutput(ev) {
   const rows = span(st.rows);
   const cols = st.o_hat.length ? st.o_hat[0].map((_, c) => c * st.col_stride) : [];
   const range = figures.range("o_hat", st.o_hat, { symmetric: true });
-  const scale = range ? { zmin: range[0], zmax: range[1] } : { zmid: 0 };
+  const note = st.col_stride > 1 ? ` (mean of ${st.col_stride} columns)` : "";
+  // FA-2 shows Õ / ℓ, its estimate of O; FA-1 the Oᵢ it stores after each visit.
+  const name = view.data.algo === "fa1" ? "Oᵢ" : "Õ/ℓ";
   react(
     "out",
-    [{ type: "heatmap", z: st.o_hat, x: cols, y: rows, colorscale: "RdBu", ...scale, colorbar: { thickness: 10 } }],
+    [heatmap(st.o_hat, { x: cols, y: rows, range, hover: { name, col: "c", note } })],
     {
       height: 240,
-      xaxis: { title: { text: st.col_stride > 1 ? `head dim (mean of ${st.col_stride})` : "head dim" } },
-      yaxis: { title: { text: "query row" }, autorange: "reversed" },
+      xaxis: { title: { text: st.col_stride > 1 ? `head-dim column c (mean of ${st.col_stride})` : "head-dim column c" } },
+      yaxis: { title: { text: "query row i" }, autorange: "reversed" },
     },
   );
 }

@@ -232,10 +232,38 @@ function gridShapes(div, meta, ev, state) {
   return shapes;
 }
 
+/** "19" or "16–19": the indices of the `k`-th shown cell of `stride` from `start` (< `stop`). */
+export function cellSpan(start, k, stride = 1, stop = Infinity) {
+  const a = start + k * stride;
+  const b = Math.min(a + stride, stop) - 1;
+  return a >= b ? `${a}` : `${a}–${b}`;
+}
+
+/** Labels of `n` shown cells of `stride` from `start`: row or key indices, or their spans. */
+export function cellSpans(start, n, stride = 1, stop = Infinity) {
+  return Array.from({ length: n }, (_, k) => cellSpan(start, k, stride, stop));
+}
+
+/**
+ * What the grid's tile (i, j) is: its query rows and keys, and whether it is computed whole,
+ * partly masked or skipped by the causal mask (kinds: 0 skipped, 1 partial, 2 full).
+ */
+function tileHovers(meta) {
+  const { block_m: bm, block_n: bn } = meta.tiles;
+  const { seq_q: nq, seq_k: nk } = meta.problem;
+  const kinds = ["skipped: the causal mask hides all of it", "partial: masked on the diagonal", "computed whole"];
+  return meta.grid.kinds.map((row, i) => row.map((kind, j) =>
+    `rows ${cellSpan(i * bm, 0, bm, nq)} × keys ${cellSpan(j * bn, 0, bn, nk)}: ${kinds[kind] ?? "computed"}`));
+}
+
+/** The grid's top and bottom margins, which the strip beside it shares (rows level). */
+const GRID_MARGIN = { t: 8, b: 52 };
+
 /**
  * The tile grid: a heatmap of the tiles that exist (white: skipped by the causal mask, grey:
  * computed) drawn once per trace, and the progress of `state` (gridState) drawn over it as
- * shapes. `fresh` redraws the heatmap (a new trace); otherwise only the shapes move.
+ * shapes. `fresh` redraws the heatmap (a new trace); otherwise only the shapes move. Its colours
+ * are categories: the chips of the figure's caption are its legend.
  */
 export function drawGrid(div, meta, ev, state, { height = 300, fresh = true } = {}) {
   const shapes = gridShapes(div, meta, ev, state);
@@ -251,41 +279,51 @@ export function drawGrid(div, meta, ev, state, { height = 300, fresh = true } = 
     type: "heatmap", z, zmin: 0, zmax: 1, showscale: false,
     colorscale: [[0, TILE_COLORS.skipped], [0.5, TILE_COLORS.skipped], [0.5, TILE_COLORS.todo], [1, TILE_COLORS.todo]],
     xgap: nk <= 32 && nq <= 32 ? 2 : 0, ygap: nk <= 32 && nq <= 32 ? 2 : 0,
-    hovertemplate: "Q block %{y} × K/V block %{x}<extra></extra>",
+    customdata: tileHovers(meta),
+    hovertemplate: "tile (query block i=%{y}, key block j=%{x}): %{customdata}<extra></extra>",
+    meta: { legend: `figure:has(#${div.id}) figcaption` },
   }], {
     height,
     shapes,
     showlegend: false,
+    // Fixed bottom and top margins: the strip beside the grid (drawWrites) keeps its rows level.
+    margin: { t: GRID_MARGIN.t, b: GRID_MARGIN.b },
     xaxis: {
-      title: { text: `K/V block (block_n = ${meta.tiles.block_n}, N_k = ${meta.problem.seq_k})` },
-      dtick: nk > 16 ? undefined : 1, range: [-0.5, nk - 0.5], showgrid: false, zeroline: false,
+      title: { text: `key block j (${meta.tiles.block_n} keys each)` },
+      dtick: nk > 16 ? undefined : 1, range: [-0.5, nk - 0.5], showgrid: false, zeroline: false, automargin: false,
     },
     yaxis: {
-      title: { text: `Q block (block_m = ${meta.tiles.block_m})` }, dtick: nq > 16 ? undefined : 1,
+      title: { text: `query block i (${meta.tiles.block_m} rows each)` }, dtick: nq > 16 ? undefined : 1,
       range: [nq - 0.5, -0.5], showgrid: false, zeroline: false,
     },
   });
 }
 
+
 /**
  * A one-column strip beside the grid (same height, rows aligned): how often each query block's
- * running output has gone to global memory so far. Its own figure, so that the grid's redraws
- * (every tile) and the strip's (every write) do not pay for each other.
+ * running output has gone to global memory so far, with its colour bar. Its own figure, so that
+ * the grid's redraws (every tile) and the strip's (every write) do not pay for each other.
  */
 export function drawWrites(div, meta, state, { label = "Oᵢ → HBM", height = 300 } = {}) {
   const nq = meta.grid.q_blocks;
+  const zmax = Math.max(2, ...meta.grid.out_writes.map((s) => s.length));
   react(div, [{
     type: "heatmap", z: state.writes.map((w) => [w]), x: [0],
-    zmin: 0, zmax: Math.max(2, ...meta.grid.out_writes.map((s) => s.length)), showscale: false,
+    zmin: 0, zmax, showscale: true,
+    colorbar: { thickness: 6, len: 1, xpad: 2, outlinewidth: 0, tickfont: { size: 10 }, dtick: zmax <= 8 ? 1 : undefined },
     colorscale: [[0, "#ffffff"], [1, "#c2410c"]], ygap: nq <= 32 ? 2 : 0,
     text: state.writes.map((w) => [String(w)]), texttemplate: nq <= 24 ? "%{text}" : "",
-    hovertemplate: `Q block %{y}: ${label} %{z} times so far<extra></extra>`,
+    hovertemplate: `query block i=%{y}: ${label} %{z} time(s) so far<extra></extra>`,
   }], {
     height,
-    margin: { l: 6, r: 6 },
-    xaxis: { showticklabels: false, title: { text: label, font: { size: 11 } }, fixedrange: true, showgrid: false, zeroline: false },
-    yaxis: { range: [nq - 0.5, -0.5], showticklabels: false, fixedrange: true, showgrid: false, zeroline: false },
-  });
+    margin: { l: 4, r: 4, t: GRID_MARGIN.t, b: GRID_MARGIN.b },
+    xaxis: {
+      showticklabels: false, title: { text: label, font: { size: 11 } }, fixedrange: true, showgrid: false, zeroline: false,
+      automargin: false,
+    },
+    yaxis: { range: [nq - 0.5, -0.5], showticklabels: false, fixedrange: true, showgrid: false, zeroline: false, automargin: false },
+  }, { modebar: false });
 }
 
 /** "1,234 elements (4.9 kB)". */
@@ -304,14 +342,41 @@ export function exactnessText(ex) {
   return `${parts.join("; ")} (float64 reference; ${ex.dtype} unit roundoff ${ex.unit_roundoff.toExponential(2)}).`;
 }
 
-/** A heatmap trace of a matrix (rows × columns); by default diverging colours around 0. */
-export function heatmap(z, { x, y, range, xaxis, yaxis, colorbar = true, name, colorscale = "RdBu" } = {}) {
+/**
+ * A hover that says what a heatmap cell is: "S[i=19, j=166] = −0.0568". `rows`, `cols` label
+ * the cells (indices, or spans "16–19" where a cell averages several); `format` is d3's.
+ */
+export function cellHover(name, { row = "i", col = "j", rows, cols, format = ".3~g", note = "" }) {
+  const i = rows ? "%{customdata[0]}" : "%{y}";
+  const j = cols ? "%{customdata[1]}" : "%{x}";
+  const where = [row === null ? i : `${row}=${i}`, col === null ? j : `${col}=${j}`].join(", ");
+  return `${name}[${where}] = %{z:${format}}${note}<extra></extra>`;
+}
+
+/** customdata pairing each cell's row and column labels (for cellHover). */
+function cellLabels(z, rows, cols) {
+  return z.map((row, r) => row.map((_, c) => [rows ? rows[r] : r, cols ? cols[c] : c]));
+}
+
+/**
+ * A heatmap trace of a matrix (rows × columns); by default diverging colours around 0, with a
+ * colour bar (`colorbar`: its placement, e.g. {x: 0.4} beside a left-hand panel). `hover`:
+ * cellHover's options, the matrix's name first.
+ */
+export function heatmap(z, { x, y, range, xaxis, yaxis, colorbar = {}, name, colorscale = "RdBu", hover } = {}) {
   const scale = range ? { zmin: range[0], zmax: range[1] } : { zmid: 0 };
-  const trace = { type: "heatmap", z, colorscale, ...scale, showscale: colorbar, colorbar: { thickness: 10 } };
+  const trace = {
+    type: "heatmap", z, colorscale, ...scale, showscale: true,
+    colorbar: { thickness: 10, len: 0.9, outlinewidth: 0, tickfont: { size: 11 }, ...colorbar },
+  };
   if (x) trace.x = x;
   if (y) trace.y = y;
   if (xaxis) trace.xaxis = xaxis;
   if (yaxis) trace.yaxis = yaxis;
   if (name) trace.name = name;
+  if (hover) {
+    trace.hovertemplate = cellHover(hover.name, hover);
+    if (hover.rows || hover.cols) trace.customdata = cellLabels(z, hover.rows, hover.cols);
+  }
   return trace;
 }
