@@ -1,0 +1,79 @@
+"""Every page on a 390×844 phone screen in headless Chromium: nothing scrolls sideways, figures
+keep their width, and the stepping controls stay on screen beside the figure in view."""
+
+from __future__ import annotations
+
+import pytest
+
+from flashscope.app.views import VIEWS
+
+from .conftest import screenshot
+
+pytestmark = pytest.mark.browser
+
+PHONE = {"width": 390, "height": 844}
+PAGES = ["/", "/docs", *(v.path for v in VIEWS if v.ready)]
+
+
+@pytest.fixture
+def phone(browser, live_server):
+    context = browser.new_context(viewport=PHONE)
+    pg = context.new_page()
+    errors: list[str] = []
+    pg.on("pageerror", lambda e: errors.append(str(e)))
+    pg.errors = errors  # type: ignore[attr-defined]
+    yield pg
+    context.close()
+
+
+def _open(page, url: str) -> None:
+    page.goto(url)
+    if page.locator(".view .stepper").count():
+        page.locator("body[data-step]").wait_for(state="attached", timeout=30000)
+    else:
+        page.wait_for_load_state("networkidle")
+    page.wait_for_timeout(300)
+
+
+def _too_wide(page) -> dict:
+    return page.evaluate(
+        """() => {
+          const w = window.innerWidth;
+          const wide = [...document.querySelectorAll('body *')]
+            .filter((el) => !el.closest('svg') && el.getBoundingClientRect().right > w + 0.5)
+            .slice(0, 5).map((el) => `${el.tagName.toLowerCase()}#${el.id}.${el.className}`);
+          return { scroll: document.documentElement.scrollWidth, width: w, wide };
+        }"""
+    )
+
+
+@pytest.mark.parametrize("path", PAGES)
+def test_no_page_scrolls_sideways_on_a_phone(phone, live_server, path):
+    _open(phone, live_server + path)
+    got = _too_wide(phone)
+    assert got["scroll"] <= got["width"], got
+    widths = phone.evaluate(
+        "() => [...document.querySelectorAll('.plot.js-plotly-plot:not(.plot-strip)')]"
+        ".map((d) => [d.id, d.getBoundingClientRect().width])"
+    )
+    narrow = [(i, w) for i, w in widths if w < 0.6 * PHONE["width"]]
+    assert not narrow, narrow  # one figure per row, not two of 171 px
+    assert phone.errors == []
+
+
+def test_the_stepper_stays_beside_the_figure_it_drives(phone, live_server):
+    _open(phone, f"{live_server}/tiles?step=5")
+    phone.locator("#grid").scroll_into_view_if_needed()
+    grid = phone.locator("#grid").bounding_box()
+    play = phone.locator("#play").bounding_box()
+    assert 0 <= play["y"] and play["y"] + play["height"] <= PHONE["height"], play
+    assert grid["y"] < PHONE["height"]
+    phone.locator("#next").click()
+    phone.locator("body[data-step='6']").wait_for(state="attached", timeout=15000)
+    # The figures stay clear of the bar: the page ends with room for it.
+    bar = phone.locator(".stepper").bounding_box()
+    phone.evaluate("() => window.scrollTo(0, document.documentElement.scrollHeight)")
+    footer = phone.locator(".site-footer").bounding_box()
+    assert footer["y"] + footer["height"] <= bar["y"] + 1, (footer, bar)
+    screenshot(phone, "tiles-phone")
+    assert phone.errors == []
