@@ -83,6 +83,13 @@ VIEWS: tuple[View, ...] = (
         "question.",
         "/api/learn",
     ),
+    View(
+        "/glossary",
+        "Glossary",
+        "The words the views use, from CTA, SM, HBM and SRAM to waves, occupancy, the "
+        "log-sum-exp and split-KV: each in a few sentences, with the views that show it.",
+        "/api/glossary",
+    ),
 )
 
 

@@ -139,6 +139,26 @@ async def decode(request: Request, templates: TemplatesDep, settings: SettingsDe
     return _stepper(request, templates, settings, "/decode", "decode.html")
 
 
+def glossary_terms(templates: Jinja2Templates) -> list[dict[str, Any]]:
+    """The glossary's terms, as templates/_partials/glossary.html writes them (in its order)."""
+    module = templates.env.get_template("_partials/glossary.html").module
+    terms: list[dict[str, Any]] = module.TERMS  # type: ignore[attr-defined]
+    return terms
+
+
+@router.get("/glossary", response_class=HTMLResponse, include_in_schema=False)
+async def glossary(request: Request, templates: TemplatesDep) -> HTMLResponse:
+    titles = {v.path: v.title for v in VIEWS}
+    return templates.TemplateResponse(request, "glossary.html", {"view_titles": titles})
+
+
+@router.get("/api/glossary", tags=["pages"])
+async def glossary_api(templates: TemplatesDep) -> list[dict[str, Any]]:
+    """The glossary: each term's id (its anchor on /glossary), the term, its name, a one-sentence
+    tip, the fuller text and the views that show it."""
+    return glossary_terms(templates)
+
+
 @router.get("/api/views", tags=["pages"])
 async def views() -> list[dict[str, Any]]:
     """The views, each with its JSON twin."""
