@@ -21,7 +21,7 @@ import sys
 from dataclasses import replace
 from typing import Any
 
-from flashscope.app.cli.traffic import positive_int, power_of_two
+from flashscope.app.cli.traffic import head_dim, positive_int, power_of_two
 
 # The same as simulator.timing.workload.ALGOS (tested); kept here so the CLI starts fast.
 ALGOS = ("naive", "fa1", "fa2", "fa2-bwd", "decode")
@@ -87,7 +87,7 @@ def add_command(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     p.add_argument("--kv-heads", type=positive_int, default=None, help="default: --heads")
     p.add_argument("--seq", type=positive_int, required=True, help="query length N")
     p.add_argument("--seq-k", type=positive_int, default=None, help="key/value length (default N)")
-    p.add_argument("--head-dim", type=positive_int, required=True)
+    p.add_argument("--head-dim", type=head_dim, required=True, help="a multiple of 8 up to 256")
     p.add_argument("--causal", action="store_true")
     p.add_argument("--dtype", choices=("fp16", "bf16", "fp32"), default="fp16")
     p.add_argument("--block-m", type=power_of_two, default=128)

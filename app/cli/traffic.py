@@ -29,6 +29,17 @@ def power_of_two(text: str) -> int:
     return value
 
 
+def head_dim(text: str) -> int:
+    """A head dimension by the rule of every page and API (simulator/core/problem.py)."""
+    from flashscope.simulator.core.problem import head_dim_refusal
+
+    value = positive_int(text)
+    refused = head_dim_refusal(value)
+    if refused is not None:
+        raise argparse.ArgumentTypeError(refused[0])
+    return value
+
+
 def add_command(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Register `traffic` on the CLI's subcommands."""
     cmd = sub.add_parser(
@@ -40,7 +51,9 @@ def add_command(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     cmd.add_argument("--algo", required=True, choices=ALGOS, help="tile program")
     cmd.add_argument("--seq", required=True, type=positive_int, help="query length N")
     cmd.add_argument("--seq-k", type=positive_int, help="key/value length (default N)")
-    cmd.add_argument("--head-dim", required=True, type=positive_int, help="head dimension d")
+    cmd.add_argument(
+        "--head-dim", required=True, type=head_dim, help="head dimension d (a multiple of 8)"
+    )
     cmd.add_argument("--block-m", required=True, type=power_of_two, help="query rows per tile")
     cmd.add_argument("--block-n", required=True, type=power_of_two, help="keys per tile")
     cmd.add_argument("--batch", type=positive_int, default=1)

@@ -8,6 +8,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from flashscope.app.config import Settings
 from flashscope.app.middleware.errors import limit_error, value_error
+from flashscope.app.schemas.head_dim import DESCRIPTION as HEAD_DIM
+from flashscope.app.schemas.head_dim import head_dim_errors
 from flashscope.simulator.core import hardware
 from flashscope.simulator.core.problem import (
     MAX_REG_CAP,
@@ -44,7 +46,7 @@ class SimulateRequest(BaseModel):
     kv_heads: int | None = Field(None, ge=1, description="Default: heads (no grouping).")
     seq: int = Field(4096, ge=1, description="Query length N.")
     seq_k: int | None = Field(None, ge=1, description="Key/value length; default N.")
-    head_dim: int = Field(128, ge=1)
+    head_dim: int = Field(128, ge=1, description=HEAD_DIM)
     causal: bool = False
     dtype: Literal["fp16", "bf16", "fp32"] = "fp16"
     block_m: int = Field(128, ge=1, description="Query rows per CTA (power of two).")
@@ -93,7 +95,6 @@ def check_simulate_request(r: SimulateRequest, s: Settings) -> list[dict[str, An
         ("heads", s.simulate_max_heads),
         ("seq", s.simulate_max_seq),
         ("seq_k", s.simulate_max_seq),
-        ("head_dim", s.simulate_max_head_dim),
         ("splits", s.simulate_max_splits),
     ):
         value = getattr(r, field)
@@ -101,6 +102,7 @@ def check_simulate_request(r: SimulateRequest, s: Settings) -> list[dict[str, An
             errs.append(
                 limit_error(field, f"{field} must be ≤ {limit}, got {value}", value, limit, where)
             )
+    errs += head_dim_errors("head_dim", r.head_dim, s.simulate_max_head_dim, where)
     for field in ("block_m", "block_n"):
         errs += _tile_errors(field, getattr(r, field), s, where)
     errs += _warps_errors("warps", r.warps, where)

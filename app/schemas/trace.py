@@ -8,8 +8,15 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from flashscope.app.config import Settings
 from flashscope.app.middleware.errors import limit_error, value_error
+from flashscope.app.schemas.head_dim import DESCRIPTION as HEAD_DIM
+from flashscope.app.schemas.head_dim import head_dim_errors
 from flashscope.app.schemas.simulate import RegisterCap
-from flashscope.simulator.core.problem import AttentionProblem, TileConfig, is_power_of_two
+from flashscope.simulator.core.problem import (
+    MAX_HEAD_DIM,
+    AttentionProblem,
+    TileConfig,
+    is_power_of_two,
+)
 from flashscope.simulator.core.trace import PHASES, TRACE_VERSION
 from flashscope.simulator.teach.algorithms import ALGORITHMS
 
@@ -24,7 +31,7 @@ class TraceParams(BaseModel):
     algo: Algo = Field("fa2", description="Tile program to trace.")
     n: int = Field(256, ge=1, description="Sequence length N (query rows).")
     nk: int | None = Field(None, ge=1, description="Key/value length; default N.")
-    d: int = Field(64, ge=1, description="Head dimension.")
+    d: int = Field(64, ge=1, description=HEAD_DIM)
     bm: int = Field(64, ge=1, description="block_m: query rows per tile (power of two).")
     bn: int = Field(64, ge=1, description="block_n: keys per tile (power of two).")
     seed: int = Field(0, ge=0, description="Seed of the random Q, K, V (and dO).")
@@ -90,13 +97,13 @@ def check_trace_params(p: TraceParams, s: Settings, where: str = "query") -> lis
         for field, value, limit in (
             ("n", p.n, s.max_seq),
             ("nk", nk, nk_limit),
-            ("d", p.d, s.max_head_dim),
             ("seed", p.seed, s.max_seed),
             ("group", p.group, s.max_group),
             ("splits", p.splits or 0, s.max_splits),
         )
         if value > limit
     ]
+    errs += head_dim_errors("d", p.d, s.max_head_dim, where)
     errs += block_errors({"bm": p.bm, "bn": p.bn}, s, where)
     if p.algo == "decode":
         if p.causal:
@@ -319,7 +326,7 @@ class RunRequest(BaseModel):
     kv_heads: int | None = Field(None, ge=1, description="Default: heads (no grouping).")
     seq: int = Field(256, ge=1, description="Query length N.")
     seq_k: int | None = Field(None, ge=1, description="Key/value length; default N.")
-    head_dim: int = Field(64, ge=8, le=256, multiple_of=8)
+    head_dim: int = Field(64, ge=1, description=HEAD_DIM)
     causal: bool = False
     dtype: Literal["fp16", "bf16", "fp32"] = "fp16"
     block_m: int = Field(64, ge=16, le=256)
@@ -356,6 +363,7 @@ def check_run_request(r: RunRequest, s: Settings, backend: str) -> list[dict[str
             errs.append(
                 value_error(field, f"{field} must be a power of two, got {value}", value, where)
             )
+    errs += head_dim_errors("head_dim", r.head_dim, MAX_HEAD_DIM, where)
     kv = r.kv_heads if r.kv_heads is not None else r.heads
     if r.heads % kv:
         errs.append(

@@ -8,6 +8,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from flashscope.app.config import Settings
 from flashscope.app.middleware.errors import value_error
+from flashscope.app.schemas.head_dim import DESCRIPTION as HEAD_DIM
+from flashscope.app.schemas.head_dim import head_dim_errors
 from flashscope.app.schemas.trace import Algo, Dtype, block_errors, over_limit
 from flashscope.simulator.core.problem import AttentionProblem, TileConfig
 
@@ -20,7 +22,7 @@ class TrafficRequest(BaseModel):
     algo: Algo = Field(description="Tile program to count.")
     seq: int = Field(ge=1, description="Query length N.")
     seq_k: int | None = Field(None, ge=1, description="Key/value length; default N.")
-    head_dim: int = Field(ge=1, description="Head dimension d.")
+    head_dim: int = Field(ge=1, description=HEAD_DIM)
     block_m: int = Field(ge=1, description="Query rows per tile (power of two).")
     block_n: int = Field(ge=1, description="Keys per tile (power of two).")
     batch: int = Field(1, ge=1, description="Batch size.")
@@ -54,7 +56,6 @@ def check_traffic_request(
         for field, value, limit in (
             ("seq", r.seq, s.traffic_max_seq),
             ("seq_k", r.seq_k or 0, s.traffic_max_seq),
-            ("head_dim", r.head_dim, s.max_head_dim),
             ("batch", r.batch, s.traffic_max_batch),
             ("heads", r.heads, s.traffic_max_heads),
             ("kv_heads", r.kv_heads or 0, s.traffic_max_heads),
@@ -63,6 +64,7 @@ def check_traffic_request(
         )
         if value > limit
     ]
+    errs += head_dim_errors("head_dim", r.head_dim, s.max_head_dim, where)
     errs += block_errors({"block_m": r.block_m, "block_n": r.block_n}, s, where)
     if r.kv_heads is not None and r.heads % r.kv_heads:
         errs.append(

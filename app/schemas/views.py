@@ -16,6 +16,8 @@ from pydantic import BaseModel, Field
 
 from flashscope.app.config import Settings
 from flashscope.app.middleware.errors import limit_error, value_error
+from flashscope.app.schemas.head_dim import DESCRIPTION as HEAD_DIM
+from flashscope.app.schemas.head_dim import head_dim_errors
 from flashscope.app.schemas.trace import Dtype
 from flashscope.simulator.core import hardware
 from flashscope.simulator.core.problem import (
@@ -39,7 +41,7 @@ class MemoryWallParams(BaseModel):
     """The memory wall: walks of one (batch, head) and the access table over N."""
 
     n: int = Field(1024, ge=1, description="Sequence length of the step-by-step walk.")
-    d: int = Field(64, ge=1, description="Head dimension.")
+    d: int = Field(64, ge=1, description=HEAD_DIM)
     bm: int = Field(128, ge=1, description="block_m (B_r): query rows per tile, power of two.")
     bn: int = Field(128, ge=1, description="block_n (B_c): keys per tile, power of two.")
     ns: str = Field(SEED_NS, description="Values of N of the access table, comma-separated.")
@@ -60,7 +62,7 @@ class MemoryScalingParams(BaseModel):
     gpu: str = Field("h200", description="GPU whose memory is the limit (a hardware preset).")
     batch: int = Field(1, ge=1)
     heads: int = Field(16, ge=1)
-    d: int = Field(64, ge=1, description="Head dimension.")
+    d: int = Field(64, ge=1, description=HEAD_DIM)
     dtype: Dtype = Field("fp16")
     n_min: int = Field(1024, ge=1, description="Smallest N of the sweep; N doubles from it.")
     n_max: int = Field(131072, ge=1, description="Largest N of the sweep (always included).")
@@ -119,8 +121,7 @@ def check_memory_wall(p: MemoryWallParams, s: Settings) -> tuple[list[int], list
     errs: list[dict[str, Any]] = []
     if p.n > s.memory_wall_max_seq:
         errs.append(_limit("n", p.n, s.memory_wall_max_seq))
-    if p.d > s.max_head_dim:
-        errs.append(_limit("d", p.d, s.max_head_dim))
+    errs += head_dim_errors("d", p.d, s.max_head_dim, "query")
     errs += _check_block("bm", p.bm, s) + _check_block("bn", p.bn, s)
     ns, ns_errs = parse_ints("ns", p.ns, s.memory_wall_table_max_seq, s.memory_wall_table_max_rows)
     errs += ns_errs
@@ -201,12 +202,12 @@ def check_memory_scaling(p: MemoryScalingParams, s: Settings) -> list[dict[str, 
     for field, value, limit in (
         ("batch", p.batch, s.memory_scaling_max_batch),
         ("heads", p.heads, s.memory_scaling_max_heads),
-        ("d", p.d, s.max_head_dim),
         ("n_min", p.n_min, s.memory_scaling_max_seq),
         ("n_max", p.n_max, s.memory_scaling_max_seq),
     ):
         if value > limit:
             errs.append(_limit(field, value, limit))
+    errs += head_dim_errors("d", p.d, s.max_head_dim, "query")
     if not errs and p.n_min > p.n_max:
         errs.append(
             value_error("n_min", f"n_min must be ≤ n_max ({p.n_max}), got {p.n_min}", p.n_min)
@@ -231,7 +232,7 @@ class ScheduleParams(BaseModel):
     kv_heads: int | None = Field(None, ge=1, description="Default: heads (no grouping).")
     seq: int = Field(4096, ge=1, description="Query length N.")
     seq_k: int | None = Field(None, ge=1, description="Key/value length; default N.")
-    head_dim: int = Field(128, ge=1)
+    head_dim: int = Field(128, ge=1, description=HEAD_DIM)
     causal: bool = True
     dtype: Dtype = Field("fp16")
     block_m: int = Field(128, ge=1, description="Query rows per CTA (power of two).")

@@ -26,6 +26,26 @@ def _check_int(name: str, value: object, lo: int, hi: int | None = None) -> None
 MIN_REG_CAP, MAX_REG_CAP, REG_CAP_STEP = 24, 248, 8
 
 
+# The head dimensions flashscope's kernels run (kernels/inputs.py): multiples of 8, whose rows
+# load as 16-byte vectors of fp16, up to 256. Every page, API and command takes a head_dim by
+# this one rule, so whatever the simulator shows, the kernels can run beside it; the simulator's
+# own functions take any head_dim ≥ 1 (its tests use tiny ones).
+HEAD_DIM_STEP, MAX_HEAD_DIM = 8, 256
+
+
+def head_dim_refusal(head_dim: int, limit: int = MAX_HEAD_DIM) -> tuple[str, int] | None:
+    """(why, the bound crossed) when the kernels cannot run this head_dim or it is beyond
+    `limit` (a server's own, lower bound); None when it is fine."""
+    top = min(limit, MAX_HEAD_DIM) // HEAD_DIM_STEP * HEAD_DIM_STEP
+    if HEAD_DIM_STEP <= head_dim <= top and head_dim % HEAD_DIM_STEP == 0:
+        return None
+    why = (
+        f"head_dim must be a multiple of {HEAD_DIM_STEP} from {HEAD_DIM_STEP} to {top} "
+        f"(the head dimensions the kernels run), got {head_dim}"
+    )
+    return why, top if head_dim > top else HEAD_DIM_STEP
+
+
 def is_power_of_two(x: int) -> bool:
     return x >= 1 and (x & (x - 1)) == 0
 

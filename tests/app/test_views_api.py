@@ -49,7 +49,7 @@ def test_memory_wall_default_is_the_seed_table(client):
 
 def test_memory_wall_ragged_sizes_and_chrome(client):
     rng = np.random.default_rng()
-    n, d = int(rng.integers(1, 500)), int(rng.integers(1, 100))
+    n, d = int(rng.integers(1, 500)), 8 * int(rng.integers(1, 13))  # d: what the kernels run
     r = client.get(f"/api/memory-wall?n={n}&d={d}&bm=32&bn=16&ns=17,97,200")
     assert r.status_code == 200, f"n={n} d={d}"
     body = r.json()
