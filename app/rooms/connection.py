@@ -1,4 +1,8 @@
-"""One room connection after its welcome: a reader, a writer, and the end of either.
+"""One room connection: its join, then a reader, a writer, and the end of either.
+
+The join is read first and paid for: without the room's drive token it is a look-up of the code,
+which takes one from the client's look-up budget before the client learns whether the room
+exists. A driver's connections are admitted beyond the attendees' limits (app/rooms/store.py).
 
 The reader takes the client's messages (states from a driver, detach, attach, ping) and answers
 through the connection's outbox (`Follower`); the writer sends the outbox in order. A connection
@@ -19,14 +23,23 @@ from pydantic import ValidationError
 
 from flashscope.app.config import Settings
 from flashscope.app.middleware.errors import describe, limit_error, value_error
+from flashscope.app.middleware.identity import address_key
 from flashscope.app.middleware.ratelimit import Bucket, Rate
 from flashscope.app.middleware.wsjson import BadMessage, loads
 from flashscope.app.rooms.follower import TOO_SLOW, Follower
-from flashscope.app.rooms.service import Rooms
+from flashscope.app.rooms.service import Rooms, token_matches
 from flashscope.app.rooms.state import SAFE_INT, RoomState, check_room_state, state_message
-from flashscope.app.rooms.store import RoomGone, RoomsUnavailable, StaleState
+from flashscope.app.rooms.store import (
+    RoomFull,
+    RoomGone,
+    RoomRecord,
+    RoomsUnavailable,
+    StaleState,
+    member_id,
+)
 
 CLOSE_WAIT_S = 1.0  # how long a close may wait on a client that does not read
+JOIN_TIMEOUT_S = 10.0  # how long a new connection may take to send its join message
 
 
 def close_reason(text: str) -> str:
@@ -71,6 +84,57 @@ async def receive(ws: WebSocket, limit: int) -> tuple[dict[str, Any] | None, lis
 
 def errors(errs: list[dict[str, Any]]) -> str:
     return json.dumps({"type": "error", "errors": describe(errs)}, default=str)
+
+
+async def join(
+    ws: WebSocket, rooms: Rooms, settings: Settings, code: str
+) -> tuple[str, Follower, RoomRecord] | None:
+    """Read the join message and admit the client, or close with the reason and return None."""
+    try:
+        msg, errs = await asyncio.wait_for(
+            receive(ws, settings.room_max_message_bytes), JOIN_TIMEOUT_S
+        )
+    except TimeoutError:
+        await ws.close(code=4408, reason="send a join message first")
+        return None
+    if errs or msg is None or msg.get("type") != "join":
+        await ws.close(code=4400, reason='the first message must be {"type": "join"}')
+        return None
+    token = msg.get("token")
+    if token is not None and (not isinstance(token, str) or len(token) > 128):
+        token = ""  # matches no room: refused below, after the look-up is paid for
+    record = None if token is None else await rooms.get(code)
+    driver = token is not None and record is not None and token_matches(token, record)
+    if not driver:
+        # Without the room's drive token a join is a look-up of its code: paid for before the
+        # client learns whether the code exists.
+        wait = rooms.lookups.take_for(ws.scope, "lookup")
+        if wait > 0:
+            reason = f"too many room look-ups from this client; retry after {math.ceil(wait)} s"
+            await ws.close(code=4429, reason=reason)
+            return None
+        if token is None:
+            record = await rooms.get(code)
+    if record is None:
+        await ws.close(code=4404, reason=f"no room {code}")
+        return None
+    if token is not None and not driver:
+        await ws.close(code=4403, reason="drive token does not match this room")
+        return None
+    try:
+        follower, record = await rooms.admit(code, member_id(driver, address_key(ws.scope)))
+    except RoomFull as full:
+        if full.per == "address":
+            n = rooms.seats.per_address
+            reason = f"room {code} is full for your network ({n} attendees from one address)"
+        else:
+            reason = f"room {code} is full ({settings.room_max_clients} clients)"
+        await ws.close(code=4409, reason=reason)
+        return None
+    except RoomGone:
+        await ws.close(code=4404, reason=f"no room {code}")
+        return None
+    return ("driver" if driver else "attendee"), follower, record
 
 
 async def serve(

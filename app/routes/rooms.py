@@ -33,7 +33,6 @@ join, a DELETE) without the room's drive token draws on the client's look-up bud
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
 import math
@@ -50,8 +49,7 @@ from flashscope.app.deps import SettingsDep
 from flashscope.app.middleware.errors import limit_error
 from flashscope.app.middleware.identity import address_key, client_key
 from flashscope.app.middleware.origin import refusal, same_origin
-from flashscope.app.rooms.connection import close_reason, receive, serve
-from flashscope.app.rooms.follower import Follower
+from flashscope.app.rooms.connection import close_reason, join, serve
 from flashscope.app.rooms.service import (
     CODE_PATTERN,
     OwnerFull,
@@ -60,11 +58,10 @@ from flashscope.app.rooms.service import (
     token_matches,
 )
 from flashscope.app.rooms.state import RoomState
-from flashscope.app.rooms.store import RoomFull, RoomGone, RoomRecord, RoomsUnavailable, member_id
+from flashscope.app.rooms.store import RoomRecord, RoomsUnavailable
 
 router = APIRouter(tags=["rooms"])
 
-JOIN_TIMEOUT_S = 10.0
 Code = Annotated[str, Path(pattern=CODE_PATTERN, description="The room's join code.")]
 DriveToken = Annotated[
     str | None,
@@ -364,7 +361,7 @@ async def room_stream(ws: WebSocket, code: str, settings: SettingsDep) -> None:
         return
     code = code.upper()
     try:
-        joined = await _join(ws, rooms, settings, code)
+        joined = await join(ws, rooms, settings, code)
         if joined is None:
             return
         role, follower, record = joined
@@ -391,54 +388,3 @@ async def room_stream(ws: WebSocket, code: str, settings: SettingsDep) -> None:
     except RoomsUnavailable as exc:
         with contextlib.suppress(RuntimeError):
             await ws.close(code=1011, reason=close_reason(f"rooms are unavailable: {exc}"))
-
-
-async def _join(
-    ws: WebSocket, rooms: Rooms, settings: Settings, code: str
-) -> tuple[str, Follower, RoomRecord] | None:
-    """Read the join message and admit the client, or close with the reason and return None."""
-    try:
-        msg, errs = await asyncio.wait_for(
-            receive(ws, settings.room_max_message_bytes), JOIN_TIMEOUT_S
-        )
-    except TimeoutError:
-        await ws.close(code=4408, reason="send a join message first")
-        return None
-    if errs or msg is None or msg.get("type") != "join":
-        await ws.close(code=4400, reason='the first message must be {"type": "join"}')
-        return None
-    token = msg.get("token")
-    if token is not None and (not isinstance(token, str) or len(token) > 128):
-        token = ""  # matches no room: refused below, after the look-up is paid for
-    record = None if token is None else await rooms.get(code)
-    driver = token is not None and record is not None and token_matches(token, record)
-    if not driver:
-        # Without the room's drive token a join is a look-up of its code: paid for before the
-        # client learns whether the code exists.
-        wait = rooms.lookups.take_for(ws.scope, "lookup")
-        if wait > 0:
-            reason = f"too many room look-ups from this client; retry after {math.ceil(wait)} s"
-            await ws.close(code=4429, reason=reason)
-            return None
-        if token is None:
-            record = await rooms.get(code)
-    if record is None:
-        await ws.close(code=4404, reason=f"no room {code}")
-        return None
-    if token is not None and not driver:
-        await ws.close(code=4403, reason="drive token does not match this room")
-        return None
-    try:
-        follower, record = await rooms.admit(code, member_id(driver, address_key(ws.scope)))
-    except RoomFull as full:
-        if full.per == "address":
-            n = rooms.seats.per_address
-            reason = f"room {code} is full for your network ({n} attendees from one address)"
-        else:
-            reason = f"room {code} is full ({settings.room_max_clients} clients)"
-        await ws.close(code=4409, reason=reason)
-        return None
-    except RoomGone:
-        await ws.close(code=4404, reason=f"no room {code}")
-        return None
-    return ("driver" if driver else "attendee"), follower, record

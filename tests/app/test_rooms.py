@@ -256,9 +256,9 @@ def test_bad_joins_are_closed_with_a_reason(client, path, first, close):
 
 
 def test_a_silent_client_is_closed(client, monkeypatch):
-    import flashscope.app.routes.rooms as routes
+    import flashscope.app.rooms.connection as connection
 
-    monkeypatch.setattr(routes, "JOIN_TIMEOUT_S", 0.2)
+    monkeypatch.setattr(connection, "JOIN_TIMEOUT_S", 0.2)
     code, _ = make_room(client)
     with client.websocket_connect(f"/ws/rooms/{code}") as ws:
         assert closed_with(ws) == (4408, "send a join message first")
