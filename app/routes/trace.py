@@ -32,6 +32,7 @@ from flashscope.app.config import Settings
 from flashscope.app.deps import SettingsDep, TracesDep
 from flashscope.app.middleware import wsjson
 from flashscope.app.middleware.errors import describe, limit_error, refuse, value_error
+from flashscope.app.middleware.origin import same_origin
 from flashscope.app.middleware.ratelimit import Bucket, Rate
 from flashscope.app.schemas.trace import (
     StrictTraceParams,
@@ -157,6 +158,9 @@ def closed_form_events(params: TraceParams) -> int | None:
 
 @router.websocket("/ws/trace")
 async def trace_stream(ws: WebSocket, settings: SettingsDep, traces: TracesDep) -> None:
+    if not same_origin(ws.scope, settings):
+        await ws.close(code=4403, reason="this page's origin may not open trace streams here")
+        return
     await ws.accept()
     params: TraceParams | None = None
     n_events = 0

@@ -64,3 +64,18 @@ def test_a_deeply_nested_message_gets_an_error_not_a_dropped_socket(client):
         assert msg["type"] == "error" and "deeper" in msg["errors"][0]["msg"]
         ws.send_text(json.dumps({"type": "open", "params": {"n": 16, "d": 16, "bm": 16, "bn": 16}}))
         assert ws.receive_json()["type"] == "meta"
+
+
+def test_a_trace_stream_from_another_origin_is_closed(client):
+    from starlette.websockets import WebSocketDisconnect
+
+    try:
+        with client.websocket_connect("/ws/trace", headers={"origin": "http://evil.example"}) as ws:
+            ws.receive_json()
+    except WebSocketDisconnect as exc:
+        assert exc.code == 4403
+    else:
+        raise AssertionError("the socket stayed open")
+    with client.websocket_connect("/ws/trace", headers={"origin": "http://testserver"}) as ws:
+        ws.send_json({"type": "open", "params": {"n": 16, "d": 16, "bm": 16, "bn": 16}})
+        assert ws.receive_json()["type"] == "meta"
