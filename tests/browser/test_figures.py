@@ -42,7 +42,8 @@ AUDIT = """() => {
       const legend = t.meta && t.meta.legend ? document.querySelector(t.meta.legend) : null;
       const chips = legend ? legend.querySelectorAll('.chip').length : 0;
       const shared = full.some((u) => u !== t && u.type === 'heatmap' && u.showscale && same(u, t));
-      const scale = t.showscale || t.coloraxis || shared || (chips >= 2 && legend.offsetParent !== null);
+      const chipsShown = chips >= 2 && legend.offsetParent !== null;
+      const scale = t.showscale || t.coloraxis || shared || chipsShown;
       if (!scale) problems.push(`${where}: no colour scale and no legend`);
       const hover = gd.data[k].hovertemplate;
       if (!hover || (Array.isArray(hover) ? !hover.length : !String(hover).trim())) {
@@ -92,7 +93,9 @@ def _modebars(page) -> list[dict]:
           const bar = gd.querySelector('.modebar');
           return {
             id: gd.id,
-            buttons: bar ? [...bar.querySelectorAll('.modebar-btn')].map((b) => b.dataset.title) : [],
+            buttons: bar
+              ? [...bar.querySelectorAll('.modebar-btn')].map((b) => b.dataset.title)
+              : [],
             bar: box(bar),
             svg: box(gd.querySelector('.main-svg')),
             legend: box(gd.querySelector('.legend')),

@@ -66,7 +66,7 @@ def test_the_stepper_stays_beside_the_figure_it_drives(phone, live_server):
     phone.locator("#grid").scroll_into_view_if_needed()
     grid = phone.locator("#grid").bounding_box()
     play = phone.locator("#play").bounding_box()
-    assert 0 <= play["y"] and play["y"] + play["height"] <= PHONE["height"], play
+    assert play["y"] >= 0 and play["y"] + play["height"] <= PHONE["height"], play
     assert grid["y"] < PHONE["height"]
     phone.locator("#next").click()
     phone.locator("body[data-step='6']").wait_for(state="attached", timeout=15000)
