@@ -119,6 +119,29 @@ class Settings(BaseSettings):
         default_factory=list, description="Devices to run on; empty: every GPU, else the CPU."
     )
     runs_max_queued: int = Field(8, ge=0, description="Runs waiting beyond this get HTTP 429.")
+    runs_max_queued_per_client: int = Field(
+        2, ge=1, description="Runs one client (browser identity) may have waiting; beyond: 429."
+    )
+    runs_max_queued_per_address: int = Field(
+        4, ge=1, description="Runs one address may have waiting (clients without a cookie)."
+    )
+    runs_worker_memory_mib: int = Field(
+        4096,
+        ge=0,
+        description="Memory cap of a run's worker process (address space on the CPU, heap on a "
+        "GPU); 0: none.",
+    )
+    runs_max_interpreter_steps: int = Field(
+        512,
+        ge=1,
+        description="Most tile steps a run's kernels may take in Triton's interpreter (no GPU).",
+    )
+    runs_max_gpu_tflop: float = Field(
+        50.0, gt=0, description="Most TFLOP one call of a run's kernels may do on a GPU."
+    )
+    runs_max_gpu_memory_mib: int = Field(
+        16384, ge=1, description="Most GPU memory a run's tensors may take, in MiB."
+    )
     runs_timeout_s: float = Field(300.0, gt=0, description="A run longer than this is killed.")
     runs_cache_size: int = Field(64, ge=1, description="Finished runs kept (cache by request).")
     runs_max_batch: int = Field(64, ge=1, description="Largest batch of a run.")

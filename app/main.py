@@ -90,12 +90,15 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         # Which backend the kernels have (torch loads in a thread): probed now, so neither the
-        # first /api/health nor the pages' backend badge waits for it.
+        # first /api/health nor the pages' backend badge waits for it, and the run service's
+        # devices likewise, so the first POST /api/runs finds them found.
         probe = asyncio.get_running_loop().create_task(health.backend_of(app.state))
+        devices = asyncio.get_running_loop().create_task(app.state.runs.ready())
         if settings.compute_warm:
             await asyncio.get_running_loop().run_in_executor(None, app.state.pool.start)
         yield
         probe.cancel()
+        devices.cancel()
         app.state.pool.close()
         app.state.runs.close()
         await app.state.rooms.close()

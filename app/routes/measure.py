@@ -71,7 +71,7 @@ def plan(row: dict[str, Any], rows: list[dict[str, Any]], seed: int) -> list[dic
 async def measure(body: MeasureRequest, request: Request) -> dict[str, Any]:
     """Queue the timed runs of the problem on screen; their ids, to follow and to keep."""
     service = request.app.state.runs
-    backend = service.backend()
+    backend = await service.ready()
     if backend != "cuda":
         raise refuse([value_error("gpu", NO_GPU, backend, "body")])
     datasets: Datasets = request.app.state.datasets
@@ -87,7 +87,7 @@ async def measure(body: MeasureRequest, request: Request) -> dict[str, Any]:
         try:
             run, cached = queue.submit(request_key(run_request), run_request.model_dump())
         except QueueFull as full:
-            return queue_full(full, settings)  # type: ignore[return-value]
+            return queue_full(full)  # type: ignore[return-value]
         runs.append({"tile": item["tile"], "id": run.id, "cached": cached})
     return {"problem": row["id"].rsplit("-", 1)[0], "runs": runs}
 

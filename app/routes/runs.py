@@ -15,6 +15,7 @@ from fastapi.sse import EventSourceResponse, ServerSentEvent
 from flashscope.app.config import Settings
 from flashscope.app.deps import SettingsDep
 from flashscope.app.middleware.errors import refuse
+from flashscope.app.middleware.identity import address_key, client_key
 from flashscope.app.runs.queue import QueueFull, Run, RunQueue
 from flashscope.app.schemas.trace import RunRequest, check_run_request
 
@@ -24,8 +25,11 @@ RunId = Annotated[str, Path(min_length=1, max_length=64, pattern=r"^[0-9a-f]+$")
 FINAL = ("done", "failed", "timeout")
 
 
-def _queue(request: Request) -> RunQueue:
-    queue: RunQueue = request.app.state.runs.get()
+async def _queue(request: Request) -> RunQueue:
+    """The run queue, started on first use; the devices are found off the event loop."""
+    service = request.app.state.runs
+    await service.ready()
+    queue: RunQueue = service.get()
     return queue
 
 
@@ -34,36 +38,53 @@ def request_key(body: RunRequest) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:24]
 
 
-def queue_full(full: QueueFull, settings: Settings) -> JSONResponse:
-    """HTTP 429 for a full queue, with when to come back."""
+SETTING = {
+    "queue": "runs_max_queued",
+    "client": "runs_max_queued_per_client",
+    "address": "runs_max_queued_per_address",
+}
+
+
+def queue_full(full: QueueFull, settings: Settings | None = None) -> JSONResponse:
+    """HTTP 429 for a full queue (in all, for this client or this address), with the limit
+    reached, its setting and when to come back (`settings`: not needed, callers pass them)."""
     return JSONResponse(
         status_code=429,
         headers={"Retry-After": str(full.retry_after)},
         content={
             "detail": [
                 {
-                    "type": "queue_full",
+                    "type": "queue_full" if full.who == "queue" else f"queue_full_{full.who}",
                     "loc": ["body"],
                     "field": None,
                     "msg": str(full),
-                    "limit": settings.runs_max_queued,
+                    "limit": full.limit,
+                    "setting": "FLASHSCOPE_" + SETTING[full.who].upper(),
                 }
             ]
         },
     )
 
 
+def submit(queue: RunQueue, body: RunRequest, request: Request) -> tuple[Run, bool]:
+    """Queue a run for the client that asks (its identity and address); raises QueueFull."""
+    scope = request.scope
+    return queue.submit(
+        request_key(body), body.model_dump(), client=client_key(scope), address=address_key(scope)
+    )
+
+
 @router.post("/api/runs", status_code=202)
 async def submit_run(body: RunRequest, request: Request, settings: SettingsDep) -> Any:
     """Queue a run of flashscope's kernel; identical requests share one run."""
-    errs = check_run_request(body, settings, request.app.state.runs.backend())
+    errs = check_run_request(body, settings, await request.app.state.runs.ready())
     if errs:
         raise refuse(errs)
-    queue = _queue(request)
+    queue = await _queue(request)
     try:
-        run, cached = queue.submit(request_key(body), body.model_dump())
+        run, cached = submit(queue, body, request)
     except QueueFull as full:
-        return queue_full(full, settings)
+        return queue_full(full)
     return {
         **run.public(queue.position(run)),
         "cached": cached,
@@ -73,7 +94,7 @@ async def submit_run(body: RunRequest, request: Request, settings: SettingsDep) 
 
 @router.get("/api/runs/{run_id}")
 async def get_run(run_id: RunId, request: Request) -> Any:
-    queue = _queue(request)
+    queue = await _queue(request)
     run = queue.get(run_id)
     if run is None:
         raise HTTPException(
@@ -86,7 +107,7 @@ async def get_run(run_id: RunId, request: Request) -> Any:
 
 async def _known_run(run_id: RunId, request: Request) -> Run:
     """The run, or 404 (a dependency: it answers before any event of the stream is sent)."""
-    run = _queue(request).get(run_id)
+    run = (await _queue(request)).get(run_id)
     if run is None:
         raise HTTPException(status_code=404, detail=f"no run {run_id!r}")
     return run
@@ -97,7 +118,7 @@ async def run_events(
     run: Annotated[Run, Depends(_known_run)], request: Request
 ) -> AsyncIterator[ServerSentEvent]:
     """Progress of a run: an event per change (state and new messages), then `end`."""
-    queue = _queue(request)
+    queue = await _queue(request)
     sent = 0
     last_state = None
     while True:

@@ -28,7 +28,7 @@ from flashscope.app.figures.schedule import (
 )
 from flashscope.app.middleware.errors import refuse, value_error
 from flashscope.app.routes.health import backend_of
-from flashscope.app.routes.runs import RunId, queue_full, request_key
+from flashscope.app.routes.runs import RunId, queue_full, submit
 from flashscope.app.routes.simulate import run_request
 from flashscope.app.runs.queue import QueueFull
 from flashscope.app.schemas.simulate import SimulateRequest
@@ -147,7 +147,7 @@ async def measure_schedule(params: ScheduleParams, request: Request) -> Any:
     """Queue a timeline run of this schedule's forward on the server's GPU (see runs)."""
     settings: Settings = request.app.state.settings
     service = request.app.state.runs
-    backend = service.backend()
+    backend = await service.ready()
     device = (await backend_of(request.app.state))[1]
     errs = _measurable(params, backend, device)
     if errs:
@@ -164,9 +164,9 @@ async def measure_schedule(params: ScheduleParams, request: Request) -> Any:
         raise refuse(errs)
     queue = service.get()
     try:
-        run, cached = queue.submit(request_key(body), body.model_dump())
+        run, cached = submit(queue, body, request)
     except QueueFull as full:
-        return queue_full(full, settings)
+        return queue_full(full)
     return {**run.public(queue.position(run)), "cached": cached}
 
 

@@ -1,9 +1,17 @@
 """The run queue: live kernel runs in worker processes, one per device, with limits and a cache.
 
-Each worker is a spawned process that imports the executor once (torch and triton load there,
-never in the server) and runs one job at a time. The server keeps the runs in memory: their
-state, their progress messages and their result. A job past the timeout has its worker killed
-and replaced; the run ends as "timeout". Identical requests share one run (the cache).
+Each worker is a spawned process (app/runs/worker.py) in a process group of its own, with a memory
+cap, that dies with the server even when the server is SIGKILLed; it imports the executor once
+(torch and triton load there, never in the server) and runs one job at a time. The server keeps
+the runs in memory: their state, their progress messages and their result. A job past the
+timeout has its worker's whole group killed and the worker replaced; the run ends as "timeout".
+Identical requests share one run (the cache).
+
+Fair shares: at most `max_queued` runs wait in all, at most `max_per_client` of them from one
+client (its issued identity, app/middleware/identity.py) and `max_per_address` from one address
+(a client that drops its cookie is a new client each time). A free worker takes the oldest run of
+the next client in turn (round-robin), so one client's runs never hold another's back by more
+than a round; `position` is a run's place in that order.
 
 States: queued → running → done | failed | timeout.
 """
@@ -11,38 +19,22 @@ States: queued → running → done | failed | timeout.
 from __future__ import annotations
 
 import asyncio
-import importlib
+import contextlib
 import itertools
 import multiprocessing as mp
+import os
 import threading
 import time
-import traceback
 import uuid
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from flashscope.app.runs.worker import kill_group, worker_main
+
 Progress = Callable[[str], None]
-
-
-def _worker_main(executor_path: str, device: str, conn: Any) -> None:
-    """Worker process: receive jobs, run them, send progress and the outcome back."""
-    module_name, func_name = executor_path.split(":")
-    execute = getattr(importlib.import_module(module_name), func_name)
-    while True:
-        job = conn.recv()
-        if job is None:
-            return
-
-        def progress(message: str) -> None:
-            conn.send(("progress", message))
-
-        try:
-            result = execute(job, device=device, progress=progress)
-            conn.send(("done", result))
-        except Exception as exc:  # the run fails; the worker lives on
-            conn.send(("failed", f"{type(exc).__name__}: {exc}", traceback.format_exc(limit=3)))
+SERVER = "server"  # the client whose turns runs the server plans itself take
 
 
 @dataclass
@@ -52,6 +44,8 @@ class Run:
     id: str
     key: str
     request: dict[str, Any]
+    client: str = ""  # whose turn it takes in the round-robin (never sent out)
+    address: str = ""
     state: str = "queued"
     created: float = field(default_factory=time.time)
     started: float | None = None
@@ -76,11 +70,19 @@ class Run:
 
 
 class QueueFull(Exception):
-    """More runs are waiting than the queue takes; retry after `retry_after` seconds."""
+    """Too many runs wait (in all, from this client or from this address: `who`); retry after
+    `retry_after` seconds. `limit` is the bound that was reached."""
 
-    def __init__(self, retry_after: int) -> None:
-        super().__init__(f"the run queue is full; retry in {retry_after} s")
+    def __init__(self, retry_after: int, limit: int, who: str = "queue") -> None:
+        whose = {
+            "queue": f"the run queue is full: {limit} runs wait",
+            "client": f"this client has {limit} runs waiting, the most one client may queue",
+            "address": f"{limit} runs from this address wait, the most one address may queue",
+        }[who]
+        super().__init__(f"{whose}; retry in {retry_after} s")
         self.retry_after = retry_after
+        self.limit = limit
+        self.who = who
 
 
 class _Worker:
@@ -91,51 +93,65 @@ class _Worker:
         self.device = device
         self.proc: Any = None
         self.conn: Any = None
+        self.lifeline: Any = None  # the write end the worker watches; never written to
 
     def start(self) -> None:
         ctx = mp.get_context("spawn")
         parent, child = ctx.Pipe()
-        self.proc = ctx.Process(
-            target=_worker_main, args=(self.queue.executor, self.device, child), daemon=True
-        )
+        watch, self.lifeline = ctx.Pipe(duplex=False)
+        args = (self.queue.executor, self.device, child, watch, os.getpid(), self.queue.memory_mib)
+        self.proc = ctx.Process(target=worker_main, args=args, daemon=True)
         self.proc.start()
         child.close()
+        watch.close()
         self.conn = parent
+
+    def kill(self) -> None:
+        """Kill the worker and everything in its process group, and forget it."""
+        if self.proc is not None:
+            kill_group(self.proc.pid)  # the worker leads its group (os.setsid)
+            with contextlib.suppress(OSError):
+                self.proc.kill()  # in case it had not yet made its group
+            self.proc.join(timeout=5)
+        for end in (self.conn, self.lifeline):
+            with contextlib.suppress(OSError, AttributeError):
+                end.close()
+        self.proc = self.conn = self.lifeline = None
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.is_alive():
-            try:
+            with contextlib.suppress(OSError):
                 self.conn.send(None)
                 self.proc.join(timeout=2)
-            except (OSError, BrokenPipeError):
-                pass
-            if self.proc.is_alive():
-                self.proc.kill()
-                self.proc.join(timeout=2)
+        self.kill()
 
     def run(self, run: Run) -> tuple[str, Any]:
         """Run one job; blocks this thread until an outcome or the timeout."""
+        died = "failed", "the worker process died (out of memory?)"
         if self.proc is None or not self.proc.is_alive():
+            self.kill()
             self.start()
-        self.conn.send(run.request)
+        try:
+            self.conn.send(run.request)
+        except OSError:
+            self.kill()
+            return died
         deadline = time.monotonic() + self.queue.timeout_s
         while True:
             left = deadline - time.monotonic()
-            if left <= 0 or not self.conn.poll(min(left, 0.5)):
-                if left <= 0:
-                    self.proc.kill()
-                    self.proc.join(timeout=5)
-                    self.proc = None
-                    return "timeout", f"the run took longer than {self.queue.timeout_s:g} s"
-                if not self.proc.is_alive():
-                    self.proc = None
-                    return "failed", "the worker process died"
-                continue
+            if left <= 0:
+                self.kill()
+                return "timeout", f"the run took longer than {self.queue.timeout_s:g} s"
             try:
+                if not self.conn.poll(min(left, 0.5)):
+                    if not self.proc.is_alive():
+                        self.kill()
+                        return died
+                    continue
                 kind, *payload = self.conn.recv()
-            except EOFError:
-                self.proc = None
-                return "failed", "the worker process died"
+            except (EOFError, OSError):
+                self.kill()
+                return died
             if kind == "progress":
                 self.queue._notify(run, message=payload[0])
             else:
@@ -143,7 +159,7 @@ class _Worker:
 
 
 class RunQueue:
-    """FIFO of runs served by one worker per device; results cached by request key."""
+    """Runs served by one worker per device, in turn between clients; results cached by key."""
 
     def __init__(
         self,
@@ -153,17 +169,24 @@ class RunQueue:
         max_queued: int,
         timeout_s: float,
         cache_size: int,
+        max_per_client: int | None = None,
+        max_per_address: int | None = None,
+        memory_mib: int = 0,
         seconds_per_run: float = 5.0,
     ) -> None:
         self.executor = executor
         self.devices = devices
         self.max_queued = max_queued
+        self.max_per_client = max_queued if max_per_client is None else max_per_client
+        self.max_per_address = max_queued if max_per_address is None else max_per_address
         self.timeout_s = timeout_s
         self.cache_size = cache_size
-        self.seconds_per_run = seconds_per_run
+        self.memory_mib = memory_mib
+        self.seconds_per_run = seconds_per_run  # a running mean of the runs' durations
         self.runs: OrderedDict[str, Run] = OrderedDict()
         self.by_key: dict[str, str] = {}
-        self._pending: list[Run] = []
+        # Waiting runs by client; the order of the clients is the order of their turns.
+        self._pending: OrderedDict[str, deque[Run]] = OrderedDict()
         self._lock = threading.Lock()
         self._wake = threading.Condition(self._lock)
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -187,18 +210,29 @@ class RunQueue:
             self._threads.append(t)
 
     def close(self) -> None:
+        """Stop serving: runs in progress are killed (their workers' groups), not waited for."""
         with self._wake:
             self._closing = True
             self._wake.notify_all()
+        for w in self._workers:
+            proc = w.proc
+            if proc is not None:
+                kill_group(proc.pid)  # the serving thread sees its pipe close and returns
         for t in self._threads:
-            t.join(timeout=self.timeout_s + 5)
+            t.join(timeout=10)
         for w in self._workers:
             w.stop()
 
     # --- submitting and reading -----------------------------------------------------------
 
-    def submit(self, key: str, request: dict[str, Any]) -> tuple[Run, bool]:
-        """Queue a run, or return the live or finished run of the same request (cached=True)."""
+    def submit(
+        self, key: str, request: dict[str, Any], client: str | None = None, address: str = ""
+    ) -> tuple[Run, bool]:
+        """Queue a run, or return the live or finished run of the same request (cached=True).
+        Raises QueueFull when the queue, the client or the address has its most runs waiting.
+
+        `client` None: a run the server plans itself (a measure-now batch): it takes its turns
+        as one client of its own and is held to the whole queue's limit only."""
         with self._wake:
             existing = self.by_key.get(key)
             if (
@@ -207,24 +241,46 @@ class RunQueue:
                 and self.runs[existing].state not in ("failed", "timeout")
             ):
                 return self.runs[existing], True
-            if len(self._pending) >= self.max_queued:
-                busy = len(self._pending) + len(self.devices)
-                retry = max(1, round(busy * self.seconds_per_run / len(self.devices)))
-                raise QueueFull(retry)
-            run = Run(id=uuid.uuid4().hex[:12] + f"{next(self._ids):x}", key=key, request=request)
+            waiting = self._order()
+            if len(waiting) >= self.max_queued:
+                raise QueueFull(self._retry_after(len(waiting)), self.max_queued, "queue")
+            if client is not None:
+                own = self._pending.get(client, deque())
+                if len(own) >= self.max_per_client:
+                    ahead = waiting.index(own[0])
+                    raise QueueFull(self._retry_after(ahead), self.max_per_client, "client")
+                same = [i for i, r in enumerate(waiting) if r.address == address]
+                if len(same) >= self.max_per_address:
+                    raise QueueFull(self._retry_after(same[0]), self.max_per_address, "address")
+            client = SERVER if client is None else client
+            run = Run(
+                id=uuid.uuid4().hex[:12] + f"{next(self._ids):x}",
+                key=key,
+                request=request,
+                client=client,
+                address=address,
+            )
             self.runs[run.id] = run
             self.by_key[key] = run.id
-            self._pending.append(run)
+            self._pending.setdefault(client, deque()).append(run)
             self._trim()
             self._wake.notify()
             return run, False
 
+    def position(self, run: Run) -> int | None:
+        """How many runs start before this one (None once it is no longer waiting)."""
+        with self._lock:
+            if run.state != "queued":
+                return None
+            order = self._order()
+            return order.index(run) if run in order else None
+
+    def waiting(self) -> int:
+        with self._lock:
+            return sum(len(q) for q in self._pending.values())
+
     def get(self, run_id: str) -> Run | None:
         return self.runs.get(run_id)
-
-    def position(self, run: Run) -> int | None:
-        with self._lock:
-            return self._pending.index(run) if run in self._pending else None
 
     async def wait_change(self, run: Run, timeout: float) -> None:
         """Wait until the run changes (a message or a new state), or `timeout` seconds."""
@@ -237,6 +293,28 @@ class RunQueue:
             event.clear()
 
     # --- internals ------------------------------------------------------------------------
+
+    def _order(self) -> list[Run]:
+        """The waiting runs in the order they will start: each client's oldest in turn, then
+        each one's second oldest, … (what `_next` does one run at a time)."""
+        queues = list(self._pending.values())
+        depth = max((len(q) for q in queues), default=0)
+        return [q[i] for i in range(depth) for q in queues if len(q) > i]
+
+    def _next(self) -> Run:
+        """The next client's oldest run; that client's turn moves to the end."""
+        client, queue = next(iter(self._pending.items()))
+        run = queue.popleft()
+        if queue:
+            self._pending.move_to_end(client)
+        else:
+            del self._pending[client]
+        return run
+
+    def _retry_after(self, ahead: int) -> int:
+        """Seconds until `ahead` waiting runs (and those running) are likely done."""
+        busy = ahead + len(self.devices)
+        return max(1, round(busy * self.seconds_per_run / len(self.devices)))
 
     def _trim(self) -> None:
         finished = [r for r in self.runs.values() if r.state in ("done", "failed", "timeout")]
@@ -265,7 +343,7 @@ class RunQueue:
                     self._wake.wait()
                 if self._closing:
                     return
-                run = self._pending.pop(0)
+                run = self._next()
                 run.state = "running"
                 run.started = time.time()
             self._notify(run)
@@ -277,5 +355,7 @@ class RunQueue:
                     run.result = payload
                 else:
                     run.error = payload
+                took = run.finished - run.started
+                self.seconds_per_run = 0.7 * self.seconds_per_run + 0.3 * took
                 self._trim()
             self._notify(run)

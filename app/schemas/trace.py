@@ -8,6 +8,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from flashscope.app.config import Settings
 from flashscope.app.middleware.errors import limit_error, value_error
+from flashscope.app.runs.cost import budget_errors
 from flashscope.app.schemas.head_dim import DESCRIPTION as HEAD_DIM
 from flashscope.app.schemas.head_dim import head_dim_errors
 from flashscope.app.schemas.simulate import RegisterCap
@@ -354,7 +355,9 @@ class RunRequest(BaseModel):
 
 
 def check_run_request(r: RunRequest, s: Settings, backend: str) -> list[dict[str, Any]]:
-    """Errors for a run beyond the server's limits on this backend (empty when all is well)."""
+    """Errors for a run beyond the server's limits on this backend (empty when all is well):
+    each field's own bound, then what the run would compute against the backend's budgets
+    (app/runs/cost.py), all before any work starts."""
     errs: list[dict[str, Any]] = []
     where = "body"
     for field in ("block_m", "block_n", "warps"):
@@ -405,6 +408,8 @@ def check_run_request(r: RunRequest, s: Settings, backend: str) -> list[dict[str
                     field, f"{field} must be ≤ {limit} {why}, got {value}", value, limit, where
                 )
             )
+    if not errs:  # what the run would compute, against this backend's budgets
+        errs += budget_errors(r, s, backend, limit)
     return errs
 
 

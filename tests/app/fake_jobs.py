@@ -1,7 +1,9 @@
 """A stand-in executor for run-queue tests: behaviour chosen by the request's seed.
 
-seed 1: sleeps past any test timeout; seed 2: raises; seed 3: kills its own process;
-anything else: reports two progress messages and echoes the request. On a device named cuda, a
+seed 1: sleeps past any test timeout; seed 2: raises; seed 3: kills its own process; seed 4:
+reports its pid, starts a child process (reported too) and sleeps; seed 7: allocates 2 GiB;
+anything else: reports two progress messages and echoes the request, with the worker's pid,
+process group and memory cap. On a device named cuda, a
 timed run answers as the real executor's GPU path would (invented figures: a fixed rate of
 useful work), so the measure-now routes can be tested without a GPU.
 """
@@ -9,6 +11,9 @@ useful work), so the measure-now routes can be tested without a GPU.
 from __future__ import annotations
 
 import os
+import resource
+import subprocess
+import sys
 import time
 
 
@@ -20,6 +25,13 @@ def execute(job: dict, device: str, progress) -> dict:
         raise RuntimeError("the kernel refused this problem")
     if seed == 3:
         os._exit(7)
+    if seed == 4:
+        progress(f"pid {os.getpid()}")
+        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+        progress(f"child {child.pid}")
+        time.sleep(120)
+    if seed == 7:
+        return {"size": len(bytearray(2 << 30))}
     progress("compiling")
     time.sleep(0.05)
     progress("running")
@@ -27,7 +39,13 @@ def execute(job: dict, device: str, progress) -> dict:
         return _timed(job)
     if device.startswith("cuda") and job.get("what") == "timeline":
         return _timeline(job)
-    return {"device": device, "echo": job, "pid": os.getpid()}
+    return {
+        "device": device,
+        "echo": job,
+        "pid": os.getpid(),
+        "pgid": os.getpgid(0),
+        "memory_cap": resource.getrlimit(resource.RLIMIT_AS)[0],
+    }
 
 
 def _timed(job: dict) -> dict:

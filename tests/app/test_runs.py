@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
 import time
 
 import pytest
@@ -10,6 +14,7 @@ from fastapi.testclient import TestClient
 
 from flashscope.app.config import Settings
 from flashscope.app.main import create_app
+from flashscope.app.middleware.identity import COOKIE
 
 
 @pytest.fixture
@@ -79,18 +84,103 @@ def test_failures_and_timeouts_end_the_run_not_the_worker(runs_client):
     assert ok["state"] == "done"
 
 
-def test_full_queue_answers_429_with_retry_after(runs_client):
-    blocker = runs_client.post("/api/runs", json={"seed": 1}).json()["id"]
+def _block(client) -> str:
+    """Occupy the only worker with a run that sleeps until the timeout (4 s); its id."""
+    blocker = client.post("/api/runs", json={"seed": 1}).json()["id"]
     deadline = time.monotonic() + 20
-    while runs_client.get(f"/api/runs/{blocker}").json()["state"] != "running":
+    while client.get(f"/api/runs/{blocker}").json()["state"] != "running":
         assert time.monotonic() < deadline
         time.sleep(0.05)
-    codes = [runs_client.post("/api/runs", json={"seed": 100 + i}).status_code for i in range(3)]
+    return blocker
+
+
+def _as(client, token: str | None) -> None:
+    """Make the next requests come from the browser whose identity cookie is `token` (None: a
+    browser without one, which the server gives a new identity)."""
+    client.cookies.clear()
+    if token is not None:
+        client.cookies.set(COOKIE, token)
+
+
+def _new_client(client) -> str:
+    _as(client, None)
+    client.get("/api/health")
+    return client.cookies[COOKIE]
+
+
+def test_full_queue_answers_429_with_retry_after(runs_client):
+    _block(runs_client)
+    codes = []
+    for i in range(3):
+        _new_client(runs_client)
+        codes.append(runs_client.post("/api/runs", json={"seed": 100 + i}).status_code)
     assert codes == [202, 202, 429]
     r = runs_client.post("/api/runs", json={"seed": 200})
     assert r.status_code == 429
     assert int(r.headers["Retry-After"]) >= 1
-    assert r.json()["detail"][0]["limit"] == 2
+    detail = r.json()["detail"][0]
+    assert detail["limit"] == 2 and detail["setting"] == "FLASHSCOPE_RUNS_MAX_QUEUED"
+
+
+@pytest.fixture
+def fair_client():
+    settings = Settings(
+        runs_executor="tests.app.fake_jobs:execute",
+        runs_devices=["cpu"],
+        runs_timeout_s=3,
+        runs_max_queued=8,
+        runs_max_queued_per_client=3,
+        runs_max_queued_per_address=7,
+        rate_runs_burst=100,
+    )
+    with TestClient(create_app(settings)) as c:
+        yield c
+
+
+def test_one_client_cannot_fill_the_queue(fair_client):
+    _block(fair_client)
+    greedy = _new_client(fair_client)
+    codes = [fair_client.post("/api/runs", json={"seed": 10 + i}).status_code for i in range(4)]
+    assert codes == [202, 202, 202, 429]
+    r = fair_client.post("/api/runs", json={"seed": 20})
+    detail = r.json()["detail"][0]
+    assert r.status_code == 429 and int(r.headers["Retry-After"]) >= 1
+    assert detail["limit"] == 3 and detail["setting"] == "FLASHSCOPE_RUNS_MAX_QUEUED_PER_CLIENT"
+    assert "this client has 3 runs waiting" in detail["msg"]
+    _new_client(fair_client)  # someone else still gets in
+    assert fair_client.post("/api/runs", json={"seed": 30}).status_code == 202
+    _as(fair_client, greedy)
+    assert fair_client.post("/api/runs", json={"seed": 21}).status_code == 429
+
+
+def test_clients_without_a_cookie_share_their_address_limit(fair_client):
+    _block(fair_client)
+    codes = []
+    for i in range(8):
+        _as(fair_client, None)  # a script that drops the cookie: a new identity each time
+        codes.append(fair_client.post("/api/runs", json={"seed": 40 + i}).status_code)
+    assert codes == [202] * 7 + [429]
+    _as(fair_client, None)
+    detail = fair_client.post("/api/runs", json={"seed": 50}).json()["detail"][0]
+    assert detail["setting"] == "FLASHSCOPE_RUNS_MAX_QUEUED_PER_ADDRESS" and detail["limit"] == 7
+
+
+def test_clients_take_turns_and_positions_say_the_order(fair_client):
+    _block(fair_client)
+    a, b, c = (_new_client(fair_client) for _ in range(3))
+    ids = {}
+    for who, token, seeds in (("a", a, (61, 62, 63)), ("b", b, (71, 72)), ("c", c, (81,))):
+        _as(fair_client, token)
+        for i, seed in enumerate(seeds):
+            r = fair_client.post("/api/runs", json={"seed": seed})
+            assert r.status_code == 202, r.text
+            ids[f"{who}{i + 1}"] = r.json()["id"]
+    order = ["a1", "b1", "c1", "a2", "b2", "a3"]  # each client's oldest in turn
+    positions = {k: fair_client.get(f"/api/runs/{v}").json()["position"] for k, v in ids.items()}
+    assert positions == {k: i for i, k in enumerate(order)}
+    done = {k: _wait(fair_client, v) for k, v in ids.items()}
+    assert sorted(done, key=lambda k: done[k]["started"]) == order
+    assert all(run["position"] is None for run in done.values())
 
 
 @pytest.mark.parametrize(
@@ -123,3 +213,159 @@ def test_bad_run_requests_get_422(runs_client, body, field, limit):
 def test_unknown_run_is_404(runs_client):
     assert runs_client.get("/api/runs/abc123").status_code == 404
     assert runs_client.get("/api/runs/not-hex!").status_code == 422
+
+
+def _alive(pid: int) -> bool:
+    """Whether `pid` is a live process (a zombie, dead but not yet reaped, counts as gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def _gone(pids, timeout=10.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while any(_alive(p) for p in pids):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_timeout_kills_the_worker_and_what_it_started(runs_client):
+    run_id = runs_client.post("/api/runs", json={"seed": 4}).json()["id"]
+    deadline = time.monotonic() + 20
+    while len(messages := runs_client.get(f"/api/runs/{run_id}").json()["messages"]) < 2:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    worker, child = (int(m.split()[1]) for m in messages)
+    assert _alive(worker) and _alive(child)
+    assert os.getpgid(child) == os.getpgid(worker) == worker  # the worker leads its group
+    assert _wait(runs_client, run_id)["state"] == "timeout"
+    assert _gone([worker, child])
+    ok = _wait(runs_client, runs_client.post("/api/runs", json={"seed": 12}).json()["id"])
+    assert ok["state"] == "done" and ok["result"]["pid"] != worker
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="RLIMIT_AS")
+def test_a_run_past_the_memory_cap_fails_and_the_worker_lives_on():
+    settings = Settings(
+        runs_executor="tests.app.fake_jobs:execute",
+        runs_devices=["cpu"],
+        runs_timeout_s=20,
+        runs_worker_memory_mib=1024,
+    )
+    with TestClient(create_app(settings)) as client:
+        hog = _wait(client, client.post("/api/runs", json={"seed": 7}).json()["id"])
+        assert hog["state"] == "failed" and "MemoryError" in hog["error"], hog
+        assert "1024 MiB" in hog["error"]
+        ok = _wait(client, client.post("/api/runs", json={"seed": 13}).json()["id"])
+        assert ok["state"] == "done"
+        assert ok["result"]["memory_cap"] == 1024 * 2**20
+        assert ok["result"]["pgid"] == ok["result"]["pid"]
+
+
+SERVER = """
+import sys, time
+sys.path[:0] = {path!r}
+from flashscope.app.runs.queue import RunQueue
+
+async def main():
+    import asyncio
+    q = RunQueue("tests.app.fake_jobs:execute", ["cpu"], max_queued=2, timeout_s=600,
+                 cache_size=4)
+    q.start(asyncio.get_running_loop())
+    run, _ = q.submit("k", {{"seed": 4}}, client="c")
+    while len(run.messages) < 2:
+        await asyncio.sleep(0.05)
+    print(*(m.split()[1] for m in run.messages), flush=True)
+    await asyncio.sleep(600)
+
+import asyncio
+asyncio.run(main())
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_the_worker_and_what_it_started_die_with_a_killed_server():
+    script = SERVER.format(path=sys.path)
+    server = subprocess.Popen(
+        [sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, cwd=os.getcwd()
+    )
+    try:
+        line = server.stdout.readline()
+        worker, child = (int(p) for p in line.split())
+        assert _alive(worker) and _alive(child)
+        server.send_signal(signal.SIGKILL)
+        server.wait(timeout=10)
+        assert _gone([worker, child], timeout=5), "orphans outlived the server"
+    finally:
+        server.kill()
+
+
+@pytest.mark.parametrize(
+    ("devices", "body", "field", "limit"),
+    [
+        # the hostile CPU run: 16×16 tiles over three backward passes of one head
+        (
+            ["cpu"],
+            {
+                "mode": "bwd",
+                "what": "trace",
+                "batch": 64,
+                "heads": 128,
+                "seq": 256,
+                "head_dim": 256,
+                "block_m": 16,
+                "block_n": 16,
+                "dtype": "fp32",
+            },
+            "block_m",
+            512,
+        ),
+        (
+            ["cpu"],
+            {"mode": "fwd", "what": "trace", "seq": 256, "block_m": 32, "block_n": 16},
+            "block_n",
+            100,
+        ),
+        (
+            ["cuda:0"],
+            {
+                "mode": "fwd",
+                "what": "time",
+                "batch": 32,
+                "heads": 64,
+                "seq": 32768,
+                "head_dim": 128,
+            },
+            "seq",
+            50.0,
+        ),
+    ],
+)
+def test_runs_beyond_a_budget_are_refused_before_any_work(devices, body, field, limit):
+    steps = limit if isinstance(limit, int) else 512
+    settings = Settings(
+        runs_executor="tests.app.fake_jobs:execute",
+        runs_devices=devices,
+        runs_max_interpreter_steps=steps,
+    )
+    with TestClient(create_app(settings)) as client:
+        r = client.post("/api/runs", json=body)
+        assert r.status_code == 422, r.text
+        hit = [e for e in r.json()["detail"] if e["field"] == field]
+        assert hit and hit[0]["limit"] == limit, r.text
+        assert hit[0]["ctx"]["estimate"] > limit
+        assert client.app.state.runs._queue is None  # nothing queued, no worker started
+
+
+def test_runs_within_the_budgets_are_taken_on_both_backends():
+    for devices in (["cpu"], ["cuda:0"]):
+        settings = Settings(runs_executor="tests.app.fake_jobs:execute", runs_devices=devices)
+        with TestClient(create_app(settings)) as client:
+            body = {"mode": "fwd", "what": "trace", "seq": 128, "block_m": 16, "block_n": 16}
+            r = client.post("/api/runs", json=body)
+            assert r.status_code == 202, (devices, r.text)
