@@ -60,6 +60,7 @@ NAV_ORDER = (
     "/decode",
     "/schedule",
     "/compare",
+    "/glossary",
 )
 
 
