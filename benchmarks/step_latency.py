@@ -86,7 +86,8 @@ def _summary(xs: list[float]) -> dict[str, float]:
 
 
 def _versions(browser_version: str) -> dict[str, str]:
-    out = {"python": platform.python_version(), "chromium": browser_version, "plotly.js": "4.1.1"}
+    out = {"python": platform.python_version(), "chromium": browser_version}
+    out["plotly.js"] = "4.1.1, cartesian partial bundle"
     return out | package_versions(
         ("numpy", "fastapi", "uvicorn", "playwright", "flashscope"), "absent"
     )

@@ -65,6 +65,7 @@ const view = mountView({
   name: "backward",
   defaults: DEFAULTS,
   source: traceSource(figures),
+  progressive: true, // the tile grid shows first, the other figures a frame later
   query: traceParams,
   fields: FIELDS,
   share: (params) => ({ ...traceParams(params), source: params.source }),

@@ -49,6 +49,7 @@ const view = mountView({
   defaults: DEFAULTS,
   blank: { splits: "auto" }, // a shared state leaves the occupancy rule's splits out
   source: traceSource(figures),
+  progressive: true, // the splits grid shows first, the other figures a frame later
   query: traceParams,
   fields: FIELDS,
   share: (params) => ({ ...traceParams(params), source: params.source }),

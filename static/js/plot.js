@@ -83,13 +83,55 @@ function fitLegend(div, layout) {
   return { ...layout, legend: { ...legend, orientation: "h", x: 0, xanchor: "left", y: 1.02, yanchor: "bottom" } };
 }
 
+function draw(div, data, layout, { modebar = true } = {}) {
+  const margin = grownMargin(div, { ...baseLayout.margin, ...layout.margin });
+  const bar = { ...baseLayout.modebar, ...layout.modebar };
+  const full = withAutomargin(fitLegend(div, { ...baseLayout, ...layout, margin, modebar: bar }));
+  Plotly.react(div, data, full, configFor(div, { modebar }));
+}
+
+// A page's first step can show its first figure before the others are drawn (`paintFirst`):
+// Plotly's first drawing of each figure on a page costs tens of milliseconds, and the reader
+// would see nothing until all of them were done. While `queue` is an array, figures wait in it
+// for the next frame; any drawing outside paintFirst's callback empties it first, in order.
+let queue = null;
+let deferring = false;
+
+function flush() {
+  const waiting = queue;
+  queue = null;
+  for (const args of waiting || []) draw(...args);
+}
+
 /**
  * Draw (or redraw) a figure: `layout` on top of the base layout, its `margin` on top of the
  * base margin, with the shared config; `modebar: false` for a figure with nothing to zoom.
  */
-export function react(div, data, layout = {}, { modebar = true } = {}) {
-  const margin = grownMargin(div, { ...baseLayout.margin, ...layout.margin });
-  const bar = { ...baseLayout.modebar, ...layout.modebar };
-  const full = withAutomargin(fitLegend(div, { ...baseLayout, ...layout, margin, modebar: bar }));
-  return Plotly.react(div, data, full, configFor(div, { modebar }));
+export function react(div, data, layout = {}, options = {}) {
+  if (deferring && queue) {
+    queue.push([div, data, layout, options]);
+    return;
+  }
+  flush();
+  draw(div, data, layout, options);
+  if (deferring) queue = []; // the first figure of paintFirst is drawn: the others wait
+}
+
+/**
+ * Run `fn`, which draws a step: its first figure is drawn at once, the others after the browser
+ * has painted it. Resolves once they are all drawn.
+ */
+export function paintFirst(fn) {
+  deferring = true;
+  try {
+    fn();
+  } finally {
+    deferring = false;
+  }
+  return new Promise((resolve) => {
+    requestAnimationFrame(() => setTimeout(() => {
+      flush();
+      resolve();
+    }, 0));
+  });
 }

@@ -66,6 +66,7 @@ const view = mountView({
   defaults: DEFAULTS,
   fields: TRACE_FIELDS,
   source: traceSource(figures),
+  progressive: true, // the tile grid shows first, the other figures a frame later
   query: traceParams,
   share: (params) => ({ ...traceParams(params), gpu: params.gpu, source: params.source }),
   fillForm,

@@ -14,6 +14,7 @@
 import { Controls } from "./controls.js";
 import { errorList, showErrors } from "./errors.js";
 import { bindPngButtons, setExports } from "./exports.js";
+import { paintFirst } from "./plot.js";
 import { changed, registerView } from "./registry.js";
 import { apiUrl, readParams, writeParams } from "./url.js";
 
@@ -80,12 +81,15 @@ export function jsonSource(path, { failure = "the request failed" } = {}) {
  * @param {boolean} [o.errorFields=true]  name each error's field before its message
  * @param {(k: number, show: (k: number) => void) => void} [o.goto]  how stepping reaches step k
  *   (default: the source's step); `show(k)` draws step k of the data on screen
+ * @param {boolean} [o.progressive=false]  the page's first step shows its first figure as soon
+ *   as it is drawn and the others a frame later (plot.js `paintFirst`); <body data-step> is set
+ *   once all are drawn
  * @returns {{params: object, data: object|null, step: number, reload: () => void}} the view's
  *   state: the parameters, what the source loaded, the step on screen
  */
 export function mountView({
   name, defaults, source, query, loaded, draw, exports, fields, blank, share, goto,
-  fillForm = () => {}, readForm, firstStep = 0, errorFields = true,
+  fillForm = () => {}, readForm, firstStep = 0, errorFields = true, progressive = false,
 }) {
   const keys = Object.keys(defaults).filter((k) => k !== "step");
   const urlStep = "step" in defaults;
@@ -112,12 +116,23 @@ export function mountView({
     failed: show,
   });
 
+  let painted = !progressive;
+
   /** Step k of the data is on screen: the URL, the controls and the registry follow. */
   function drawn(k, event) {
     view.step = k;
     if (urlStep) view.params.step = k;
     writeParams(view.params);
+    if (!painted) {
+      painted = true;
+      paintFirst(() => draw(k, event)).then(() => view.step === k && shown(k));
+      return;
+    }
     draw(k, event);
+    shown(k);
+  }
+
+  function shown(k) {
     document.body.dataset.step = k;
     controls.shown(k);
     changed();
