@@ -134,6 +134,8 @@ async def join(
     except RoomGone:
         await ws.close(code=4404, reason=f"no room {code}")
         return None
+    follower.wants_presence = msg.get("presence") is True
+    follower.presence(record.clients, record.drivers, first=True)  # the welcome says it
     return ("driver" if driver else "attendee"), follower, record
 
 

@@ -34,6 +34,8 @@ class Follower:
         self._state_room = queue_len
         self._floor: int | None = None
         self._early: list[tuple[int, str]] = []
+        self.wants_presence = False  # the client asked for "presence" messages in its join
+        self._presence: tuple[int, int] | None = None  # (clients, drivers) it last learnt
 
     @property
     def too_slow(self) -> bool:
@@ -89,6 +91,19 @@ class Follower:
             self.end(TOO_SLOW, "too slow to keep up with the room; join again")
             return
         self.send(text)
+
+    def presence(self, clients: int, drivers: int, first: bool = False) -> None:
+        """Who is in the room now: a driver hears of every change in the count, an attendee
+        only of its lecturer coming or going (drivers 0 or not). `first`: the welcome said it."""
+        was, self._presence = self._presence, (clients, drivers)
+        if first or not self.wants_presence or was is None:
+            return
+        if self.driver:
+            if was == (clients, drivers):
+                return
+        elif (was[1] > 0) == (drivers > 0):
+            return
+        self.send(f'{{"type":"presence","clients":{clients},"drivers":{drivers}}}')
 
     def lost(self, reason: str) -> None:
         """The store lost the room or does not answer: this connection stays and waits."""

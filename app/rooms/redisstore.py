@@ -8,8 +8,9 @@ Keys (all under `flashscope:`):
     rooms                 zset  code → expiry time (to count open rooms without SCAN)
     owner:<key>           zset  codes of the rooms a client or an address made (per-owner caps)
     ended:<code>          string, a while after a driver ended the room: never restored
-and two pub/sub channels: `flashscope:states` carrying "<code> <seq> <origin> <state JSON>", and
-`flashscope:closed` carrying the code of a room its driver ended.
+and three pub/sub channels: `flashscope:states` carrying "<code> <seq> <origin> <state JSON>",
+`flashscope:closed` carrying the code of a room its driver ended, and `flashscope:members`
+carrying the code of a room that a member joined or left (each process then reads who is in it).
 
 redis-py is flashscope's `redis` extra, imported only here and only once a store is made: a
 server without FLASHSCOPE_REDIS_URL needs no Redis client. A store made without the package
@@ -51,12 +52,14 @@ from flashscope.app.rooms.store import (
     RoomsUnavailable,
     Seats,
     StaleState,
+    is_driver,
     same_address,
 )
 
 PREFIX = "flashscope:"
 CHANNEL = PREFIX + "states"
 CLOSED = PREFIX + "closed"
+MEMBERS = PREFIX + "members"
 MEMBER_TTL_S = 30.0  # a member whose process stopped heartbeating is dropped after this
 POOL_SIZE = 32  # Redis connections per server process for commands
 POOL_WAIT_S = 10.0  # how long a request waits for a free connection before giving up
@@ -181,7 +184,7 @@ class RedisRoomStore:
         )
         pubsub = client.pubsub(ignore_subscribe_messages=True)
         try:
-            await pubsub.subscribe(CHANNEL, CLOSED)
+            await pubsub.subscribe(CHANNEL, CLOSED, MEMBERS)
         except BaseException:
             await self._drop((client, pubsub))
             raise
@@ -204,9 +207,10 @@ class RedisRoomStore:
                     async for message in subscription[1].listen():
                         if message.get("type") != "message":
                             continue
-                        if message["channel"] == CLOSED:
+                        if message["channel"] in (CLOSED, MEMBERS):
                             if notify is not None:
-                                notify("closed", message["data"])
+                                event = "closed" if message["channel"] == CLOSED else "members"
+                                notify(event, message["data"])
                             continue
                         code, seq, origin, state = message["data"].split(" ", 3)
                         deliver(code, int(seq), origin, state)
@@ -274,12 +278,18 @@ class RedisRoomStore:
     async def get(self, code: str) -> RoomRecord | None:
         async with self._redis.pipeline(transaction=True) as pipe:
             pipe.hgetall(_room(code))
-            pipe.zcount(_members(code), time.time(), "+inf")
-            fields, clients = await pipe.execute()
+            pipe.zrangebyscore(_members(code), time.time(), "+inf")
+            fields, members = await pipe.execute()
         if not fields:
             return None
+        drivers = sum(is_driver(m) for m in members)
         return RoomRecord(
-            code, fields["token"], int(fields.get("seq", 0)), fields.get("state"), int(clients)
+            code,
+            fields["token"],
+            int(fields.get("seq", 0)),
+            fields.get("state"),
+            len(members),
+            drivers,
         )
 
     @_unavailable
@@ -306,11 +316,13 @@ class RedisRoomStore:
             raise RoomFull(code)
         if result == -3:
             raise RoomFull(code, "address")
+        await self._redis.publish(MEMBERS, code)
         return result
 
     @_unavailable
     async def leave(self, code: str, member: str) -> None:
-        await self._redis.zrem(_members(code), member)
+        if await self._redis.zrem(_members(code), member):
+            await self._redis.publish(MEMBERS, code)
 
     @_unavailable
     async def publish(

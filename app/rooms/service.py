@@ -10,6 +10,11 @@ Limits that keep one client from spoiling rooms for others live here: open rooms
 per address, a look-up budget per client (so room codes cannot be guessed quickly), and seats
 per address in a room (the lecturer's connections are not counted).
 
+Who is in a room is pushed, not polled: when a member joins or leaves, every process with
+connections in the room reads its member count once (a burst of joins is read once per
+`PRESENCE_EVERY_S`) and tells the connections that asked for it ("presence" in their join):
+drivers of each change in the count, attendees of their lecturer leaving or coming back.
+
 Each process also remembers, for every room one of its connections is in, the room's drive-token
 digest and its newest state. When Redis restarts and comes back empty, the process puts those
 rooms back (`restore`) and tells its connections: "room-gone" when the store was lost, then
@@ -50,6 +55,7 @@ CODE_PATTERN = r"^[A-Za-z0-9]{4,12}$"
 HEARTBEAT_S = 10.0
 PING_TIMEOUT_S = 1.5  # how long /api/health waits for the room store
 RECOVER_EVERY_S = 0.5  # while rooms are lost: how often to try putting them back
+PRESENCE_EVERY_S = 0.2  # the most often a room's member count is read and pushed
 
 log = logging.getLogger("flashscope.rooms")
 
@@ -126,6 +132,7 @@ class Rooms:
         self._tasks: set[asyncio.Task[None]] = set()
         self._heartbeat: asyncio.Task[None] | None = None
         self._recovery: asyncio.Task[None] | None = None
+        self._presence_due: set[str] = set()  # rooms whose member count will be pushed soon
 
     async def ready(self) -> RoomStore:
         """The store, started on first use (in the server's event loop)."""
@@ -178,6 +185,10 @@ class Rooms:
     def _notify(self, event: str, detail: str) -> None:
         if event == "closed":
             self._end(detail, f"room {detail} has been ended by its lecturer")
+        elif event == "members":
+            if detail in self.local and detail not in self._presence_due:
+                self._presence_due.add(detail)
+                self._spawn(self._push_presence(detail))
         elif event == "lost":
             self._lose(list(self.local), detail)
         elif event == "back":
@@ -187,6 +198,25 @@ class Rooms:
         task = asyncio.create_task(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+
+    async def _push_presence(self, code: str) -> None:
+        """After a moment (joins come in bursts), tell this process's connections in the room
+        who is in it now."""
+        try:
+            await asyncio.sleep(PRESENCE_EVERY_S)
+        finally:
+            self._presence_due.discard(code)
+        room = self.local.get(code)
+        if room is None or room.lost or not any(f.wants_presence for f in room.followers.values()):
+            return
+        try:
+            record = await self.store.get(code)
+        except RoomsUnavailable:
+            return  # the store's own fault handling tells the members
+        if record is None:
+            return
+        for f in list(room.followers.values()):
+            f.presence(record.clients, record.drivers)
 
     def _lose(self, codes: list[str], reason: str) -> None:
         """Tell the connections of these rooms that the store has lost them (once), and keep

@@ -6,8 +6,9 @@ new state out through pub/sub, so several server processes behind a load balance
 
 A store calls `deliver(code, seq, origin, state_json)` once per published state in every process
 (the origin is the member that sent it), and `notify(event, detail)` for what happens to rooms
-as a whole: ("closed", code) when a driver ended a room, ("lost", reason) when the store stopped
-answering or delivering, ("back", "") when it answers again. The Rooms service passes these on.
+as a whole: ("closed", code) when a driver ended a room, ("members", code) when a member joined
+or left it, ("lost", reason) when the store stopped answering or delivering, ("back", "") when it
+answers again. The Rooms service passes these on.
 
 A member id is `<role>.<address tag>.<random>`: role `d` for a holder of the drive token, `a`
 for an attendee; the tag (a digest of the client's address) lets a store count one address's
@@ -68,6 +69,7 @@ class RoomRecord:
     seq: int  # states published so far
     state: str | None  # the latest state, as JSON text
     clients: int
+    drivers: int = 0  # of the clients, those holding the drive token
 
 
 @dataclass(frozen=True)
@@ -257,7 +259,12 @@ class MemoryRoomStore:
             r = self._room(code)
         except RoomGone:
             return None
-        return RoomRecord(code, r.token_digest, r.seq, r.state, len(r.members))
+        drivers = sum(is_driver(m) for m in r.members)
+        return RoomRecord(code, r.token_digest, r.seq, r.state, len(r.members), drivers)
+
+    def _members_changed(self, code: str) -> None:
+        if self._notify is not None:
+            self._notify("members", code)
 
     async def join(self, code: str, member: str, seats: Seats) -> int:
         room = self._room(code)
@@ -272,13 +279,17 @@ class MemoryRoomStore:
                 raise RoomFull(code, "address")
             room.joined = True
         room.members.add(member)
+        self._members_changed(code)
         return len(room.members)
 
     async def leave(self, code: str, member: str) -> None:
         room = self._rooms.get(code)
         if room is not None:
+            present = member in room.members
             room.members.discard(member)
             room.touched = self._clock()
+            if present:
+                self._members_changed(code)
 
     async def publish(
         self, code: str, origin: str, state_json: str, base: int | None = None

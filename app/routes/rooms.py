@@ -2,8 +2,12 @@
 WS /ws/rooms/{code} follows (or, with the drive token, drives) it.
 
 WebSocket protocol (JSON text messages, each at most `room_max_message_bytes`):
-    client → {"type": "join", "token": "<drive token>"}   first, within 10 s; token only to drive
-    server → {"type": "welcome", "code", "role": "driver" | "attendee", "seq", "state", "clients"}
+    client → {"type": "join", "token": "<drive token>", "presence": true}   first, within 10 s;
+             token only to drive; presence to be told who is in the room as it changes
+    server → {"type": "welcome", "code", "role": "driver" | "attendee", "seq", "state", "clients",
+              "drivers"}
+    server → {"type": "presence", "clients", "drivers"}   (asked for) to a driver when the count
+             changes, to an attendee when its lecturer leaves (drivers 0) or comes back
     driver → {"type": "state", "state": {"path", "params", "step"}, "base": <seq>}
              →  {"type": "ack", "seq"}, or {"type": "stale", "seq"} when refused as stale
     server → {"type": "state", "seq", "state"}   to everyone else in the room, in seq order
@@ -372,6 +376,7 @@ async def room_stream(ws: WebSocket, code: str, settings: SettingsDep) -> None:
                 "role": role,
                 "seq": record.seq,
                 "clients": record.clients,
+                "drivers": record.drivers,
                 "limits": {
                     "message_bytes": settings.room_max_message_bytes,
                     "states_per_s": settings.room_states_per_s,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import time
 from contextlib import ExitStack
 
 import pytest
@@ -384,3 +385,42 @@ def test_a_bad_base_is_named(client, stack, base):
     reply = driver.receive_json()
     assert reply["type"] == "error" and reply["errors"][0]["field"] == "base", reply
     assert client.get(f"/api/rooms/{code}").json()["seq"] == 0
+
+
+def join_with_presence(stack: ExitStack, client, code: str, token: str | None = None):
+    ws = stack.enter_context(client.websocket_connect(f"/ws/rooms/{code}"))
+    ws.send_json({"type": "join", "presence": True} | ({"token": token} if token else {}))
+    welcome = ws.receive_json()
+    assert welcome["type"] == "welcome", welcome
+    return ws, welcome
+
+
+def test_presence_tells_the_driver_each_count_and_attendees_their_lecturer(client, stack):
+    code, token = make_room(client)
+    driver, welcome = join_with_presence(stack, client, code, token)
+    assert (welcome["clients"], welcome["drivers"]) == (1, 1)
+    started = time.monotonic()
+    leaving = ExitStack()
+    attendee, w = join_with_presence(leaving, client, code)
+    assert (w["clients"], w["drivers"]) == (2, 1)
+    assert driver.receive_json() == {"type": "presence", "clients": 2, "drivers": 1}
+    assert time.monotonic() - started < 1.0
+    quiet, _ = join(stack, client, code)  # an older client, which asked for nothing
+    assert driver.receive_json() == {"type": "presence", "clients": 3, "drivers": 1}
+    leaving.close()
+    assert driver.receive_json() == {"type": "presence", "clients": 2, "drivers": 1}
+    # An attendee hears of its lecturer leaving and coming back, not of other attendees.
+    attendee, _ = join_with_presence(stack, client, code)
+    assert driver.receive_json()["clients"] == 3
+    lecturer = ExitStack()
+    join_with_presence(lecturer, client, code, token)
+    assert driver.receive_json() == {"type": "presence", "clients": 4, "drivers": 2}
+    driver.close()
+    lecturer.close()
+    assert attendee.receive_json() == {"type": "presence", "clients": 2, "drivers": 0}
+    again, w = join_with_presence(stack, client, code, token)
+    assert w["drivers"] == 1
+    assert attendee.receive_json() == {"type": "presence", "clients": 3, "drivers": 1}
+    # The quiet attendee's next message is still the lecturer's next state.
+    again.send_json({"type": "state", "state": state(1)})
+    assert quiet.receive_json()["type"] == "state"

@@ -157,3 +157,40 @@ def test_a_burst_of_joins_waits_for_redis_connections_instead_of_failing(redis_u
 
 def test_the_redis_store_refuses_stale_states_of_a_second_driver(redis_url):
     asyncio.run(stale_states_are_refused(RedisRoomStore(redis_url, idle_ttl_s=60), "STALE2"))
+
+
+def test_presence_crosses_processes(two_servers):
+    """The lecturer on A hears of an attendee joining and leaving on B within a second; the
+    attendee on B hears of the lecturer leaving."""
+    a, b = two_servers
+    room = post(a, "/api/rooms")
+    code, token = room["code"], room["drive_token"]
+
+    async def present(base: str, token: str | None = None):
+        ws = await connect(base.replace("http", "ws") + f"/ws/rooms/{code}")
+        join = {"type": "join", "presence": True} | ({"token": token} if token else {})
+        await ws.send(json.dumps(join))
+        return ws, json.loads(await ws.recv())
+
+    async def scenario():
+        driver, w = await present(a, token)
+        assert (w["clients"], w["drivers"]) == (1, 1)
+        started = time.monotonic()
+        attendee, w = await present(b)
+        assert w["drivers"] == 1
+        got = json.loads(await asyncio.wait_for(driver.recv(), 5))
+        assert got == {"type": "presence", "clients": 2, "drivers": 1}
+        assert time.monotonic() - started < 1.0
+        other, _ = await present(b)
+        assert json.loads(await asyncio.wait_for(driver.recv(), 5))["clients"] == 3
+        started = time.monotonic()
+        await other.close()
+        got = json.loads(await asyncio.wait_for(driver.recv(), 5))
+        assert got == {"type": "presence", "clients": 2, "drivers": 1}
+        assert time.monotonic() - started < 1.0
+        await driver.close()
+        got = json.loads(await asyncio.wait_for(attendee.recv(), 5))
+        assert got == {"type": "presence", "clients": 1, "drivers": 0}
+        await attendee.close()
+
+    asyncio.run(scenario())
