@@ -3,13 +3,20 @@
 // A lecturer starts a room and drives it: every change of the page's view (registry.js
 // `onChange`) goes to /ws/rooms/{code} as {path, params, step}. Attendees join with the code and
 // follow: each state they receive is applied through `currentView().applyState`, after moving to
-// the lecturer's page when it differs. An attendee can detach to explore alone and re-attach to
-// catch up. This module knows nothing of any view's internals.
+// the lecturer's page when it differs. An attendee who steps, edits a field or follows a link on
+// their own explores alone (the bar says so) until they press "Follow again", which catches up.
+// This module knows nothing of any view's internals.
 //
-// sessionStorage "flashscope.room" keeps {code, token?, detached?, adopt?, expect?} so that the
-// next page of this tab joins the same room: `token` makes it the driver, `adopt` (a drive link
-// opened on another device) and `expect` (a page this module navigated to) make it take the
-// room's latest state instead of sending its own.
+// sessionStorage "flashscope.room" keeps {code, token?, detached?, adopt?, expect?, closed?} so
+// that the next page of this tab joins the same room: `token` makes it the driver, `adopt` (a
+// drive link opened on another device) and `expect` (a page this module navigated to) make it
+// take the room's latest state instead of sending its own; `closed` (the reason) keeps saying
+// that the room has closed, across reloads, until the reader dismisses it or joins another.
+//
+// The bar tells the truth about the room: "Following" only while this page shows the room's
+// state; "Exploring alone"; "Driver left" once no page holds the drive token (the server pushes
+// who is in the room, "presence"); "Room closed". A driver sees how many others are connected,
+// pushed by the server as people join and leave.
 //
 // Several drivers (a laptop and a tablet with the drive link) share a room. A driver that shows
 // another driver's state turns passive: it sends nothing until its own user acts (a key, a
@@ -28,6 +35,7 @@ const KEY = "flashscope.room";
 const FATAL = new Set([4400, 4403, 4409, 4410]); // no point in joining again
 const SEND_EVERY_MS = 50; // the most a driver sends: one state per 50 ms, the newest one
 const GONE_TRIES = 8; // a room this page was in and cannot find: tries before giving up
+const DRIVER_GRACE_MS = 2500; // a driver changing pages is away this long at most
 const $ = (id) => document.getElementById(id);
 
 const room = {
@@ -44,6 +52,10 @@ const room = {
   poll: null,
   again: null, // the timer of the next join attempt
   goneTries: 0, // joins in a row that found this page's room gone
+  acted: false, // an attendee's own key, pointer or form since the room's state was applied
+  applied: null, // the room state this page last applied (an attendee's)
+  driverAway: false, // no driver in the room (after DRIVER_GRACE_MS)
+  awayTimer: null,
 };
 
 function load() {
@@ -78,9 +90,11 @@ const LABELS = {
   connecting: "Connecting…",
   driving: "Driving",
   following: "Following",
-  detached: "Detached",
+  detached: "Exploring alone",
+  "driver-left": "Driver left",
   disconnected: "Disconnected",
   lost: "Room lost",
+  closed: "Room closed",
 };
 
 function show(status, note = "") {
@@ -90,18 +104,53 @@ function show(status, note = "") {
   bar.dataset.state = status;
   $("room-status").textContent = LABELS[status] + (note ? ` — ${note}` : "");
   const inRoom = status !== "none";
-  $("room-start").hidden = inRoom;
-  $("room-join").hidden = inRoom;
+  const open = inRoom && status !== "closed";
+  $("room-start").hidden = open;
+  $("room-join").hidden = open;
+  $("room-help").hidden = open;
   $("room-info").hidden = !inRoom;
   $("room-code").textContent = rec ? rec.code : "";
   const driving = status === "driving";
   $("room-drive").hidden = !driving;
   if (driving) $("room-drive-link").value = driveLink(rec);
-  $("room-end").hidden = !(rec && rec.token && inRoom);
-  $("room-detach").hidden = status !== "following";
+  $("room-end").hidden = !(rec && rec.token && open);
+  $("room-detach").hidden = status !== "following" && status !== "driver-left";
   $("room-attach").hidden = status !== "detached";
   $("room-leave").hidden = !inRoom;
+  $("room-leave").textContent = status === "closed" ? "Dismiss" : "Leave";
   if (!driving) $("room-count").textContent = "";
+}
+
+/** An attendee's bar: following, exploring alone, or waiting for a driver who left. */
+function showAttendee() {
+  const rec = load();
+  if (!rec || room.role !== "attendee") return;
+  if (rec.detached) show("detached", room.driverAway ? "the lecturer has left" : "");
+  else if (room.driverAway) show("driver-left", "this page follows again when the lecturer is back");
+  else show("following");
+}
+
+/** A driver's count of the others in the room. */
+function showCount(clients) {
+  if (room.role !== "driver" || !Number.isInteger(clients)) return;
+  const others = Math.max(0, clients - 1);
+  $("room-count").textContent = `· ${others} other${others === 1 ? "" : "s"} connected`;
+}
+
+/** Whether a driver is in the room (the server's count); a driver's absence shows after a grace. */
+function drivers(n) {
+  if (!Number.isInteger(n)) return;
+  clearTimeout(room.awayTimer);
+  if (n > 0) {
+    const was = room.driverAway;
+    room.driverAway = false;
+    if (was) showAttendee();
+    return;
+  }
+  room.awayTimer = setTimeout(() => {
+    room.driverAway = true;
+    showAttendee();
+  }, DRIVER_GRACE_MS);
 }
 
 function showError(text) {
@@ -120,11 +169,7 @@ async function pollCount() {
   if (!rec || room.role !== "driver") return;
   try {
     const r = await fetch(`/api/rooms/${rec.code}`, { headers: { "X-Drive-Token": rec.token } });
-    if (r.ok) {
-      const info = await r.json();
-      const others = Math.max(0, info.clients - 1);
-      $("room-count").textContent = `· ${others} other${others === 1 ? "" : "s"} connected`;
-    }
+    if (r.ok) showCount((await r.json()).clients);
   } catch {
     // the next poll tries again
   }
@@ -142,7 +187,8 @@ function connect() {
   const ws = new WebSocket(`${proto}://${window.location.host}/ws/rooms/${rec.code}`);
   room.ws = ws;
   ws.addEventListener("open", () => {
-    ws.send(JSON.stringify(rec.token ? { type: "join", token: rec.token } : { type: "join" }));
+    const join = { type: "join", presence: true };
+    ws.send(JSON.stringify(rec.token ? { ...join, token: rec.token } : join));
   });
   ws.addEventListener("message", (ev) => receive(JSON.parse(ev.data)));
   ws.addEventListener("close", (ev) => {
@@ -151,6 +197,7 @@ function connect() {
     room.live = false;
     room.role = null;
     clearInterval(room.poll);
+    clearTimeout(room.awayTimer);
     closed(ev.code, ev.reason);
   });
 }
@@ -160,7 +207,15 @@ function closed(code, reason) {
   const rec = load();
   const gone = code === 4404 && rec && rec.welcomed;
   room.goneTries = gone ? room.goneTries + 1 : 0;
-  if (FATAL.has(code) || (code === 4404 && !gone) || room.goneTries > GONE_TRIES) {
+  if (rec && (code === 4410 || room.goneTries > GONE_TRIES)) {
+    // A room this page was in has closed: the bar says so, across reloads, until dismissed.
+    const why = reason || rec.closing || `room ${rec.code} has closed`;
+    save({ code: rec.code, closed: why });
+    show("closed", why);
+    showError("");
+    return;
+  }
+  if (FATAL.has(code) || (code === 4404 && !gone)) {
     save(null);
     show("none");
     showError(reason || `room closed (${code})`);
@@ -193,11 +248,20 @@ function receive(msg) {
     room.role = msg.role;
     update({ welcomed: true });
     showError("");
-    if (msg.role === "driver") welcomeDriver(rec, msg.state);
-    else welcomeAttendee(rec, msg.state);
+    if (msg.role === "driver") {
+      welcomeDriver(rec, msg.state);
+      showCount(msg.clients);
+    } else {
+      room.driverAway = false;
+      drivers(msg.drivers);
+      welcomeAttendee(rec, msg.state);
+    }
+  } else if (msg.type === "presence") {
+    if (room.role === "driver") showCount(msg.clients);
+    else drivers(msg.drivers);
   } else if (msg.type === "room-gone") {
     if (msg.final) {
-      showError(msg.reason); // the close (4410) follows
+      update({ closing: msg.reason }); // the close (4410) follows
     } else {
       room.live = false;
       show("lost", "waiting for it to come back");
@@ -208,9 +272,9 @@ function receive(msg) {
     if (room.role === "driver") passive();
     apply(msg.state);
   } else if (msg.type === "detached") {
-    show("detached");
+    showAttendee();
   } else if (msg.type === "attached") {
-    show("following");
+    showAttendee();
   } else if (msg.type === "error") {
     showError(msg.errors.map((e) => e.msg).join("; "));
   }
@@ -238,6 +302,7 @@ function back(rec, msg) {
   showError("");
   if (room.role === "driver") {
     show("driving");
+    showCount(msg.clients);
     room.live = true;
     if (msg.state) {
       passive();
@@ -247,20 +312,17 @@ function back(rec, msg) {
     }
     return;
   }
-  if (rec.detached) {
-    show("detached");
-    return;
-  }
-  show("following");
-  if (msg.state) apply(msg.state);
+  showAttendee();
+  if (!rec.detached && msg.state) apply(msg.state);
 }
 
 function welcomeAttendee(rec, latest) {
   if (rec.detached) {
     room.ws.send(JSON.stringify({ type: "detach" }));
+    showAttendee();
     return;
   }
-  show("following");
+  showAttendee();
   if (latest) apply(latest);
 }
 
@@ -274,6 +336,8 @@ function apply(s) {
     return;
   }
   update({ expect: null });
+  room.acted = false;
+  room.applied = s;
   const view = currentView();
   if (!view) {
     room.pending = s;
@@ -281,6 +345,20 @@ function apply(s) {
   }
   room.pending = null;
   view.applyState({ params: s.params || {}, step: s.step ?? null });
+}
+
+/** The same page, parameters and step (parameters in any order). */
+function sameState(a, b) {
+  if (!a || !b || a.path !== b.path || (a.step ?? null) !== (b.step ?? null)) return false;
+  const flat = (p) => JSON.stringify(Object.entries(p || {}).sort(([x], [y]) => (x < y ? -1 : 1)));
+  return flat(a.params) === flat(b.params);
+}
+
+/** An attendee who moved on their own explores alone: the room's states stop until they ask. */
+function alone() {
+  if (room.role !== "attendee" || load()?.detached) return;
+  detach(true);
+  showAttendee();
 }
 
 /** Stop sending until the user acts: this page now shows another driver's state. */
@@ -313,6 +391,10 @@ onChange((s) => {
     apply(waiting);
     return;
   }
+  if (room.role === "attendee" && room.acted && !sameState(s, room.applied)) {
+    alone();
+    return;
+  }
   if (room.role !== "driver" || !room.live || room.passive) return;
   publish(s);
 });
@@ -326,8 +408,10 @@ function leave() {
   room.live = false;
   room.retry = 0;
   room.goneTries = 0;
+  room.driverAway = false;
   clearInterval(room.poll);
   clearTimeout(room.again);
+  clearTimeout(room.awayTimer);
   if (ws) ws.close(1000);
   save(null);
   show("none");
@@ -428,12 +512,36 @@ function init() {
   $("room-leave").addEventListener("click", leave);
   $("room-end").addEventListener("click", end);
   $("room-copy").addEventListener("click", copyLink);
-  for (const kind of ["keydown", "pointerdown", "submit"]) {
-    window.addEventListener(kind, () => (room.passive = false), { capture: true });
+  for (const kind of ["keydown", "pointerdown", "submit", "input"]) {
+    window.addEventListener(kind, (ev) => {
+      if (inBar(ev.target)) return;
+      room.passive = false; // a driver's own user acts: its changes go to the room again
+      room.acted = true; // an attendee's: a change of the view now is their own
+    }, { capture: true });
   }
+  window.addEventListener("click", leavingAlone, { capture: true });
   fromLink();
-  if (load()) connect();
+  const rec = load();
+  if (rec && rec.closed) show("closed", rec.closed);
+  else if (rec) connect();
   else show("none");
+}
+
+function inBar(node) {
+  return node instanceof Node && Boolean($("room-bar")?.contains(node));
+}
+
+/** A following attendee who opens another page by a link goes there alone. */
+function leavingAlone(ev) {
+  const link = ev.target instanceof Element ? ev.target.closest("a[href]") : null;
+  if (!link || inBar(link) || ev.defaultPrevented || ev.button !== 0) return;
+  if (ev.ctrlKey || ev.metaKey || ev.shiftKey || ev.altKey || link.target === "_blank") return;
+  const rec = load();
+  if (!rec || rec.token || rec.detached || rec.closed || room.role !== "attendee") return;
+  const url = new URL(link.href, window.location.href);
+  const now = window.location;
+  if (url.origin !== now.origin || (url.pathname === now.pathname && url.search === now.search)) return;
+  update({ detached: true });
 }
 
 // Views register when their modules run; wait for the page to finish loading so they have.

@@ -1,8 +1,10 @@
-"""Rooms in headless Chromium: a lecturer drives, an attendee follows, detaches and re-attaches."""
+"""Rooms in headless Chromium: a lecturer drives, an attendee follows, explores alone and follows
+again; the bars say when the lecturer has left or the room has closed."""
 
 from __future__ import annotations
 
 import re
+import time
 
 import pytest
 
@@ -83,6 +85,7 @@ def test_a_lecturer_drives_and_attendees_follow_detach_and_catch_up(browser, liv
         # Detached, the attendee explores alone; re-attached, it catches up.
         attendee.locator("#room-detach").click()
         room_state(attendee, "detached")
+        assert attendee.locator("#room-status").inner_text() == "Exploring alone"
         attendee.keyboard.press("End")
         last = int(attendee.locator("#step").get_attribute("max"))
         at_step(attendee, last)
@@ -194,8 +197,15 @@ def test_a_full_room_says_why_and_an_ended_room_says_so(browser):
             lecturer.locator("#room-end").click()
             room_state(lecturer, "none")
             assert f"room {code} has ended" in error_text(lecturer)
+            room_state(first, "closed")
+            status = first.locator("#room-status").inner_text()
+            assert status.startswith("Room closed"), status
+            assert f"room {code} has been ended by its lecturer" in status
+            first.reload()  # a reload still says so, until it is dismissed
+            room_state(first, "closed")
+            assert first.locator("#room-start").is_visible()
+            first.locator("#room-leave", has_text="Dismiss").click()
             room_state(first, "none")
-            assert f"room {code} has been ended by its lecturer" in error_text(first)
             for _, pg in tabs:
                 assert pg.log.page_errors == [], pg.log.page_errors
         finally:
@@ -236,3 +246,128 @@ def test_the_bar_shows_a_room_lost_with_redis_and_its_return(browser):
         finally:
             for ctx, _ in tabs:
                 ctx.close()
+
+
+def status(page) -> str:
+    return page.locator("#room-status").inner_text()
+
+
+def test_a_follower_who_steps_alone_explores_alone_and_can_follow_again(browser, live_server):
+    tabs = [open_tab(browser, live_server) for _ in range(2)]
+    (_, lecturer), (_, attendee) = tabs
+    try:
+        code = start_room(lecturer, live_server)
+        join_room(attendee, live_server, code)
+        room_state(attendee, "following")
+        assert status(attendee) == "Following"
+        lecturer.keyboard.press("ArrowRight")
+        at_step(attendee, 1)
+        attendee.keyboard.press("ArrowRight")  # the attendee's own step
+        at_step(attendee, 2)
+        room_state(attendee, "detached")
+        assert status(attendee) == "Exploring alone"
+        assert attendee.locator("#room-attach").is_visible()
+        lecturer.keyboard.press("End")
+        last = int(lecturer.locator("#step").get_attribute("max"))
+        at_step(lecturer, last)
+        attendee.wait_for_timeout(300)
+        assert attendee.locator("body").get_attribute("data-step") == "2"
+        attendee.locator("#room-attach", has_text="Follow again").click()
+        room_state(attendee, "following")
+        at_step(attendee, last)
+        # A field edited and applied alone is exploring alone too.
+        attendee.locator("#params input[name='seed']").fill("7")
+        attendee.locator("#params button[type=submit]").click()
+        room_state(attendee, "detached")
+        attendee.locator("#room-attach").click()
+        room_state(attendee, "following")
+        # So is a link followed alone: the next page does not snap back to the lecturer's.
+        attendee.locator("nav a[href='/memory-wall']").click()
+        attendee.wait_for_url(re.compile(r"/memory-wall"))
+        room_state(attendee, "detached")
+        lecturer.keyboard.press("Home")
+        at_step(lecturer, 0)
+        attendee.wait_for_timeout(300)
+        assert "/memory-wall" in attendee.url
+        for _, pg in tabs:
+            assert pg.log.page_errors == [], pg.log.page_errors
+            assert pg.log.console_errors == [], pg.log.console_errors
+    finally:
+        for ctx, _ in tabs:
+            ctx.close()
+
+
+def count_text(page) -> str:
+    return page.locator("#room-count").inner_text()
+
+
+def wait_count(page, others: int, within_s: float) -> float:
+    """Wait for the driver's bar to say `others` others are connected; the seconds it took."""
+    want = f"{others} other{'' if others == 1 else 's'} connected"
+    started = time.monotonic()
+    page.locator("#room-count", has_text=want).wait_for(timeout=within_s * 1000 + 5000)
+    took = time.monotonic() - started
+    assert took <= within_s, f"{want!r} after {took:.2f} s"
+    return took
+
+
+def test_the_drivers_count_follows_joins_and_leaves_within_a_second(browser, live_server):
+    tabs = [open_tab(browser, live_server) for _ in range(3)]
+    (_, lecturer), (first_ctx, first), (_, second) = tabs
+    try:
+        code = start_room(lecturer, live_server)
+        wait_count(lecturer, 0, 1.0)
+        join_room(first, live_server, code)
+        room_state(first, "following")  # joined: the count must follow within a second
+        wait_count(lecturer, 1, 1.0)
+        join_room(second, live_server, code)
+        room_state(second, "following")
+        wait_count(lecturer, 2, 1.0)
+        first_ctx.close()  # the tab is closed: its socket ends
+        wait_count(lecturer, 1, 1.0)
+        second.locator("#room-leave").click()
+        room_state(second, "none")
+        wait_count(lecturer, 0, 1.0)
+    finally:
+        for ctx, _ in tabs:
+            ctx.close()
+
+
+def test_followers_see_the_driver_leave_and_the_room_close(browser, live_server):
+    tabs = [open_tab(browser, live_server) for _ in range(2)]
+    (_, lecturer), (_, attendee) = tabs
+    try:
+        code = start_room(lecturer, live_server)
+        join_room(attendee, live_server, code)
+        room_state(attendee, "following")
+        # The lecturer changing pages is not leaving: the attendee follows throughout.
+        lecturer.locator("nav a[href='/memory-wall']").click()
+        attendee.wait_for_url(re.compile(r"/memory-wall"))
+        room_state(attendee, "following")
+        attendee.wait_for_timeout(3000)
+        room_state(attendee, "following")
+        # The lecturer leaves without ending the room: the attendee is told, also after a reload.
+        link = lecturer.locator("#room-drive-link").input_value()
+        lecturer.locator("#room-leave").click()
+        room_state(lecturer, "none")
+        room_state(attendee, "driver-left", timeout=8000)
+        assert status(attendee).startswith("Driver left")
+        attendee.reload()
+        room_state(attendee, "driver-left", timeout=8000)
+        # The lecturer comes back with the drive link: the attendee follows again.
+        lecturer.goto(link)
+        room_state(lecturer, "driving")
+        room_state(attendee, "following")
+        # The lecturer ends the room: the attendee's bar says it has closed, also after a reload.
+        lecturer.locator("#room-end").click()
+        room_state(lecturer, "none")
+        room_state(attendee, "closed")
+        assert status(attendee).startswith("Room closed")
+        attendee.reload()
+        room_state(attendee, "closed")
+        assert code in attendee.locator("#room-code").inner_text()
+        for _, pg in tabs:
+            assert pg.log.page_errors == [], pg.log.page_errors
+    finally:
+        for ctx, _ in tabs:
+            ctx.close()
