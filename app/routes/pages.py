@@ -52,6 +52,7 @@ def _stepper(
 # The order of the navigation bar (templates/_partials/nav.html): the home page lists the views
 # in it, then the views the bar does not show.
 NAV_ORDER = (
+    "/learn",
     "/tiles",
     "/memory-wall",
     "/online-softmax",

@@ -108,6 +108,8 @@ def test_home_starts_the_course_and_lists_views_in_the_navigation_order(client):
     assert start and unescape(start.group(1)) == lessons.lesson_url(lessons.LESSONS[0])
     nav = re.search(r'<nav aria-label="Views">(.*?)</nav>', html, re.S).group(1)
     nav_paths = [p for p in re.findall(r'<a href="(/[^"]*)"', nav) if p != "/"]
+    assert nav_paths[0] == "/learn"  # the course comes first
+    assert re.search(r'<a href="/learn"\s*>Learn</a>', nav)
     cards = re.search(r'<ul class="view-list">(.*?)</ul>', html, re.S).group(1)
     card_paths = re.findall(r'<li>\s*<a href="([^"]+)"', cards)
     assert [p for p in card_paths if p in nav_paths] == nav_paths
