@@ -74,6 +74,7 @@ const view = mountView({
     renderSummary(body);
     renderFigures(body);
     renderOccupancy(body);
+    renderWaves(body);
     const c = body.cursor;
     const last = c.times_us.length - 1;
     const chosen = view.params.step < 0;
@@ -149,6 +150,20 @@ function renderFigures(d) {
   react("roofline", roof, {
     ...f.roofline.layout, height: 240, legend: { x: 0.98, xanchor: "right", y: 0.05, bgcolor: "rgba(255,255,255,0.8)", font: { size: 11 } },
   });
+}
+
+/** The waves of the run on screen, in the page's explanation (its numbers, not an example's). */
+function renderWaves(d) {
+  const k = d.occupancy.find((o) => o.kernel === d.main_kernel) || d.occupancy[0];
+  if (!k) return;
+  const sms = k.slots / k.ctas_per_sm;
+  const full = Math.floor(k.ctas / k.slots);
+  const last = k.ctas - full * k.slots;
+  const slots = `${formatCount(k.slots)} slots (${formatCount(sms)} SMs × ${k.ctas_per_sm} CTA${k.ctas_per_sm > 1 ? "s" : ""})`;
+  const run = `this run's ${formatCount(k.ctas)} ${k.kernel} CTAs on ${slots} make ${k.waves.toFixed(2)} waves`;
+  $("waves-example").textContent = last === 0
+    ? `${run}, all full: no SM waits for a last partial wave`
+    : `${run}: the last wave fills only ${formatCount(last)} of the ${formatCount(k.slots)} slots, so ${formatCount(k.slots - last)} stand idle while it runs`;
 }
 
 function renderOccupancy(d) {

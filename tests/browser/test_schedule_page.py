@@ -36,6 +36,10 @@ def test_schedule_cursor_specs_and_exports(page, live_server):
     assert re.search(r"[?&]step=41\b", page.url)
     assert "early blocks finish first" in page.locator("#imbalance-text").inner_text()
     assert "limited by" in page.locator("#occupancy").inner_text()
+    # The explanation's waves are this run's: 1,024 CTAs on 132 slots, 7.76 waves.
+    waves = page.locator("#waves-example").inner_text()
+    assert "1,024 fa2 CTAs on 132 slots (132 SMs × 1 CTA) make 7.76 waves" in waves, waves
+    assert "fills only 100 of the 132 slots" in waves, waves
     assert page.locator("#occupancy-body td.limit").count() == 1
     for fig in ("gantt", "utilization", "imbalance", "limiter-plot", "roofline"):
         assert page.locator(f"#{fig} .main-svg").count() >= 1, fig
@@ -67,6 +71,7 @@ def test_schedule_cursor_specs_and_exports(page, live_server):
     page.goto(url)
     wait_step(page, opened)
     assert "edited: sms" in page.locator("#time").inner_text()
+    assert "on 66 slots (66 SMs" in page.locator("#waves-example").inner_text()
     assert page.locator("input[name=sms]").input_value() == "66"
     # The one console error is Chromium's own note on the refused request (HTTP 422).
     assert [e for e in page.log.console_errors if "status of 422" not in e] == []
