@@ -502,7 +502,8 @@ LESSONS: tuple[Lesson, ...] = (
             "CTAs than the GPU has SMs, each streaming thousands of keys on its own.",
             "Flash-Decoding splits the cache instead. Each split is a CTA that runs the "
             "ordinary online softmax over its share of the keys and writes a partial output Oₛ "
-            "with its log-sum-exp LSEₛ. A small second kernel merges them: split s enters with "
+            "with its log-sum-exp LSEₛ. The splits run at the same time, so the stepper goes "
+            "round them: a key block of every split, then the next of every split. A small second kernel merges them: split s enters with "
             "weight e^(LSEₛ − LSE), where LSE combines the mass of every split, and the result "
             "is exactly attention over the whole cache.",
             "With grouped-query attention several query heads share one K/V head; they ride in "

@@ -3,9 +3,10 @@
 The front end colours tile (i, j) as done, current or not yet by comparing the step on screen
 with the first and last step of that tile's ops; it never needs to know the loop order. FA-2
 fills the grid row by row (q-outer), FA-1 and the backward column by column (kv-outer),
-Flash-Decoding split by split. `out_writes` lists, per query block, the steps at which that
-block's running output leaves the chip for global memory: once per block for FA-2, after every
-tile for FA-1 (Oᵢ, ℓᵢ, mᵢ), and the backward's fp32 dQ accumulator after every tile.
+Flash-Decoding a key block of every split in turn (its splits run at once). `out_writes` lists,
+per query block, the steps at which that block's running output leaves the chip for global
+memory: once per block for FA-2, after every tile for FA-1 (Oᵢ, ℓᵢ, mᵢ), and the backward's
+fp32 dQ accumulator after every tile.
 """
 
 from __future__ import annotations

@@ -71,3 +71,22 @@ def test_decode_splits_then_merges_by_lse(page, live_server):
     assert "group must be ≤ 16" in page.locator("#errors").inner_text()
     assert page.log.console_errors == [] and page.log.page_errors == []
     assert page.log.external_requests == []
+
+
+def _done_per_split(page) -> list[int]:
+    z = page.evaluate("() => document.getElementById('splits').data[0].z")
+    return [sum(v == 2 for v in row) for row in z]
+
+
+def test_the_splits_fill_together(page, live_server):
+    """The splits run at once: the steps go round them, a key block of each in turn."""
+    with urllib.request.urlopen(f"{live_server}/api/trace?algo=decode&{QUERY}&count=1") as r:
+        opening = json.load(r)["meta"]["opening_step"]
+    page.goto(f"{live_server}/decode?{QUERY}&step={opening}")
+    wait_step(page, opening)
+    assert _done_per_split(page) == [1, 1, 1, 1]  # every split has its first block in
+    for _ in range(4 * 4):  # one round: a key block of each of the 4 splits, 4 ops each
+        page.keyboard.press("ArrowRight")
+    wait_step(page, opening + 16)
+    assert _done_per_split(page) == [2, 2, 2, 2]
+    assert page.log.console_errors == [] and page.log.page_errors == []

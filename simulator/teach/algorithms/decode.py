@@ -67,6 +67,10 @@ def program(
 ) -> OpTable:
     """The ops of one (batch, kv_head): the split CTAs (cta = s), then the reduce CTA.
 
+    The split CTAs run at the same time, so their ops come in rounds: every split loads Q, then
+    every split takes its first key block, then its second, and so on; a split writes its
+    partial as soon as its last block is done (the last split may have fewer blocks).
+
     `snapshot`: state after key block j for split ops (−1: the split's initial state); the split
     index merged so far for reduce ops.
     """
@@ -75,24 +79,31 @@ def program(
     d, rows = p.head_dim, plan.rows
     ops = OpTable(LINE)
     for s in range(plan.used):
-        blocks = plan.blocks(s)
         ops.add("load_q", cta=s, q_block=0, hbm_read=rows * d, sram_write=rows * d)
-        for j in blocks:
+    for r in range(plan.chunk):
+        for s in range(plan.used):
+            blocks = plan.blocks(s)
+            if r >= len(blocks):
+                continue
+            j = blocks[r]
             c = int(cols[j])
-            before = j - 1 if j > blocks.start else -1
+            before = j - 1 if r > 0 else -1
             tile: dict[str, Any] = {"cta": s, "q_block": 0, "kv_block": j}
             ops.add("load_kv", **tile, snapshot=before, hbm_read=2 * c * d, sram_write=2 * c * d)
             ops.add("qk", **tile, snapshot=before, sram_read=(rows + c) * d, flops=2 * rows * c * d)
             ops.add("softmax", **tile, snapshot=j, exps=rows * c + rows)
             ops.add("pv", **tile, snapshot=j, sram_read=c * d, flops=2 * rows * c * d)
-        ops.add(
-            "store_partial",
-            cta=s,
-            q_block=0,
-            snapshot=blocks.stop - 1,
-            acc_write=rows * d,
-            stats_write=rows,
-        )
+        for s in range(plan.used):
+            blocks = plan.blocks(s)
+            if len(blocks) == r + 1:
+                ops.add(
+                    "store_partial",
+                    cta=s,
+                    q_block=0,
+                    snapshot=blocks.stop - 1,
+                    acc_write=rows * d,
+                    stats_write=rows,
+                )
     for s in range(plan.used):
         ops.add("reduce", cta=plan.used, q_block=0, snapshot=s, acc_read=rows * d, stats_read=rows)
     ops.add("store", cta=plan.used, q_block=0, snapshot=plan.used - 1, hbm_write=rows * d)

@@ -128,14 +128,21 @@ def test_decode_states_partials_and_merge():
     grid = trace.meta["grid"]
     assert (grid["splits"], grid["chunk"], grid["rows"]) == (3, 4, 4)
     o_ref = trace.extras["o_ref"]
-    partial, reduce = [], []
+    partial, reduce, rounds = [], [], []
     for i in range(len(trace)):
         ev = trace.event(i)
         if ev["phase"] == "store_partial":
             partial.append(ev["state"])
         if ev["phase"] == "reduce":
             reduce.append(ev["state"])
-    assert [s["split"] for s in partial] == [0, 1, 2] == [s["split"] for s in reduce]
+        if ev["phase"] == "load_kv":
+            rounds.append((ev["state"]["split"], ev["kv_block"]))
+    # The splits run at once: each takes its first key block before any takes its second, and
+    # the last split (fewer blocks: 10 over chunks of 4) writes its partial first.
+    assert rounds[:6] == [(0, 0), (1, 4), (2, 8), (0, 1), (1, 5), (2, 9)]
+    assert [s["split"] for s in partial] == [2, 0, 1]
+    assert [s["split"] for s in reduce] == [0, 1, 2]
+    partial.sort(key=lambda s: s["split"])
     final = trace.event(len(trace) - 1)["state"]
     np.testing.assert_allclose(final["o"], o_ref, atol=1e-5, err_msg=str(seed))
     np.testing.assert_allclose(reduce[-1]["o"], o_ref, atol=1e-5, err_msg=str(seed))
