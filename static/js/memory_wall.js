@@ -3,6 +3,7 @@
 
 import { formatBytes, formatCount } from "./format.js";
 import { react } from "./plot.js";
+import { StepPrompt, urlHasStep } from "./step_prompt.js";
 import { apiUrl } from "./url.js";
 import { jsonSource, mountView } from "./view.js";
 
@@ -21,6 +22,8 @@ const TILE_NAMES = {
 
 const $ = (id) => document.getElementById(id);
 const form = $("params");
+const prompt = new StepPrompt();
+let opening = !urlHasStep(); // a bare link opens where the two have parted ways
 
 function fillForm(params) {
   for (const f of FIELDS) form.elements[f].value = params[f];
@@ -47,15 +50,38 @@ const view = mountView({
       flash: flash.cum_read.map((r, i) => r + flash.cum_write[i]),
     };
     renderTable(body);
-    return Math.max(naive.steps, flash.steps);
+    const total = Math.max(naive.steps, flash.steps);
+    const step = opening ? openingStep(body) : Math.min(view.params.step, total - 1);
+    opening = false;
+    prompt.show(step, promptText(body, step, total - 1));
+    return { total, step };
   },
   exports: ({ params: p }, { url, query }) => ({
     name: `memory-wall-n${p.n}-d${p.d}-${p.bm}x${p.bn}`,
     json: url,
     chrome: apiUrl("/api/memory-wall", { ...query, format: "chrome" }),
   }),
-  draw: render,
+  draw: (k) => {
+    prompt.seen(k);
+    render(k);
+  },
 });
+
+/** The first step at which flash has finished a query block (its output written): by then naive
+ * attention has a row of score tiles in HBM, and the two traffic lines have parted. */
+function openingStep(d) {
+  const store = d.kinds.indexOf("store");
+  const k = d.walks.flash.kind.indexOf(store);
+  return k > 0 ? k : 0;
+}
+
+function promptText(d, k, last) {
+  const move = "Press → or Play to step on; Home goes back to the start.";
+  if (k !== openingStep(d) || k === 0) return `Step ${k} of ${last}. ${move}`;
+  const written = d.walks.naive.tile_steps.s_written.flat().filter((s) => s <= k).length;
+  return `Step ${k} of ${last}: FlashAttention has finished query block 0 and written only its output; ` +
+    `its scores never left the chip. Naive attention has written ${formatCount(written)} tile${written === 1 ? "" : "s"} of scores S to HBM so far. ${move}`;
+}
 
 function describe(name, w, k, kinds) {
   if (k >= w.steps) return `finished after ${w.steps} steps`;

@@ -3,6 +3,7 @@
 // that compares the result with the standard softmax.
 
 import { react } from "./plot.js";
+import { StepPrompt, urlHasStep } from "./step_prompt.js";
 import { jsonSource, mountView } from "./view.js";
 
 const DEFAULTS = { x: "1, 2, 3, 6, 2, 1", block: 3, step: 0 };
@@ -10,6 +11,8 @@ const COLORS = { processed: "#60a5fa", current: "#f59e0b", pending: "#e5e7eb", m
 
 const $ = (id) => document.getElementById(id);
 const form = $("params");
+const prompt = new StepPrompt();
+let opening = !urlHasStep(); // a bare link opens where α first rescales ℓ
 
 const num = (v, digits = 4) => {
   if (v === null || v === undefined) return "−∞";
@@ -37,11 +40,33 @@ const view = mountView({
   readForm,
   loaded(body) {
     renderTable(body);
-    return body.blocks.length + 2;
+    const total = body.blocks.length + 2;
+    const step = opening ? openingStep(body) : Math.min(view.params.step, total - 1);
+    opening = false;
+    prompt.show(step, promptText(body, step, total - 1));
+    return { total, step };
   },
   exports: (body, { url }) => ({ name: `online-softmax-block${body.block}`, json: url }),
-  draw: render,
+  draw: (s) => {
+    prompt.seen(s);
+    render(s);
+  },
 });
+
+/** The step after the first block that raises the running max (α < 1 rescales ℓ); else the
+ * step after the first block. */
+function openingStep(d) {
+  const b = d.blocks.findIndex((x, i) => i > 0 && x.m_after !== x.m_before);
+  return b > 0 ? b + 1 : Math.min(1, d.blocks.length);
+}
+
+function promptText(d, s, last) {
+  const move = "Press → or Play to step on; Home goes back to the start.";
+  const b = d.blocks[s - 1];
+  if (s !== openingStep(d) || !b || s < 2 || b.m_after === b.m_before) return `Step ${s} of ${last}. ${move}`;
+  return `Step ${s} of ${last}: block ${s - 1} brings a larger maximum (${num(b.m_before)} → ${num(b.m_after)}), ` +
+    `so α = ${num(b.alpha)} shrinks the sum ℓ of the blocks before it. ${move}`;
+}
 
 function renderTable(d) {
   const rows = d.blocks.map((b, i) => {

@@ -62,7 +62,10 @@ def test_url_reproduces_the_step_and_keys_step(page, live_server):
 
 def test_exports_and_playback(page, live_server):
     page.goto(f"{live_server}/memory-wall?n=256&bm=64&bn=64")
-    wait_step(page, 0)
+    wait_step(page, 5)  # no step: it opens once flash has written query block 0's output
+    prompt = page.locator("#step-prompt").inner_text()
+    assert "Step 5 of 43: FlashAttention has finished query block 0" in prompt, prompt
+    assert "written 4 tiles of scores S to HBM" in prompt and "Press → or Play" in prompt
     name, body = download_json(page, "#export-json")
     assert name == "memory-wall-n256-d64-64x64.json"
     assert body["walks"]["naive"]["steps"] == 2 * 16 + 12

@@ -48,7 +48,10 @@ def test_steps_through_the_seed_example(page, live_server):
 
 def test_presets_masked_entries_and_exports(page, live_server):
     page.goto(f"{live_server}/online-softmax")
-    wait_step(page, 0)
+    wait_step(page, 2)  # no step: it opens where α first rescales ℓ
+    prompt = page.locator("#step-prompt").inner_text()
+    assert prompt.startswith("Step 2 of 3: block 1 brings a larger maximum (3 → 6)"), prompt
+    assert "α = 0.04979" in prompt and "Press → or Play" in prompt
     page.locator("#preset").select_option(label="Masked entries (−∞)")
     page.wait_for_url(re.compile(r"x=-inf"))
     # The page showed step 0 before the preset too: wait for the new vector's step count.
