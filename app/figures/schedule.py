@@ -103,7 +103,8 @@ def gantt_by_wave(r: SimResult, max_ctas: int = 20000) -> dict[str, Any]:
 def cursor(r: SimResult, steps: int = 100) -> dict[str, Any]:
     """The run seen at `steps` + 1 evenly spaced instants from 0 to its end: CTAs waiting,
     running and done, SMs busy, and the kernel and wave running then (the longest kernel's
-    wave when several overlap, which launches never do here)."""
+    wave when several overlap, which launches never do here; none at an instant when no CTA
+    runs, between waves as between launches)."""
     total = r.time_s
     times = np.linspace(0.0, total, steps + 1)  # (T,)
     start = np.concatenate([k.start for k in r.kernels])
@@ -118,7 +119,7 @@ def cursor(r: SimResult, steps: int = 100) -> dict[str, Any]:
     for i, t in enumerate(times):
         running = (start <= t) & (end > t)
         busy[i] = len(np.unique(sm[running]))
-        now = next((k for k in r.kernels if (k.start <= t).any() and (k.end > t).any()), None)
+        now = next((k for k in r.kernels if ((k.start <= t) & (k.end > t)).any()), None)
         kernel.append(None if now is None else now.name)
         if now is None:
             wave.append(None)

@@ -66,6 +66,17 @@ def test_cursor_counts_agree_with_a_brute_force_count(causal):
     assert c["wave"][-1] is None and c["kernel"][20] == "fa2"
 
 
+def test_the_cursor_between_two_waves_shows_no_wave():
+    # 512 equal CTAs in two waves (132 SMs × 2): at one of the 101 instants the first wave has
+    # ended and the second not yet begun
+    p = AttentionProblem(seq_q=1024, head_dim=128, batch=1, heads=32)
+    r = simulate("fa2", p, TileConfig(64, 64, 2, 8), from_name("h100"))
+    c = cursor(r, 100)
+    idle = [i for i, n in enumerate(c["running"]) if n == 0 and 0 < c["done"][i] < c["ctas"]]
+    assert idle and all(c["kernel"][i] is None and c["wave"][i] is None for i in idle)
+    assert {c["wave"][i] for i in range(101) if c["running"][i]} == {1, 2}
+
+
 def test_causal_blocks_finish_first_and_full_blocks_do_not(causal):
     imb = imbalance(causal)
     assert imb["axis"] == "query block" and imb["first_us"] < imb["last_us"]
