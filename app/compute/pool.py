@@ -5,10 +5,11 @@ Each worker is a spawned process with an address-space cap (`RLIMIT_AS`), in its
 group, that dies with the server (Linux: PR_SET_PDEATHSIG; elsewhere it notices its pipe close).
 It runs one task at a time: `run(name, payload, state)` of its tasks module
 (app/compute/tasks.py), its `state` (caches) private to the worker. A task goes to the worker its
-`affinity` names (the same trace to the same worker, whose cache then serves it). A task that
-outlives `timeout_s`, or whose client has gone, has its worker killed and replaced; the caller
-gets `Cancelled` or `TooSlow`. At most
-`max_pending` tasks wait or run at once; beyond that `Busy` is raised at once.
+`affinity` names (the same trace to the same worker, whose cache then serves it), or without one
+to the worker with the fewest tasks. A task that outlives `timeout_s`, or whose client has gone
+(`gone()`, asked every `POLL_S` while it waits or runs), has its worker killed and replaced, or
+never starts; the caller gets `TooSlow` or `Cancelled`. At most `max_pending` tasks wait or run at
+once, and at most `max_per_client` of one client's; beyond either, `Busy` is raised at once.
 """
 
 from __future__ import annotations
@@ -27,14 +28,25 @@ from dataclasses import dataclass, field
 from typing import Any
 
 PR_SET_PDEATHSIG = 1
+# Workers run this much nicer than the server, so that the event loop (health, pages, room
+# fan-out) wins the CPU from them on a small machine.
+WORKER_NICE = 5
+POLL_S = 0.25  # how often a waiting or running task asks whether its client has gone
 
 
 class Busy(Exception):
-    """Too many tasks wait already; retry after `retry_after` seconds."""
+    """Too many tasks wait already (`client`: too many of this client's); retry after
+    `retry_after` seconds."""
 
-    def __init__(self, pending: int, retry_after: int = 1) -> None:
-        super().__init__(f"the server is busy with {pending} costly requests; retry shortly")
+    def __init__(self, pending: int, retry_after: int = 1, client: bool = False) -> None:
+        super().__init__(
+            f"this client has {pending} costly requests waiting or running; retry shortly"
+            if client
+            else f"the server is busy with {pending} costly requests; retry shortly"
+        )
+        self.pending = pending
         self.retry_after = retry_after
+        self.client = client
 
 
 class TooSlow(Exception):
@@ -68,6 +80,8 @@ def _worker_main(conn: Any, memory_mib: int, parent: int, module: str) -> None:
     """A worker: cap its memory, then run tasks until its pipe closes."""
     with contextlib.suppress(OSError):
         os.setpgid(0, 0)
+    with contextlib.suppress(OSError, AttributeError):
+        os.nice(WORKER_NICE)
     _die_with_parent()
     if os.getppid() != parent:  # the server died before the guard was set
         return
@@ -101,6 +115,33 @@ class _Worker:
     process: Any = None
     conn: Any = None
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    load: int = 0  # tasks running on it or waiting for it
+
+
+async def _acquire(lock: asyncio.Lock, gone: Callable[[], Awaitable[bool]] | None) -> bool:
+    """Take `lock`; False (not taken) once `gone()` says the client left while it waited."""
+    if gone is None:
+        await lock.acquire()
+        return True
+    taking = asyncio.ensure_future(lock.acquire())
+    try:
+        while True:
+            done, _ = await asyncio.wait({taking}, timeout=POLL_S)
+            if done:
+                return True
+            if await gone():
+                break
+    except BaseException:
+        taking.cancel()  # the caller was cancelled: leave the lock as it finds it
+        if taking.done() and not taking.cancelled():
+            lock.release()
+        raise
+    taking.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await taking
+    if not taking.cancelled():  # it was taken in the meantime
+        lock.release()
+    return False
 
 
 class WorkerPool:
@@ -113,13 +154,16 @@ class WorkerPool:
         timeout_s: float,
         max_pending: int,
         module: str = "flashscope.app.compute.tasks",
+        max_per_client: int | None = None,
     ) -> None:
         self.module = module
         self.size = max(1, workers)
         self.memory_mib = memory_mib
         self.timeout_s = timeout_s
         self.max_pending = max_pending
+        self.max_per_client = max_per_client
         self.pending = 0
+        self._by_client: dict[str, int] = {}
         self._ctx = mp.get_context("spawn")
         self._workers = [_Worker() for _ in range(self.size)]
         self._threads: ThreadPoolExecutor | None = None
@@ -170,43 +214,74 @@ class WorkerPool:
             raise TimeoutError
         return w.conn.recv()
 
+    def pids(self) -> list[int | None]:
+        """Each worker's process id (None: not started, or stopped and not yet replaced)."""
+        return [w.process.pid if w.process is not None else None for w in self._workers]
+
+    def _choose(self, affinity: int | None) -> _Worker:
+        if affinity is not None:
+            return self._workers[affinity % self.size]
+        return min(self._workers, key=lambda w: w.load)  # the first of the least loaded
+
     async def run(
         self,
         name: str,
         payload: Any,
         *,
-        affinity: int = 0,
+        affinity: int | None = None,
         gone: Callable[[], Awaitable[bool]] | None = None,
+        client: str | None = None,
     ) -> Any:
         """The task's result; raises Busy, TooSlow, Cancelled or TaskError."""
         if self.pending >= self.max_pending:
             raise Busy(self.pending)
+        mine = self._by_client.get(client, 0) if client is not None else 0
+        if client is not None and self.max_per_client is not None and mine >= self.max_per_client:
+            raise Busy(mine, client=True)
         self.pending += 1
+        if client is not None:
+            self._by_client[client] = mine + 1
+        w = self._choose(affinity)
+        w.load += 1
         try:
-            w = self._workers[affinity % self.size]
-            async with w.lock:
+            if not await _acquire(w.lock, gone):
+                raise Cancelled("the client went away before its task started")
+            try:
+                if gone is not None and await gone():
+                    raise Cancelled("the client went away before its task started")
                 if w.process is None or not w.process.is_alive():
                     await asyncio.get_running_loop().run_in_executor(
                         self._executor(), self._spawn, w
                     )
                 return await self._run_on(w, (name, payload), gone)
+            finally:
+                w.lock.release()
         finally:
+            w.load -= 1
             self.pending -= 1
+            if client is not None:
+                left = self._by_client.pop(client) - 1
+                if left:
+                    self._by_client[client] = left
 
     async def _run_on(
         self, w: _Worker, message: tuple[str, Any], gone: Callable[[], Awaitable[bool]] | None
     ) -> Any:
         loop = asyncio.get_running_loop()
         job = loop.run_in_executor(self._executor(), self._exchange, w, message, self.timeout_s)
-        while True:
-            done, _ = await asyncio.wait({job}, timeout=0.25)
-            if done:
-                break
-            if gone is not None and await gone():
-                self._kill(w)
-                with contextlib.suppress(Exception):
-                    await job
-                raise Cancelled("the client went away")
+        try:
+            while True:
+                done, _ = await asyncio.wait({job}, timeout=POLL_S)
+                if done:
+                    break
+                if gone is not None and await gone():
+                    self._kill(w)
+                    with contextlib.suppress(Exception):
+                        await job
+                    raise Cancelled("the client went away")
+        except asyncio.CancelledError:  # the request itself was cancelled: so is its task
+            self._kill(w)
+            raise
         try:
             reply = job.result()
         except TimeoutError:

@@ -1,5 +1,5 @@
-"""The compute pool: tasks off the event loop, bounded in time, memory and number, cancelled
-with their client, and workers that die with the server."""
+"""The compute pool: tasks off the event loop, bounded in time, memory and number (in all and
+per client), cancelled with their client, and workers that die with the server."""
 
 from __future__ import annotations
 
@@ -94,6 +94,68 @@ def test_beyond_the_pending_bound_work_is_refused_at_once(pool):
         return refused_in
 
     assert asyncio.run(go()) < 0.05
+
+
+def test_a_task_without_affinity_goes_to_a_worker_that_is_free(pool):
+    async def go():
+        pids = {await pool.run("pid", None, affinity=k) for k in (0, 1)}  # both started
+        slow = asyncio.ensure_future(pool.run("sleep", 1.0))
+        await asyncio.sleep(0.05)
+        t0 = time.monotonic()
+        other = await pool.run("pid", None)
+        waited = time.monotonic() - t0
+        await slow
+        return pids, other, waited
+
+    pids, other, waited = asyncio.run(go())
+    assert other in pids and waited < 0.5  # it did not queue behind the sleeping worker
+
+
+def test_one_client_beyond_its_share_is_refused_while_others_are_served():
+    p = WorkerPool(2, 512, 3.0, 8, module=FAKE, max_per_client=1)
+
+    async def go():
+        first = asyncio.ensure_future(p.run("sleep", 0.5, client="a"))
+        await asyncio.sleep(0.05)
+        with pytest.raises(Busy) as busy:
+            await p.run("pid", None, client="a")
+        other = await p.run("pid", None, client="b")
+        await first
+        again = await p.run("pid", None, client="a")  # its task is done: its share is back
+        return busy.value, other, again
+
+    try:
+        busy, other, again = asyncio.run(go())
+    finally:
+        p.close()
+    assert busy.client and busy.retry_after >= 1
+    assert isinstance(other, int) and isinstance(again, int)
+
+
+def test_a_task_whose_client_left_while_it_waited_never_runs():
+    p = WorkerPool(1, 512, 3.0, 4, module=FAKE)
+
+    async def go():
+        busy = asyncio.ensure_future(p.run("sleep", 0.8))
+        await asyncio.sleep(0.05)
+        left = time.monotonic() + 0.2
+
+        async def gone() -> bool:
+            return time.monotonic() > left
+
+        with pytest.raises(Cancelled):
+            await p.run("count", None, gone=gone)
+        noticed = time.monotonic() - left
+        pending = p.pending
+        await busy
+        return noticed, pending, await p.run("count", None), p.restarts
+
+    try:
+        noticed, pending, count, restarts = asyncio.run(go())
+    finally:
+        p.close()
+    assert noticed < 0.5 and pending == 1  # it left the queue at once, the running task stayed
+    assert count == 1 and restarts == 0  # it never ran, and no worker was stopped for it
 
 
 SERVER = f"""
