@@ -193,8 +193,8 @@ class Settings(BaseSettings):
     rate_compute_per_s: float = Field(
         10.0,
         gt=0,
-        description="Sustained requests per second per client to trace, traffic "
-        "and simulate endpoints (and trace opens on /ws/trace).",
+        description="Sustained requests per second per client to trace, traffic, simulate, "
+        "schedule, view-twin and compare endpoints (and trace opens on /ws/trace).",
     )
     rate_compute_burst: int = Field(
         60, ge=1, description="Requests a client may make at once to those endpoints."

@@ -32,7 +32,9 @@ COSTLY: tuple[tuple[str, str, str], ...] = (
     ("GET", "/api/online-softmax", "compute"),
     ("GET", "/api/memory-scaling", "compute"),
     ("GET", "/api/compare", "compute"),
+    ("GET", "/api/schedule", "compute"),  # its Chrome trace and measured figures too
     ("POST", "/api/runs", "runs"),
+    ("POST", "/api/schedule/measure", "runs"),  # queues a run like POST /api/runs
     ("POST", "/api/rooms", "rooms"),
 )
 
