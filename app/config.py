@@ -84,6 +84,12 @@ class Settings(BaseSettings):
     ws_max_message_bytes: int = Field(
         4096, ge=64, description="Largest message a client may send on a WebSocket."
     )
+    ws_ping_interval_s: float = Field(
+        10.0, gt=0, description="`flashscope serve` pings every WebSocket this often (seconds)."
+    )
+    ws_ping_timeout_s: float = Field(
+        10.0, gt=0, description="A WebSocket that leaves a ping unanswered this long is closed."
+    )
 
     # Teaching views: the memory wall, the online-softmax explorer, memory scaling.
     memory_wall_max_seq: int = Field(

@@ -42,6 +42,10 @@ def _serve(args: argparse.Namespace) -> int:
         port=args.port,
         log_level=args.log_level,
         ws_max_size=max(settings.ws_max_message_bytes, settings.room_max_message_bytes),
+        # a client that stops answering (a closed laptop, a dropped network) is noticed and its
+        # sockets closed within ping interval + timeout, not uvicorn's default 40 s
+        ws_ping_interval=settings.ws_ping_interval_s,
+        ws_ping_timeout=settings.ws_ping_timeout_s,
         # X-Forwarded-For is read by the app, from FLASHSCOPE_TRUSTED_PROXIES only; uvicorn
         # would otherwise believe it from 127.0.0.1 without being told.
         proxy_headers=False,

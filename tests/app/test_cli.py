@@ -58,3 +58,17 @@ def test_a_bad_log_level_exits_2(capsys):
         main(["serve", "--log-level", "loud"])
     assert exc.value.code == 2
     assert "invalid choice: 'loud'" in capsys.readouterr().err
+
+
+def test_serve_pings_websockets_every_ten_seconds_unless_told(monkeypatch):
+    """A client that stops answering (a closed laptop) is dropped within 20 s, not 40."""
+    seen: list[dict] = []
+    monkeypatch.setattr("uvicorn.run", lambda app, **kw: seen.append(kw))
+    assert main(["serve"]) == 0
+    monkeypatch.setenv("FLASHSCOPE_WS_PING_INTERVAL_S", "5")
+    monkeypatch.setenv("FLASHSCOPE_WS_PING_TIMEOUT_S", "2.5")
+    assert main(["serve"]) == 0
+    assert [(kw["ws_ping_interval"], kw["ws_ping_timeout"]) for kw in seen] == [
+        (10.0, 10.0),
+        (5.0, 2.5),
+    ]
