@@ -56,19 +56,32 @@ class Settings(BaseSettings):
         "take; a larger request is refused before any work.",
     )
 
-    # The compute pool: worker processes that build and step traces off the event loop.
-    compute_workers: int = Field(2, ge=1, le=64, description="Worker processes for traces.")
+    # The compute pool: worker processes that run the costly part of requests (traces,
+    # simulations, schedules, the memory wall, comparisons) off the event loop.
+    compute_workers: int = Field(
+        2,
+        ge=1,
+        le=64,
+        description="Worker processes for traces, simulations and other costly work.",
+    )
     compute_warm: bool = Field(
-        True, description="Start the compute workers with the server (else on the first trace)."
+        True, description="Start the compute workers with the server (else on the first task)."
     )
     compute_memory_mib: int = Field(
         2048, ge=0, description="Address space of one compute worker, MiB (0: no cap)."
     )
     compute_timeout_s: float = Field(
-        20.0, gt=0, description="A trace task running longer is stopped (its worker replaced)."
+        20.0,
+        gt=0,
+        description="A compute task running longer is stopped (its worker replaced); HTTP 504.",
     )
     compute_max_pending: int = Field(
-        64, ge=1, description="Trace tasks waiting or running at once; beyond, HTTP 503."
+        64, ge=1, description="Compute tasks waiting or running at once; beyond, HTTP 503."
+    )
+    compute_max_pending_per_client: int = Field(
+        8,
+        ge=1,
+        description="Compute tasks one client may have waiting or running at once; beyond, 429.",
     )
     ws_steps_per_s: float = Field(
         60.0, gt=0, description="Sustained step messages per second one /ws/trace socket sends."

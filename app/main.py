@@ -121,6 +121,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         settings.compute_memory_mib,
         settings.compute_timeout_s,
         settings.compute_max_pending,
+        max_per_client=settings.compute_max_pending_per_client,
     )
     app.state.traces = TraceService(app.state.pool, settings)
     app.state.backend = None

@@ -29,31 +29,49 @@ class TraceService:
             "cache": max(2, settings.trace_cache_size // settings.compute_workers),
         }
 
-    async def _run(self, task: str, params: TraceParams, *args: Any, gone: Gone = None) -> Any:
+    async def _run(
+        self, task: str, params: TraceParams, *args: Any, gone: Gone, client: str | None
+    ) -> Any:
         return await self.pool.run(
-            task, (params, self.options, *args), affinity=hash(params.cache_key()), gone=gone
+            task,
+            (params, self.options, *args),
+            affinity=hash(params.cache_key()),
+            gone=gone,
+            client=client,
         )
 
-    async def meta(self, params: TraceParams, gone: Gone = None) -> dict[str, Any]:
+    async def meta(
+        self, params: TraceParams, gone: Gone = None, client: str | None = None
+    ) -> dict[str, Any]:
         """The trace's metadata (its `n_events` among them)."""
-        out: dict[str, Any] = await self._run("trace.meta", params, gone=gone)
+        out: dict[str, Any] = await self._run("trace.meta", params, gone=gone, client=client)
         return out
 
-    async def step(self, params: TraceParams, step: int, gone: Gone = None) -> str:
+    async def step(
+        self, params: TraceParams, step: int, gone: Gone = None, client: str | None = None
+    ) -> str:
         """Event `step` as JSON text."""
-        out: str = await self._run("trace.step", params, step, gone=gone)
+        out: str = await self._run("trace.step", params, step, gone=gone, client=client)
         return out
 
     async def window(
-        self, params: TraceParams, start: int, count: int, limit: int, gone: Gone = None
+        self,
+        params: TraceParams,
+        start: int,
+        count: int,
+        limit: int,
+        gone: Gone = None,
+        client: str | None = None,
     ) -> tuple[dict[str, Any], list[str]]:
         """(metadata, events start … start + count − 1 as JSON texts) within `limit` bytes."""
         out: tuple[dict[str, Any], list[str]] = await self._run(
-            "trace.window", params, start, count, limit, gone=gone
+            "trace.window", params, start, count, limit, gone=gone, client=client
         )
         return out
 
-    async def export(self, task: str, params: TraceParams, gone: Gone = None) -> dict[str, Any]:
+    async def export(
+        self, task: str, params: TraceParams, gone: Gone = None, client: str | None = None
+    ) -> dict[str, Any]:
         """A whole-trace export: `trace.ops` or `trace.chrome`."""
-        out: dict[str, Any] = await self._run(task, params, gone=gone)
+        out: dict[str, Any] = await self._run(task, params, gone=gone, client=client)
         return out

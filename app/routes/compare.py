@@ -3,28 +3,28 @@
 The figures come from the validation datasets shipped in Settings.datasets_dir (measured on real
 GPUs, with device, date and versions), so the comparison works without a GPU. For the chosen
 configuration the engine runs again (same engine, same calibration as the shipped rows unless those
-changed since) to draw its SM timeline and to explain the gap (simulator/calibrate/explain.py).
+changed since) to draw its SM timeline and to explain the gap (simulator/calibrate/explain.py):
+the route picks the row here, a compute worker simulates and explains it (app/compute/tasks.py).
 """
 
 from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, HTTPException, Query, Request
+from fastapi import APIRouter, HTTPException, Query, Request, Response
 from fastapi.responses import HTMLResponse
 from pydantic import BaseModel, ConfigDict, Field
+from starlette.concurrency import run_in_threadpool
 
+from flashscope.app.compute.http import pool_errors, run_task
+from flashscope.app.compute.pool import TaskError
 from flashscope.app.datasets import Datasets
 from flashscope.app.deps import SettingsDep, TemplatesDep
-from flashscope.app.figures.report import gantt, measured_schedule
 from flashscope.app.middleware.errors import limit_error, refuse
 from flashscope.app.views import view_at
-from flashscope.simulator.calibrate.explain import kernel_rows, notes
-from flashscope.simulator.calibrate.validation import ncu_kernels, simulate_config
 from flashscope.simulator.core import hardware
 
 router = APIRouter(tags=["views"])
-TILE_TEXT = "{block_m}×{block_n} · {warps} warps · {stages} stages"
 
 
 class CompareParams(BaseModel):
@@ -39,39 +39,6 @@ class CompareParams(BaseModel):
 def _datasets(request: Request) -> Datasets:
     datasets: Datasets = request.app.state.datasets
     return datasets
-
-
-def _tiles(c: dict[str, Any]) -> str:
-    text = TILE_TEXT.format(**c)
-    if c.get("maxnreg"):
-        text += f" · ≤ {c['maxnreg']} registers"
-    if c.get("dq_block_m"):
-        text += f"; dQ {c['dq_block_m']}×{c['dq_block_n']} · {c['dq_warps']} warps"
-    return text
-
-
-def _row(r: dict[str, Any]) -> dict[str, Any]:
-    c = r["config"]
-    lim: dict[str, float] = (r.get("simulated") or {}).get("limiter") or {}
-    return {
-        "id": r["id"],
-        "subset": r.get("subset"),
-        "mode": "bwd" if c["algo"] == "fa2-bwd" else "fwd",
-        "head_dim": c["head_dim"],
-        "causal": bool(c.get("causal")),
-        "seq": c["seq"],
-        "tile": r["id"].rsplit("-", 1)[-1],
-        "tiles": _tiles(c),
-        "route": c.get("route"),
-        "measured_us": r.get("measured_us"),
-        "simulated_us": r.get("simulated_us"),
-        "error_pct": r.get("error_pct"),
-        "measured_dram_bytes": r.get("measured_dram_bytes"),
-        "simulated_dram_bytes": r.get("simulated_dram_bytes"),
-        "measured_l2_bytes": r.get("measured_l2_bytes"),
-        "simulated_l2_bytes": r.get("simulated_l2_bytes"),
-        "top_limiter": max(lim, key=lim.__getitem__) if lim else None,
-    }
 
 
 def choose(
@@ -121,50 +88,24 @@ def choose(
     return ds, row
 
 
-@router.get("/api/compare")
-def compare(
+@router.get("/api/compare", response_model=dict[str, Any])
+async def compare(
     params: Annotated[CompareParams, Query()], request: Request, settings: SettingsDep
-) -> dict[str, Any]:
+) -> Response:
     """Every configuration of a shipped dataset, measured and simulated, and one explained."""
-    data = _datasets(request).all()
+    data = await run_in_threadpool(_datasets(request).all)  # a changed file is parsed again
     ds, row = choose(params, data)
-    gpu = hardware.from_name(ds["gpu"])
-    result = simulate_config(row["config"], gpu)
-    # each kernel beside its ncu row (and simulated alone): the table and the notes share them
-    kernels = kernel_rows(result, ncu_kernels(row))
-    return {
-        "datasets": [
-            {
-                "gpu": k,
-                "device": d.get("device"),
-                "date": d.get("date"),
-                "file": d["file"],
-                "rows": len(d["rows"]),
-            }
-            for k, d in sorted(data.items())
-        ],
-        "dataset": {
-            **{k: ds.get(k) for k in ("gpu", "device", "date", "torch", "triton", "cuda", "file")},
-            "summary": {k: ds["summary"][k] for k in ("all", "fit", "holdout", "targets")},
-            "ncu": (ds.get("ncu") or {}).get("version"),
-        },
-        "rows": [_row(r) for r in ds["rows"]],
-        "chosen": {
-            **_row(row),
-            "config": row["config"],
-            "simulated_now_us": result.time_s * 1e6,
-            "limiter": result.limiter,
-            "breakdown_us": {k: v * 1e6 for k, v in result.breakdown.items()},
-            "kernels": kernels,
-            "notes": notes(row, result, kernels),
-            "timeline": gantt(result, settings.compare_timeline_ctas),
-            "measured_schedule": measured_schedule(
-                request.app.state.timelines.get(ds["gpu"], row["id"]),
-                result,
-                settings.compare_timeline_ctas,
-            ),
-        },
+    payload = {
+        "folder": str(settings.datasets_dir),
+        "dataset": ds["gpu"],
+        "id": row["id"],
+        "timeline_ctas": settings.compare_timeline_ctas,
     }
+    try:
+        out = await run_task(request, "compare", payload)
+    except TaskError as exc:
+        raise pool_errors(exc, settings, field=None) from None
+    return Response(out, media_type="application/json")
 
 
 @router.get("/compare", response_class=HTMLResponse, include_in_schema=False)

@@ -11,11 +11,13 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request
 
+from flashscope.app.compute.http import disconnected, pool_errors
 from flashscope.app.compute.pool import Busy, Cancelled, TaskError, TooSlow
 from flashscope.app.config import Settings
 from flashscope.app.deps import SettingsDep, TracesDep
 from flashscope.app.middleware.errors import refuse
-from flashscope.app.routes.trace import cost_errors, disconnected, pool_errors
+from flashscope.app.middleware.identity import client_key
+from flashscope.app.routes.trace import cost_errors
 from flashscope.app.schemas.trace import TraceParams, check_trace_params
 from flashscope.app.traces import TraceService
 
@@ -28,9 +30,11 @@ async def _export(
     if errs := check_trace_params(params, settings) or cost_errors(params, settings):
         raise refuse(errs)
     try:
-        return await traces.export(task, params, gone=disconnected(request))
+        return await traces.export(
+            task, params, gone=disconnected(request), client=client_key(request.scope)
+        )
     except (TaskError, Busy, TooSlow, Cancelled) as exc:
-        raise pool_errors(exc) from None
+        raise pool_errors(exc, settings) from None
 
 
 @router.get("/api/trace/ops")

@@ -3,53 +3,56 @@
 One simulation of the timing engine (the checks and limits of POST /api/simulate, the same
 422s) turned into what the page draws: CTAs on SMs coloured by wave, SMs busy over time, the
 time cursor's table, the CTA time by block (causal imbalance), occupancy and its limiter, the
-time by limiter and the roofline. Specs left out of the query keep the preset's values.
+time by limiter and the roofline. Specs left out of the query keep the preset's values. The
+request is checked here; the simulation and its figures are made in a compute worker
+(app/compute/tasks.py).
 """
 
 from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, HTTPException, Query, Request
+from fastapi import APIRouter, HTTPException, Query, Request, Response
 from fastapi.responses import HTMLResponse
 from pydantic import ValidationError
 
+from flashscope.app.compute.simulation import Parts
 from flashscope.app.config import Settings
 from flashscope.app.deps import SettingsDep, TemplatesDep
-from flashscope.app.figures.chrome_trace import from_timeline
-from flashscope.app.figures.report import limiter_bars, measured_schedule, roofline, summary
-from flashscope.app.figures.schedule import (
-    cursor,
-    gantt_by_wave,
-    imbalance,
-    occupancy_table,
-    shown_sms,
-    utilization,
-)
 from flashscope.app.middleware.errors import refuse, value_error
 from flashscope.app.routes.health import backend_of
 from flashscope.app.routes.runs import RunId, queue_full, submit
-from flashscope.app.routes.simulate import run_request
+from flashscope.app.routes.simulate import check_request, simulated
 from flashscope.app.runs.queue import QueueFull
 from flashscope.app.schemas.simulate import SimulateRequest
 from flashscope.app.schemas.trace import RunRequest, check_run_request
 from flashscope.app.schemas.views import SCHEDULE_SPECS, ScheduleParams
 from flashscope.app.views import view_at
 from flashscope.simulator.core import hardware
-from flashscope.simulator.timing.results import SimResult
 from flashscope.simulator.timing.workload import ALGOS
 
 router = APIRouter(tags=["views"])
 
-CURSOR_STEPS = 100  # the time cursor stops at 0 %, 1 %, …, 100 % of the run
 
-
-def _run(params: ScheduleParams, settings: Settings) -> SimResult:
+def _checked(params: ScheduleParams, settings: Settings) -> Parts:
     try:
         body = SimulateRequest.model_validate(params.simulate_body())
     except ValidationError as exc:  # ScheduleParams mirrors its bounds; kept as a safety net
         raise refuse([dict(e, loc=["query", *e["loc"]]) for e in exc.errors()]) from None
-    return run_request(body, settings)
+    return check_request(body, settings)
+
+
+async def _schedule(
+    request: Request, task: str, params: ScheduleParams, settings: Settings, **extra: Any
+) -> Any:
+    """Task `task` of the compute pool on this schedule, once its request passed the checks."""
+    checked = _checked(params, settings)
+    payload = {
+        "params": params.model_dump(),
+        "timeline_ctas": settings.simulate_max_timeline_ctas,
+        **extra,
+    }
+    return await simulated(request, task, payload, checked, settings)
 
 
 @router.get("/schedule", response_class=HTMLResponse, include_in_schema=False)
@@ -78,37 +81,22 @@ def page(request: Request, templates: TemplatesDep, settings: SettingsDep) -> HT
     )
 
 
-@router.get("/api/schedule")
-def schedule(params: Annotated[ScheduleParams, Query()], settings: SettingsDep) -> dict[str, Any]:
+@router.get("/api/schedule", response_model=dict[str, Any])
+async def schedule(
+    params: Annotated[ScheduleParams, Query()], request: Request, settings: SettingsDep
+) -> Response:
     """The simulation's summary plus the figures and tables of the /schedule view."""
-    result = _run(params, settings)
-    table = cursor(result, CURSOR_STEPS)
-    imb = imbalance(result)
-    return {
-        **summary(result),
-        "params": params.model_dump(),
-        "gpu_specs": result.gpu.specs(),
-        "edited": sorted(params.specs()),
-        "cursor": table,
-        "occupancy": occupancy_table(result),
-        "imbalance": {k: v for k, v in imb.items() if k != "figure"},
-        "figures": {
-            "gantt": gantt_by_wave(result, settings.simulate_max_timeline_ctas),
-            "utilization": utilization(table),
-            "imbalance": imb["figure"],
-            "limiter": limiter_bars(result),
-            "roofline": roofline(result),
-        },
-    }
+    out = await _schedule(request, "schedule", params, settings)
+    return Response(out, media_type="application/json")
 
 
-@router.get("/api/schedule/chrome")
-def schedule_chrome(
-    params: Annotated[ScheduleParams, Query()], settings: SettingsDep
-) -> dict[str, Any]:
+@router.get("/api/schedule/chrome", response_model=dict[str, Any])
+async def schedule_chrome(
+    params: Annotated[ScheduleParams, Query()], request: Request, settings: SettingsDep
+) -> Response:
     """The simulated schedule in the Trace Event Format: one track per SM, one span per CTA."""
-    result = _run(params, settings)
-    return from_timeline(result, shown_sms(result, settings.simulate_max_timeline_ctas))
+    out = await _schedule(request, "schedule.chrome", params, settings)
+    return Response(out, media_type="application/json")
 
 
 MEASURE_NEEDS_GPU = (
@@ -170,19 +158,18 @@ async def measure_schedule(params: ScheduleParams, request: Request) -> Any:
     return {**run.public(queue.position(run)), "cached": cached}
 
 
-@router.get("/api/schedule/measured/{run_id}")
-def measured(
+@router.get("/api/schedule/measured/{run_id}", response_model=dict[str, Any])
+async def measured(
     run_id: RunId, params: Annotated[ScheduleParams, Query()], request: Request
-) -> dict[str, Any]:
+) -> Response:
     """A finished timeline run beside the engine's schedule of the same launch: the figures."""
     run = request.app.state.runs.find(run_id)
     timeline = ((run.result or {}).get("timeline") if run is not None else None) or None
     if run is None or run.state != "done" or timeline is None:
         raise HTTPException(status_code=404, detail=f"no finished timeline run {run_id!r}")
     settings: Settings = request.app.state.settings
-    result = _run(params, settings)
     rec = {**timeline, "device": run.result.get("device"), "date": None, "file": None}
-    shown = measured_schedule(rec, result, settings.simulate_max_timeline_ctas)
-    if shown is None:
+    out = await _schedule(request, "schedule.measured", params, settings, record=rec)
+    if out is None:
         raise HTTPException(status_code=404, detail="the simulated launch is not one kernel")
-    return shown
+    return Response(out, media_type="application/json")

@@ -1,26 +1,27 @@
 """The timing engine over HTTP: POST /api/simulate runs one simulation, GET /api/hardware lists
-the GPU presets with every figure the engine uses (datasheet fields and efficiencies)."""
+the GPU presets with every figure the engine uses (datasheet fields and efficiencies).
+
+The request is checked here, in the server (every limit, the GPU it edits, the CTAs it would
+launch); the simulation runs in a compute worker (app/compute/tasks.py), which sends back the
+response body ready to go.
+"""
 
 from __future__ import annotations
 
 import re
-from dataclasses import replace
 from typing import Any
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Request, Response
 
+from flashscope.app.compute.http import pool_errors, run_task
+from flashscope.app.compute.pool import TaskError
+from flashscope.app.compute.simulation import Parts, gpu_of, parts
 from flashscope.app.config import Settings
 from flashscope.app.deps import SettingsDep
-from flashscope.app.figures.report import gantt, summary
 from flashscope.app.middleware.errors import limit_error, refuse, value_error
 from flashscope.app.schemas.simulate import SimulateRequest, check_simulate_request
 from flashscope.simulator.core import hardware
 from flashscope.simulator.core.calibration import calibration_path
-from flashscope.simulator.core.problem import AttentionProblem, TileConfig
-from flashscope.simulator.timing import kernelplan
-from flashscope.simulator.timing.engine import simulate_workload
-from flashscope.simulator.timing.results import SimResult
-from flashscope.simulator.timing.workload import build, ctas_of
 
 router = APIRouter(tags=["simulate"])
 
@@ -32,64 +33,52 @@ def _field(message: str, default: str) -> str:
 
 
 @router.post("/api/simulate")
-def post_simulate(body: SimulateRequest, settings: SettingsDep) -> Any:
+async def post_simulate(body: SimulateRequest, request: Request, settings: SettingsDep) -> Any:
     """Simulate an algorithm on a GPU: time, bytes per memory level, occupancy, limiters."""
-    result = run_request(body, settings)
-    out = summary(result)
-    if body.timeline:
-        out["timeline"] = gantt(result, settings.simulate_max_timeline_ctas)
-    return out
+    checked = check_request(body, settings)
+    payload = {"body": body.model_dump(), "timeline_ctas": settings.simulate_max_timeline_ctas}
+    out = await simulated(request, "simulate", payload, checked, settings)
+    return Response(out, media_type="application/json")
 
 
-def run_request(body: SimulateRequest, settings: Settings) -> SimResult:
-    """Check a simulation request against the limits and run it; 422 (HTTPException) if not."""
+def check_request(body: SimulateRequest, settings: Settings) -> Parts:
+    """Check a simulation request against the limits (cheap: nothing is simulated); its parts,
+    or 422 (RequestValidationError) naming the field."""
     errs = check_simulate_request(body, settings)
     if errs:
         raise refuse(errs)
-    problem = AttentionProblem(
-        seq_q=body.seq,
-        seq_k=body.seq_k,
-        head_dim=body.head_dim,
-        batch=body.batch,
-        heads=body.heads,
-        kv_heads=body.kv_heads,
-        causal=body.causal,
-        dtype=body.dtype,
-    )
-    tiles = TileConfig(body.block_m, body.block_n, body.stages, body.warps, body.maxnreg)
     try:
-        gpu = hardware.from_name(body.gpu)
-        if body.hardware:
-            gpu = hardware.custom(gpu, **body.hardware)
+        gpu = gpu_of(body)
     except ValueError as exc:
         field = _field(str(exc), "hardware")
         raise refuse([value_error(field, str(exc), body.hardware, "body")]) from None
-    dq = {"block_m": body.dq_block_m, "block_n": body.dq_block_n, "stages": body.dq_stages,
-          "warps": body.dq_warps}  # fmt: skip
-    given = {k: v for k, v in dq.items() if v is not None}
-    dq_tiles = replace(tiles, **given) if given else None  # the register cap carries over
-    kernels: dict[str, Any] = {"gpu_key": gpu.key, "route": body.route, "dq_tiles": dq_tiles}
-    if body.impl == "flashscope":
-        ctas = kernelplan.ctas_of(body.algo, problem, tiles, **kernels)
-    else:
-        ctas = ctas_of(body.algo, problem, tiles, sms=gpu.sms, splits=body.splits)
+    checked = parts(body, gpu)
+    ctas = checked.ctas()
     if ctas > settings.simulate_max_ctas:
         msg = (
             f"these sizes launch {ctas} CTAs; the limit is {settings.simulate_max_ctas}: "
             "use larger blocks or a smaller problem"
         )
         raise refuse([limit_error("seq", msg, body.seq, settings.simulate_max_ctas, "body")])
+    return checked
+
+
+async def simulated(
+    request: Request, task: str, payload: dict[str, Any], checked: Parts, settings: Settings
+) -> Any:
+    """Run a simulation task in the compute pool: its result (a JSON body), or the error it
+    answers: a kernel that cannot launch names block_m (shared memory) or warps, with the
+    GPU's limit; any other input error answers as the app's ValueError handler does."""
     try:
-        if body.impl == "flashscope":
-            workload = kernelplan.build(body.algo, problem, tiles, **kernels)
-        else:
-            workload = build(body.algo, problem, tiles, gpu.sms, body.splits)
-        result = simulate_workload(workload, gpu)
-    except ValueError as exc:  # tiles that do not fit in shared memory, too many warps
+        out = await run_task(request, task, payload)
+    except TaskError as exc:
+        if exc.kind != "DoesNotFit":
+            raise pool_errors(exc, settings, field=None) from None
+        body, gpu = checked.body, checked.gpu
         field = "warps" if str(exc).startswith("warps") else "block_m"
         limit = gpu.smem_per_block if field == "block_m" else gpu.max_warps_per_sm
         raise refuse([limit_error(field, str(exc), getattr(body, field), limit, "body")]) from None
-    return result
+    return out
 
 
 @router.get("/api/hardware")

@@ -12,26 +12,25 @@ The server sends one event per request: the client never recomputes the algorith
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable, Callable
 from typing import Annotated, Any
 
 from fastapi import (
     APIRouter,
-    HTTPException,
     Query,
     Request,
     Response,
     WebSocket,
     WebSocketDisconnect,
 )
-from fastapi.exceptions import RequestValidationError
 from pydantic import ValidationError
 
+from flashscope.app.compute.http import disconnected, pool_errors
 from flashscope.app.compute.pool import Busy, Cancelled, TaskError, TooSlow
 from flashscope.app.config import Settings
 from flashscope.app.deps import SettingsDep, TracesDep
 from flashscope.app.middleware import wsjson
 from flashscope.app.middleware.errors import describe, limit_error, refuse, value_error
+from flashscope.app.middleware.identity import client_key
 from flashscope.app.middleware.origin import same_origin
 from flashscope.app.middleware.ratelimit import Bucket, Rate
 from flashscope.app.schemas.trace import (
@@ -71,22 +70,6 @@ def cost_errors(
     ]
 
 
-def pool_errors(exc: Exception, field: str = "params") -> HTTPException | RequestValidationError:
-    """What a compute-pool failure answers: 422 for the request's own fault, 503 otherwise."""
-    if isinstance(exc, TaskError) and exc.kind in ("ValueError", "MemoryError"):
-        return refuse([value_error(field, str(exc), None)])
-    if isinstance(exc, Busy):
-        return HTTPException(503, str(exc), headers={"Retry-After": str(exc.retry_after)})
-    return HTTPException(503, str(exc))
-
-
-def disconnected(request: Request) -> Callable[[], Awaitable[bool]]:
-    async def gone() -> bool:
-        return await request.is_disconnected()
-
-    return gone
-
-
 @router.get("/api/trace", response_model=TraceResponse)
 async def get_trace(
     params: Annotated[TraceParams, Query()],
@@ -116,7 +99,12 @@ async def get_trace(
         raise refuse(errs)
     try:
         meta, events = await traces.window(
-            params, start, count, settings.max_trace_response_bytes, gone=disconnected(request)
+            params,
+            start,
+            count,
+            settings.max_trace_response_bytes,
+            gone=disconnected(request),
+            client=client_key(request.scope),
         )
     except TaskError as exc:
         if exc.kind == "ResponseTooLarge":
@@ -133,9 +121,9 @@ async def get_trace(
                     )
                 ]
             ) from None
-        raise pool_errors(exc) from None
+        raise pool_errors(exc, settings) from None
     except (Busy, TooSlow, Cancelled) as exc:
-        raise pool_errors(exc) from None
+        raise pool_errors(exc, settings) from None
     if count and start >= meta["n_events"]:
         raise refuse(check_step(start, meta["n_events"]))
     body = ",".join(events)
@@ -206,7 +194,7 @@ async def trace_stream(ws: WebSocket, settings: SettingsDep, traces: TracesDep) 
                     await _send_errors(ws, errs)
                     continue
                 try:
-                    meta = await traces.meta(wanted)
+                    meta = await traces.meta(wanted, client=client_key(ws.scope))
                 except (TaskError, Busy, TooSlow, Cancelled) as exc:
                     await _send_errors(ws, [value_error("params", str(exc), None, "params")])
                     continue
@@ -241,7 +229,7 @@ async def trace_stream(ws: WebSocket, settings: SettingsDep, traces: TracesDep) 
                     await _send_errors(ws, errs)
                 else:
                     try:
-                        event = await traces.step(params, step)
+                        event = await traces.step(params, step, client=client_key(ws.scope))
                     except (TaskError, Busy, TooSlow, Cancelled) as exc:
                         await _send_errors(ws, [value_error("step", str(exc), step, "message")])
                         continue
