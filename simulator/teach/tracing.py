@@ -19,7 +19,7 @@ import numpy as np
 from flashscope.simulator.core.precision import round_to_dtype
 from flashscope.simulator.core.problem import AttentionProblem, TileConfig
 from flashscope.simulator.core.tiling import TileGrid
-from flashscope.simulator.core.trace import PHASE_INDEX, OpTable, Trace
+from flashscope.simulator.core.trace import PHASE_INDEX, PHASES, OpTable, Trace
 from flashscope.simulator.teach import exactness, traffic
 from flashscope.simulator.teach.algorithms import ALGORITHMS, get
 from flashscope.simulator.teach.algorithms.hook import (
@@ -108,6 +108,7 @@ def _meta(module: TileProgram, request: TraceRequest, parts: TraceParts) -> dict
         "algo": module.NAME,
         "title": module.TITLE,
         "pseudocode": list(module.PSEUDOCODE),
+        "line_phases": line_phases(parts.ops, len(module.PSEUDOCODE)),
         "problem": {
             "seq_q": p.seq_q,
             "seq_k": p.seq_k,
@@ -132,6 +133,17 @@ def _meta(module: TileProgram, request: TraceRequest, parts: TraceParts) -> dict
         "marks": _marks(parts.ops),
         "opening_step": opening_step(parts.ops, module.NAME),
     }
+
+
+def line_phases(ops: OpTable, n_lines: int) -> list[list[str]]:
+    """Per pseudocode line, the phases of the ops that run it (a page links each line to the
+    figures those phases change)."""
+    out: list[list[str]] = [[] for _ in range(n_lines)]
+    pairs = np.unique(np.stack([ops.columns["line"], ops.columns["phase"]]), axis=1)
+    for line, phase in pairs.T.tolist():
+        if 0 <= line < n_lines:
+            out[line].append(PHASES[phase])
+    return out
 
 
 def _grid(module: TileProgram, request: TraceRequest, parts: TraceParts) -> dict[str, Any]:

@@ -4,6 +4,7 @@
 
 import { formatCount } from "./format.js";
 import { react } from "./plot.js";
+import { currentView } from "./registry.js";
 import { TraceSocket } from "./socket.js";
 import { apiUrl } from "./url.js";
 
@@ -20,7 +21,7 @@ export function traceSource(figures) {
   return (host) => {
     const socket = new TraceSocket({
       onMeta(meta) {
-        renderPseudocode(meta.pseudocode);
+        renderPseudocode(meta.pseudocode, "pseudocode", meta.line_phases);
         figures.reset();
         host.loaded(meta);
       },
@@ -103,26 +104,73 @@ export class Figures {
   }
 }
 
-/** Fill the pseudocode list `id` with the trace's lines (numbered from 0, as events name them). */
-export function renderPseudocode(lines, id = "pseudocode") {
+/**
+ * Fill the pseudocode list `id` with the trace's lines (numbered from 0, as events name them).
+ * `phases` (meta.line_phases): per line, the phases of the ops that run it, which link the line
+ * to the figures (<figure data-phases>) those phases change.
+ */
+export function renderPseudocode(lines, id = "pseudocode", phases = []) {
   $(id).replaceChildren(
     ...lines.map((text, i) => {
       const li = document.createElement("li");
       li.textContent = text;
       li.dataset.line = i;
+      li.dataset.phases = (phases[i] || []).join(" ");
       return li;
     }),
   );
+  linkLines($(id));
+}
+
+// --- linked highlighting: pseudocode lines ↔ the figures they change -----------------------
+
+const phasesOf = (el) => new Set((el.dataset.phases || "").split(" ").filter(Boolean));
+const meets = (a, b) => [...a].some((p) => b.has(p));
+const linkedFigures = () => document.querySelectorAll("figure[data-phases]");
+
+/** Mark with `cls` the figures that the phases `phases` change (none for an empty set). */
+function markFigures(phases, cls) {
+  for (const fig of linkedFigures()) fig.classList.toggle(cls, meets(phasesOf(fig), phases));
+}
+
+/**
+ * Hovering (or focusing) a pseudocode line outlines the figures it changes; hovering a figure
+ * marks the lines that change it. Bound once per list.
+ */
+function linkLines(list) {
+  if (!list || list.dataset.linked) return;
+  list.dataset.linked = "1";
+  const onLine = (ev) => {
+    const li = ev.target.closest && ev.target.closest("li[data-phases]");
+    markFigures(li ? phasesOf(li) : new Set(), "linked-hover");
+  };
+  list.addEventListener("mouseover", onLine);
+  list.addEventListener("mouseleave", () => markFigures(new Set(), "linked-hover"));
+  for (const fig of linkedFigures()) {
+    fig.addEventListener("mouseenter", () => {
+      const mine = phasesOf(fig);
+      for (const li of list.children) li.classList.toggle("linked-hover", meets(phasesOf(li), mine));
+    });
+    fig.addEventListener("mouseleave", () => {
+      for (const li of list.children) li.classList.remove("linked-hover");
+    });
+  }
 }
 
 /** Highlight line `line` of the pseudocode list `id` (aria-current for screen readers). */
 export function highlightLine(line, id = "pseudocode") {
+  let phases = new Set();
   for (const li of $(id).children) {
     const on = Number(li.dataset.line) === line;
     li.classList.toggle("current", on);
-    if (on) li.setAttribute("aria-current", "step");
-    else li.removeAttribute("aria-current");
+    if (on) {
+      li.setAttribute("aria-current", "step");
+      phases = phasesOf(li);
+    } else {
+      li.removeAttribute("aria-current");
+    }
   }
+  markFigures(phases, "linked-now"); // the figures this line changes get its colour
 }
 
 /** The step of the next (direction > 0) or previous mark (a new tile, a CTA's first op). */
@@ -253,7 +301,8 @@ function tileHovers(meta) {
   const { seq_q: nq, seq_k: nk } = meta.problem;
   const kinds = ["skipped: the causal mask hides all of it", "partial: masked on the diagonal", "computed whole"];
   return meta.grid.kinds.map((row, i) => row.map((kind, j) =>
-    `rows ${cellSpan(i * bm, 0, bm, nq)} × keys ${cellSpan(j * bn, 0, bn, nk)}: ${kinds[kind] ?? "computed"}`));
+    `rows ${cellSpan(i * bm, 0, bm, nq)} × keys ${cellSpan(j * bn, 0, bn, nk)}: ${kinds[kind] ?? "computed"}` +
+    (kind === 0 ? "" : " (click: its first step)")));
 }
 
 /** The grid's top and bottom margins, which the strip beside it shares (rows level). */
@@ -269,12 +318,14 @@ export function drawGrid(div, meta, ev, state, { height = 300, fresh = true } = 
   const shapes = gridShapes(div, meta, ev, state);
   if (!fresh) {
     Plotly.relayout(div, { shapes });
+    bindTileClicks(div); // (a first drawing that waited for a frame had no handlers yet)
     return;
   }
   const g = meta.grid;
   const nq = g.q_blocks;
   const nk = g.kv_blocks;
   const z = g.kinds.map((row) => row.map((kind) => (kind === 0 ? 0 : 1)));
+  div.flashMeta = meta; // for the click below: the trace on screen
   react(div, [{
     type: "heatmap", z, zmin: 0, zmax: 1, showscale: false,
     colorscale: [[0, TILE_COLORS.skipped], [0.5, TILE_COLORS.skipped], [0.5, TILE_COLORS.todo], [1, TILE_COLORS.todo]],
@@ -288,6 +339,7 @@ export function drawGrid(div, meta, ev, state, { height = 300, fresh = true } = 
     showlegend: false,
     // Fixed bottom and top margins: the strip beside the grid (drawWrites) keeps its rows level.
     margin: { t: GRID_MARGIN.t, b: GRID_MARGIN.b },
+    clickmode: "event",
     xaxis: {
       title: { text: `key block j (${meta.tiles.block_n} keys each)` },
       dtick: nk > 16 ? undefined : 1, range: [-0.5, nk - 0.5], showgrid: false, zeroline: false, automargin: false,
@@ -296,6 +348,23 @@ export function drawGrid(div, meta, ev, state, { height = 300, fresh = true } = 
       title: { text: `query block i (${meta.tiles.block_m} rows each)` }, dtick: nq > 16 ? undefined : 1,
       range: [nq - 0.5, -0.5], showgrid: false, zeroline: false,
     },
+  });
+  bindTileClicks(div);
+}
+
+/** A click on tile (i, j) of the grid goes to the first step of its ops. */
+function bindTileClicks(div) {
+  const el = typeof div === "string" ? $(div) : div;
+  if (!el || el.dataset.tileClicks || typeof el.on !== "function") return;
+  el.dataset.tileClicks = "1";
+  el.on("plotly_click", (ev) => {
+    const point = ev.points && ev.points[0];
+    const meta = el.flashMeta;
+    const view = currentView();
+    if (!point || !meta || !view) return;
+    const first = meta.grid.tile_first[point.y]?.[point.x];
+    if (!(first >= 0)) return;
+    view.applyState({ params: view.getState().params, step: first });
   });
 }
 

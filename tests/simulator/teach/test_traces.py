@@ -50,6 +50,12 @@ def test_trace_totals_and_meta(algo, kwargs, tiles):
     marks = trace.meta["marks"]
     assert marks == sorted(set(marks)) and marks[0] == 0
     assert last["state"]["final"]
+    # Every event's line stands for its phase, so a page can link lines to figures.
+    lines = trace.meta["line_phases"]
+    assert len(lines) == len(trace.meta["pseudocode"])
+    for k in range(0, len(trace), max(1, len(trace) // 50)):
+        ev = trace.event(k)
+        assert ev["phase"] in lines[ev["line"]], (k, ev["phase"], ev["line"])
 
 
 @pytest.mark.parametrize(("algo", "kwargs", "tiles"), [c for c in CASES if c[0] in ("fa1", "fa2")])
