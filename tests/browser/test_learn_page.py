@@ -9,6 +9,8 @@ from urllib.parse import parse_qsl, urlsplit
 
 import pytest
 
+from .conftest import SCREENSHOTS, screenshot
+
 pytestmark = pytest.mark.browser
 
 LOAD_MS = 30_000
@@ -17,6 +19,11 @@ LOAD_MS = 30_000
 def _lessons(base: str) -> list[dict]:
     with urllib.request.urlopen(base + "/api/learn", timeout=30) as r:
         return json.loads(r.read())["lessons"]
+
+
+def screenshot_path(name: str):
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    return SCREENSHOTS / f"{name}.png"
 
 
 def figure_ready(page, lesson: dict) -> None:
@@ -91,3 +98,21 @@ def test_every_try_this_link_sets_its_figure(page, live_server, half):
             assert t["phase"].replace("_", " ") in now, (t["label"], now)
     assert page.log.console_errors == [], page.log.console_errors
     assert page.log.page_errors == [] and page.log.external_requests == []
+
+
+def test_course_screenshots(page, live_server):
+    """The README's pictures of the course: its index, and a lesson beside its live figure."""
+    page.set_viewport_size({"width": 1440, "height": 900})
+    page.goto(live_server + "/learn")
+    page.locator("a.start-button").wait_for()
+    screenshot(page, "learn")
+    lesson = next(x for x in _lessons(live_server) if x["id"] == "tiles")
+    page.goto(f"{live_server}/learn/tiles")
+    figure_ready(page, lesson)
+    page.wait_for_timeout(500)  # the figures a frame after the first
+    assert page.locator("#step-prompt").is_visible()
+    text = page.locator("article.lesson").bounding_box()
+    figure = page.locator("#grid").bounding_box()
+    assert text["x"] + text["width"] <= figure["x"] and figure["y"] < 900  # beside, above the fold
+    page.screenshot(path=str(screenshot_path("learn-lesson")), full_page=False)
+    assert page.log.console_errors == [] and page.log.page_errors == []
