@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import random
 import time
 from contextlib import ExitStack
@@ -17,6 +16,7 @@ from flashscope.app.rooms.follower import Follower
 from flashscope.app.rooms.service import CODE_ALPHABET
 from flashscope.app.rooms.store import MemoryRoomStore, RoomGone, Seats, member_id
 
+from .aio import run
 from .room_contract import stale_states_are_refused
 from .servers import free_port
 
@@ -335,7 +335,7 @@ def test_an_idle_empty_room_closes_and_frees_its_place():
         with pytest.raises(RoomGone):
             await store.join("AAAAAA", member_id(False, "10.0.0.2"), SEATS)
 
-    asyncio.run(scenario())
+    run(scenario())
 
 
 def test_an_unreachable_redis_is_a_clear_503_and_close():
@@ -350,7 +350,7 @@ def test_an_unreachable_redis_is_a_clear_503_and_close():
 
 
 def test_the_memory_store_refuses_stale_states_of_a_second_driver():
-    asyncio.run(stale_states_are_refused(MemoryRoomStore(idle_ttl_s=60), "STALE1"))
+    run(stale_states_are_refused(MemoryRoomStore(idle_ttl_s=60), "STALE1"))
 
 
 def test_a_second_drivers_stale_echo_is_refused_and_nobody_moves_back(client, stack):

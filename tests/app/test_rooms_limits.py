@@ -23,6 +23,7 @@ from flashscope.app.rooms.service import Rooms
 from flashscope.app.rooms.state import RoomState
 from flashscope.app.rooms.store import member_id
 
+from .aio import run
 from .servers import flashscope_server
 from .test_rooms import closed_with, join, make_room
 
@@ -297,7 +298,7 @@ def test_a_client_that_never_reads_is_dropped_while_its_send_is_stuck():
         await rooms.close()
         return time.monotonic() - t0
 
-    took = asyncio.run(scenario())
+    took = run(scenario())
     assert took < 16 / 25 + 1.0 + CLOSE_WAIT_S, took
 
 
@@ -317,7 +318,7 @@ def test_a_send_that_takes_too_long_drops_the_client_even_when_the_room_is_quiet
         assert "took over 0.2 s" in ws.closed[1]
         await rooms.close()
 
-    asyncio.run(scenario())
+    run(scenario())
 
 
 def _raw_join(base: str, code: str) -> socket.socket:

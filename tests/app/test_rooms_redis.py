@@ -16,6 +16,7 @@ from websockets.exceptions import ConnectionClosed
 from flashscope.app.rooms.redisstore import RedisRoomStore
 from flashscope.app.rooms.store import Seats, member_id
 
+from .aio import run
 from .room_contract import stale_states_are_refused
 from .servers import flashscope_server, redis_server
 
@@ -109,7 +110,7 @@ def test_attendees_on_both_processes_follow_one_lecturer(two_servers):
         for ws in (driver, *attendees):
             await ws.close()
 
-    asyncio.run(scenario())
+    run(scenario())
     deadline = time.monotonic() + 10  # the servers see the closes a moment later
     while get(a, f"/api/rooms/{code}")["clients"] and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -152,11 +153,11 @@ def test_a_burst_of_joins_waits_for_redis_connections_instead_of_failing(redis_u
         finally:
             await store.close()
 
-    asyncio.run(scenario())
+    run(scenario())
 
 
 def test_the_redis_store_refuses_stale_states_of_a_second_driver(redis_url):
-    asyncio.run(stale_states_are_refused(RedisRoomStore(redis_url, idle_ttl_s=60), "STALE2"))
+    run(stale_states_are_refused(RedisRoomStore(redis_url, idle_ttl_s=60), "STALE2"))
 
 
 def test_presence_crosses_processes(two_servers):
@@ -193,4 +194,4 @@ def test_presence_crosses_processes(two_servers):
         assert got == {"type": "presence", "clients": 1, "drivers": 0}
         await attendee.close()
 
-    asyncio.run(scenario())
+    run(scenario())

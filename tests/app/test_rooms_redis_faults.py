@@ -15,6 +15,7 @@ from websockets.asyncio.client import connect
 from flashscope.app.rooms.redisstore import RedisRoomStore
 from flashscope.app.rooms.store import RoomsUnavailable, Seats, member_id
 
+from .aio import run
 from .servers import flashscope_server, restartable_redis
 
 pytestmark = pytest.mark.slow
@@ -53,7 +54,7 @@ def test_stale_pooled_connections_reconnect_after_a_restart():
             await store.close()
 
     with restartable_redis() as redis:
-        asyncio.run(scenario(redis))
+        run(scenario(redis))
 
 
 def test_an_ended_room_stays_ended_and_an_old_snapshot_does_not_step_back():
@@ -84,7 +85,7 @@ def test_an_ended_room_stays_ended_and_an_old_snapshot_does_not_step_back():
             await store.close()
 
     with restartable_redis() as redis:
-        asyncio.run(scenario(redis.url))
+        run(scenario(redis.url))
 
 
 async def _follow(url: str, log: list[tuple[float, dict]], joined: asyncio.Event) -> None:
@@ -161,7 +162,7 @@ def test_followers_are_told_the_room_is_gone_and_are_back_within_seconds_of_redi
             await lecturer.close()
             return {"t_back": t_back, "health_down": health, "replies": replies}
 
-        out = asyncio.run(scenario())
+        out = run(scenario())
         assert out["health_down"][0] == 200
         down = out["health_down"][1]
         assert down["status"] == "degraded" and "Redis" in " ".join(down["reasons"]), down
@@ -212,5 +213,5 @@ def test_an_unreachable_redis_is_unavailable_not_a_hang():
     store = RedisRoomStore(url, idle_ttl_s=60)
     t0 = time.monotonic()
     with pytest.raises(RoomsUnavailable, match="Redis does not answer"):
-        asyncio.run(store.start(lambda *a: None))
+        run(store.start(lambda *a: None))
     assert time.monotonic() - t0 < 3.0
