@@ -503,9 +503,10 @@ LESSONS: tuple[Lesson, ...] = (
             "Flash-Decoding splits the cache instead. Each split is a CTA that runs the "
             "ordinary online softmax over its share of the keys and writes a partial output Oₛ "
             "with its log-sum-exp LSEₛ. The splits run at the same time, so the stepper goes "
-            "round them: a key block of every split, then the next of every split. A small second kernel merges them: split s enters with "
-            "weight e^(LSEₛ − LSE), where LSE combines the mass of every split, and the result "
-            "is exactly attention over the whole cache.",
+            "round them: a key block of every split, then the next of every split. A small "
+            "second kernel merges them: split s enters with weight e^(LSEₛ − LSE), where LSE "
+            "combines the mass of every split, and the result is exactly attention over the "
+            "whole cache.",
             "With grouped-query attention several query heads share one K/V head; they ride in "
             "the same CTA, so each key and value is read once for all of them.",
         ),
