@@ -107,8 +107,10 @@ class _Worker:
         self.conn = parent
 
     def kill(self) -> None:
-        """Kill the worker and everything in its process group, and forget it."""
-        if self.proc is not None:
+        """Kill the worker and everything in its process group, and forget it. A worker still
+        being started (no pid yet) is left to its lifeline, which closes here: kill_group(None)
+        would be the server's own group."""
+        if self.proc is not None and self.proc.pid is not None:
             kill_group(self.proc.pid)  # the worker leads its group (os.setsid)
             with contextlib.suppress(OSError):
                 self.proc.kill()  # in case it had not yet made its group
@@ -215,9 +217,9 @@ class RunQueue:
             self._closing = True
             self._wake.notify_all()
         for w in self._workers:
-            proc = w.proc
-            if proc is not None:
-                kill_group(proc.pid)  # the serving thread sees its pipe close and returns
+            pid = w.proc.pid if w.proc is not None else None
+            if pid is not None:  # None: not started yet, and kill_group(None) is our own group
+                kill_group(pid)  # the serving thread sees its pipe close and returns
         for t in self._threads:
             t.join(timeout=10)
         for w in self._workers:
