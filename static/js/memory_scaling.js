@@ -3,6 +3,7 @@
 
 import { formatCount } from "./format.js";
 import { react } from "./plot.js";
+import { StepPrompt, urlHasStep } from "./step_prompt.js";
 import { jsonSource, mountView } from "./view.js";
 
 const DEFAULTS = { gpu: "h200", batch: 1, heads: 16, d: 64, dtype: "fp16", n_min: 1024, n_max: 131072, step: 0 };
@@ -14,6 +15,8 @@ const GIB = 2 ** 30;
 
 const $ = (id) => document.getElementById(id);
 const form = $("params");
+const prompt = new StepPrompt();
+let opening = !urlHasStep(); // a bare link opens at the largest N naive attention still fits
 
 /** Bytes → "64.2 GiB" (binary units, as allocators report memory). */
 function gib(b) {
@@ -60,14 +63,42 @@ const view = mountView({
       : `up to N = ${formatCount(body.flash_max_n ?? 0)}`;
     $("edge").textContent = `${edge} Flash fits ${flashEdge}.`;
     renderPeaks();
-    return body.ns.length;
+    const last = body.ns.length - 1;
+    const step = opening ? openingPoint(body) : Math.min(view.params.step, last);
+    opening = false;
+    prompt.show(step, promptText(body, step, last, gpuName));
+    return { total: body.ns.length, step };
   },
   exports: (body, { url }) => {
     const p = body.params;
     return { name: `memory-scaling-${body.gpu.key}-b${p.batch}-h${p.heads}-d${p.d}-${p.dtype}`, json: url };
   },
-  draw: render,
+  draw: (k) => {
+    prompt.seen(k);
+    render(k);
+  },
 });
+
+/** The last point of the sweep at which naive attention still fits (the next one would not):
+ * S and P already fill most of the GPU. Without such an edge, the last point. */
+function openingPoint(d) {
+  const fits = d.naive.fits;
+  const k = fits.findIndex((ok, i) => ok && i + 1 < fits.length && !fits[i + 1]);
+  return k >= 0 ? k : fits.every(Boolean) ? fits.length - 1 : 0;
+}
+
+function promptText(d, k, last, gpuName) {
+  const move = "Press → or Play to step on; Home goes back to the smallest N.";
+  if (k !== openingPoint(d)) return `Point ${k} of ${last}. ${move}`;
+  const n = formatCount(d.ns[k]);
+  const sp = d.naive.parts.S[k] + d.naive.parts.P[k];
+  const share = Math.round((100 * sp) / d.naive.total[k]);
+  const next = k < last && !d.naive.fits[k + 1]
+    ? `one doubling more and naive attention no longer fits on the ${gpuName}`
+    : "the sweep goes no further";
+  return `Point ${k} of ${last}: at N = ${n} naive attention needs ${gib(d.naive.total[k])}, ${share} % of it the scores S and P; ` +
+    `flash needs ${gib(d.flash.total[k])}. Press → or Play: ${next}. Home goes back to the smallest N.`;
+}
 
 function renderPeaks(k = 0) {
   const d = view.data;

@@ -50,3 +50,16 @@ def test_other_gpu_has_no_dataset_note_and_exports(page, live_server):
     assert_png(page, "button[data-png-target='peaks']", "memory-scaling-peaks")
     assert page.log.console_errors == [] and page.log.page_errors == []
     assert page.log.external_requests == []
+
+
+def test_a_bare_link_opens_where_naive_attention_last_fits(page, live_server):
+    page.goto(f"{live_server}/memory-scaling")  # no step: the page picks where to open
+    wait_step(page, 5)  # N = 32,768: the next doubling runs out of the H200's memory
+    prompt = page.locator("#step-prompt").inner_text()
+    assert prompt.startswith("Point 5 of 7: at N = 32,768 naive attention needs 64.2 GiB"), prompt
+    assert "% of it the scores S and P" in prompt and "Press → or Play" in prompt
+    assert "no longer fits on the H200 SXM 141GB" in prompt
+    page.keyboard.press("ArrowRight")
+    wait_step(page, 6)
+    assert page.locator("#step-prompt").is_hidden()
+    assert page.log.console_errors == [] and page.log.page_errors == []
