@@ -92,7 +92,8 @@ function promptText(d, k, last, gpuName) {
   if (k !== openingPoint(d)) return `Point ${k} of ${last}. ${move}`;
   const n = formatCount(d.ns[k]);
   const sp = d.naive.parts.S[k] + d.naive.parts.P[k];
-  const share = Math.round((100 * sp) / d.naive.total[k]);
+  const pct = (100 * sp) / d.naive.total[k];
+  const share = pct >= 99 && pct < 100 ? pct.toFixed(1) : Math.round(pct); // never "100 %" short of it
   const next = k < last && !d.naive.fits[k + 1]
     ? `one doubling more and naive attention no longer fits on the ${gpuName}`
     : "the sweep goes no further";
