@@ -371,3 +371,13 @@ def test_followers_see_the_driver_leave_and_the_room_close(browser, live_server)
     finally:
         for ctx, _ in tabs:
             ctx.close()
+
+
+def test_the_bar_explains_rooms_beside_start_a_room(page, live_server):
+    page.goto(f"{live_server}/")
+    help_ = page.locator("#room-help")
+    assert help_.is_visible() and page.locator("#room-start").is_visible()
+    help_.locator("summary").click()
+    text = help_.locator(".room-help-panel").inner_text()
+    assert "Start a room" in text and "Join" in text and "Follow again" in text
+    assert page.log.page_errors == []
