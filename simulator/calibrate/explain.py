@@ -228,7 +228,15 @@ def _spill_bytes(c: Context, k: KernelRow) -> str:
         return (
             "it has no measured spill counts for this kernel and tile configuration, "
             "so it moves no spill bytes"
+            if k["regs_source"] == "compiled"
+            else "its tiles fit in 255 registers (the cap) and no spill counts were measured "
+            "for this kernel and tile configuration, so it moves no spill bytes"
         )
+    source = (
+        "from the counts measured for this compiled kernel"
+        if k["regs_source"] == "compiled"
+        else "estimated from the registers its tiles ask for beyond the cap"
+    )
     back_text = (
         f" and writes {back / 1e6:,.0f} MB of spilled lines back to DRAM (measured for "
         "this kernel on this GPU)"
@@ -237,8 +245,8 @@ def _spill_bytes(c: Context, k: KernelRow) -> str:
     )
     return (
         f"it moves {moved / 1e6:,.0f} MB of them through L2 (the stores and a fitted "
-        f"{c.result.gpu.efficiency.spill_l1_miss:.0%} of the reloads, from the counts "
-        f"measured for this compiled kernel){back_text} but does not slow the loop by "
+        f"{c.result.gpu.efficiency.spill_l1_miss:.0%} of the reloads, {source})"
+        f"{back_text} but does not slow the loop by "
         "their latency"
     )
 

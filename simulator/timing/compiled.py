@@ -12,8 +12,14 @@ tile configuration, as bytes per thread per loop step plus bytes per thread per 
 least squares over rows of different sequence lengths, fitted on the datasets' fit subset
 only). The table (`data/compiled-kernels.json`) holds for the kernels as Triton 3.6 compiles
 them for sm_90 (the H100 and the H200 run the same binaries: their counts agree to the byte)
-at the sizes measured; a kernel or tile configuration without an entry moves no local bytes,
-and neither does a GPU preset of another architecture (`ARCH_PRESETS`).
+at the sizes measured. A kernel or tile configuration without an entry (or any kernel on a
+GPU preset of another architecture, `ARCH_PRESETS`) takes an estimate from its tiles instead
+(`estimate`): the registers its live tiles ask for (`occupancy.register_demand`) beyond the
+255 a thread may hold are stored and reloaded in every loop step, at a fitted number of bytes
+per excess register. The estimate is the compiler's behaviour in the mean only: Nsight
+Compute's counts of the users' sweep's unlisted kernels lie within a factor of 2 of it for
+about half of them, and a few 2-warp kernels far beyond the cap compile to 32 registers and
+keep nearly everything in local memory, 2–4 times more than estimated.
 
 Where the bytes go is the engine's part: every spill store reaches L2 (L1 writes through) and
 a reload only when it misses L1, a fitted share `Efficiency.spill_l1_miss`. Some spilled lines
@@ -44,7 +50,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from flashscope.simulator.core.problem import AttentionProblem, TileConfig
-from flashscope.simulator.timing.occupancy import pad_head_dim
+from flashscope.simulator.timing.occupancy import MAX_REGS, pad_head_dim
 
 TABLE_PATH = Path(__file__).resolve().parents[1] / "data" / "compiled-kernels.json"
 FORMAT = 1
@@ -110,6 +116,44 @@ class LocalTraffic:
     def bytes(self, iters: np.ndarray, threads: int) -> tuple[np.ndarray, np.ndarray]:
         """(loaded, stored) bytes of every CTA of a launch with `iters` loop steps each."""
         return self.load.bytes(iters, threads), self.store.bytes(iters, threads)
+
+
+# Spills of a kernel the table has no entry for, estimated from its tiles (`estimate`): local
+# bytes per thread per loop step for each register its tiles ask for beyond the cap. Least
+# squares through the origin (`fit_spill_rate`) over the kernels of the users' sweep's fit half
+# that the table does not know (benchmarks/results/validation-users-*-2026-11-26.json): the
+# forward, dQ and dK/dV kernels that spill reload 12–14 bytes per excess register per step at
+# the median (half of them 6–60), and store a little less.
+SPILL_LOAD_PER_REG = 12.0
+SPILL_STORE_PER_REG = 11.0
+
+
+def excess_registers(demand: int, maxnreg: int | None, overhead: int) -> int:
+    """Registers per thread beyond what the compiler may hold: past 255, or past a `maxnreg`
+    cap once the fixed overhead (addresses, loop state: recomputed first) is given up, as
+    `occupancy.footprint` flags spills."""
+    if maxnreg is not None and maxnreg < MAX_REGS:
+        return max(0, demand - overhead - maxnreg)
+    return max(0, demand - MAX_REGS)
+
+
+def estimate(
+    demand: int,
+    maxnreg: int | None,
+    overhead: int,
+    load_per_reg: float | None = None,
+    store_per_reg: float | None = None,
+) -> LocalTraffic | None:
+    """Local-memory bytes per thread of a kernel whose tiles ask for `demand` registers per
+    thread (`occupancy.register_demand`), for a key the table has no entry for: every register
+    beyond the cap is stored and reloaded in each loop step, at the fitted bytes per register
+    (None: nothing beyond the cap)."""
+    excess = excess_registers(demand, maxnreg, overhead)
+    if excess <= 0:
+        return None
+    load = SPILL_LOAD_PER_REG if load_per_reg is None else load_per_reg
+    store = SPILL_STORE_PER_REG if store_per_reg is None else store_per_reg
+    return LocalTraffic(load * excess, 0.0, store * excess, 0.0)
 
 
 def key(launch: str, p: AttentionProblem, t: TileConfig, route: str | None = None) -> str:

@@ -579,6 +579,28 @@ def simulate_workload(workload: Workload, gpu: GPU, power_cap: bool = True) -> S
     return SimResult(gpu, workload, tuple(kernels), fl)
 
 
+def host_time_s(workload: Workload, eff: Efficiency) -> float:
+    """The least time the host takes to issue a call of `workload`: `host_launch_us` per
+    launch, plus `host_backward_us` for a backward.
+
+    A call timed whole (do_bench of `flash_attention` and its backward) cannot end before the
+    host has issued it. In the users' sweep measured on an H100 (2026-11-26), 56 calls, small
+    backward problems above all, took 135–340 µs while Nsight Compute's durations of their
+    kernels summed to under 60% of that (down to 22 µs): those calls cost about the same
+    whatever their kernels take.
+    """
+    host = eff.host_launch_us * len(workload.launches)
+    if workload.algo.endswith("-bwd"):
+        host += eff.host_backward_us
+    return host * 1e-6
+
+
+def call_time_s(result: SimResult) -> float:
+    """A whole call's time: its kernels' (`SimResult.time_s`), or the host's where that is
+    longer (`host_time_s`)."""
+    return max(result.time_s, host_time_s(result.workload, result.gpu.efficiency))
+
+
 def simulate(
     algo: str,
     problem: AttentionProblem,

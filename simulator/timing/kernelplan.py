@@ -42,10 +42,12 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from flashscope.simulator.core.gpu import Efficiency
 from flashscope.simulator.core.problem import STATS_BYTES, AttentionProblem, TileConfig, cdiv
 from flashscope.simulator.timing import compiled
-from flashscope.simulator.timing.engine import warpgroup_layout
+from flashscope.simulator.timing.engine import _pad_rows, warpgroup_layout
 from flashscope.simulator.timing.launch import ACC_BYTES, Launch, Product
+from flashscope.simulator.timing.occupancy import register_demand
 from flashscope.simulator.timing.workload import Workload, _fa2, _heads, _kv_stream, _query_grid
 
 IMPLS = ("convention", "flashscope")
@@ -271,6 +273,14 @@ def with_local_traffic(
     k = compiled.key(launch.name, p, tiles, route)
     launch = dataclasses.replace(launch, regs=compiled.registers(k, gpu_key))
     traffic = compiled.lookup(k, gpu_key)
+    if traffic is None and launch.regs is None:
+        # a kernel the table does not know: its spills from the registers its tiles ask for
+        overhead = Efficiency().reg_overhead
+        demand = register_demand(
+            launch.kind, _pad_rows(launch.rows), tiles.block_n, p.head_dim, tiles.warps,
+            p.dtype_bytes, overhead,
+        )  # fmt: skip
+        traffic = compiled.estimate(demand, tiles.maxnreg, overhead)
     if traffic is None:
         return launch
     threads = 32 * tiles.warps

@@ -42,6 +42,7 @@ PIPELINED_KINDS = ("fwd", "bwd_dq")
 REG_UNIT = 8  # registers per thread are allocated in multiples of this
 MAX_REGS = 255
 WGMMA_ROWS = 64  # rows of one warpgroup's matrix-multiply instruction on Hopper
+WARPGROUP_WARPS = 4
 
 
 def pad_head_dim(d: int) -> int:
@@ -68,6 +69,38 @@ class Occupancy:
     footprint: Footprint
 
 
+def _elements(
+    kind: str, rows: int, block_n: int, head_dim: int, stages: int, dtype_bytes: int, warps: int
+) -> tuple[float, float]:
+    """(shared-memory elements, fp32 register elements) of one CTA (the module docstring)."""
+    d, r, bn, e, s = pad_head_dim(head_dim), rows, block_n, dtype_bytes, stages
+    # the dK/dV kernel's products are BN rows tall, padded to a warpgroup's 64 where the CTA
+    # has one (fewer than 4 warps issue warp-level products: the 16×16 dK/dV tile on 2 warps
+    # compiled to 206 registers without spilling, where 64 padded rows would ask for 336)
+    bm = max(bn, WGMMA_ROWS) if warps >= WARPGROUP_WARPS else bn
+    return {
+        "fwd": (r * d + s * 2 * bn * d, r * d + r * bn * (1 + e / 4)),
+        "fa1": (2 * bn * d + s * 2 * r * d, r * d + r * bn * (1 + e / 4)),
+        "bwd": (2 * bn * d + s * 2 * r * d + r * bn, 2 * bm * d + 3 * r * bm),
+        "bwd_dq": (2 * r * d + s * 2 * bn * d, r * d + 2 * r * bn),
+        "naive_qk": (r * d + s * bn * d, r * bn),
+        "naive_softmax": (0, r * bn),
+        "naive_pv": (s * (r * bn + bn * d), r * d),
+        "rowwise": (0, r * d),
+    }[kind]
+
+
+def register_demand(
+    kind: str, rows: int, block_n: int, head_dim: int, warps: int, dtype_bytes: int, overhead: int
+) -> int:
+    """Registers per thread one CTA's live tiles ask for, before any cap: the fp32 tile
+    elements of `kind` spread over its 32·warps threads plus `overhead`, in whole allocation
+    units of 8. Beyond 255 (or a `maxnreg` cap) the compiler spills (`spill_excess`)."""
+    _, reg_elems = _elements(kind, rows, block_n, head_dim, 1, dtype_bytes, warps)
+    threads = 32 * warps
+    return int(-(-(overhead + -(-reg_elems // threads)) // REG_UNIT) * REG_UNIT)
+
+
 def footprint(
     kind: str,
     rows: int,
@@ -80,24 +113,13 @@ def footprint(
     maxnreg: int | None = None,
 ) -> Footprint:
     """Shared memory and registers of one CTA of `kind` (see the module docstring)."""
-    d, r, bn, e, s = pad_head_dim(head_dim), rows, block_n, dtype_bytes, stages
-    bm = max(bn, WGMMA_ROWS)  # the dK/dV kernel's products are BN rows tall, padded
-    smem_elems, reg_elems = {
-        "fwd": (r * d + s * 2 * bn * d, r * d + r * bn * (1 + e / 4)),
-        "fa1": (2 * bn * d + s * 2 * r * d, r * d + r * bn * (1 + e / 4)),
-        "bwd": (2 * bn * d + s * 2 * r * d + r * bn, 2 * bm * d + 3 * r * bm),
-        "bwd_dq": (2 * r * d + s * 2 * bn * d, r * d + 2 * r * bn),
-        "naive_qk": (r * d + s * bn * d, r * bn),
-        "naive_softmax": (0, r * bn),
-        "naive_pv": (s * (r * bn + bn * d), r * d),
-        "rowwise": (0, r * d),
-    }[kind]
-    smem = int(smem_elems * e)
+    smem_elems, _ = _elements(kind, rows, block_n, head_dim, stages, dtype_bytes, warps)
+    smem = int(smem_elems * dtype_bytes)
     if kind in PIPELINED_KINDS and stages >= 2:  # a loop pipelined through the copy engine
         smem += PIPELINE_SMEM
     threads = 32 * warps
     overhead = gpu.efficiency.reg_overhead
-    want = int(-(-(overhead + -(-reg_elems // threads)) // REG_UNIT) * REG_UNIT)
+    want = register_demand(kind, rows, block_n, head_dim, warps, dtype_bytes, overhead)
     # The compiler never asks for more than fits one CTA on the SM, nor more than 255.
     limit = min(MAX_REGS, gpu.regs_per_sm // threads // REG_UNIT * REG_UNIT)
     if maxnreg is not None and maxnreg < limit:
