@@ -347,11 +347,13 @@ function apply(s) {
   view.applyState({ params: s.params || {}, step: s.step ?? null });
 }
 
-/** The same page, parameters and step (parameters in any order). */
+/** The same page, parameters and step (parameters in any order, 64 and "64" alike). */
 function sameState(a, b) {
   if (!a || !b || a.path !== b.path || (a.step ?? null) !== (b.step ?? null)) return false;
-  const flat = (p) => JSON.stringify(Object.entries(p || {}).sort(([x], [y]) => (x < y ? -1 : 1)));
-  return flat(a.params) === flat(b.params);
+  const pa = a.params || {};
+  const pb = b.params || {};
+  const text = (v) => (v === null || v === undefined ? "" : String(v));
+  return [...new Set([...Object.keys(pa), ...Object.keys(pb)])].every((k) => text(pa[k]) === text(pb[k]));
 }
 
 /** An attendee who moved on their own explores alone: the room's states stop until they ask. */
