@@ -32,6 +32,7 @@ PR_SET_PDEATHSIG = 1
 # fan-out) wins the CPU from them on a small machine.
 WORKER_NICE = 5
 POLL_S = 0.25  # how often a waiting or running task asks whether its client has gone
+START_TIMEOUT_S = 120.0  # a worker that has not imported its tasks by then is taken as lost
 
 
 class Busy(Exception):
@@ -94,6 +95,7 @@ def _worker_main(conn: Any, memory_mib: int, parent: int, module: str) -> None:
     import importlib
 
     tasks = importlib.import_module(module)
+    conn.send(("ready", os.getpid()))  # a task's time limit starts after this, not at the spawn
     state: dict[str, Any] = {}
     while True:
         try:
@@ -116,6 +118,7 @@ class _Worker:
     conn: Any = None
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     load: int = 0  # tasks running on it or waiting for it
+    ready: bool = False  # it has imported its tasks module (said "ready")
 
 
 async def _acquire(lock: asyncio.Lock, gone: Callable[[], Awaitable[bool]] | None) -> bool:
@@ -186,7 +189,7 @@ class WorkerPool:
         )
         proc.start()
         child.close()
-        w.process, w.conn = proc, parent
+        w.process, w.conn, w.ready = proc, parent, False
 
     def start(self) -> None:
         """Start every worker now (each imports NumPy and the simulator once)."""
@@ -209,6 +212,11 @@ class WorkerPool:
 
     @staticmethod
     def _exchange(w: _Worker, message: tuple[str, Any], timeout: float) -> Any:
+        if not w.ready:  # a new worker imports its tasks first (seconds on a busy machine)
+            if not w.conn.poll(START_TIMEOUT_S):
+                raise EOFError("the worker did not start")
+            w.conn.recv()
+            w.ready = True
         w.conn.send(message)
         if not w.conn.poll(timeout):
             raise TimeoutError

@@ -48,6 +48,15 @@ def test_a_slow_task_is_stopped_and_its_worker_replaced(pool):
     assert took < 6 and again == "slept" and pool.restarts == 1
 
 
+def test_a_workers_start_does_not_count_against_its_first_tasks_time(monkeypatch):
+    monkeypatch.setenv("FAKE_TASKS_IMPORT_S", "1.0")  # the spawned worker inherits it
+    p = WorkerPool(1, 512, 0.5, 4, module=FAKE)
+    try:
+        assert asyncio.run(p.run("sleep", 0.1)) == "slept"
+    finally:
+        p.close()
+
+
 def test_a_task_whose_client_left_is_stopped_within_a_second(pool):
     async def go():
         left = time.monotonic() + 0.3
