@@ -3,6 +3,7 @@
 
 import { formatCount } from "./format.js";
 import { react } from "./plot.js";
+import { onApply } from "./registry.js";
 import { StepPrompt, urlHasStep } from "./step_prompt.js";
 import { jsonSource, mountView } from "./view.js";
 
@@ -17,6 +18,7 @@ const $ = (id) => document.getElementById(id);
 const form = $("params");
 const prompt = new StepPrompt();
 let opening = !urlHasStep(); // a bare link opens at the largest N naive attention still fits
+onApply(() => (opening = false)); // a room's state names its own step
 
 /** Bytes → "64.2 GiB" (binary units, as allocators report memory). */
 function gib(b) {

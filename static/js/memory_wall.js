@@ -3,6 +3,7 @@
 
 import { formatBytes, formatCount } from "./format.js";
 import { react } from "./plot.js";
+import { onApply } from "./registry.js";
 import { StepPrompt, urlHasStep } from "./step_prompt.js";
 import { apiUrl } from "./url.js";
 import { jsonSource, mountView } from "./view.js";
@@ -24,6 +25,7 @@ const $ = (id) => document.getElementById(id);
 const form = $("params");
 const prompt = new StepPrompt();
 let opening = !urlHasStep(); // a bare link opens where the two have parted ways
+onApply(() => (opening = false)); // a room's state names its own step
 
 function fillForm(params) {
   for (const f of FIELDS) form.elements[f].value = params[f];

@@ -3,6 +3,7 @@
 // that compares the result with the standard softmax.
 
 import { react } from "./plot.js";
+import { onApply } from "./registry.js";
 import { StepPrompt, urlHasStep } from "./step_prompt.js";
 import { jsonSource, mountView } from "./view.js";
 
@@ -13,6 +14,7 @@ const $ = (id) => document.getElementById(id);
 const form = $("params");
 const prompt = new StepPrompt();
 let opening = !urlHasStep(); // a bare link opens where α first rescales ℓ
+onApply(() => (opening = false)); // a room's state names its own step
 
 const num = (v, digits = 4) => {
   if (v === null || v === undefined) return "−∞";

@@ -7,6 +7,7 @@
 
 let current = null;
 const listeners = new Set();
+const appliers = new Set();
 
 /**
  * Register the page's view.
@@ -17,6 +18,20 @@ const listeners = new Set();
  */
 export function registerView(view) {
   current = view;
+  const apply = view.applyState;
+  view.applyState = (state) => {
+    for (const fn of appliers) fn(state);
+    return apply.call(view, state);
+  };
+}
+
+/**
+ * Call `fn(state)` before a state is applied to the page's view (a room's, a lesson's): a page
+ * that opens on a step of its own choosing must not pick one once a state has named it.
+ */
+export function onApply(fn) {
+  appliers.add(fn);
+  return () => appliers.delete(fn);
 }
 
 export function currentView() {

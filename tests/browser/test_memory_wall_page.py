@@ -90,3 +90,21 @@ def test_bad_parameters_show_the_limit(page, live_server):
     assert "n must be ≤ 8192" in errors.inner_text()
     assert "bm must be a power of two" in errors.inner_text()
     assert page.log.page_errors == [] and page.log.external_requests == []
+
+
+def test_a_state_applied_before_the_first_load_keeps_its_step(page, live_server):
+    """A room's state can reach a page that is still loading: its step, not the page's own
+    opening step, is what the page shows."""
+    page.goto(f"{live_server}/memory-wall?n=256&bm=64&bn=64", wait_until="commit")
+    page.evaluate(
+        """async () => {
+          const r = await import('/static/js/registry.js');
+          while (!r.currentView()) await new Promise((ok) => setTimeout(ok, 2));
+          const v = r.currentView();
+          v.applyState({ params: v.getState().params, step: 3 });
+        }"""
+    )
+    wait_step(page, 3)
+    page.wait_for_timeout(500)
+    assert page.evaluate("() => document.body.dataset.step") == "3"
+    assert page.log.page_errors == []
