@@ -61,6 +61,9 @@ class Efficiency:
     spill_penalty: float = 0.0  # loop slowdown of a CTA whose registers spill (0.5: 1.5×)
     spill_l1_miss: float = 0.15  # share of spill reloads that miss L1 and go to L2 (the
     # stores all do); the kernels' local bytes themselves are measured (compiled.py)
+    local_gbs: float = 0.0  # GB/s per SM at which L1 serves a CTA's local-memory (spill)
+    # loads and stores, hits included: they pass the SM's load/store path whether or not
+    # they reach L2 (engine._durations); 0: only their L2 bytes are charged
     wg_split: float = 0.0  # tensor-time surcharge per extra warpgroup splitting a product's
     # columns (more warps than the tile has 64-row slices: operands cross warpgroups via smem)
     l2_reduce: float = 1.0  # reduce-adds into L2 (atomics) move at this fraction of the L2 rate

@@ -247,6 +247,7 @@ EFFICIENCY_BOUNDS: dict[str, tuple[float, float]] = {
     "reduce_op_ns": (0.0, 1e5),
     "mma_chain_ns": (0.0, 1e5),
     "power_exp": (0.0, 0.9),
+    "local_gbs": (0.0, 1e4),
     "host_launch_us": (0.0, 1e4),
     "host_backward_us": (0.0, 1e4),
 }

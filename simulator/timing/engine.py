@@ -19,7 +19,9 @@ launch, and its CTAs take the SMs' slots as that launch's CTAs leave them):
    of two K/V buffers and c CTAs share the SM; by `two_stage` / c for any other CTA on such a
    ring) with the other CTAs on the SM (`cta_overlap`; on a ring of three or more buffers a
    CTA's warpgroups along the rows drift apart and count as CTAs too); a CTA whose registers
-   spill is slower by `spill_penalty`. With stages ≥ 2 loads run ahead of compute (max of the
+   spill is slower by `spill_penalty`, and its local loads and stores all pass its SM's L1 at
+   `local_gbs` (with the stores and the reloads that miss L1 at the L2 rate, among its loads:
+   X). With stages ≥ 2 loads run ahead of compute (max of the
    two), with one stage they add. Sharing the SM with b CTAs in their loops and too few warps
    to saturate it (u = min(1, b·warps / warps_to_saturate)) stretches this by b / u, where b
    counts the other c − 1 CTAs for the share of their lives they spend in their loops, not in
@@ -67,8 +69,9 @@ Knowingly left out: DRAM
 demand is not resolved within a launch (a per-instant fluid warp was tried: perfectly fair
 sharing finishes a memory-bound wave in lockstep and then charges latency-bound stragglers,
 which real GPUs, whose CTAs finish staggered, largely overlap); capacity misses do not add
-latency (their bandwidth is charged); register spills beyond their L2 bytes and DRAM
-write-back (the local traffic `compiled.py` measured) and a fitted `spill_penalty`; bank
+latency (their bandwidth is charged); register spills beyond their L1 and L2 bytes and
+DRAM write-back (the local traffic `compiled.py` measured or estimated from the tiles) and a
+fitted `spill_penalty`; bank
 conflicts, instruction issue, TLB and DRAM page effects are not modelled; the power cap is
 one figure per launch (phases of different demand within it, and the budget concurrent
 launches share, are not resolved);
@@ -252,6 +255,8 @@ def _durations(
     alu = alu + w.reduce_ops * (eff.reduce_op_ns * 1e-9)
     edge_bytes = _edge_bytes(w)
     loads = (w.read_bytes + w.write_bytes - w.edge_read - w.edge_write + spill_bytes(w, eff)) / r.l2
+    if eff.local_gbs > 0:  # every local load and store passes the SM's L1, hit or miss
+        loads = loads + (w.local_load + w.local_store) / (eff.local_gbs * 1e9)
     if spills:  # spilled registers: every iteration waits on local-memory reloads
         tensor, sfu, alu = (x * (1.0 + eff.spill_penalty) for x in (tensor, sfu, alu))
     # The tensor cores run beside the warps' own instructions (exponentials on the SFUs, the

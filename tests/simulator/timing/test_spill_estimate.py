@@ -126,3 +126,25 @@ def test_a_call_takes_the_longer_of_its_kernels_and_the_host(
     r = simulate_workload(w, gpu)
     assert call_time_s(r) == max(r.time_s, host)
     assert call_time_s(r) >= r.time_s
+
+
+@settings(max_examples=20, deadline=None)
+@given(rate=st.floats(20, 1000), seq=st.integers(1024, 4096))
+def test_local_traffic_through_l1_slows_only_spilling_kernels(rate: float, seq: int) -> None:
+    """Every local byte passes the SM's L1 at `local_gbs`: a slower L1 never speeds a
+    spilling kernel up, and a kernel that does not spill does not notice it."""
+    base = hardware.from_name("h100-sxm")
+
+    def with_rate(gbs: float) -> hardware.GPU:
+        eff = dataclasses.replace(base.efficiency, local_gbs=gbs)
+        return dataclasses.replace(base, efficiency=eff)
+
+    p = AttentionProblem(seq_q=seq, head_dim=128, batch=2, heads=8)
+    spilling = kernelplan.build("fa2", p, TileConfig(128, 128, 2, 2))
+    quiet = kernelplan.build("fa2", p, TileConfig(128, 64, 3, 8))
+    off, slow, fast = with_rate(0.0), with_rate(rate), with_rate(2 * rate)
+    t_off, t_slow, t_fast = (simulate_workload(spilling, g).time_s for g in (off, slow, fast))
+    assert t_slow >= t_fast >= t_off
+    assert t_slow > t_off
+    q = [simulate_workload(quiet, g).time_s for g in (off, slow, fast)]
+    assert q[0] == q[1] == q[2]
