@@ -198,7 +198,7 @@ def _fetch(base: str, method: str, path: str, body: dict[str, Any] | None) -> in
     data = json.dumps(body).encode() if body is not None else None
     req = urllib.request.Request(base + path, data=data, method=method)
     req.add_header("Content-Type", "application/json")
-    with urllib.request.urlopen(req, timeout=60) as r:
+    with urllib.request.urlopen(req, timeout=300) as r:
         r.read()
         return r.status
 
@@ -206,7 +206,11 @@ def _fetch(base: str, method: str, path: str, body: dict[str, Any] | None) -> in
 def test_health_answers_within_100_ms_while_the_largest_requests_run():
     took = []
     with (
-        flashscope_server({"FLASHSCOPE_COMPUTE_WARM": "1"}) as base,
+        # the time limit is not under test: on a machine busy with other work the workers, which
+        # run nicer than the server, may take many times their second
+        flashscope_server(
+            {"FLASHSCOPE_COMPUTE_WARM": "1", "FLASHSCOPE_COMPUTE_TIMEOUT_S": "300"}
+        ) as base,
         ThreadPoolExecutor(len(HEAVY)) as load,
     ):
         heavy = [load.submit(_fetch, base, *h) for h in HEAVY]
