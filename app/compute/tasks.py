@@ -19,6 +19,7 @@ serialised here as FastAPI would have done it in the server, so the server only 
                                                          when the launch is not one kernel
     memory_wall        {params, ns}                    → GET /api/memory-wall
     compare            {folder, dataset, id, timeline_ctas} → GET /api/compare
+    compare.dataset    {entries, measured, env, gpu, left_out} → POST /api/compare/dataset
 
 A ValueError is the request's fault (the route answers 422); `DoesNotFit` (a ValueError too)
 says the kernel cannot launch on the GPU asked for, so the route can name the field.
@@ -55,7 +56,12 @@ from flashscope.app.schemas.simulate import SimulateRequest
 from flashscope.app.schemas.trace import TraceEventModel, TraceParams
 from flashscope.app.schemas.views import MemoryWallParams, ScheduleParams
 from flashscope.simulator.calibrate.explain import kernel_rows, notes
-from flashscope.simulator.calibrate.validation import ncu_kernels, simulate_config
+from flashscope.simulator.calibrate.validation import (
+    Entry,
+    build_dataset,
+    ncu_kernels,
+    simulate_config,
+)
 from flashscope.simulator.core import hardware
 from flashscope.simulator.core.problem import AttentionProblem, TileConfig
 from flashscope.simulator.core.trace import COUNTERS, PHASES, Trace
@@ -328,6 +334,17 @@ def compare(payload: dict[str, Any], state: dict[str, Any]) -> bytes:
     )
 
 
+def compare_dataset(payload: dict[str, Any], state: dict[str, Any]) -> bytes:
+    """POST /api/compare/dataset's body: finished timed runs as a validation dataset, each
+    simulated again on the preset `gpu`."""
+    entries = [Entry(**e) for e in payload["entries"]]
+    gpu = hardware.from_name(payload["gpu"])
+    data = build_dataset(entries, payload["measured"], payload["env"], gpu)
+    data["source"] = "flashscope /compare: measure now"
+    data["left_out"] = payload["left_out"]
+    return _json(data)
+
+
 TASKS: dict[str, Callable[[dict[str, Any], dict[str, Any]], Any]] = {
     "simulate": simulate,
     "schedule": schedule,
@@ -335,6 +352,7 @@ TASKS: dict[str, Callable[[dict[str, Any], dict[str, Any]], Any]] = {
     "schedule.measured": schedule_measured,
     "memory_wall": memory_wall,
     "compare": compare,
+    "compare.dataset": compare_dataset,
 }
 
 
