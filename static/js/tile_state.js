@@ -7,6 +7,10 @@ import { react } from "./plot.js";
 import { span } from "./trace_view.js";
 
 const MASKED_BG = "#d1d5db";
+// Below this width (a phone) panels that stand side by side are stacked: side by side, their
+// titles, tick labels and colour bars would run into each other.
+const STACK_BELOW_PX = 560;
+const stacked = (div) => (div.clientWidth || 800) < STACK_BELOW_PX;
 const CELL_TEXT_MAX = 16; // print numbers in the cells of tiles up to 16 × 16 shown cells
 // How many times the floor u·max|O| still counts as "at the dtype's rounding" (the bounds the
 // simulator's tests hold the written output to: fp32 sums a few roundings of its own).
@@ -53,7 +57,8 @@ function cellText(z, small) {
   return { text: z.map((r) => r.map((v) => short(v, 2))), texttemplate: "%{text}", textfont: { size: 10 } };
 }
 
-/** The S and P tiles of the current event side by side, or what happens instead. */
+/** The S and P tiles of the current event side by side (one above the other on a phone), or
+ * what happens instead. */
 export function drawTile(div, ev, figures, { algo = "fa2", measured = false } = {}) {
   const st = ev.state;
   const key = [ev.step, st.s ? st.s.length : 0];
@@ -69,8 +74,10 @@ export function drawTile(div, ev, figures, { algo = "fa2", measured = false } = 
     return;
   }
   const stride = st.tile_stride || 1;
-  // Numbers in the cells where each cell is wide enough to hold one (a panel is 40 % wide).
-  const cellPx = ((div.clientWidth || 800) * 0.4) / st.s[0].length;
+  const stack = stacked(div);
+  // Numbers in the cells where each cell is wide enough to hold one (a panel is 40 % wide, or
+  // 88 % stacked).
+  const cellPx = ((div.clientWidth || 800) * (stack ? 0.88 : 0.4)) / st.s[0].length;
   const small = st.s.length <= CELL_TEXT_MAX && st.s[0].length <= CELL_TEXT_MAX && cellPx >= 30;
   const rowsLabel = (k) => st.rows[0] + k * stride;
   const colsLabel = (k) => st.cols[0] + k * stride;
@@ -79,24 +86,25 @@ export function drawTile(div, ev, figures, { algo = "fa2", measured = false } = 
   const sRange = figures.range("s", st.s, { symmetric: true }) || [-1, 1];
   const traces = [{
     type: "heatmap", z: st.s, x, y, zmin: sRange[0], zmax: sRange[1], colorscale: "RdBu",
-    colorbar: { thickness: 8, x: 0.46, len: 0.9, title: { text: "S", side: "right" } },
+    colorbar: { thickness: 8, x: stack ? 1.0 : 0.46, len: stack ? 0.42 : 0.9, ...(stack ? { y: 0.79 } : {}), title: { text: "S", side: "right" } },
     customdata: tileHovers(st.s, "S", st.rows, st.cols, stride, "S = q·k · scale"), hovertemplate: "%{customdata}<extra></extra>",
     hoverongaps: true, ...cellText(st.s, small),
   }];
   const annotations = [
-    { text: `<b>S = QᵢKⱼᵀ · scale</b>${ev.masked ? " (grey: masked, −∞)" : ""}`, x: 0, y: 1.02, xref: "x domain", yref: "paper", showarrow: false, xanchor: "left", yanchor: "bottom" },
+    { text: `<b>S = QᵢKⱼᵀ · scale</b>${ev.masked ? " (grey: masked, −∞)" : ""}`, x: 0, y: 1.02, xref: "x domain", yref: stack ? "y domain" : "paper", showarrow: false, xanchor: "left", yanchor: "bottom" },
   ];
   if (st.p) {
     const fa1 = algo === "fa1";
     const what = fa1 ? "P̃ = e^(S − m̃), m̃ this tile's row max" : "P = e^(S − m′), m′ the new running max";
     traces.push({
       type: "heatmap", z: st.p, x, y, xaxis: "x2", yaxis: "y2", zmin: 0, zmax: 1,
-      colorscale: [[0, "#ffffff"], [1, "#b45309"]], colorbar: { thickness: 8, x: 1.0, len: 0.9, title: { text: "P", side: "right" } },
+      colorscale: [[0, "#ffffff"], [1, "#b45309"]],
+      colorbar: { thickness: 8, x: 1.0, len: stack ? 0.42 : 0.9, ...(stack ? { y: 0.21 } : {}), title: { text: "P", side: "right" } },
       customdata: tileHovers(st.p, fa1 ? "P̃" : "P", st.rows, st.cols, stride, what), hovertemplate: "%{customdata}<extra></extra>",
       ...cellText(st.p, small),
     });
     annotations.push({
-      text: `<b>${fa1 ? "P̃ = e^(S − m̃)" : "P = e^(S − m′)"}</b> (masked pairs: 0)`, x: 0, y: 1.02, xref: "x2 domain", yref: "paper", showarrow: false, xanchor: "left", yanchor: "bottom",
+      text: `<b>${fa1 ? "P̃ = e^(S − m̃)" : "P = e^(S − m′)"}</b> (masked pairs: 0)`, x: 0, y: 1.02, xref: "x2 domain", yref: stack ? "y2 domain" : "paper", showarrow: false, xanchor: "left", yanchor: "bottom",
     });
   } else {
     traces.push({ type: "heatmap", z: [[null]], xaxis: "x2", yaxis: "y2", showscale: false, hoverinfo: "skip" });
@@ -106,16 +114,28 @@ export function drawTile(div, ev, figures, { algo = "fa2", measured = false } = 
     annotations.push({ text: "tiles: the simulator's (the kernel sends m, ℓ, α, Õ only)", x: 1, y: -0.2, xref: "paper", yref: "paper", showarrow: false, xanchor: "right", font: { size: 11, color: "#4b5563" } });
   }
   const keyTitle = `key j (block ${ev.kv_block}${stride > 1 ? `, mean of ${stride}×${stride}` : ""})`;
-  react(div, traces, {
-    height: 280,
-    margin: { t: 26, r: 36, b: 40 },
-    plot_bgcolor: MASKED_BG,
-    annotations,
-    xaxis: { domain: [0, 0.42], title: { text: keyTitle }, showgrid: false, zeroline: false },
-    yaxis: { title: { text: "query row i" }, autorange: "reversed", showgrid: false, zeroline: false },
-    xaxis2: { domain: [0.56, 0.96], title: { text: keyTitle }, anchor: "y2", showgrid: false, zeroline: false },
-    yaxis2: { anchor: "x2", autorange: "reversed", showgrid: false, zeroline: false },
-  });
+  const axis = { showgrid: false, zeroline: false };
+  react(div, traces, stack
+    ? {
+      height: 540,
+      margin: { t: 26, r: 36, b: 40 },
+      plot_bgcolor: MASKED_BG,
+      annotations,
+      xaxis: { ...axis, domain: [0, 0.88], anchor: "y" }, // the P panel below names the keys
+      yaxis: { ...axis, domain: [0.58, 1], title: { text: "query row i" }, autorange: "reversed" },
+      xaxis2: { ...axis, domain: [0, 0.88], anchor: "y2", title: { text: keyTitle } },
+      yaxis2: { ...axis, domain: [0, 0.42], anchor: "x2", title: { text: "query row i" }, autorange: "reversed" },
+    }
+    : {
+      height: 280,
+      margin: { t: 26, r: 36, b: 40 },
+      plot_bgcolor: MASKED_BG,
+      annotations,
+      xaxis: { ...axis, domain: [0, 0.42], title: { text: keyTitle } },
+      yaxis: { ...axis, title: { text: "query row i" }, autorange: "reversed" },
+      xaxis2: { ...axis, domain: [0.56, 0.96], title: { text: keyTitle }, anchor: "y2" },
+      yaxis2: { ...axis, anchor: "x2", autorange: "reversed" },
+    });
 }
 
 /** Break a long sentence into lines of about `width` characters for a Plotly annotation. */
@@ -186,7 +206,8 @@ export function drawStats(div, ev, figures) {
   });
 }
 
-/** Õ′ = α·Õ + P·Vⱼ at FA-2's P·V step, as three heatmaps; a note at other steps. */
+/** Õ′ = α·Õ + P·Vⱼ at FA-2's P·V step, as three heatmaps (stacked on a phone); a note at
+ * other steps. */
 export function drawAccumulator(div, ev, figures, algo = "fa2") {
   const st = ev.state;
   if (!figures.stale("acc", [ev.step, Boolean(st.pv)])) return;
@@ -207,23 +228,32 @@ export function drawAccumulator(div, ev, figures, algo = "fa2") {
   const cols = st.o[0].map((_, c) => c * st.col_stride);
   const range = figures.range("acc", parts.map(([z]) => z), { symmetric: true }) || [-1, 1];
   const w = 0.29;
+  const stack = stacked(div);
   const traces = parts.map(([z, name], k) => ({
     type: "heatmap", z, x: cols, y: rows, zmin: range[0], zmax: range[1], colorscale: "RdBu",
-    showscale: k === 2, colorbar: { thickness: 8 }, xaxis: k ? `x${k + 1}` : "x", yaxis: k ? `y${k + 1}` : "y",
+    showscale: k === 2, colorbar: stack ? { thickness: 8, len: 0.9 } : { thickness: 8 }, xaxis: k ? `x${k + 1}` : "x", yaxis: k ? `y${k + 1}` : "y",
     hovertemplate: `${name}: row %{y}, column %{x} = %{z:.4g}<extra></extra>`,
   }));
   const layout = {
-    height: 220,
+    height: stack ? 480 : 220,
     margin: { t: 24 },
     annotations: parts.map(([, name], k) => ({
-      text: `<b>${name}</b>`, x: 0, y: 1.0, xref: `x${k ? k + 1 : ""} domain`, yref: "paper", xanchor: "left", yanchor: "bottom", showarrow: false,
+      text: `<b>${name}</b>`, x: 0, y: 1.0, xref: `x${k ? k + 1 : ""} domain`, yref: stack ? `y${k ? k + 1 : ""} domain` : "paper",
+      xanchor: "left", yanchor: "bottom", showarrow: false,
     })),
   };
+  // Stacked, panel k runs from the top: its rows fill a third of the height less a gap for the
+  // next panel's title; only the bottom panel names the head-dim axis.
+  const band = (k) => [1 - (k + 1) / 3 + 0.06, 1 - k / 3];
   parts.forEach((_, k) => {
     const sx = k ? `xaxis${k + 1}` : "xaxis";
     const sy = k ? `yaxis${k + 1}` : "yaxis";
-    layout[sx] = { domain: [k * (w + 0.04), k * (w + 0.04) + w], anchor: k ? `y${k + 1}` : "y", title: { text: "head dim" } };
-    layout[sy] = { anchor: k ? `x${k + 1}` : "x", autorange: "reversed", showticklabels: k === 0, title: k ? undefined : { text: "query row" } };
+    layout[sx] = stack
+      ? { domain: [0, 0.9], anchor: k ? `y${k + 1}` : "y", showticklabels: k === 2, title: k === 2 ? { text: "head dim" } : undefined }
+      : { domain: [k * (w + 0.04), k * (w + 0.04) + w], anchor: k ? `y${k + 1}` : "y", title: { text: "head dim" } };
+    layout[sy] = stack
+      ? { domain: band(k), anchor: k ? `x${k + 1}` : "x", autorange: "reversed", title: { text: "query row" } }
+      : { anchor: k ? `x${k + 1}` : "x", autorange: "reversed", showticklabels: k === 0, title: k ? undefined : { text: "query row" } };
   });
   react(div, traces, layout);
 }

@@ -77,3 +77,34 @@ def test_the_stepper_stays_beside_the_figure_it_drives(phone, live_server):
     assert footer["y"] + footer["height"] <= bar["y"] + 1, (footer, bar)
     screenshot(phone, "tiles-phone")
     assert phone.errors == []
+
+
+# Runs in the page: pairs of an axis title and another title or a tick label that overlap.
+CLASHES = """(id) => {
+  const gd = document.getElementById(id);
+  const titles = [...gd.querySelectorAll(
+    '[class^="g-x"][class$="title"] text, [class^="g-y"][class$="title"] text')];
+  const ticks = [...gd.querySelectorAll('.xtick text, .ytick text, [class$="tick"] text')];
+  const box = (e) => e.getBoundingClientRect();
+  const hit = (a, b) => a.width > 0 && b.width > 0 && a.left < b.right - 1 && b.left < a.right - 1
+    && a.top < b.bottom - 1 && b.top < a.bottom - 1;
+  const out = [];
+  titles.forEach((t, i) => {
+    for (const o of [...titles.slice(i + 1), ...ticks]) {
+      if (o !== t && hit(box(t), box(o))) out.push([t.textContent, o.textContent]);
+    }
+  });
+  return out;
+}"""
+
+
+def test_the_tile_panels_stack_on_a_phone_and_no_title_runs_into_another(phone, live_server):
+    _open(phone, f"{live_server}/tiles?n=256&bm=64&bn=64&step=40")  # 40: a P·V step
+    for fig in ("tile", "acc"):
+        assert phone.evaluate(CLASHES, fig) == [], fig
+        domains = phone.evaluate(
+            f"() => [document.getElementById('{fig}').layout.yaxis.domain,"
+            f" document.getElementById('{fig}').layout.yaxis2.domain]"
+        )
+        assert domains[0][0] >= domains[1][1], (fig, domains)  # one panel above the other
+    assert phone.errors == []
