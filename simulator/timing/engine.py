@@ -590,9 +590,10 @@ def host_time_s(workload: Workload, eff: Efficiency) -> float:
 
     A call timed whole (do_bench of `flash_attention` and its backward) cannot end before the
     host has issued it. In the users' sweep measured on an H100 (2026-11-26), 56 calls, small
-    backward problems above all, took 135–340 µs while Nsight Compute's durations of their
-    kernels summed to under 60% of that (down to 22 µs): those calls cost about the same
-    whatever their kernels take.
+    backward problems above all, lasted more than 1 / 0.6 times their kernels' summed Nsight
+    Compute durations: those backward calls took 135–633 µs whatever their kernels took
+    (`host_backward_us` is fitted on that sweep's fit half; `host_launch_us` is the eager
+    launch the ceilings' micro-benchmark measures).
     """
     host = eff.host_launch_us * len(workload.launches)
     if workload.algo.endswith("-bwd"):
