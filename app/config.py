@@ -83,6 +83,12 @@ class Settings(BaseSettings):
         ge=1,
         description="Compute tasks one client may have waiting or running at once; beyond, 429.",
     )
+    compute_max_pending_per_address: int = Field(
+        32,
+        ge=1,
+        description="Compute tasks one address may have waiting or running at once (clients "
+        "without a cookie, or a classroom behind one NAT); beyond, 429.",
+    )
     ws_steps_per_s: float = Field(
         60.0, gt=0, description="Sustained step messages per second one /ws/trace socket sends."
     )

@@ -122,6 +122,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         settings.compute_timeout_s,
         settings.compute_max_pending,
         max_per_client=settings.compute_max_pending_per_client,
+        max_per_address=settings.compute_max_pending_per_address,
     )
     app.state.traces = TraceService(app.state.pool, settings)
     app.state.backend = None

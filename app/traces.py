@@ -16,6 +16,7 @@ from flashscope.app.config import Settings
 from flashscope.app.schemas.trace import TraceParams
 
 Gone = Callable[[], Awaitable[bool]] | None
+Who = tuple[str, str] | None  # (client, address) whose shares of the pool a task takes
 
 
 class TraceService:
@@ -29,29 +30,25 @@ class TraceService:
             "cache": max(2, settings.trace_cache_size // settings.compute_workers),
         }
 
-    async def _run(
-        self, task: str, params: TraceParams, *args: Any, gone: Gone, client: str | None
-    ) -> Any:
+    async def _run(self, task: str, params: TraceParams, *args: Any, gone: Gone, who: Who) -> Any:
+        client, address = who or (None, None)
         return await self.pool.run(
             task,
             (params, self.options, *args),
             affinity=hash(params.cache_key()),
             gone=gone,
             client=client,
+            address=address,
         )
 
-    async def meta(
-        self, params: TraceParams, gone: Gone = None, client: str | None = None
-    ) -> dict[str, Any]:
+    async def meta(self, params: TraceParams, gone: Gone = None, who: Who = None) -> dict[str, Any]:
         """The trace's metadata (its `n_events` among them)."""
-        out: dict[str, Any] = await self._run("trace.meta", params, gone=gone, client=client)
+        out: dict[str, Any] = await self._run("trace.meta", params, gone=gone, who=who)
         return out
 
-    async def step(
-        self, params: TraceParams, step: int, gone: Gone = None, client: str | None = None
-    ) -> str:
+    async def step(self, params: TraceParams, step: int, gone: Gone = None, who: Who = None) -> str:
         """Event `step` as JSON text."""
-        out: str = await self._run("trace.step", params, step, gone=gone, client=client)
+        out: str = await self._run("trace.step", params, step, gone=gone, who=who)
         return out
 
     async def window(
@@ -61,17 +58,17 @@ class TraceService:
         count: int,
         limit: int,
         gone: Gone = None,
-        client: str | None = None,
+        who: Who = None,
     ) -> tuple[dict[str, Any], list[str]]:
         """(metadata, events start … start + count − 1 as JSON texts) within `limit` bytes."""
         out: tuple[dict[str, Any], list[str]] = await self._run(
-            "trace.window", params, start, count, limit, gone=gone, client=client
+            "trace.window", params, start, count, limit, gone=gone, who=who
         )
         return out
 
     async def export(
-        self, task: str, params: TraceParams, gone: Gone = None, client: str | None = None
+        self, task: str, params: TraceParams, gone: Gone = None, who: Who = None
     ) -> dict[str, Any]:
         """A whole-trace export: `trace.ops` or `trace.chrome`."""
-        out: dict[str, Any] = await self._run(task, params, gone=gone, client=client)
+        out: dict[str, Any] = await self._run(task, params, gone=gone, who=who)
         return out

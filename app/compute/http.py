@@ -20,7 +20,7 @@ from fastapi.exceptions import RequestValidationError
 from flashscope.app.compute.pool import Busy, Cancelled, TaskError, TooSlow, WorkerPool
 from flashscope.app.config import Settings
 from flashscope.app.middleware.errors import refuse, value_error
-from flashscope.app.middleware.identity import client_key
+from flashscope.app.middleware.identity import address_key, client_key
 
 log = logging.getLogger("flashscope.compute")
 
@@ -48,10 +48,12 @@ def pool_errors(
     """What a compute-pool failure answers (see the module docstring). An input error with
     `field` None is a plain ValueError, which the app's handler answers like any other."""
     if isinstance(exc, Busy) and exc.client:
-        limit = settings.compute_max_pending_per_client
+        name = f"compute_max_pending_per_{exc.who}"
+        limit = getattr(settings, name)
+        whose = "this client has" if exc.who == "client" else "this address has"
         msg = (
-            f"this client has {exc.pending} costly requests waiting or running, the most it may "
-            f"(FLASHSCOPE_COMPUTE_MAX_PENDING_PER_CLIENT); retry after {exc.retry_after} s"
+            f"{whose} {exc.pending} costly requests waiting or running, the most it may "
+            f"(FLASHSCOPE_{name.upper()}); retry after {exc.retry_after} s"
         )
         return _refusal(429, "busy", msg, limit, exc.retry_after)
     if isinstance(exc, Busy):
@@ -90,6 +92,7 @@ async def run_task(
             affinity=affinity,
             gone=disconnected(request),
             client=client_key(request.scope),
+            address=address_key(request.scope),
         )
     except (Busy, TooSlow, Cancelled) as exc:
         raise pool_errors(exc, request.app.state.settings) from None

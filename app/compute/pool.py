@@ -36,18 +36,26 @@ START_TIMEOUT_S = 120.0  # a worker that has not imported its tasks by then is t
 
 
 class Busy(Exception):
-    """Too many tasks wait already (`client`: too many of this client's); retry after
-    `retry_after` seconds."""
+    """Too many tasks wait already (`who`: "pool" in all, "client" of this client's, "address"
+    from this client's address); retry after `retry_after` seconds."""
 
-    def __init__(self, pending: int, retry_after: int = 1, client: bool = False) -> None:
+    def __init__(self, pending: int, retry_after: int = 1, who: str = "pool") -> None:
         super().__init__(
-            f"this client has {pending} costly requests waiting or running; retry shortly"
-            if client
-            else f"the server is busy with {pending} costly requests; retry shortly"
+            {
+                "pool": f"the server is busy with {pending} costly requests",
+                "client": f"this client has {pending} costly requests waiting or running",
+                "address": f"{pending} costly requests from this address wait or run",
+            }[who]
+            + "; retry shortly"
         )
         self.pending = pending
         self.retry_after = retry_after
-        self.client = client
+        self.who = who
+
+    @property
+    def client(self) -> bool:
+        """Whether the limit reached is one client's (or one address's) share."""
+        return self.who != "pool"
 
 
 class TooSlow(Exception):
@@ -158,6 +166,7 @@ class WorkerPool:
         max_pending: int,
         module: str = "flashscope.app.compute.tasks",
         max_per_client: int | None = None,
+        max_per_address: int | None = None,
     ) -> None:
         self.module = module
         self.size = max(1, workers)
@@ -165,8 +174,9 @@ class WorkerPool:
         self.timeout_s = timeout_s
         self.max_pending = max_pending
         self.max_per_client = max_per_client
+        self.max_per_address = max_per_address
         self.pending = 0
-        self._by_client: dict[str, int] = {}
+        self._by_client: dict[str, int] = {}  # tasks waiting or running, by client and address
         self._ctx = mp.get_context("spawn")
         self._workers = [_Worker() for _ in range(self.size)]
         self._threads: ThreadPoolExecutor | None = None
@@ -239,16 +249,29 @@ class WorkerPool:
         affinity: int | None = None,
         gone: Callable[[], Awaitable[bool]] | None = None,
         client: str | None = None,
+        address: str | None = None,
     ) -> Any:
-        """The task's result; raises Busy, TooSlow, Cancelled or TaskError."""
+        """The task's result; raises Busy, TooSlow, Cancelled or TaskError. `client` and
+        `address` (None: not counted) each hold at most their share of the pending tasks: a
+        script that drops its identity cookie is a new client each time, not a new address."""
         if self.pending >= self.max_pending:
             raise Busy(self.pending)
-        mine = self._by_client.get(client, 0) if client is not None else 0
-        if client is not None and self.max_per_client is not None and mine >= self.max_per_client:
-            raise Busy(mine, client=True)
+        shares = [
+            (f"{who}:{name}", who, limit)
+            for who, name, limit in (
+                ("client", client, self.max_per_client),
+                ("address", address, self.max_per_address),
+            )
+            if name is not None
+        ]
+        for key, who, limit in shares:
+            mine = self._by_client.get(key, 0)
+            if limit is not None and mine >= limit:
+                raise Busy(mine, who=who)
+        counted = [key for key, _, _ in shares]
         self.pending += 1
-        if client is not None:
-            self._by_client[client] = mine + 1
+        for key in counted:
+            self._by_client[key] = self._by_client.get(key, 0) + 1
         w = self._choose(affinity)
         w.load += 1
         try:
@@ -267,10 +290,10 @@ class WorkerPool:
         finally:
             w.load -= 1
             self.pending -= 1
-            if client is not None:
-                left = self._by_client.pop(client) - 1
+            for key in counted:
+                left = self._by_client.pop(key) - 1
                 if left:
-                    self._by_client[client] = left
+                    self._by_client[key] = left
 
     async def _run_on(
         self, w: _Worker, message: tuple[str, Any], gone: Callable[[], Awaitable[bool]] | None

@@ -114,6 +114,11 @@ def address_key(scope: Scope) -> str:
     return f"ip:{state.get('client_addr') or address_of(scope, ())}"
 
 
+def shares(scope: Scope) -> tuple[str, str]:
+    """(client, address): the keys whose shares of a bounded resource a request takes."""
+    return client_key(scope), address_key(scope)
+
+
 class IdentityMiddleware:
     """Puts `client_id` (verified cookie identity, or a new one) and `client_addr` in the
     request's state, and sets the cookie on HTTP responses to clients that had none."""

@@ -35,6 +35,8 @@ COSTLY: tuple[tuple[str, str, str], ...] = (
     ("GET", "/api/schedule", "compute"),  # its Chrome trace and measured figures too
     ("POST", "/api/runs", "runs"),
     ("POST", "/api/schedule/measure", "runs"),  # queues a run like POST /api/runs
+    ("POST", "/api/compare/measure", "runs"),  # queues the runs of a problem's tiles
+    ("POST", "/api/compare/dataset", "compute"),  # simulates the finished runs
     ("POST", "/api/rooms", "rooms"),
 )
 

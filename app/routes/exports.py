@@ -16,7 +16,7 @@ from flashscope.app.compute.pool import Busy, Cancelled, TaskError, TooSlow
 from flashscope.app.config import Settings
 from flashscope.app.deps import SettingsDep, TracesDep
 from flashscope.app.middleware.errors import refuse
-from flashscope.app.middleware.identity import client_key
+from flashscope.app.middleware.identity import shares
 from flashscope.app.routes.trace import cost_errors
 from flashscope.app.schemas.trace import TraceParams, check_trace_params
 from flashscope.app.traces import TraceService
@@ -31,7 +31,7 @@ async def _export(
         raise refuse(errs)
     try:
         return await traces.export(
-            task, params, gone=disconnected(request), client=client_key(request.scope)
+            task, params, gone=disconnected(request), who=shares(request.scope)
         )
     except (TaskError, Busy, TooSlow, Cancelled) as exc:
         raise pool_errors(exc, settings) from None

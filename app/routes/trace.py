@@ -30,7 +30,7 @@ from flashscope.app.config import Settings
 from flashscope.app.deps import SettingsDep, TracesDep
 from flashscope.app.middleware import wsjson
 from flashscope.app.middleware.errors import describe, limit_error, refuse, value_error
-from flashscope.app.middleware.identity import client_key
+from flashscope.app.middleware.identity import shares
 from flashscope.app.middleware.origin import same_origin
 from flashscope.app.middleware.ratelimit import Bucket, Rate
 from flashscope.app.schemas.trace import (
@@ -104,7 +104,7 @@ async def get_trace(
             count,
             settings.max_trace_response_bytes,
             gone=disconnected(request),
-            client=client_key(request.scope),
+            who=shares(request.scope),
         )
     except TaskError as exc:
         if exc.kind == "ResponseTooLarge":
@@ -194,7 +194,7 @@ async def trace_stream(ws: WebSocket, settings: SettingsDep, traces: TracesDep) 
                     await _send_errors(ws, errs)
                     continue
                 try:
-                    meta = await traces.meta(wanted, client=client_key(ws.scope))
+                    meta = await traces.meta(wanted, who=shares(ws.scope))
                 except (TaskError, Busy, TooSlow, Cancelled) as exc:
                     await _send_errors(ws, [value_error("params", str(exc), None, "params")])
                     continue
@@ -229,7 +229,7 @@ async def trace_stream(ws: WebSocket, settings: SettingsDep, traces: TracesDep) 
                     await _send_errors(ws, errs)
                 else:
                     try:
-                        event = await traces.step(params, step, client=client_key(ws.scope))
+                        event = await traces.step(params, step, who=shares(ws.scope))
                     except (TaskError, Busy, TooSlow, Cancelled) as exc:
                         await _send_errors(ws, [value_error("step", str(exc), step, "message")])
                         continue

@@ -141,6 +141,31 @@ def test_one_client_beyond_its_share_is_refused_while_others_are_served():
     assert isinstance(other, int) and isinstance(again, int)
 
 
+def test_new_identities_from_one_address_share_its_cap():
+    p = WorkerPool(2, 512, 3.0, 8, module=FAKE, max_per_client=4, max_per_address=2)
+
+    async def go():
+        held = [
+            asyncio.ensure_future(p.run("sleep", 0.5, client=f"c{k}", address="ip:10.0.0.1"))
+            for k in range(2)
+        ]
+        await asyncio.sleep(0.05)
+        with pytest.raises(Busy) as busy:  # a third new identity from the same address
+            await p.run("pid", None, client="c2", address="ip:10.0.0.1")
+        other = await p.run("pid", None, client="c3", address="ip:10.0.0.2")
+        await asyncio.gather(*held)
+        again = await p.run("pid", None, client="c4", address="ip:10.0.0.1")
+        return busy.value, other, again
+
+    try:
+        busy, other, again = asyncio.run(go())
+    finally:
+        p.close()
+    assert busy.who == "address" and busy.client and busy.pending == 2
+    assert "from this address" in str(busy)
+    assert isinstance(other, int) and isinstance(again, int)
+
+
 def test_a_task_whose_client_left_while_it_waited_never_runs():
     p = WorkerPool(1, 512, 3.0, 4, module=FAKE)
 

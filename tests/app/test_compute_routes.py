@@ -51,6 +51,7 @@ def fake_app(**overrides: Any) -> FastAPI:
         settings.compute_max_pending,
         module=FAKE,
         max_per_client=settings.compute_max_pending_per_client,
+        max_per_address=settings.compute_max_pending_per_address,
     )
     return app
 
@@ -85,20 +86,34 @@ def test_a_task_past_its_time_limit_gets_504_naming_the_setting(method, path, kw
 
 
 @pytest.mark.parametrize(
-    ("overrides", "status", "setting"),
+    ("overrides", "status", "setting", "new_identity"),
     [
-        ({"compute_max_pending_per_client": 1}, 429, "FLASHSCOPE_COMPUTE_MAX_PENDING_PER_CLIENT"),
-        ({"compute_max_pending": 1}, 503, "FLASHSCOPE_COMPUTE_MAX_PENDING"),
+        (
+            {"compute_max_pending_per_client": 1},
+            429,
+            "FLASHSCOPE_COMPUTE_MAX_PENDING_PER_CLIENT",
+            False,
+        ),
+        # a client that drops its cookie is new each time, but comes from the same address
+        (
+            {"compute_max_pending_per_address": 1},
+            429,
+            "FLASHSCOPE_COMPUTE_MAX_PENDING_PER_ADDRESS",
+            True,
+        ),
+        ({"compute_max_pending": 1}, 503, "FLASHSCOPE_COMPUTE_MAX_PENDING", False),
     ],
 )
 def test_beyond_a_clients_share_or_the_pools_bound_work_is_refused_at_once(
-    overrides, status, setting
+    overrides, status, setting, new_identity
 ):
     app = fake_app(compute_timeout_s=1.0, **overrides)
     with TestClient(app) as client, ThreadPoolExecutor(1) as background:
         client.get("/api/health")  # the identity cookie: both requests come from one client
         first = background.submit(client.get, "/api/schedule", params=SMALL)
         _until(lambda: app.state.pool.pending == 1)
+        if new_identity:
+            client.cookies.clear()
         t0 = time.monotonic()
         r = client.post("/api/simulate", json=SMALL)
         assert time.monotonic() - t0 < 0.5
