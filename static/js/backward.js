@@ -5,6 +5,7 @@ import { formatBytes, formatCount } from "./format.js";
 import { MeasuredRun } from "./live.js";
 import { sci, showRun, table } from "./measured.js";
 import { react } from "./plot.js";
+import { onApply } from "./registry.js";
 import { StepPrompt, urlHasStep } from "./step_prompt.js";
 import {
   Figures, cellSpans, drawGrid, drawWrites, exactnessText, gridState, heatmap, highlightLine, span, traceExports,
@@ -37,6 +38,7 @@ const form = $("params");
 const figures = new Figures();
 const prompt = new StepPrompt();
 let opening = !urlHasStep(); // a bare link opens on a step where the backward is at work
+onApply(() => (opening = false)); // a room's state names its own step
 
 function fillForm(params) {
   for (const f of ["n", "nk", "d", "bm", "bn", "dtype", "seed", "source"]) form.elements[f].value = params[f];
@@ -97,8 +99,11 @@ const view = mountView({
 
 const EMPTY = { type: "heatmap", z: [[null]], showscale: false, hoverinfo: "skip" };
 
-// The two panels of a pair and where each one's colour bar stands (paper coordinates).
+// The two panels of a pair and where each one's colour bar stands (paper coordinates); below
+// STACK_BELOW_PX (a phone) the pair stacks, one panel above the other.
 const PANELS = [{ domain: [0, 0.4], bar: 0.41 }, { domain: [0.57, 0.97], bar: 0.98 }];
+const STACKED = [{ domain: [0.58, 1], bar: 0.79 }, { domain: [0, 0.42], bar: 0.21 }];
+const STACK_BELOW_PX = 560;
 
 /**
  * Two heatmaps side by side (left on x/y, right on x2/y2), each with its colour bar, or a note
@@ -107,11 +112,14 @@ const PANELS = [{ domain: [0, 0.4], bar: 0.41 }, { domain: [0.57, 0.97], bar: 0.
 function pair(id, left, right, { height = 230 } = {}) {
   const traces = [];
   const annotations = [];
+  const stack = ($(id).clientWidth || 800) < STACK_BELOW_PX;
   for (const [k, side] of [[0, left], [1, right]]) {
     const axes = k === 0 ? {} : { xaxis: "x2", yaxis: "y2" };
     if (side.z) {
       const look = side.colorscale ? { colorscale: side.colorscale } : {};
-      const colorbar = { x: PANELS[k].bar, thickness: 8 };
+      const colorbar = stack
+        ? { x: 1.0, y: STACKED[k].bar, len: 0.42, thickness: 8 }
+        : { x: PANELS[k].bar, thickness: 8 };
       traces.push(heatmap(side.z, { ...axes, ...look, x: side.x, y: side.y, range: side.range, colorbar, hover: side.hover }));
     } else {
       traces.push({ ...EMPTY, ...axes });
@@ -121,22 +129,34 @@ function pair(id, left, right, { height = 230 } = {}) {
       });
     }
     annotations.push({
-      xref: `x${k ? 2 : ""} domain`, yref: "paper", x: 0, y: 1.0, yanchor: "bottom", xanchor: "left",
-      showarrow: false, text: `<b>${side.title}</b>`,
+      xref: `x${k ? 2 : ""} domain`, yref: stack ? `y${k ? 2 : ""} domain` : "paper", x: 0, y: 1.0,
+      yanchor: "bottom", xanchor: "left", showarrow: false, text: `<b>${side.title}</b>`,
     });
   }
+  // Stacked, the lower panel names the x axis for both when they share it.
+  const shared = left.xTitle === right.xTitle;
   react(
     id,
     traces,
-    {
-      height,
-      margin: { t: 24 },
-      annotations,
-      xaxis: { domain: PANELS[0].domain, title: { text: left.xTitle } },
-      yaxis: { title: { text: left.yTitle }, autorange: "reversed" },
-      xaxis2: { domain: PANELS[1].domain, title: { text: right.xTitle }, anchor: "y2" },
-      yaxis2: { autorange: "reversed", anchor: "x2" },
-    },
+    stack
+      ? {
+        height: 2 * height + 40,
+        margin: { t: 24 },
+        annotations,
+        xaxis: { domain: [0, 0.88], anchor: "y", title: shared ? undefined : { text: left.xTitle } },
+        yaxis: { domain: STACKED[0].domain, title: { text: left.yTitle }, autorange: "reversed" },
+        xaxis2: { domain: [0, 0.88], title: { text: right.xTitle }, anchor: "y2" },
+        yaxis2: { domain: STACKED[1].domain, title: { text: right.yTitle || left.yTitle }, autorange: "reversed", anchor: "x2" },
+      }
+      : {
+        height,
+        margin: { t: 24 },
+        annotations,
+        xaxis: { domain: PANELS[0].domain, title: { text: left.xTitle } },
+        yaxis: { title: { text: left.yTitle }, autorange: "reversed" },
+        xaxis2: { domain: PANELS[1].domain, title: { text: right.xTitle }, anchor: "y2" },
+        yaxis2: { autorange: "reversed", anchor: "x2" },
+      },
   );
 }
 

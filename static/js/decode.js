@@ -5,6 +5,8 @@ import { formatBytes, formatCount } from "./format.js";
 import { MeasuredRun } from "./live.js";
 import { sci, showRun, table } from "./measured.js";
 import { react } from "./plot.js";
+import { onApply } from "./registry.js";
+import { StepPrompt, urlHasStep } from "./step_prompt.js";
 import {
   Figures, TILE_COLORS, exactnessText, gridState, heatmap, highlightLine, span, traceExports, traceSource,
 } from "./trace_view.js";
@@ -21,6 +23,9 @@ const REDUCING = new Set(["reduce", "store"]);
 const $ = (id) => document.getElementById(id);
 const form = $("params");
 const figures = new Figures();
+const prompt = new StepPrompt();
+let opening = !urlHasStep(); // a bare link opens once every split has taken its first block
+onApply(() => (opening = false)); // a room's state names its own step
 
 function fillForm(params) {
   for (const f of FIELDS) form.elements[f].value = params[f] === "auto" ? "" : params[f];
@@ -58,13 +63,20 @@ const view = mountView({
   loaded(meta) {
     renderPlan(meta);
     askMeasured(meta);
-    return meta.n_events;
+    const step = opening ? meta.opening_step ?? 0 : view.params.step;
+    opening = false;
+    const last = meta.n_events - 1;
+    prompt.show(step, step === meta.opening_step && step > 0
+      ? `Step ${step} of ${last}: the splits run at once, one CTA each, so the steps go round them: every split's first key block, then every split's second, and so on. Press → or Play to step on; Home goes back to the start.`
+      : `Step ${step} of ${last}. Press → or Play to step on.`);
+    return { total: meta.n_events, step };
   },
   exports: (meta, { query: p }) => traceExports(
     p,
     `trace-decode-n${p.n}-nk${p.nk}-d${p.d}-bn${p.bn}-g${p.group}-s${p.splits ?? "auto"}-${p.dtype}-seed${p.seed}`,
   ),
   draw: (k, ev) => {
+    prompt.seen(k);
     view.event = ev;
     render(ev);
     renderMeasuredSplit(ev);
@@ -178,11 +190,14 @@ function renderOutputs(ev) {
   const right = reducing ? st.o : null;
   if (!figures.stale("outputs", [ev.phase, st.split, left, right])) return;
   const y = rowLabels(meta);
+  const stack = ($("outputs").clientWidth || 800) < 560; // a phone: the two panels one above the other
   const range = figures.range("o", [left || [], right || []], { symmetric: true });
   const cols = (m) => (m && m.length ? m[0].map((_, c) => c * st.col_stride) : []);
   const traces = [];
   const annotations = [];
-  const title = (axis, text) => annotations.push({ xref: `${axis} domain`, yref: "paper", x: 0, y: 1, yanchor: "bottom", xanchor: "left", showarrow: false, text: `<b>${text}</b>` });
+  const title = (axis, text) => annotations.push({
+    xref: `${axis} domain`, yref: stack ? `${axis.replace("x", "y")} domain` : "paper", x: 0, y: 1, yanchor: "bottom", xanchor: "left", showarrow: false, text: `<b>${text}</b>`,
+  });
   const leftTitle = reducing
     ? ev.phase === "store" ? "partials: all merged" : `partial Oₛ of split ${st.split}`
     : ev.phase === "store_partial" ? `partial Oₛ of split ${st.split} (written, fp32)` : `split ${st.split}: Õ / ℓ so far`;
@@ -192,27 +207,39 @@ function renderOutputs(ev) {
   const hover = (name) => ({ name, row: null, col: "c", note });
   const leftName = reducing || ev.phase === "store_partial" ? "Oₛ" : "Õ/ℓ";
   traces.push(left
-    ? heatmap(left, { x: cols(left), y, range, colorbar: { x: 0.48, thickness: 8 }, hover: hover(leftName) })
+    ? heatmap(left, { x: cols(left), y, range, colorbar: stack ? { x: 1.0, ...(right ? { y: 0.79, len: 0.42 } : {}), thickness: 8 } : { x: 0.48, thickness: 8 }, hover: hover(leftName) })
     : { type: "heatmap", z: [[null]], showscale: false, hoverinfo: "skip" });
   traces.push(right
-    ? heatmap(right, { x: cols(right), y, range, xaxis: "x2", yaxis: "y2", colorbar: { x: 1.0, thickness: 8 }, hover: hover("O") })
+    ? heatmap(right, { x: cols(right), y, range, xaxis: "x2", yaxis: "y2", colorbar: stack ? { x: 1.0, y: 0.21, len: 0.42, thickness: 8 } : { x: 1.0, thickness: 8 }, hover: hover("O") })
     : { type: "heatmap", z: [[null]], xaxis: "x2", yaxis: "y2", showscale: false, hoverinfo: "skip" });
   if (!right) {
     annotations.push({ xref: "x2 domain", yref: "y2 domain", x: 0.5, y: 0.5, showarrow: false, text: "the reduce has not started", font: { color: "#4b5563" } });
   }
   const dim = st.col_stride > 1 ? `head-dim column c (mean of ${st.col_stride})` : "head-dim column c";
+  const height = Math.min(300, 110 + 14 * y.length);
+  const alone = stack && !right; // a phone before the reduce: the left panel alone, full size
   react(
     "outputs",
-    traces,
-    {
-      height: Math.min(300, 110 + 14 * y.length),
-      margin: { l: 64, t: 24 },
-      annotations,
-      xaxis: { domain: [0, 0.45], title: { text: dim } },
-      yaxis: { type: "category", autorange: "reversed" },
-      xaxis2: { domain: [0.55, 0.98], title: { text: dim }, anchor: "y2", visible: Boolean(right) },
-      yaxis2: { type: "category", autorange: "reversed", anchor: "x2", showticklabels: false, visible: Boolean(right) },
-    },
+    alone ? traces.slice(0, 1) : traces,
+    stack
+      ? {
+        height: alone ? height : 2 * height,
+        margin: { l: 64, t: 24 },
+        annotations: alone ? annotations.filter((a) => !a.xref.startsWith("x2")) : annotations,
+        xaxis: { domain: [0, 0.88], anchor: "y", title: alone ? { text: dim } : undefined },
+        yaxis: { domain: alone ? [0, 1] : [0.58, 1], type: "category", autorange: "reversed" },
+        xaxis2: { domain: [0, 0.88], title: { text: dim }, anchor: "y2", visible: Boolean(right) },
+        yaxis2: { domain: [0, 0.42], type: "category", autorange: "reversed", anchor: "x2", visible: Boolean(right) },
+      }
+      : {
+        height,
+        margin: { l: 64, t: 24 },
+        annotations,
+        xaxis: { domain: [0, 0.45], title: { text: dim } },
+        yaxis: { type: "category", autorange: "reversed" },
+        xaxis2: { domain: [0.55, 0.98], title: { text: dim }, anchor: "y2", visible: Boolean(right) },
+        yaxis2: { type: "category", autorange: "reversed", anchor: "x2", showticklabels: false, visible: Boolean(right) },
+      },
   );
 }
 

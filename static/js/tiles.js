@@ -6,7 +6,7 @@ import { formatBytes, formatCount } from "./format.js";
 import { react } from "./plot.js";
 import { MeasuredRun } from "./live.js";
 import { drawStrip, sci, showRun, table } from "./measured.js";
-import { changed } from "./registry.js";
+import { changed, onApply } from "./registry.js";
 import { StepPrompt, urlHasStep } from "./step_prompt.js";
 import { drawAccumulator, drawError, drawStats, drawTile } from "./tile_state.js";
 import {
@@ -30,6 +30,7 @@ const figures = new Figures();
 const gpus = {}; // preset key → specs (GET /api/hardware)
 const prompt = new StepPrompt();
 let opening = !urlHasStep(); // a bare link opens where the server says the algorithm is at work
+onApply(() => (opening = false)); // a room's state names its own step
 
 function fillForm(params) {
   for (const f of ["algo", "n", "nk", "d", "bm", "bn", "dtype", "seed", "gpu", "source"]) {

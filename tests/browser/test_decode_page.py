@@ -90,3 +90,18 @@ def test_the_splits_fill_together(page, live_server):
     wait_step(page, opening + 16)
     assert _done_per_split(page) == [2, 2, 2, 2]
     assert page.log.console_errors == [] and page.log.page_errors == []
+
+
+def test_a_bare_link_opens_with_every_split_under_way_and_says_press(page, live_server):
+    page.goto(f"{live_server}/decode?{QUERY}")  # no step: the page picks where to open
+    with urllib.request.urlopen(f"{live_server}/api/trace?algo=decode&{QUERY}&count=1") as r:
+        opening = json.load(r)["meta"]["opening_step"]
+    wait_step(page, opening)
+    prompt = page.locator("#step-prompt")
+    assert prompt.is_visible() and "Press → or Play" in prompt.inner_text()
+    assert "the splits run at once" in prompt.inner_text()
+    assert _done_per_split(page) == [1, 1, 1, 1]
+    page.keyboard.press("ArrowRight")
+    wait_step(page, opening + 1)
+    assert prompt.is_hidden()
+    assert page.log.console_errors == [] and page.log.page_errors == []

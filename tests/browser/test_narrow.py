@@ -108,3 +108,17 @@ def test_the_tile_panels_stack_on_a_phone_and_no_title_runs_into_another(phone, 
         )
         assert domains[0][0] >= domains[1][1], (fig, domains)  # one panel above the other
     assert phone.errors == []
+
+
+@pytest.mark.parametrize(
+    ("path", "fig"), [("/backward?step=60", "acc"), ("/decode?step=275", "outputs")]
+)
+def test_paired_panels_stack_on_a_phone(phone, live_server, path, fig):
+    _open(phone, live_server + path)
+    assert phone.evaluate(CLASHES, fig) == [], fig
+    domains = phone.evaluate(
+        f"() => [document.getElementById('{fig}').layout.yaxis.domain,"
+        f" document.getElementById('{fig}').layout.yaxis2.domain]"
+    )
+    assert domains[0][0] >= domains[1][1], domains  # one panel above the other
+    assert phone.errors == []
