@@ -33,6 +33,7 @@ from flashscope.app.middleware.errors import describe, limit_error, refuse, valu
 from flashscope.app.middleware.identity import shares
 from flashscope.app.middleware.origin import same_origin
 from flashscope.app.middleware.ratelimit import Bucket, Rate
+from flashscope.app.middleware.wsinbox import Inbox
 from flashscope.app.schemas.trace import (
     StrictTraceParams,
     TraceParams,
@@ -153,9 +154,10 @@ async def trace_stream(ws: WebSocket, settings: SettingsDep, traces: TracesDep) 
     params: TraceParams | None = None
     n_events = 0
     steps = Bucket(Rate(settings.ws_steps_per_s, settings.ws_steps_burst))
+    inbox = Inbox(ws)  # read meanwhile: a client that leaves stops the work it asked for
     try:
         while True:
-            raw = await ws.receive_text()
+            raw = await inbox.get()
             if len(raw.encode()) > settings.ws_max_message_bytes:
                 await ws.close(
                     code=1009, reason=f"message over {settings.ws_max_message_bytes} bytes"
@@ -194,8 +196,10 @@ async def trace_stream(ws: WebSocket, settings: SettingsDep, traces: TracesDep) 
                     await _send_errors(ws, errs)
                     continue
                 try:
-                    meta = await traces.meta(wanted, who=shares(ws.scope))
-                except (TaskError, Busy, TooSlow, Cancelled) as exc:
+                    meta = await traces.meta(wanted, gone=inbox.gone, who=shares(ws.scope))
+                except Cancelled:
+                    return  # the client has gone: its work was stopped, nobody to answer
+                except (TaskError, Busy, TooSlow) as exc:
                     await _send_errors(ws, [value_error("params", str(exc), None, "params")])
                     continue
                 params, n_events = wanted, int(meta["n_events"])
@@ -229,8 +233,12 @@ async def trace_stream(ws: WebSocket, settings: SettingsDep, traces: TracesDep) 
                     await _send_errors(ws, errs)
                 else:
                     try:
-                        event = await traces.step(params, step, who=shares(ws.scope))
-                    except (TaskError, Busy, TooSlow, Cancelled) as exc:
+                        event = await traces.step(
+                            params, step, gone=inbox.gone, who=shares(ws.scope)
+                        )
+                    except Cancelled:
+                        return  # the client has gone
+                    except (TaskError, Busy, TooSlow) as exc:
                         await _send_errors(ws, [value_error("step", str(exc), step, "message")])
                         continue
                     await ws.send_text(f'{{"type":"event","event":{event}}}')
@@ -248,6 +256,8 @@ async def trace_stream(ws: WebSocket, settings: SettingsDep, traces: TracesDep) 
                 )
     except WebSocketDisconnect:
         return
+    finally:
+        inbox.close()
 
 
 async def _send_errors(ws: WebSocket, errors: list[dict[str, Any]]) -> None:

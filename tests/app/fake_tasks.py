@@ -7,7 +7,7 @@ import os
 import time
 from typing import Any
 
-ROUTE_TASKS = ("simulate", "schedule", "schedule.chrome", "memory_wall", "compare")
+ROUTE_TASKS = ("simulate", "schedule", "schedule.chrome", "memory_wall", "compare", "trace.meta")
 
 # a worker's import as slow as a busy machine makes NumPy's and the simulator's
 time.sleep(float(os.environ.get("FAKE_TASKS_IMPORT_S", "0")))

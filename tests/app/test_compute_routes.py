@@ -20,6 +20,7 @@ import pytest
 import uvicorn
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
+from websockets.sync.client import connect
 
 from flashscope.app.compute.pool import WorkerPool
 from flashscope.app.config import Settings
@@ -167,6 +168,25 @@ def test_a_client_that_disconnects_has_its_worker_killed_within_a_second(request
         assert time.monotonic() - t0 < 1.0
         _until(lambda: pool.pending == 0, timeout=1)
         assert pool.restarts == 1 and pid not in pool.pids()
+
+
+def test_a_trace_stream_that_closes_has_its_worker_killed_within_a_second():
+    app = fake_app()
+    # the trace's parameters travel to the worker as a model: its imports need more room
+    pool = app.state.traces.pool = app.state.pool = WorkerPool(2, 2048, 20.0, 8, module=FAKE)
+    with served(app) as port:
+        ws = connect(f"ws://127.0.0.1:{port}/ws/trace")
+        ws.send(json.dumps({"type": "open", "params": {"n": 64, "d": 16, "bm": 16, "bn": 16}}))
+        _until(lambda: pool.pending == 1 and any(pool.pids()))
+        (pid,) = [p for p in pool.pids() if p is not None]
+        time.sleep(0.3)  # the trace is being built in the worker
+        assert _alive(pid)
+        ws.close()
+        t0 = time.monotonic()
+        _until(lambda: not _alive(pid), timeout=5)
+        assert time.monotonic() - t0 < 1.0
+        _until(lambda: pool.pending == 0, timeout=1)
+        assert pool.restarts == 1
 
 
 def test_a_request_queued_behind_another_leaves_when_its_client_does():
