@@ -174,8 +174,7 @@ def test_a_trace_stream_that_closes_has_its_worker_killed_within_a_second():
     app = fake_app()
     # the trace's parameters travel to the worker as a model: its imports need more room
     pool = app.state.traces.pool = app.state.pool = WorkerPool(2, 2048, 20.0, 8, module=FAKE)
-    with served(app) as port:
-        ws = connect(f"ws://127.0.0.1:{port}/ws/trace")
+    with served(app) as port, connect(f"ws://127.0.0.1:{port}/ws/trace") as ws:
         ws.send(json.dumps({"type": "open", "params": {"n": 64, "d": 16, "bm": 16, "bn": 16}}))
         _until(lambda: pool.pending == 1 and any(pool.pids()))
         (pid,) = [p for p in pool.pids() if p is not None]
