@@ -6,6 +6,9 @@ Before the executor (torch, triton) loads, the worker
 
 - leads a process group of its own (`setsid`), so the server stops it and whatever it started
   (a compiler, say) with one signal to the group (`kill_group`);
+- runs at a lower CPU priority than the server (`WORKER_NICE`): a live run in Triton's
+  interpreter takes a core for seconds, and on a small machine the server's event loop (health,
+  pages, room fan-out) must still get the CPU first;
 - caps its memory at `memory_mib` (RLIMIT_AS on the CPU, where Triton's interpreter allocates
   host memory; RLIMIT_DATA on a GPU, where the CUDA driver reserves far more address space than
   it uses and an address-space cap would stop it starting): a job beyond it fails with a
@@ -32,6 +35,7 @@ import traceback
 from typing import Any
 
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+WORKER_NICE = 10  # above the compute pool's 5: runs are long, and nobody waits on each step
 
 
 def die_with_parent() -> None:
@@ -84,6 +88,8 @@ def worker_main(
     if os.getppid() != parent:  # the server died before the guard was set
         return
     threading.Thread(target=_watch, args=(lifeline,), daemon=True, name="lifeline").start()
+    with contextlib.suppress(OSError):
+        os.nice(WORKER_NICE)
     cap_memory(memory_mib, device)
     module_name, func_name = executor.split(":")
     execute = getattr(importlib.import_module(module_name), func_name)

@@ -3,7 +3,7 @@
 seed 1: sleeps past any test timeout; seed 2: raises; seed 3: kills its own process; seed 4:
 reports its pid, starts a child process (reported too) and sleeps; seed 7: allocates 2 GiB;
 anything else: reports two progress messages and echoes the request, with the worker's pid,
-process group and memory cap. On a device named cuda, a
+process group, memory cap and niceness. On a device named cuda, a
 timed run answers as the real executor's GPU path would (invented figures: a fixed rate of
 useful work), so the measure-now routes can be tested without a GPU.
 """
@@ -44,6 +44,7 @@ def execute(job: dict, device: str, progress) -> dict:
         "echo": job,
         "pid": os.getpid(),
         "pgid": os.getpgid(0),
+        "nice": os.nice(0),
         "memory_cap": resource.getrlimit(resource.RLIMIT_AS)[0],
     }
 
