@@ -61,7 +61,11 @@ function cellText(z, small) {
  * what happens instead. */
 export function drawTile(div, ev, figures, { algo = "fa2", measured = false } = {}) {
   const st = ev.state;
-  const key = [ev.step, st.s ? st.s.length : 0];
+  // A tile's S and P are the same at every step that shows them: redraw when the tile, its P or
+  // the message changes, not at each step (two heatmaps with a hover per cell cost tens of ms).
+  const key = st.s
+    ? [ev.q_block, ev.kv_block, st.s.length, st.tile_stride, Boolean(st.p), ev.masked, algo, measured]
+    : ["none", ev.phase];
   if (!figures.stale("tile", key)) return;
   if (!st.s) {
     const text = NO_TILE[ev.phase] || "No tile at this step.";
