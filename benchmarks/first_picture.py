@@ -24,11 +24,10 @@ import datetime as dt
 import json
 import os
 import platform
-import statistics
 import sys
 from pathlib import Path
 
-from hostinfo import cpu_model, package_versions  # the module beside this script
+from hostinfo import cpu_model, package_versions, summary  # the module beside this script
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -58,24 +57,6 @@ RESOURCES = """() => performance.getEntriesByType('resource').map((r) => ({
   name: new URL(r.name).pathname, start: r.startTime, end: r.responseEnd,
   wire_bytes: r.encodedBodySize, bytes: r.decodedBodySize,
 }))"""
-
-
-def _percentile(xs: list[float], q: float) -> float:
-    s = sorted(xs)
-    k = (len(s) - 1) * q
-    lo, hi = int(k), min(int(k) + 1, len(s) - 1)
-    return s[lo] + (s[hi] - s[lo]) * (k - lo)
-
-
-def _summary(xs: list[float]) -> dict[str, float]:
-    return {
-        "n": len(xs),
-        "p50": _percentile(xs, 0.5),
-        "p95": _percentile(xs, 0.95),
-        "mean": statistics.fmean(xs),
-        "min": min(xs),
-        "max": max(xs),
-    }
 
 
 def one_run(browser, url: str) -> dict:
@@ -146,9 +127,9 @@ def main(argv: list[str] | None = None) -> int:
         "note": "2-core machine shared with other jobs; load averages recorded as found",
         "plotly": plotly,
         "page_wire_bytes": wire,
-        "first_plot_ms": _summary(first),
-        "step_drawn_ms": _summary(drawn),
-        "dom_content_loaded_ms": _summary(dcl),
+        "first_plot_ms": summary(first),
+        "step_drawn_ms": summary(drawn),
+        "dom_content_loaded_ms": summary(dcl),
         "raw": {"first_plot_ms": first, "step_drawn_ms": drawn, "dom_content_loaded_ms": dcl},
         "last_run_resources": runs[-1]["resources"],
     }

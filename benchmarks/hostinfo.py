@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import statistics
 from importlib import metadata
 from pathlib import Path
 
@@ -53,3 +54,23 @@ def result_path(out: Path, kind: str, header: dict, suffix: str = ".json") -> Pa
     out.mkdir(parents=True, exist_ok=True)
     tag = header["device"].replace(" ", "-").replace("/", "-")
     return out / f"{kind}-{tag}-{header['date']}{suffix}"
+
+
+def percentile(xs: list[float], q: float) -> float:
+    """The `q` quantile (0–1) of `xs`, linear between the two nearest ranks."""
+    s = sorted(xs)
+    k = (len(s) - 1) * q
+    lo, hi = int(k), min(int(k) + 1, len(s) - 1)
+    return s[lo] + (s[hi] - s[lo]) * (k - lo)
+
+
+def summary(xs: list[float]) -> dict[str, float]:
+    """Count, median, p95, mean, min and max of timings."""
+    return {
+        "n": len(xs),
+        "p50": percentile(xs, 0.5),
+        "p95": percentile(xs, 0.95),
+        "mean": statistics.fmean(xs),
+        "min": min(xs),
+        "max": max(xs),
+    }

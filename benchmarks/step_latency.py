@@ -22,14 +22,13 @@ import json
 import os
 import platform
 import socket
-import statistics
 import subprocess
 import sys
 import time
 import urllib.request
 from pathlib import Path
 
-from hostinfo import cpu_model, package_versions  # the module beside this script
+from hostinfo import cpu_model, package_versions, summary  # the module beside this script
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -68,23 +67,6 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _percentile(xs: list[float], q: float) -> float:
-    s = sorted(xs)
-    k = (len(s) - 1) * q
-    lo, hi = int(k), min(int(k) + 1, len(s) - 1)
-    return s[lo] + (s[hi] - s[lo]) * (k - lo)
-
-
-def _summary(xs: list[float]) -> dict[str, float]:
-    return {
-        "n": len(xs),
-        "p50": _percentile(xs, 0.5),
-        "p95": _percentile(xs, 0.95),
-        "mean": statistics.fmean(xs),
-        "max": max(xs),
-    }
-
-
 def _versions(browser_version: str) -> dict[str, str]:
     out = {"python": platform.python_version(), "chromium": browser_version}
     out["plotly.js"] = "4.1.1, cartesian partial bundle"
@@ -118,9 +100,9 @@ def run_scenario(page, base: str, scenario: dict, steps: int) -> dict:
         "url": f"/tiles?{scenario['query']}",
         "trace_steps": n_events,
         "steps_measured": steps,
-        "key_to_drawn_ms": _summary(to_drawn),
-        "key_to_frame_ms": _summary(to_frame),
-        "round_trip_from_python_ms": _summary(outside),
+        "key_to_drawn_ms": summary(to_drawn),
+        "key_to_frame_ms": summary(to_frame),
+        "round_trip_from_python_ms": summary(outside),
         "raw": {"key_to_drawn_ms": to_drawn, "key_to_frame_ms": to_frame, "python_ms": outside},
     }
 

@@ -13,6 +13,15 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 
+def alive(pid: int) -> bool:
+    """Whether `pid` is a live process (a zombie, dead but not yet reaped, counts as gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

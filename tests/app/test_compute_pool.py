@@ -14,6 +14,8 @@ import pytest
 
 from flashscope.app.compute.pool import Busy, Cancelled, TaskError, TooSlow, WorkerPool
 
+from .servers import alive
+
 FAKE = "tests.app.fake_tasks"
 
 
@@ -204,22 +206,13 @@ asyncio.run(go())
 """
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    with open(f"/proc/{pid}/stat") as f:
-        return f.read().split()[2] != "Z"
-
-
 def test_workers_die_with_a_killed_server():
     proc = subprocess.Popen([sys.executable, "-c", SERVER], stdout=subprocess.PIPE, text=True)
     pids = [int(x) for x in proc.stdout.readline().split()]
-    assert len(pids) == 2 and all(_alive(p) for p in pids)
+    assert len(pids) == 2 and all(alive(p) for p in pids)
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
     deadline = time.monotonic() + 5
-    while time.monotonic() < deadline and any(_alive(p) for p in pids):
+    while time.monotonic() < deadline and any(alive(p) for p in pids):
         time.sleep(0.1)
-    assert not any(_alive(p) for p in pids)
+    assert not any(alive(p) for p in pids)

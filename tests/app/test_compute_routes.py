@@ -5,7 +5,6 @@ client's share of the pool is answered at once, naming the setting."""
 from __future__ import annotations
 
 import json
-import os
 import socket
 import threading
 import time
@@ -26,7 +25,7 @@ from flashscope.app.compute.pool import WorkerPool
 from flashscope.app.config import Settings
 from flashscope.app.main import create_app
 
-from .servers import flashscope_server, free_port
+from .servers import alive, flashscope_server, free_port
 
 FAKE = "tests.app.fake_tasks"
 SMALL = {"batch": 1, "heads": 4, "seq": 1000, "head_dim": 64, "block_m": 64, "block_n": 64}
@@ -62,15 +61,6 @@ def _until(check, timeout: float = 10.0) -> None:
     while not check():
         assert time.monotonic() < deadline, "timed out"
         time.sleep(0.01)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    with open(f"/proc/{pid}/stat") as f:
-        return f.read().split()[2] != "Z"
 
 
 @pytest.mark.parametrize(("method", "path", "kw"), ROUTES)
@@ -160,11 +150,11 @@ def test_a_client_that_disconnects_has_its_worker_killed_within_a_second(request
         _until(lambda: pool.pending == 1 and any(pool.pids()))
         (pid,) = [p for p in pool.pids() if p is not None]
         time.sleep(0.3)  # the task is running in the worker
-        assert _alive(pid)
+        assert alive(pid)
         sock.shutdown(socket.SHUT_RDWR)
         sock.close()
         t0 = time.monotonic()
-        _until(lambda: not _alive(pid), timeout=5)
+        _until(lambda: not alive(pid), timeout=5)
         assert time.monotonic() - t0 < 1.0
         _until(lambda: pool.pending == 0, timeout=1)
         assert pool.restarts == 1 and pid not in pool.pids()
@@ -179,10 +169,10 @@ def test_a_trace_stream_that_closes_has_its_worker_killed_within_a_second():
         _until(lambda: pool.pending == 1 and any(pool.pids()))
         (pid,) = [p for p in pool.pids() if p is not None]
         time.sleep(0.3)  # the trace is being built in the worker
-        assert _alive(pid)
+        assert alive(pid)
         ws.close()
         t0 = time.monotonic()
-        _until(lambda: not _alive(pid), timeout=5)
+        _until(lambda: not alive(pid), timeout=5)
         assert time.monotonic() - t0 < 1.0
         _until(lambda: pool.pending == 0, timeout=1)
         assert pool.restarts == 1

@@ -16,6 +16,8 @@ from flashscope.app.config import Settings
 from flashscope.app.main import create_app
 from flashscope.app.middleware.identity import COOKIE
 
+from .servers import alive
+
 
 @pytest.fixture
 def runs_client():
@@ -215,18 +217,9 @@ def test_unknown_run_is_404(runs_client):
     assert runs_client.get("/api/runs/not-hex!").status_code == 422
 
 
-def _alive(pid: int) -> bool:
-    """Whether `pid` is a live process (a zombie, dead but not yet reaped, counts as gone)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
-
-
 def _gone(pids, timeout=10.0) -> bool:
     deadline = time.monotonic() + timeout
-    while any(_alive(p) for p in pids):
+    while any(alive(p) for p in pids):
         if time.monotonic() > deadline:
             return False
         time.sleep(0.05)
@@ -241,7 +234,7 @@ def test_timeout_kills_the_worker_and_what_it_started(runs_client):
         assert time.monotonic() < deadline
         time.sleep(0.05)
     worker, child = (int(m.split()[1]) for m in messages)
-    assert _alive(worker) and _alive(child)
+    assert alive(worker) and alive(child)
     assert os.getpgid(child) == os.getpgid(worker) == worker  # the worker leads its group
     assert _wait(runs_client, run_id)["state"] == "timeout"
     assert _gone([worker, child])
@@ -298,7 +291,7 @@ def test_the_worker_and_what_it_started_die_with_a_killed_server():
     try:
         line = server.stdout.readline()
         worker, child = (int(p) for p in line.split())
-        assert _alive(worker) and _alive(child)
+        assert alive(worker) and alive(child)
         server.send_signal(signal.SIGKILL)
         server.wait(timeout=10)
         assert _gone([worker, child], timeout=5), "orphans outlived the server"
