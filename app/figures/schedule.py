@@ -30,6 +30,21 @@ BLOCK_AXIS = {
     "decode_split": "split",
     "decode_reduce": "kv head",
 }
+# The kernels as the lessons name them, for axis titles (the engine's names are code).
+KERNEL_TITLE = {
+    "fa2": "FA-2 forward",
+    "fa1": "FA-1 forward",
+    "naive_qk": "naive S = QKᵀ",
+    "naive_softmax": "naive softmax",
+    "naive_pv": "naive O = PV",
+    "bwd_preprocess": "backward, D = rowsum(dO∘O)",
+    "bwd_main": "FA-2 backward",
+    "bwd_dq": "backward dQ",
+    "bwd_dkdv": "backward dK, dV",
+    "bwd_postprocess": "backward, dQ to its dtype",
+    "decode_split": "decode, one split",
+    "decode_reduce": "decode, merge of the splits",
+}
 WAVE_COLORS = ("#1d4ed8", "#f59e0b", "#059669", "#dc2626", "#7c3aed", "#0891b2")
 
 
@@ -198,7 +213,7 @@ def imbalance(r: SimResult) -> dict[str, Any]:
             }
         ],
         "layout": {
-            "xaxis": {"title": {"text": f"{k.name}: {axis}"}},
+            "xaxis": {"title": {"text": f"{KERNEL_TITLE.get(k.name, k.name)}: {axis}"}},
             "yaxis": {"title": {"text": "CTA time (µs)"}, "rangemode": "tozero"},
             "showlegend": False,
         },
