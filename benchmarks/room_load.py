@@ -36,8 +36,6 @@ import itertools
 import json
 import os
 import platform
-import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -50,12 +48,9 @@ from websockets.asyncio.client import connect
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
+sys.path.insert(0, str(ROOT))
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from tests.app.servers import RedisProcess, free_port
 
 
 def rss_mib(pid: int) -> float:
@@ -292,45 +287,6 @@ async def run(args: argparse.Namespace, base: str, pid: int) -> dict:
 # --- Redis restart ----------------------------------------------------------------------------
 
 
-class Redis:
-    """A redis-server without persistence on a fixed loopback port, stopped and started again."""
-
-    def __init__(self) -> None:
-        exe = shutil.which("redis-server") or "/usr/bin/redis-server"
-        if not os.path.exists(exe):
-            raise RuntimeError("redis-server not found (`make redis` installs Debian's)")
-        self.exe, self.port = exe, free_port()
-        self.url = f"redis://127.0.0.1:{self.port}/0"
-        self.proc: subprocess.Popen | None = None
-
-    def answers(self) -> bool:
-        try:
-            with socket.create_connection(("127.0.0.1", self.port), timeout=1) as s:
-                s.sendall(b"PING\r\n")
-                return s.recv(16).startswith(b"+PONG")
-        except OSError:
-            return False
-
-    def start(self) -> float:
-        """Start it; the monotonic time at which it first answered."""
-        argv = ["--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
-        self.proc = subprocess.Popen(
-            [self.exe, *argv], stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT
-        )
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            if self.answers():
-                return time.monotonic()
-            time.sleep(0.005)
-        raise RuntimeError("redis-server did not start within 30 s")
-
-    def stop(self) -> None:
-        if self.proc is not None:
-            self.proc.terminate()
-            self.proc.wait(timeout=10)
-            self.proc = None
-
-
 def http_status(url: str, headers: dict[str, str] | None = None) -> tuple[int, dict]:
     req = urllib.request.Request(url, headers=headers or {})
     try:
@@ -368,7 +324,7 @@ async def burst_503s(bases: list[str], code: str, token: str, n: int) -> dict[st
     return out
 
 
-async def run_restart(args: argparse.Namespace, bases: list[str], redis: Redis) -> dict:
+async def run_restart(args: argparse.Namespace, bases: list[str], redis: RedisProcess) -> dict:
     room = create_room(bases[0])
     code, token = room["code"], room["drive_token"]
     path = f"/ws/rooms/{code}"
@@ -414,7 +370,7 @@ async def run_restart(args: argparse.Namespace, bases: list[str], redis: Redis) 
             )
         )
         await asyncio.sleep(args.outage / 2)
-        marks["t_up"] = await asyncio.to_thread(redis.start)
+        marks["t_up"] = await asyncio.to_thread(redis.start, 0.005)
         marks["after_up"] = await burst_503s(bases, code, token, 40)
         await asyncio.sleep(args.back_within)
         marks["clients"] = [
@@ -515,7 +471,7 @@ async def run_restart(args: argparse.Namespace, bases: list[str], redis: Redis) 
 
 
 def main_restart(args: argparse.Namespace) -> int:
-    redis = Redis()
+    redis = RedisProcess()
     env = {
         "FLASHSCOPE_REDIS_URL": redis.url,
         "FLASHSCOPE_ROOM_MAX_CLIENTS": str(args.attendees + 1),

@@ -28,7 +28,10 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def _wait(proc: subprocess.Popen, ready, what: str, timeout: float = 60.0) -> None:
+def _wait(
+    proc: subprocess.Popen, ready, what: str, timeout: float = 60.0, poll_s: float = 0.1
+) -> float:
+    """Poll `ready()` every `poll_s` until it says yes: the monotonic time it first did."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
@@ -36,10 +39,10 @@ def _wait(proc: subprocess.Popen, ready, what: str, timeout: float = 60.0) -> No
             raise RuntimeError(f"{what} exited early:\n{out}")
         try:
             if ready():
-                return
+                return time.monotonic()
         except OSError:
             pass
-        time.sleep(0.1)
+        time.sleep(poll_s)
     proc.kill()
     raise RuntimeError(f"{what} did not start within {timeout:.0f} s")
 
@@ -73,12 +76,13 @@ class RedisProcess:
         except OSError:
             return False
 
-    def start(self) -> None:
+    def start(self, poll_s: float = 0.1) -> float:
+        """Start it; the monotonic time at which it first answered (asked every `poll_s`)."""
         argv = ["--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
         self.proc = subprocess.Popen(
             [self.exe, *argv], stdout=subprocess.PIPE, stderr=subprocess.STDOUT
         )
-        _wait(self.proc, self.answers, "redis-server")
+        return _wait(self.proc, self.answers, "redis-server", poll_s=poll_s)
 
     def stop(self) -> None:
         if self.proc is not None:
