@@ -36,7 +36,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import datetime as dt
-import itertools
 import json
 import multiprocessing as mp
 import os
@@ -353,14 +352,8 @@ async def run(args: argparse.Namespace, base: str, pid: int) -> dict:
     summaries, left = await asyncio.to_thread(results.recv)  # when it really left
     horde.join(timeout=30)
 
-    lost = duplicated = reordered = 0
-    latencies = []
-    for got in received:
-        seen = [s for _, s, _ in got]
-        lost += steps - len(set(seen))
-        duplicated += len(seen) - len(set(seen))
-        reordered += sum(1 for a, b in itertools.pairwise(seen) if b <= a)
-        latencies += [(t - sent_at[s]) * 1000 for _, s, t in got if 0 <= s < steps]
+    lost, duplicated, reordered, delays = rl.delivery(received, steps, sent_at)
+    latencies = [d * 1000 for d in delays]
     peak = max(s[1] for s in samples)
     stopped = stop_time(samples, left) if left is not None else None
     room_cores = None

@@ -152,6 +152,22 @@ def create_room(base: str) -> dict:
         return dict(json.loads(r.read()))
 
 
+def delivery(
+    received: list[list], steps: int, sent_at: np.ndarray
+) -> tuple[int, int, int, list[float]]:
+    """(lost, duplicated, reordered, delivery latencies in s) over every attendee's log of
+    (seq, step, arrival time) for `steps` states sent at `sent_at[step]`."""
+    lost = duplicated = reordered = 0
+    latencies: list[float] = []
+    for got in received:
+        seen = [step for _, step, _ in got]
+        lost += steps - len(set(seen))
+        duplicated += len(seen) - len(set(seen))
+        reordered += sum(1 for a, b in itertools.pairwise(seen) if b <= a)
+        latencies.extend(t - sent_at[step] for _, step, t in got if 0 <= step < steps)
+    return lost, duplicated, reordered, latencies
+
+
 async def run(args: argparse.Namespace, base: str, pid: int) -> dict:
     room = create_room(base)
     url = base.replace("http", "ws") + f"/ws/rooms/{room['code']}"
@@ -225,14 +241,7 @@ async def run(args: argparse.Namespace, base: str, pid: int) -> dict:
         t.cancel()
     failures = [repr(t.exception()) for t in done if t.exception()]
 
-    lost = duplicated = reordered = 0
-    latencies = []
-    for got in received:
-        seen = [step for _, step, _ in got]
-        lost += steps - len(set(seen))
-        duplicated += len(seen) - len(set(seen))
-        reordered += sum(1 for a, b in itertools.pairwise(seen) if b <= a)
-        latencies.extend(t - sent_at[step] for _, step, t in got if 0 <= step < steps)
+    lost, duplicated, reordered, latencies = delivery(received, steps, sent_at)
     lat_ms = np.array(latencies) * 1000
     per_second_p95 = []
     for s in range(int(args.seconds)):
