@@ -22,6 +22,7 @@ import signal
 import sys
 import threading
 import traceback
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -176,7 +177,7 @@ class WorkerPool:
         self.max_per_client = max_per_client
         self.max_per_address = max_per_address
         self.pending = 0
-        self._by_client: dict[str, int] = {}  # tasks waiting or running, by client and address
+        self._held: Counter[str] = Counter()  # tasks waiting or running, by client and address
         self._ctx = mp.get_context("spawn")
         self._workers = [_Worker() for _ in range(self.size)]
         self._threads: ThreadPoolExecutor | None = None
@@ -265,13 +266,11 @@ class WorkerPool:
             if name is not None
         ]
         for key, who, limit in shares:
-            mine = self._by_client.get(key, 0)
-            if limit is not None and mine >= limit:
-                raise Busy(mine, who=who)
+            if limit is not None and self._held[key] >= limit:
+                raise Busy(self._held[key], who=who)
         counted = [key for key, _, _ in shares]
         self.pending += 1
-        for key in counted:
-            self._by_client[key] = self._by_client.get(key, 0) + 1
+        self._held.update(counted)
         w = self._choose(affinity)
         w.load += 1
         try:
@@ -290,10 +289,8 @@ class WorkerPool:
         finally:
             w.load -= 1
             self.pending -= 1
-            for key in counted:
-                left = self._by_client.pop(key) - 1
-                if left:
-                    self._by_client[key] = left
+            self._held.subtract(counted)
+            self._held += Counter()  # drops the keys whose count is back to 0
 
     async def _run_on(
         self, w: _Worker, message: tuple[str, Any], gone: Callable[[], Awaitable[bool]] | None
