@@ -16,7 +16,27 @@ from typing import Any
 
 # The datasets shipped with the app (package data: app/data/ in the repository).
 DATA_DIR = Path(__file__).resolve().parent / "data"
-PATTERN = "validation-*.json"
+PATTERNS = ("validation-*.json", "validation-*.json.gz")  # the larger ones gzipped
+
+# The sweep a dataset measured (its "sweep" field; "protocol" where it has none), how the app
+# labels it, and which subset its headline figures are of: the protocol's over all its rows, as
+# its targets are set; the users' space's over the held-out half, which nothing was fitted on.
+SWEEPS: dict[str, dict[str, str]] = {
+    "protocol": {"label": "the papers' protocol", "headline": "all"},
+    "users": {"label": "the space users meet", "headline": "holdout"},
+}
+
+
+def sweep_of(doc: dict[str, Any]) -> str:
+    """The sweep a dataset measured: its "sweep" field, "protocol" where it has none."""
+    sweep = doc.get("sweep")
+    return sweep if isinstance(sweep, str) and sweep else "protocol"
+
+
+def dataset_key(gpu: str, sweep: str = "protocol") -> str:
+    """How Datasets.all keys a dataset: the GPU preset key, with the sweep after a colon where
+    it is not the protocol ("h100-sxm", "h100-sxm:users")."""
+    return gpu if sweep == "protocol" else f"{gpu}:{sweep}"
 
 
 class _ByMtime:
@@ -45,8 +65,9 @@ class _ByMtime:
 
 def _parse_dataset(path: Path) -> dict[str, Any] | None:
     try:
-        doc = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError):
+        raw = path.read_bytes()
+        doc = json.loads(gzip.decompress(raw) if path.name.endswith(".gz") else raw)
+    except (OSError, EOFError, ValueError):  # gzip.BadGzipFile and JSONDecodeError included
         return None
     if not isinstance(doc, dict) or doc.get("kind") != "flashscope validation":
         return None
@@ -55,22 +76,26 @@ def _parse_dataset(path: Path) -> dict[str, Any] | None:
 
 
 class Datasets:
-    """Newest validation dataset per GPU preset key, read lazily and cached by mtime."""
+    """Newest validation dataset per GPU preset key and sweep (`dataset_key`), read lazily and
+    cached by mtime."""
 
     def __init__(self, folder: Path) -> None:
         self.folder = Path(folder)
         self._files = _ByMtime()
 
     def all(self) -> dict[str, dict[str, Any]]:
-        """GPU key → its newest dataset (by the date it holds, then the file name)."""
+        """`dataset_key` → the newest dataset of that GPU and sweep (by the date it holds, then
+        the file name)."""
         best: dict[str, dict[str, Any]] = {}
-        for path in sorted(self.folder.glob(PATTERN)):
+        paths = sorted({p for pattern in PATTERNS for p in self.folder.glob(pattern)})
+        for path in paths:
             doc = self._files.read(path, _parse_dataset)
             if doc is None or not isinstance(doc.get("rows"), list):
                 continue
-            key = doc.get("gpu")
-            if not isinstance(key, str):
+            gpu = doc.get("gpu")
+            if not isinstance(gpu, str):
                 continue
+            key = dataset_key(gpu, sweep_of(doc))
             old = best.get(key)
             if old is None or (doc.get("date") or "", doc["file"]) > (
                 old.get("date") or "",

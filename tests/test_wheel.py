@@ -9,6 +9,7 @@ the borrowed folder does not activate), and the test checks that it does.
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import sysconfig
@@ -73,6 +74,11 @@ def test_the_wheel_holds_one_namespace_and_its_data(wheel):
         assert wanted in names, wanted
     assert any(n.startswith("flashscope/static/vendor/plotly-") for n in names)
     assert any(n.startswith("flashscope/app/data/validation-") for n in names)
+    # every shipped dataset, the gzipped users' sweep among them
+    shipped = sorted(p.name for p in (ROOT / "app" / "data").glob("validation-*.json*"))
+    assert any(n.endswith(".json.gz") for n in shipped)
+    for name in shipped:
+        assert f"flashscope/app/data/{name}" in names, name
     assert any(n.startswith("flashscope/app/data/timeline-") for n in names)
 
 
@@ -93,3 +99,5 @@ def test_the_installed_wheel_serves_every_page(installed, tmp_path):
         compare = next(v for v in VIEWS if v.path == "/compare")
         with urllib.request.urlopen(base + compare.api.split("?")[0], timeout=60) as r:
             assert r.status == 200  # the shipped datasets are found in the installed package
+        with urllib.request.urlopen(base + "/api/compare?sweep=users", timeout=60) as r:
+            assert json.load(r)["dataset"]["sweep"] == "users"

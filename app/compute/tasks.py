@@ -12,13 +12,15 @@ The other tasks (TASKS) are module-level functions of a JSON payload (the reques
 parameters and the limits they need) that return the route's whole response body as JSON bytes,
 serialised here as FastAPI would have done it in the server, so the server only forwards them:
 
-    simulate           {body, timeline_ctas}           → POST /api/simulate
+    simulate           {body, timeline_ctas}           → POST /api/simulate (algo fa3: the
+                                                         FA-3 model, app/figures/fa3.py)
     schedule           {params, timeline_ctas}         → GET /api/schedule
     schedule.chrome    {params, timeline_ctas}         → GET /api/schedule/chrome
     schedule.measured  {params, record, timeline_ctas} → GET /api/schedule/measured/{id}, or None
                                                          when the launch is not one kernel
     memory_wall        {params, ns}                    → GET /api/memory-wall
-    compare            {folder, dataset, id, timeline_ctas} → GET /api/compare
+    compare            {folder, dataset, id, timeline_ctas} → GET /api/compare (dataset: its
+                                                          key, datasets.dataset_key)
     compare.dataset    {entries, measured, env, gpu, left_out} → POST /api/compare/dataset
 
 A ValueError is the request's fault (the route answers 422); `DoesNotFit` (a ValueError too)
@@ -35,8 +37,9 @@ from typing import Any
 from pydantic import TypeAdapter
 
 from flashscope.app.compute.simulation import parts
-from flashscope.app.datasets import Datasets, Timelines
+from flashscope.app.datasets import SWEEPS, Datasets, Timelines, sweep_of
 from flashscope.app.figures.chrome_trace import from_tile_trace, from_timeline, from_walks
+from flashscope.app.figures.fa3 import response as fa3_response
 from flashscope.app.figures.report import (
     gantt,
     limiter_bars,
@@ -56,6 +59,7 @@ from flashscope.app.schemas.simulate import SimulateRequest
 from flashscope.app.schemas.trace import TraceEventModel, TraceParams
 from flashscope.app.schemas.views import MemoryWallParams, ScheduleParams
 from flashscope.simulator.calibrate.explain import kernel_rows, notes
+from flashscope.simulator.calibrate.known_misses import MISS_BEYOND_PCT, measured_misses
 from flashscope.simulator.calibrate.validation import (
     Entry,
     build_dataset,
@@ -75,6 +79,8 @@ from flashscope.simulator.teach.memory_wall import (
     naive_walk,
 )
 from flashscope.simulator.teach.tracing import build_trace
+from flashscope.simulator.timing import fa3
+from flashscope.simulator.timing.engine import call_time_s
 from flashscope.simulator.timing.results import SimResult
 
 CURSOR_STEPS = 100  # the schedule's time cursor stops at 0 %, 1 %, …, 100 % of the run
@@ -143,6 +149,8 @@ def _window(trace: Trace, start: int, count: int, limit: int) -> list[str]:
 def simulate(payload: dict[str, Any], state: dict[str, Any]) -> bytes:
     """POST /api/simulate's body: the summary, and the SM timeline when asked."""
     body = SimulateRequest.model_validate(payload["body"])
+    if body.algo == fa3.ALGO:
+        return _json(fa3_response(parts(body).run_fa3()), _ANY)
     result = parts(body).run()
     out = summary(result)
     if body.timeline:
@@ -279,6 +287,12 @@ def _row(r: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _sweep(ds: dict[str, Any]) -> dict[str, Any]:
+    """A dataset's sweep, its label and the subset its headline figures are of."""
+    sweep = sweep_of(ds)
+    return {"sweep": sweep, **SWEEPS.get(sweep, {"label": sweep, "headline": "holdout"})}
+
+
 def compare(payload: dict[str, Any], state: dict[str, Any]) -> bytes:
     """GET /api/compare's body: every row of dataset `dataset`, and row `id` simulated again and
     explained. The worker reads the datasets and measured schedules of `folder` itself, and
@@ -296,11 +310,17 @@ def compare(payload: dict[str, Any], state: dict[str, Any]) -> bytes:
     result = simulate_config(row["config"], hardware.from_name(ds["gpu"]))
     # each kernel beside its ncu row (and simulated alone): the table and the notes share them
     kernels = kernel_rows(result, ncu_kernels(row))
+    call_us = call_time_s(result) * 1e6
+    breakdown = {k: v * 1e6 for k, v in result.breakdown.items()}
+    if call_us > result.time_s * 1e6:  # the host's floor: what the call waits beyond its kernels
+        breakdown["host"] = call_us - result.time_s * 1e6
     return _json(
         {
             "datasets": [
                 {
-                    "gpu": k,
+                    "key": k,
+                    "gpu": d["gpu"],
+                    **_sweep(d),
                     "device": d.get("device"),
                     "date": d.get("date"),
                     "file": d["file"],
@@ -309,20 +329,29 @@ def compare(payload: dict[str, Any], state: dict[str, Any]) -> bytes:
                 for k, d in sorted(data.items())
             ],
             "dataset": {
+                "key": payload["dataset"],
                 **{
                     k: ds.get(k)
                     for k in ("gpu", "device", "date", "torch", "triton", "cuda", "file")
                 },
+                **_sweep(ds),
                 "summary": {k: ds["summary"][k] for k in ("all", "fit", "holdout", "targets")},
                 "ncu": (ds.get("ncu") or {}).get("version"),
+                "known_misses": {
+                    "subset": "holdout",
+                    "beyond_pct": MISS_BEYOND_PCT,
+                    "classes": measured_misses(ds["rows"], "holdout", MISS_BEYOND_PCT),
+                },
             },
             "rows": [_row(r) for r in ds["rows"]],
             "chosen": {
                 **_row(row),
                 "config": row["config"],
-                "simulated_now_us": result.time_s * 1e6,
+                # the whole call, as the measured time is (its host floor included)
+                "simulated_now_us": call_us,
+                "simulated_kernels_now_us": result.time_s * 1e6,
                 "limiter": result.limiter,
-                "breakdown_us": {k: v * 1e6 for k, v in result.breakdown.items()},
+                "breakdown_us": breakdown,
                 "kernels": kernels,
                 "notes": notes(row, result, kernels),
                 "timeline": gantt(result, ctas),

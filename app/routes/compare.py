@@ -9,7 +9,7 @@ the route picks the row here, a compute worker simulates and explains it (app/co
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, HTTPException, Query, Request, Response
 from fastapi.responses import HTMLResponse
@@ -18,7 +18,7 @@ from starlette.concurrency import run_in_threadpool
 
 from flashscope.app.compute.http import pool_errors, run_task
 from flashscope.app.compute.pool import TaskError
-from flashscope.app.datasets import Datasets
+from flashscope.app.datasets import SWEEPS, Datasets, dataset_key, sweep_of
 from flashscope.app.deps import SettingsDep, TemplatesDep
 from flashscope.app.middleware.errors import limit_error, refuse
 from flashscope.app.views import view_at
@@ -33,6 +33,11 @@ class CompareParams(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     gpu: str | None = Field(None, max_length=40, description="GPU preset of the dataset.")
+    sweep: Literal["protocol", "users"] | None = Field(
+        None,
+        description="The sweep the dataset measured: the papers' protocol (the default) or "
+        "the space users meet (its held-out half is the headline).",
+    )
     id: str | None = Field(None, max_length=80, description="Configuration to explain.")
 
 
@@ -50,25 +55,42 @@ def choose(
             status_code=404,
             detail="no validation dataset in the results folder (FLASHSCOPE_DATASETS_DIR)",
         )
-    choices = sorted(data)
-    key = params.gpu
-    if key is not None:
+    # unnamed: the protocol's, or where there is none (a folder of other sweeps) the first's
+    sweep = params.sweep or ("protocol" if any(":" not in k for k in data) else
+                             sorted(data)[0].partition(":")[2])  # fmt: skip
+    gpus = sorted({d["gpu"] for k, d in data.items() if k == dataset_key(d["gpu"], sweep)})
+    gpu = params.gpu
+    if gpu is not None:
         try:
-            key = hardware.resolve(key)
+            gpu = hardware.resolve(gpu)
         except ValueError:
-            key = None
-    if params.gpu is not None and key not in data:
+            gpu = None
+    if params.gpu is not None and gpu not in gpus:
+        choices = gpus or sorted({d["gpu"] for d in data.values()})
         raise refuse(
             [
                 limit_error(
                     "gpu",
-                    f"no dataset for gpu {params.gpu!r}; choose one of {', '.join(choices)}",
+                    f"no dataset of the {sweep} sweep for gpu {params.gpu!r}; choose one of "
+                    f"{', '.join(choices)}",
                     params.gpu,
                     choices,
                 )
             ]
         )
-    ds = data[key or ("h100-sxm" if "h100-sxm" in data else choices[0])]
+    if not gpus:
+        sweeps = sorted({k.partition(":")[2] or "protocol" for k in data})
+        raise refuse(
+            [
+                limit_error(
+                    "sweep",
+                    f"no dataset of the {sweep} sweep; choose one of {', '.join(sweeps)}",
+                    sweep,
+                    sweeps,
+                )
+            ]
+        )
+    ds = data[dataset_key(gpu or ("h100-sxm" if "h100-sxm" in gpus else gpus[0]), sweep)]
     rows = ds["rows"]
     if params.id is None:
         scored = [r for r in rows if r.get("error_pct") is not None]
@@ -97,7 +119,7 @@ async def compare(
     ds, row = choose(params, data)
     payload = {
         "folder": str(settings.datasets_dir),
-        "dataset": ds["gpu"],
+        "dataset": dataset_key(ds["gpu"], sweep_of(ds)),
         "id": row["id"],
         "timeline_ctas": settings.compare_timeline_ctas,
     }
@@ -108,11 +130,20 @@ async def compare(
     return Response(out, media_type="application/json")
 
 
+def _shown_order(key: str) -> tuple[bool, str]:
+    """The protocol's datasets first, by GPU key, then the other sweeps'."""
+    return (":" in key, key)
+
+
 @router.get("/compare", response_class=HTMLResponse, include_in_schema=False)
 def page(request: Request, templates: TemplatesDep) -> HTMLResponse:
     data = _datasets(request).all()
     return templates.TemplateResponse(
         request,
         "compare.html",
-        {"view": view_at("/compare"), "datasets": [data[k] for k in sorted(data)]},
+        {
+            "view": view_at("/compare"),
+            "datasets": [{**data[k], "key": k} for k in sorted(data, key=_shown_order)],
+            "sweeps": SWEEPS,
+        },
     )

@@ -12,8 +12,9 @@ engine charged its effect with that fitted term.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -181,3 +182,214 @@ def known_miss(key: str, gpu: str | None = None) -> KnownMiss:
         if miss.key == key and (gpu is None or gpu in miss.gpus):
             return miss
     raise KeyError(f"no known miss {key!r}" + (f" on {gpu}" if gpu else ""))
+
+
+# --- the classes a dataset's rows fall in, and the misses they measure ----------------------
+#
+# KNOWN_MISSES above quote figures measured once; the table below is computed from a dataset's
+# rows each time it is asked for: every row falls in the first class whose test it passes, and
+# a class whose rows of one subset (the held-out half by default) are off by more than
+# MISS_BEYOND_PCT on average is a miss, with the effect the engine lacks for that class.
+
+# A call is bound by the host where its kernels' GPU time (Nsight Compute's durations, summed)
+# is less than this share of the time the call took.
+HOST_BOUND_SHARE = 0.6
+MISS_BEYOND_PCT = 10.0
+
+_NOT_ISOLATED = "not isolated yet: "
+
+
+def kernels_share(row: Mapping[str, Any]) -> float | None:
+    """The share of a row's measured call time its kernels ran on the GPU (Nsight Compute's
+    durations summed), or None where Nsight Compute did not time them."""
+    from flashscope.simulator.calibrate.validation import ncu_kernels
+    from flashscope.simulator.timing.compiled import NCU_DURATION
+
+    kernels = ncu_kernels(dict(row))
+    call = row.get("measured_us")
+    if not kernels or not call or any(not k.get(NCU_DURATION) for k in kernels):
+        return None
+    return sum(float(k[NCU_DURATION]) for k in kernels) * 1e-3 / float(call)
+
+
+def host_bound(row: Mapping[str, Any]) -> bool:
+    """Whether the host bounds the row's call: its kernels ran under HOST_BOUND_SHARE of it."""
+    share = kernels_share(row)
+    return share is not None and share < HOST_BOUND_SHARE
+
+
+def spills(row: Mapping[str, Any]) -> bool:
+    """Whether Nsight Compute saw any of the row's kernels reload from local memory."""
+    from flashscope.simulator.calibrate.validation import ncu_kernels
+    from flashscope.simulator.timing.compiled import LOCAL_LOAD
+
+    return any((k.get(LOCAL_LOAD) or 0) > 0 for k in ncu_kernels(dict(row)))
+
+
+def _config(row: Mapping[str, Any]) -> Mapping[str, Any]:
+    config: Mapping[str, Any] = row.get("config") or {}
+    return config
+
+
+def _spread(row: Mapping[str, Any]) -> bool:
+    return row.get("tiles") == "spread"
+
+
+def _forward(row: Mapping[str, Any]) -> bool:
+    return _config(row).get("algo") == "fa2"
+
+
+def _backward(row: Mapping[str, Any]) -> bool:
+    return _config(row).get("algo") == "fa2-bwd"
+
+
+def _where(where: Mapping[str, object]) -> Callable[[Mapping[str, Any]], bool]:
+    return lambda row: all(_config(row).get(k) == v for k, v in where.items())
+
+
+@dataclass(frozen=True)
+class MissClass:
+    """A class of configurations a dataset's row may fall in, and what the engine lacks for
+    it (what the table says where the class is off)."""
+
+    key: str
+    name: str  # a few words: what a table's row calls it
+    configs: str  # the class, in words
+    lacks: str
+    test: Callable[[Mapping[str, Any]], bool]
+
+
+_STRUCTURAL = tuple(
+    MissClass(
+        m.key,
+        m.key.replace("-", " "),
+        m.configs,
+        m.lacks
+        if m.modelled is None
+        else f"{m.lacks} (charged since by the fitted {m.modelled} term; what is left of it)",
+        _where(m.where),
+    )
+    for m in KNOWN_MISSES
+    if m.kernel is None
+)
+
+MISS_CLASSES: tuple[MissClass, ...] = (
+    MissClass(
+        "host-bound",
+        "host-bound calls",
+        "calls bound by the host: their kernels ran on the GPU for under "
+        f"{HOST_BOUND_SHARE:.0%} of the call (Nsight Compute), small backward problems above all",
+        "a host cost that varies from call to call: the engine floors a call at one fitted "
+        "cost per launch and one per backward (host_launch_us, host_backward_us)",
+        host_bound,
+    ),
+    *_STRUCTURAL,
+    MissClass(
+        "spills-spread",
+        "spilling kernels, spread tiles",
+        "kernels that spill registers to local memory, on spread tiles: the compiled-kernel "
+        "table has no entry for most of them, so the engine estimates their spills from the "
+        "registers their tiles ask for beyond the cap",
+        "the compiler's own spill decisions: the local bytes Nsight Compute counts scatter a "
+        "factor of two and more around the estimate from excess registers",
+        lambda row: spills(row) and _spread(row),
+    ),
+    MissClass(
+        "spills-candidate",
+        "spilling kernels, candidate tiles",
+        "kernels that spill registers to local memory, on the kernels' candidate tiles "
+        "(the backward at large head_dim above all)",
+        _NOT_ISOLATED + "the engine charges their local bytes at the L1 rate (local_gbs) and "
+        "the reloads that miss L1 at the L2 rate; what a step that waits on its reloads loses "
+        "beyond that is not modelled",
+        spills,
+    ),
+    MissClass(
+        "forward-spread",
+        "forwards, spread tiles",
+        "forwards on spread tiles that do not spill (tiles of 16–64 rows or columns, one or "
+        "two stages, more warps than the tile has 64-row slices)",
+        _NOT_ISOLATED + "small and narrow tiles run slower than the engine's per-step costs, "
+        "fitted on the protocol's wider tiles, say",
+        lambda row: _forward(row) and _spread(row),
+    ),
+    MissClass(
+        "forward-candidate",
+        "forwards, candidate tiles",
+        "forwards on the kernels' candidate tiles that do not spill",
+        _NOT_ISOLATED + "the scatter of shapes the protocol never varied (ragged lengths, K/V "
+        "groups, N_k ≠ N_q, head_dim 32, 80, 96, bf16), fitted on its one family of shapes",
+        _forward,
+    ),
+    MissClass(
+        "backward",
+        "backwards",
+        "backwards that neither spill nor wait on the host",
+        _NOT_ISOLATED + "the shapes the protocol never varied, as for the forward; the "
+        "backward's two kernels, concurrent on the separate route, err apart",
+        _backward,
+    ),
+    MissClass(
+        "other", "others", "the other configurations", _NOT_ISOLATED.removesuffix(": "), bool
+    ),
+)
+
+
+def miss_class(row: Mapping[str, Any], classes: Sequence[MissClass] = MISS_CLASSES) -> str:
+    """The key of the first class whose test `row` passes ("other" where none does)."""
+    return next((c.key for c in classes if c.test(row)), "other")
+
+
+def class_table(
+    rows: Sequence[Mapping[str, Any]],
+    subset: str | None = "holdout",
+    classes: Sequence[MissClass] = MISS_CLASSES,
+) -> list[dict[str, Any]]:
+    """Each class with rows of `subset` (None: all rows) that were both measured and simulated:
+    its rows, time MAPE, bias (mean error) and worst error in per cent, the worst row's id, the
+    share within 10%, and what the engine lacks for it; in the order of `classes`."""
+    from flashscope.simulator.calibrate.validation import error_stats
+
+    groups: dict[str, list[Mapping[str, Any]]] = {}
+    for r in rows:
+        if subset is not None and r.get("subset") != subset:
+            continue
+        if not r.get("measured_us") or not r.get("simulated_us"):
+            continue
+        groups.setdefault(miss_class(r, classes), []).append(r)
+    out = []
+    for c in classes:
+        rs = groups.get(c.key)
+        if not rs:
+            continue
+        stats = error_stats(
+            [str(r.get("id")) for r in rs],
+            [r["measured_us"] for r in rs],
+            [r["simulated_us"] for r in rs],
+        )
+        out.append(
+            {
+                "key": c.key,
+                "name": c.name,
+                "configs": c.configs,
+                "rows": stats["n"],
+                "mape_pct": stats["mape_pct"],
+                "bias_pct": stats["bias_pct"],
+                "worst_pct": stats["worst_pct"],
+                "worst_id": stats["worst_id"],
+                "within_10pct": stats["within_10pct"],
+                "lacks": c.lacks,
+            }
+        )
+    return out
+
+
+def measured_misses(
+    rows: Sequence[Mapping[str, Any]],
+    subset: str | None = "holdout",
+    beyond_pct: float = MISS_BEYOND_PCT,
+    classes: Sequence[MissClass] = MISS_CLASSES,
+) -> list[dict[str, Any]]:
+    """The classes of `class_table` whose time MAPE is beyond `beyond_pct`, worst first."""
+    table = [c for c in class_table(rows, subset, classes) if c["mape_pct"] > beyond_pct]
+    return sorted(table, key=lambda c: -c["mape_pct"])

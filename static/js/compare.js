@@ -7,7 +7,7 @@ import { formatBytes } from "./format.js";
 import { react } from "./plot.js";
 import { jsonSource, mountView } from "./view.js";
 
-const DEFAULTS = { gpu: "", id: "" };
+const DEFAULTS = { gpu: "", sweep: "", id: "" };
 const LIMITER_COLORS = {
   tensor: "#1d4ed8",
   sfu: "#7c3aed",
@@ -16,6 +16,7 @@ const LIMITER_COLORS = {
   latency: "#d97706",
   launch: "#6b7280",
   tail: "#d1d5db",
+  host: "#9f1239",
 };
 const SUBSET_COLORS = { fit: "#1d4ed8", holdout: "#ea580c" };
 const TILE_DASH = { t0: "solid", t1: "solid", t2: "solid" };
@@ -43,16 +44,17 @@ const view = mountView({
   errorFields: false, // the message alone
   loaded(body, { previous }) {
     view.params.gpu = body.dataset.gpu;
+    view.params.sweep = body.dataset.sweep === "protocol" ? "" : body.dataset.sweep;
     view.params.id = body.chosen.id;
-    form.elements.gpu.value = body.dataset.gpu;
-    if (!previous || previous.dataset.gpu !== body.dataset.gpu) {
+    form.elements.dataset.value = body.dataset.key;
+    if (!previous || previous.dataset.key !== body.dataset.key) {
       fillConfigs();
       renderDataset();
     }
     form.elements.id.value = body.chosen.id;
     return { total: body.rows.length, step: body.rows.findIndex((r) => r.id === body.chosen.id) };
   },
-  exports: (body, { url }) => ({ name: `compare-${body.dataset.gpu}-${body.chosen.id}`, json: url }),
+  exports: (body, { url }) => ({ name: `compare-${body.dataset.key.replace(":", "-")}-${body.chosen.id}`, json: url }),
   goto(k, show) {
     if (view.data.rows[k].id === view.data.chosen.id) show(k);
     else choose(view.data.rows[k].id);
@@ -85,19 +87,24 @@ function renderDataset() {
     device,
     ` on ${d.date} (torch ${d.torch}, triton ${d.triton}${d.ncu ? `, bytes by Nsight Compute ${d.ncu.replace(/^Version /, "")}` : ""}), not on this machine. flashscope ships them (${d.file}) so the comparison works offline.`,
   );
-  const a = d.summary.all;
-  const h = d.summary.holdout;
-  const t = d.summary.targets;
+  const head = d.headline; // the subset the headline figures are of: "all" or "holdout"
+  const a = d.summary[head];
+  const t = head === "all" ? d.summary.targets : {}; // the targets are set over all rows
   const mark = (ok) => (ok === null || ok === undefined ? "" : ok ? " ✓" : " ✗");
+  const fixed = (x, digits = 1) => (x === null || x === undefined ? "–" : x.toFixed(digits));
+  const share = (x) => (x === null || x === undefined ? "–" : `${Math.round(x * 100)}%`);
+  $("summary-title").textContent = `${d.label[0].toUpperCase()}${d.label.slice(1)}: ${head === "all" ? `all ${a.rows} configurations` : `the held-out half (${a.rows} configurations, nothing fitted on them)`}`;
+  const rank = a.ranking;
   const items = [
-    ["time MAPE (all)", `${a.time.mape_pct.toFixed(1)}%${mark(t.time_mape)}`],
+    [`time MAPE (${head === "all" ? "all" : "held out"})`, `${fixed(a.time.mape_pct)}%${mark(t.time_mape)}`],
+    ["time bias (mean error)", pct(a.time.bias_pct)],
+    ["within 10%", `${share(a.time.within_10pct)} of configurations`],
     ["worst error", `${pct(a.time.worst_pct)} (${a.time.worst_id})${mark(t.time_worst)}`],
-    ["held out / fitted", `${h.time.mape_pct.toFixed(1)}% / ${d.summary.fit.time.mape_pct.toFixed(1)}%`],
     ["DRAM bytes MAPE", a.dram_bytes.mape_pct === null ? "–" : `${a.dram_bytes.mape_pct.toFixed(1)}%, worst ${pct(a.dram_bytes.worst_pct)}${mark(t.dram_bytes)}`],
     ["L2 bytes MAPE", a.l2_bytes.mape_pct === null ? "–" : `${a.l2_bytes.mape_pct.toFixed(1)}%, worst ${pct(a.l2_bytes.worst_pct)}${mark(t.l2_bytes)}`],
-    ["tile ranking (Spearman)", `${a.ranking.spearman_mean.toFixed(2)}${mark(t.spearman)}${a.ranking.repeat_spearman_mean == null ? "" : `; the GPU's own timing passes agree to ${a.ranking.repeat_spearman_mean.toFixed(2)}`}`],
-    ...(a.ranking_candidates ? [["ranking of the kernels' candidates", `${a.ranking_candidates.spearman_mean.toFixed(2)}${a.ranking_candidates.repeat_spearman_mean == null ? "" : ` (passes agree to ${a.ranking_candidates.repeat_spearman_mean.toFixed(2)})`}`]] : []),
-    ["best tiles within 5%", `${Math.round(a.ranking.pick_within_5pct * 100)}% of problems${mark(t.best_within_5pct)}`],
+    ["tile ranking (Spearman)", rank.spearman_mean == null ? "– (no problem measured at several tile configurations)" : `${rank.spearman_mean.toFixed(2)}${mark(t.spearman)}${rank.repeat_spearman_mean == null ? "" : `; the GPU's own timing passes agree to ${rank.repeat_spearman_mean.toFixed(2)}`}`],
+    ...(a.ranking_candidates && a.ranking_candidates.spearman_mean != null ? [["ranking of the kernels' candidates", `${a.ranking_candidates.spearman_mean.toFixed(2)}${a.ranking_candidates.repeat_spearman_mean == null ? "" : ` (passes agree to ${a.ranking_candidates.repeat_spearman_mean.toFixed(2)})`}`]] : []),
+    ["best tiles within 5%", rank.pick_within_5pct == null ? "–" : `${Math.round(rank.pick_within_5pct * 100)}% of problems${mark(t.best_within_5pct)}`],
     ...(a.kernels_alone
       ? [["backward kernels alone (mean error against Nsight Compute)", Object.entries(a.kernels_alone).map(([name, k]) => `${name.replace(/^bwd_/, "")} ${pct(k.bias_pct)}`).join(", ")]]
       : []),
@@ -111,6 +118,58 @@ function renderDataset() {
       return [dt, dd];
     }),
   );
+  renderSubsets(d, fixed, share);
+  renderMisses(d.known_misses);
+}
+
+/** A table's rows of text cells, the first its header. */
+function fillTable(table, head, rows) {
+  const tr = (cells, tag) => {
+    const row = document.createElement("tr");
+    for (const text of cells) {
+      const cell = document.createElement(tag);
+      cell.textContent = text;
+      row.append(cell);
+    }
+    return row;
+  };
+  table.replaceChildren(tr(head, "th"), ...rows.map((r) => tr(r, "td")));
+}
+
+/** The fit half and the held-out half side by side: the engine was fitted on the first only. */
+function renderSubsets(d, fixed, share) {
+  const cols = [["fit", d.summary.fit], ["holdout", d.summary.holdout]];
+  const line = (name, f) => [name, ...cols.map(([, s]) => f(s))];
+  fillTable($("subsets"), ["", ...cols.map(([k, s]) => `${k === "fit" ? "fitted on" : "held out"} (${s.rows})`)], [
+    line("time MAPE", (s) => `${fixed(s.time.mape_pct)}%`),
+    line("bias", (s) => pct(s.time.bias_pct)),
+    line("within 10%", (s) => share(s.time.within_10pct)),
+    line("worst", (s) => pct(s.time.worst_pct)),
+    line("DRAM bytes MAPE", (s) => (s.dram_bytes.mape_pct == null ? "–" : `${fixed(s.dram_bytes.mape_pct)}%`)),
+    line("Spearman", (s) => fixed(s.ranking.spearman_mean, 2)),
+    line("best tiles within 5%", (s) => share(s.ranking.pick_within_5pct)),
+  ]);
+}
+
+/** The classes of held-out configurations still beyond 10%, as the server computed them. */
+function renderMisses(misses) {
+  const classes = misses.classes;
+  $("misses-note").textContent = classes.length
+    ? `Classes of the held-out configurations whose time is off by more than ${misses.beyond_pct}% on average, worst first, and the effect the engine lacks for each.`
+    : `No class of the held-out configurations is off by more than ${misses.beyond_pct}% on average.`;
+  const table = $("misses");
+  table.hidden = classes.length === 0;
+  fillTable(table, ["class", "rows", "MAPE", "bias"], []);
+  for (const c of classes) {
+    const row = table.insertRow();
+    row.dataset.key = c.key;
+    row.title = c.configs;
+    for (const text of [c.name, String(c.rows), `${c.mape_pct.toFixed(1)}%`, pct(c.bias_pct)]) row.insertCell().textContent = text;
+    const lacks = table.insertRow().insertCell();
+    lacks.colSpan = 4;
+    lacks.className = "muted lacks";
+    lacks.textContent = `lacks: ${c.lacks}`;
+  }
 }
 
 function renderScatter() {
@@ -199,7 +258,13 @@ function renderLines() {
       yaxis: { type: "log", title: { text: "µs" } },
       legend: { orientation: "h", y: -0.42, font: { size: 11 } },
       margin: { l: 56, b: 130, t: 30 },
-      title: { text: `${c.mode}, d = ${c.head_dim}, ${c.causal ? "causal" : "full"}`, font: { size: 13 }, y: 0.98 },
+      title: {
+        text: traces.length
+          ? `${c.mode}, d = ${c.head_dim}, ${c.causal ? "causal" : "full"}`
+          : "this sweep draws each shape once: no series over N",
+        font: { size: 13 },
+        y: 0.98,
+      },
     },
   );
 }
@@ -266,17 +331,7 @@ function renderBreakdown() {
     `${k.regs_per_thread}${k.regs_source === "estimated" ? " (est.)" : ""} · ${k.measured_regs_per_thread ?? "–"}`,
     k.local_load_bytes ? formatBytes(k.local_load_bytes) : "–",
   ]);
-  const table = $("kernels");
-  const tr = (cells, tag) => {
-    const row = document.createElement("tr");
-    for (const text of cells) {
-      const cell = document.createElement(tag);
-      cell.textContent = text;
-      row.append(cell);
-    }
-    return row;
-  };
-  table.replaceChildren(tr(head, "th"), ...rows.map((r) => tr(r, "td")));
+  fillTable($("kernels"), head, rows);
 }
 
 function renderTimeline() {
@@ -340,15 +395,17 @@ function choose(id) {
   view.reload();
 }
 
-form.elements.gpu.addEventListener("change", () => {
-  view.params.gpu = form.elements.gpu.value;
+form.elements.dataset.addEventListener("change", () => {
+  const [gpu, sweep = ""] = form.elements.dataset.value.split(":");
+  view.params.gpu = gpu;
+  view.params.sweep = sweep;
   view.params.id = "";
   view.reload();
 });
 form.elements.id.addEventListener("change", () => choose(form.elements.id.value));
 
 mountMeasureNow({
-  problem: () => ({ gpu: view.params.gpu, id: view.params.id }),
+  problem: () => ({ gpu: view.params.gpu, ...(view.params.sweep ? { sweep: view.params.sweep } : {}), id: view.params.id }),
   onPoints(points) {
     live = points;
     if (view.data) {

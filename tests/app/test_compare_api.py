@@ -161,3 +161,112 @@ def test_a_recorded_schedule_is_shown_beside_the_simulated_one(client):
     # the H100's records too (N = 512 as well)
     h100 = client.get("/api/compare?gpu=h100-sxm&id=fwd-d128-causal-n512-t2").json()
     assert h100["chosen"]["measured_schedule"]["device"] == "NVIDIA H100 80GB HBM3"
+
+
+USERS = sorted(DATA_DIR.glob("validation-users-*.json.gz"))
+
+
+def _users_doc() -> dict:
+    import gzip
+
+    return json.loads(gzip.decompress(USERS[-1].read_bytes()))
+
+
+def test_the_users_sweep_is_offered_with_its_held_out_half_as_the_headline(client):
+    from flashscope.simulator.calibrate.validation import summarize
+
+    assert USERS, "the users' sweep must ship in app/data, gzipped"
+    listed = {d["key"]: d for d in client.get("/api/compare").json()["datasets"]}
+    assert listed["h100-sxm:users"]["label"] == "the space users meet"
+    assert listed["h100-sxm"]["label"] == listed["h200"]["label"] == "the papers' protocol"
+    assert listed["h100-sxm"]["headline"] == "all"  # the protocol keeps its own figure
+    body = client.get("/api/compare?sweep=users").json()
+    ds = body["dataset"]
+    assert (ds["key"], ds["sweep"], ds["gpu"], ds["headline"]) == (
+        "h100-sxm:users", "users", "h100-sxm", "holdout"
+    )  # fmt: skip
+    doc = _users_doc()
+    assert len(body["rows"]) == len(doc["rows"]) >= 400
+    # the fit half and the held-out half apart, each as the rows say
+    want = summarize(doc["rows"])
+    for subset in ("fit", "holdout"):
+        got = ds["summary"][subset]
+        assert got["rows"] == sum(r["subset"] == subset for r in doc["rows"])
+        for k in ("mape_pct", "bias_pct", "within_10pct", "worst_pct"):
+            assert got["time"][k] == pytest.approx(want[subset]["time"][k]), (subset, k)
+        assert got["dram_bytes"]["mape_pct"] == pytest.approx(
+            want[subset]["dram_bytes"]["mape_pct"]
+        )
+        assert got["ranking"]["spearman_mean"] == want[subset]["ranking"]["spearman_mean"]
+    assert ds["summary"]["fit"]["time"]["mape_pct"] != ds["summary"]["holdout"]["time"]["mape_pct"]
+    # the protocol's datasets are unchanged by it
+    protocol = client.get("/api/compare?gpu=h100-sxm").json()["dataset"]
+    assert protocol["sweep"] == "protocol" and len(client.get("/api/compare").json()["rows"]) == 240
+
+
+def test_the_known_misses_come_with_the_dataset_computed_from_its_rows(client):
+    from flashscope.simulator.calibrate.known_misses import measured_misses
+
+    doc = _users_doc()
+    misses = client.get("/api/compare?sweep=users").json()["dataset"]["known_misses"]
+    assert misses["subset"] == "holdout" and misses["beyond_pct"] == 10.0
+    want = measured_misses(doc["rows"])
+    assert [c["key"] for c in misses["classes"]] == [c["key"] for c in want]
+    for got, expected in zip(misses["classes"], want, strict=True):
+        assert got["rows"] == expected["rows"] and got["lacks"] == expected["lacks"]
+        for k in ("mape_pct", "bias_pct", "worst_pct"):
+            assert got[k] == pytest.approx(expected[k]), (got["key"], k)
+    assert {"host-bound", "spills-spread"} <= {c["key"] for c in misses["classes"]}
+    for c in misses["classes"]:
+        assert c["mape_pct"] > 10.0 and c["rows"] > 0 and c["lacks"]
+    # the protocol on the H100: no class beyond 10% held out
+    h100 = client.get("/api/compare?gpu=h100-sxm").json()["dataset"]["known_misses"]
+    assert h100["classes"] == []
+
+
+def test_a_host_bound_call_is_simulated_as_a_whole_call(client):
+    """The measured time is the call's, so the engine's figure beside it is the call's too: its
+    kernels' time or the host's floor, whichever is longer (the floor a breakdown bar)."""
+    from flashscope.simulator.calibrate.known_misses import host_bound
+
+    doc = _users_doc()
+    row = next(
+        r for r in doc["rows"]
+        if host_bound(r) and r["simulated_us"] > r["simulated_kernels_us"] * 1.5
+    )  # fmt: skip
+    c = client.get(f"/api/compare?sweep=users&id={row['id']}").json()["chosen"]
+    assert c["simulated_now_us"] == pytest.approx(row["simulated_us"], rel=1e-6)
+    assert c["simulated_kernels_now_us"] == pytest.approx(row["simulated_kernels_us"], rel=1e-6)
+    assert c["simulated_now_us"] > 1.5 * c["simulated_kernels_now_us"]
+    assert c["breakdown_us"]["host"] == pytest.approx(
+        c["simulated_now_us"] - c["simulated_kernels_now_us"]
+    )
+    assert sum(c["breakdown_us"].values()) == pytest.approx(c["simulated_now_us"], rel=1e-6)
+    # a call its kernels bound has no host bar
+    long = max(doc["rows"], key=lambda r: r["simulated_kernels_us"])
+    c = client.get(f"/api/compare?sweep=users&id={long['id']}").json()["chosen"]
+    assert "host" not in c["breakdown_us"]
+    assert c["simulated_now_us"] == pytest.approx(c["simulated_kernels_now_us"])
+
+
+def test_a_sweep_or_gpu_without_a_dataset_gets_422(client, tmp_path):
+    r = client.get("/api/compare?sweep=users&gpu=h200")
+    assert r.status_code == 422 and r.json()["detail"][0]["field"] == "gpu"
+    assert client.get("/api/compare?sweep=papers").status_code == 422
+    shutil.copy(next(p for p in SHIPPED if "h100" in p.name), tmp_path)
+    with TestClient(create_app(Settings(datasets_dir=tmp_path))) as c:
+        r = c.get("/api/compare?sweep=users")
+        assert r.status_code == 422 and r.json()["detail"][0]["field"] == "sweep"
+
+
+def test_gzipped_datasets_are_read_and_a_broken_one_skipped(tmp_path):
+    shutil.copy(USERS[-1], tmp_path / USERS[-1].name)
+    (tmp_path / "validation-broken.json.gz").write_bytes(b"not gzip")
+    with TestClient(create_app(Settings(datasets_dir=tmp_path))) as c:
+        assert [d["key"] for d in c.get("/api/compare").json()["datasets"]] == ["h100-sxm:users"]
+        # no protocol dataset here: the one there is, unnamed; the protocol's, named, is not
+        assert c.get("/api/compare").json()["dataset"]["key"] == "h100-sxm:users"
+        r = c.get("/api/compare?sweep=protocol")
+        assert r.status_code == 422 and r.json()["detail"][0]["field"] == "sweep"
+        page = c.get("/compare")
+        assert page.status_code == 200 and 'value="h100-sxm:users"' in page.text

@@ -148,3 +148,50 @@ def test_a_recorded_schedule_is_drawn_where_there_is_one(page, live_server):
     screenshot(page, "compare-schedule")
     assert page.log.console_errors == [] and page.log.page_errors == []
     assert page.log.external_requests == []
+
+
+def test_the_users_sweep_leads_with_its_held_out_half_and_lists_its_misses(page, live_server):
+    with urllib.request.urlopen(f"{live_server}/api/compare?sweep=users") as r:
+        api = json.load(r)
+    ds = api["dataset"]
+    page.goto(f"{live_server}/compare")
+    _config(page)
+    # the protocol first, labelled as such, with no known miss beyond 10% on the H100
+    assert "papers' protocol" in page.locator("#summary-title").inner_text()
+    assert page.locator("#misses tr[data-key]").count() == 0
+    assert "No class" in page.locator("#misses-note").inner_text()
+    labels = page.evaluate(
+        "() => [...document.querySelectorAll('#dataset-select option')].map(o => o.textContent)"
+    )
+    assert any("space users meet" in t for t in labels) and any("protocol" in t for t in labels)
+    page.select_option("#dataset-select", "h100-sxm:users")
+    _wait_config(page, api["chosen"]["id"])  # its worst-predicted row
+    assert re.search(r"[?&]sweep=users\b", page.url)
+    title = page.locator("#summary-title").inner_text()
+    assert "space users meet" in title.lower() and "held-out half" in title
+    holdout = ds["summary"]["holdout"]["time"]
+    summary = page.locator("#summary").inner_text()
+    assert "time MAPE (held out)" in summary and f"{holdout['mape_pct']:.1f}%" in summary
+    assert f"{holdout['bias_pct']:+.1f}%" in summary and "no problem measured" in summary
+    # fit and held-out halves side by side
+    cells = page.evaluate(
+        "() => [...document.querySelectorAll('#subsets tr')]"
+        ".map(tr => [...tr.cells].map(c => c.innerText))"
+    )
+    assert cells[0][1].startswith("fitted on") and cells[0][2].startswith("held out")
+    mape = next(row for row in cells if row[0] == "time MAPE")
+    fit = ds["summary"]["fit"]["time"]["mape_pct"]
+    assert mape[1:] == [f"{fit:.1f}%", f"{holdout['mape_pct']:.1f}%"]
+    # the known misses, as the API computed them
+    keys = page.evaluate(
+        "() => [...document.querySelectorAll('#misses tr[data-key]')].map(tr => tr.dataset.key)"
+    )
+    assert keys == [c["key"] for c in ds["known_misses"]["classes"]] and keys
+    assert page.locator("#breakdown .main-svg").count() >= 1
+    page.reload()  # the address holds the sweep
+    _wait_config(page, api["chosen"]["id"])
+    assert "held-out half" in page.locator("#summary-title").inner_text()
+    assert page.locator("#dataset-select").input_value() == "h100-sxm:users"
+    screenshot(page, "compare-users")
+    assert page.log.console_errors == [] and page.log.page_errors == []
+    assert page.log.external_requests == []
