@@ -168,6 +168,13 @@ class Settings(BaseSettings):
         16384, ge=1, description="Most GPU memory a run's tensors may take, in MiB."
     )
     runs_timeout_s: float = Field(300.0, gt=0, description="A run longer than this is killed.")
+    runs_unwatched_s: float = Field(
+        1.0,
+        gt=0,
+        le=3600,
+        description="A queued or running run (POST /api/runs) that nobody follows this long (no "
+        "progress stream open, no GET of it) is cancelled.",
+    )
     runs_cache_size: int = Field(64, ge=1, description="Finished runs kept (cache by request).")
     runs_max_batch: int = Field(64, ge=1, description="Largest batch of a run.")
     runs_max_heads: int = Field(128, ge=1, description="Largest head count of a run.")
@@ -249,6 +256,14 @@ class Settings(BaseSettings):
     )
     rate_max_clients: int = Field(
         10000, ge=1, description="Clients whose rate buckets are remembered (oldest dropped)."
+    )
+    refusal_hold_s: float = Field(
+        1.0,
+        ge=0,
+        le=30,
+        description="A client that asks a costly endpoint again before the Retry-After of its "
+        "last refusal is refused again, the answer held back until then but at most this long "
+        "(0: answered at once).",
     )
 
     # Instructor-synced rooms (POST /api/rooms, WS /ws/rooms/{code}).

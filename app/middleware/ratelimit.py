@@ -7,18 +7,27 @@ the server issued, app/middleware/identity.py, or its address where it has none)
 address's, which is `address_factor` times larger, so a classroom behind one address works while
 a script that drops its cookie stays bounded. The least recently used buckets are forgotten
 beyond `max_clients` keys, so memory stays bounded whoever calls.
+
+A client that asks again before the Retry-After of its last refusal (429 or 503, from the
+buckets here, the compute pool or the run queue) has not waited as told: its request is refused
+again without reaching the route, and that answer is held back until the Retry-After has passed
+(at most `hold_s` seconds), so a script that retries at once costs one timer a second, not one
+trip through routing, validation and the pool a millisecond. A client that waits as told never
+meets the hold.
 """
 
 from __future__ import annotations
 
+import asyncio
 import math
 import time
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from starlette.responses import JSONResponse
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from flashscope.app.config import Settings
 from flashscope.app.middleware.identity import address_key, client_key
@@ -143,19 +152,126 @@ def too_many(wait: float, group: str, rate: Rate) -> JSONResponse:
     )
 
 
-class RateLimitMiddleware:
-    """ASGI middleware that applies the limiter on app.state to the COSTLY routes."""
+@dataclass
+class Refusal:
+    """A refusal a client was sent: until `until` (monotonic) the client should not ask again."""
 
-    def __init__(self, app: ASGIApp, limiter: RateLimiter) -> None:
+    until: float
+    retry_s: int
+    status: int
+    headers: list[tuple[bytes, bytes]]
+    body: bytes
+
+
+class Holds:
+    """The last refusal of each client (by identity, else address), the least recent forgotten
+    beyond `max_clients`; see the module docstring."""
+
+    def __init__(
+        self, max_clients: int, hold_s: float, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.hold_s = hold_s
+        self._max = max_clients
+        self._clock = clock
+        self._refusals: OrderedDict[str, Refusal] = OrderedDict()
+
+    def note(
+        self, client: str, status: int, headers: list[tuple[bytes, bytes]], body: bytes
+    ) -> None:
+        """Remember a refusal sent to `client` (its Retry-After, in whole seconds, is in
+        `headers`); answers without one are not remembered."""
+        retry = next((v for k, v in headers if k.lower() == b"retry-after"), None)
+        try:
+            retry_s = int(retry) if retry is not None else 0
+        except ValueError:
+            retry_s = 0
+        if retry_s <= 0 or self.hold_s <= 0:
+            return
+        kept = [(k, v) for k, v in headers if k.lower() not in (b"retry-after", b"content-length")]
+        self._refusals.pop(client, None)
+        self._refusals[client] = Refusal(self._clock() + retry_s, retry_s, status, kept, body)
+        while len(self._refusals) > self._max:
+            self._refusals.popitem(last=False)
+
+    def pending(self, client: str) -> Refusal | None:
+        """The refusal `client` has not yet waited out, if any."""
+        refusal = self._refusals.get(client)
+        if refusal is None:
+            return None
+        if refusal.until <= self._clock():
+            del self._refusals[client]
+            return None
+        return refusal
+
+    async def answer(self, client: str, refusal: Refusal, send: Send) -> None:
+        """Refuse `client` again, once its Retry-After has passed (or `hold_s`): the answer
+        repeats the refusal, and a client that kept asking waits a Retry-After more."""
+        now = self._clock()
+        await asyncio.sleep(max(0.0, min(refusal.until - now, self.hold_s)))
+        now = self._clock()
+        if refusal.until <= now:  # it waited the whole Retry-After here: count it from now
+            refusal.until = now + refusal.retry_s
+            self._refusals.pop(client, None)
+            self._refusals[client] = refusal
+        retry = max(1, math.ceil(refusal.until - now))
+        headers = [
+            *refusal.headers,
+            (b"retry-after", str(retry).encode()),
+            (b"content-length", str(len(refusal.body)).encode()),
+        ]
+        await send({"type": "http.response.start", "status": refusal.status, "headers": headers})
+        await send({"type": "http.response.body", "body": refusal.body})
+
+
+class RateLimitMiddleware:
+    """ASGI middleware that applies the limiter on app.state to the COSTLY routes, and holds the
+    repeated requests of clients that did not wait as told (`holds`; None: no holding)."""
+
+    def __init__(self, app: ASGIApp, limiter: RateLimiter, holds: Holds | None = None) -> None:
         self.app = app
         self.limiter = limiter
+        self.holds = holds
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http":
-            group = group_of(scope["method"], scope["path"])
-            if group is not None:
-                wait = self.limiter.take_for(scope, group)
-                if wait > 0:
-                    await too_many(wait, group, self.limiter.rates[group])(scope, receive, send)
-                    return
-        await self.app(scope, receive, send)
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        group = group_of(scope["method"], scope["path"])
+        if group is None:
+            await self.app(scope, receive, send)
+            return
+        holds = self.holds
+        client = client_key(scope)
+        if holds is not None:
+            refusal = holds.pending(client)
+            if refusal is not None:
+                await holds.answer(client, refusal, send)
+                return
+        wait = self.limiter.take_for(scope, group)
+        if wait > 0:
+            await too_many(wait, group, self.limiter.rates[group])(
+                scope, receive, self._noting(client, send) if holds else send
+            )
+            return
+        await self.app(scope, receive, self._noting(client, send) if holds else send)
+
+    def _noting(self, client: str, send: Send) -> Send:
+        """`send`, remembering a 429 or 503 refusal (its status, headers and body) for `client`."""
+        holds = self.holds
+        assert holds is not None
+        seen: dict[str, Any] = {}
+
+        async def noting(message: Message) -> None:
+            kind = message["type"]
+            if kind == "http.response.start" and message["status"] in (429, 503):
+                seen["start"] = message
+                seen["body"] = b""
+            elif kind == "http.response.body" and "start" in seen:
+                seen["body"] += message.get("body", b"")
+                if not message.get("more_body", False):
+                    start = seen.pop("start")
+                    headers = [(bytes(k), bytes(v)) for k, v in start.get("headers", [])]
+                    holds.note(client, start["status"], headers, seen["body"])
+            await send(message)
+
+        return noting

@@ -1,5 +1,8 @@
 """Live kernel runs: POST /api/runs queues one, GET /api/runs/{id} reads it, and
-GET /api/runs/{id}/events streams its progress as server-sent events until it ends."""
+GET /api/runs/{id}/events streams its progress as server-sent events until it ends.
+
+A run queued here is cancelled when nobody follows it for `runs_unwatched_s` seconds: no
+progress stream open on it, and no GET of it (app/runs/queue.py)."""
 
 from __future__ import annotations
 
@@ -16,13 +19,12 @@ from flashscope.app.config import Settings
 from flashscope.app.deps import SettingsDep
 from flashscope.app.middleware.errors import refuse
 from flashscope.app.middleware.identity import address_key, client_key
-from flashscope.app.runs.queue import QueueFull, Run, RunQueue
+from flashscope.app.runs.queue import FINAL, QueueFull, Run, RunQueue
 from flashscope.app.schemas.trace import RunRequest, check_run_request
 
 router = APIRouter(tags=["runs"])
 
 RunId = Annotated[str, Path(min_length=1, max_length=64, pattern=r"^[0-9a-f]+$")]
-FINAL = ("done", "failed", "timeout")
 
 
 async def _queue(request: Request) -> RunQueue:
@@ -67,10 +69,15 @@ def queue_full(full: QueueFull, settings: Settings | None = None) -> JSONRespons
 
 
 def submit(queue: RunQueue, body: RunRequest, request: Request) -> tuple[Run, bool]:
-    """Queue a run for the client that asks (its identity and address); raises QueueFull."""
+    """Queue a run for the client that asks (its identity and address); raises QueueFull. The
+    run is cancelled when nobody follows it for `runs_unwatched_s`."""
     scope = request.scope
     return queue.submit(
-        request_key(body), body.model_dump(), client=client_key(scope), address=address_key(scope)
+        request_key(body),
+        body.model_dump(),
+        client=client_key(scope),
+        address=address_key(scope),
+        unwatched_s=request.app.state.settings.runs_unwatched_s,
     )
 
 
@@ -102,6 +109,7 @@ async def get_run(run_id: RunId, request: Request) -> Any:
             detail=f"no run {run_id!r} (runs are kept in "
             "memory and the oldest finished ones are dropped)",
         )
+    queue.touch(run)
     return run.public(queue.position(run))
 
 
@@ -121,21 +129,25 @@ async def run_events(
     queue = await _queue(request)
     sent = 0
     last_state = None
-    while True:
-        if run.state != last_state or len(run.messages) > sent:
-            last_state = run.state
-            yield ServerSentEvent(
-                event="progress",
-                data={
-                    "state": run.state,
-                    "position": queue.position(run),
-                    "messages": run.messages[sent:],
-                },
-            )
-            sent = len(run.messages)
-        if run.state in FINAL:
-            yield ServerSentEvent(event="end", data=run.public())
-            return
-        if await request.is_disconnected():
-            return
-        await queue.wait_change(run, timeout=1.0)
+    queue.watch(run)  # an open stream keeps the run from being cancelled as unwatched
+    try:
+        while True:
+            if run.state != last_state or len(run.messages) > sent:
+                last_state = run.state
+                yield ServerSentEvent(
+                    event="progress",
+                    data={
+                        "state": run.state,
+                        "position": queue.position(run),
+                        "messages": run.messages[sent:],
+                    },
+                )
+                sent = len(run.messages)
+            if run.state in FINAL:
+                yield ServerSentEvent(event="end", data=run.public())
+                return
+            if await request.is_disconnected():
+                return
+            await queue.wait_change(run, timeout=0.25)
+    finally:
+        queue.unwatch(run)

@@ -13,7 +13,15 @@ client (its issued identity, app/middleware/identity.py) and `max_per_address` f
 the next client in turn (round-robin), so one client's runs never hold another's back by more
 than a round; `position` is a run's place in that order.
 
-States: queued → running → done | failed | timeout.
+Watched runs: a run queued with `unwatched_s` (POST /api/runs) needs someone following it. It is
+watched while a progress stream of it is open (`watch`), and a look at it (`touch`: GET of the
+run, or a POST that finds it cached) counts as a watch that just ended. A queued or running run
+nobody has watched for `unwatched_s` seconds (counted from its submission, or from the end of
+its last watch) is cancelled: taken out of the queue, or its worker's group killed (the worker
+is started again for the next run). So a page that closes stops its work within about that
+time, and a script that queues runs without following them does not keep the worker busy.
+
+States: queued → running → done | failed | timeout | cancelled.
 """
 
 from __future__ import annotations
@@ -31,10 +39,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from flashscope.app.runs.worker import kill_group, worker_main
+from flashscope.app.runs.worker import CANCEL, kill_group, worker_main
 
 Progress = Callable[[str], None]
+CANCEL_WAIT_S = 0.5  # a worker that has not stopped a cancelled job by then is killed
 SERVER = "server"  # the client whose turns runs the server plans itself take
+FINAL = ("done", "failed", "timeout", "cancelled")
 
 
 @dataclass
@@ -53,6 +63,10 @@ class Run:
     messages: list[str] = field(default_factory=list)
     result: dict[str, Any] | None = None
     error: str | None = None
+    unwatched_s: float | None = None  # cancelled after this long unwatched (None: never)
+    watchers: int = 0  # progress streams open on it now
+    unwatched_since: float = field(default_factory=time.monotonic)
+    cancelling: bool = False  # its worker is being killed: the run ends as "cancelled"
 
     def public(self, position: int | None = None) -> dict[str, Any]:
         return {
@@ -94,6 +108,7 @@ class _Worker:
         self.proc: Any = None
         self.conn: Any = None
         self.lifeline: Any = None  # the write end the worker watches; never written to
+        self.current: Run | None = None  # the run it serves now
 
     def start(self) -> None:
         ctx = mp.get_context("spawn")
@@ -120,6 +135,14 @@ class _Worker:
                 end.close()
         self.proc = self.conn = self.lifeline = None
 
+    def interrupt(self) -> None:
+        """Ask the worker to stop its job (from any thread): it answers "cancelled" and lives
+        on; the thread serving it kills it when it has not within CANCEL_WAIT_S."""
+        proc = self.proc
+        if proc is not None and proc.pid is not None:
+            with contextlib.suppress(ProcessLookupError, PermissionError, OSError):
+                os.kill(proc.pid, CANCEL)
+
     def stop(self) -> None:
         if self.proc is not None and self.proc.is_alive():
             with contextlib.suppress(OSError):
@@ -130,6 +153,8 @@ class _Worker:
     def run(self, run: Run) -> tuple[str, Any]:
         """Run one job; blocks this thread until an outcome or the timeout."""
         died = "failed", "the worker process died (out of memory?)"
+        if run.cancelling:  # cancelled between being taken and being sent
+            return "cancelled", run.error
         if self.proc is None or not self.proc.is_alive():
             self.kill()
             self.start()
@@ -139,13 +164,20 @@ class _Worker:
             self.kill()
             return died
         deadline = time.monotonic() + self.queue.timeout_s
+        cancel_by: float | None = None
         while True:
-            left = deadline - time.monotonic()
+            now = time.monotonic()
+            left = deadline - now
             if left <= 0:
                 self.kill()
                 return "timeout", f"the run took longer than {self.queue.timeout_s:g} s"
+            if run.cancelling:
+                cancel_by = cancel_by or now + CANCEL_WAIT_S
+                if now >= cancel_by:  # it did not stop: stop it and its group
+                    self.kill()
+                    return "cancelled", run.error
             try:
-                if not self.conn.poll(min(left, 0.5)):
+                if not self.conn.poll(min(left, 0.5 if cancel_by is None else 0.05)):
                     if not self.proc.is_alive():
                         self.kill()
                         return died
@@ -228,21 +260,29 @@ class RunQueue:
     # --- submitting and reading -----------------------------------------------------------
 
     def submit(
-        self, key: str, request: dict[str, Any], client: str | None = None, address: str = ""
+        self,
+        key: str,
+        request: dict[str, Any],
+        client: str | None = None,
+        address: str = "",
+        unwatched_s: float | None = None,
     ) -> tuple[Run, bool]:
         """Queue a run, or return the live or finished run of the same request (cached=True).
         Raises QueueFull when the queue, the client or the address has its most runs waiting.
 
         `client` None: a run the server plans itself (a measure-now batch): it takes its turns
-        as one client of its own and is held to the whole queue's limit only."""
+        as one client of its own and is held to the whole queue's limit only. `unwatched_s`: the
+        run is cancelled once nobody has watched it for that long (see the module docstring)."""
         with self._wake:
             existing = self.by_key.get(key)
             if (
                 existing is not None
                 and existing in self.runs
-                and self.runs[existing].state not in ("failed", "timeout")
+                and self.runs[existing].state not in ("failed", "timeout", "cancelled")
             ):
-                return self.runs[existing], True
+                found = self.runs[existing]
+                self._touch(found)
+                return found, True
             waiting = self._order()
             if len(waiting) >= self.max_queued:
                 raise QueueFull(self._retry_after(len(waiting)), self.max_queued, "queue")
@@ -261,13 +301,15 @@ class RunQueue:
                 request=request,
                 client=client,
                 address=address,
+                unwatched_s=unwatched_s,
             )
             self.runs[run.id] = run
             self.by_key[key] = run.id
             self._pending.setdefault(client, deque()).append(run)
             self._trim()
             self._wake.notify()
-            return run, False
+        self._check_later(run)
+        return run, False
 
     def position(self, run: Run) -> int | None:
         """How many runs start before this one (None once it is no longer waiting)."""
@@ -294,6 +336,60 @@ class RunQueue:
         finally:
             event.clear()
 
+    # --- watching and cancelling -----------------------------------------------------------
+
+    def watch(self, run: Run) -> None:
+        """A progress stream of `run` opens (call `unwatch` when it closes)."""
+        run.watchers += 1
+
+    def unwatch(self, run: Run) -> None:
+        run.watchers = max(0, run.watchers - 1)
+        self._touch(run)
+
+    def touch(self, run: Run) -> None:
+        """Someone looked at `run` (a GET of it): a watch that just ended."""
+        self._touch(run)
+
+    def _touch(self, run: Run) -> None:
+        run.unwatched_since = time.monotonic()
+        if run.watchers == 0:
+            self._check_later(run)
+
+    def _check_later(self, run: Run) -> None:
+        """Check `run` once its unwatched time could have run out (on the event loop)."""
+        loop = self._loop
+        if run.unwatched_s is None or loop is None or loop.is_closed():
+            return
+        delay = max(0.0, run.unwatched_since + run.unwatched_s - time.monotonic())
+        loop.call_soon_threadsafe(loop.call_later, delay + 0.01, self._check, run)
+
+    def _check(self, run: Run) -> None:
+        if run.unwatched_s is None or run.watchers > 0 or run.state not in ("queued", "running"):
+            return
+        if time.monotonic() - run.unwatched_since >= run.unwatched_s:
+            self.cancel(run, f"nobody followed the run for {run.unwatched_s:g} s")
+
+    def cancel(self, run: Run, reason: str) -> None:
+        """Stop `run`: out of the queue when it waits, its worker killed when it runs."""
+        with self._lock:
+            if run.state == "queued":
+                waiting = self._pending.get(run.client)
+                if waiting is not None and run in waiting:
+                    waiting.remove(run)
+                    if not waiting:
+                        del self._pending[run.client]
+                run.state, run.error, run.finished = "cancelled", reason, time.time()
+                self._trim()
+            elif run.state == "running" and not run.cancelling:
+                run.cancelling = True
+                run.error = reason
+                for worker in self._workers:
+                    if worker.current is run:
+                        worker.interrupt()
+            else:
+                return
+        self._notify(run)
+
     # --- internals ------------------------------------------------------------------------
 
     def _order(self) -> list[Run]:
@@ -319,7 +415,7 @@ class RunQueue:
         return max(1, round(busy * self.seconds_per_run / len(self.devices)))
 
     def _trim(self) -> None:
-        finished = [r for r in self.runs.values() if r.state in ("done", "failed", "timeout")]
+        finished = [r for r in self.runs.values() if r.state in FINAL]
         while len(finished) > self.cache_size:
             old = finished.pop(0)
             self.runs.pop(old.id, None)
@@ -348,16 +444,21 @@ class RunQueue:
                 run = self._next()
                 run.state = "running"
                 run.started = time.time()
+                worker.current = run
             self._notify(run)
             outcome, payload = worker.run(run)
             with self._lock:
+                worker.current = None
+                if run.cancelling:
+                    outcome, payload = "cancelled", run.error
                 run.state = outcome
                 run.finished = time.time()
                 if outcome == "done":
                     run.result = payload
                 else:
                     run.error = payload
-                took = run.finished - run.started
-                self.seconds_per_run = 0.7 * self.seconds_per_run + 0.3 * took
+                if outcome != "cancelled":
+                    took = run.finished - run.started
+                    self.seconds_per_run = 0.7 * self.seconds_per_run + 0.3 * took
                 self._trim()
             self._notify(run)

@@ -21,6 +21,8 @@ Before the executor (torch, triton) loads, the worker
 
 Then it runs one job at a time: `execute(job, device=…, progress=…)` of the executor, sending
 ("progress", message) while it runs and ("done", result) or ("failed", error, traceback) after.
+SIGUSR1 (`CANCEL`) stops the job it runs, which then answers ("cancelled", reason): the worker
+lives on, with torch and triton still loaded, for the next job.
 """
 
 from __future__ import annotations
@@ -35,7 +37,33 @@ import traceback
 from typing import Any
 
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+CANCEL = signal.SIGUSR1  # stops the job in progress (the worker lives on)
 WORKER_NICE = 10  # above the compute pool's 5: runs are long, and nobody waits on each step
+
+
+class RunCancelled(BaseException):
+    """Raised in the job by CANCEL (a BaseException: the executor's `except Exception` blocks
+    do not swallow it)."""
+
+
+class _Job:
+    """Whether a job runs now (CANCEL raises only then, never inside a pipe write)."""
+
+    running = False
+    cancelled = False
+
+    @classmethod
+    def on_cancel(cls, *_: Any) -> None:
+        cls.cancelled = True
+        if cls.running:
+            cls.running = False
+            raise RunCancelled
+
+    @classmethod
+    def check(cls) -> None:
+        if cls.cancelled:
+            cls.running = False
+            raise RunCancelled
 
 
 def die_with_parent() -> None:
@@ -84,6 +112,7 @@ def worker_main(
     """The worker process (see the module docstring)."""
     with contextlib.suppress(OSError):
         os.setsid()
+    signal.signal(CANCEL, _Job.on_cancel)
     die_with_parent()
     if os.getppid() != parent:  # the server died before the guard was set
         return
@@ -102,12 +131,22 @@ def worker_main(
             return
 
         def progress(message: str) -> None:
+            _Job.running = False  # a cancel now waits until the message is written
             conn.send(("progress", message))
+            _Job.running = True
+            _Job.check()
 
+        _Job.cancelled = False  # a cancel meant for a job already finished
         try:
+            _Job.running = True
             result = execute(job, device=device, progress=progress)
+            _Job.running = False
             conn.send(("done", result))
+        except RunCancelled:
+            conn.send(("cancelled", "cancelled while it ran"))
         except MemoryError:
             conn.send(("failed", f"MemoryError: the run needs more than {memory_mib} MiB", ""))
         except Exception as exc:  # the run fails; the worker lives on
             conn.send(("failed", f"{type(exc).__name__}: {exc}", traceback.format_exc(limit=3)))
+        finally:
+            _Job.running = False

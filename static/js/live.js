@@ -43,7 +43,7 @@ export async function startRun(body, { onProgress = () => {} } = {}) {
 export function followRun(run, onProgress = () => {}) {
   const messages = [...(run.messages || [])];
   onProgress({ state: run.state, position: run.position, messages });
-  if (["done", "failed", "timeout"].includes(run.state)) return finished(run);
+  if (["done", "failed", "timeout", "cancelled"].includes(run.state)) return finished(run);
   return new Promise((resolve, reject) => {
     const source = new EventSource(`/api/runs/${run.id}/events`);
     source.addEventListener("progress", (msg) => {
@@ -60,7 +60,7 @@ export function followRun(run, onProgress = () => {}) {
       source.close();
       fetch(`/api/runs/${run.id}`)
         .then((res) => (res.ok ? res.json() : Promise.reject(new Error(`HTTP ${res.status}`))))
-        .then((body) => (["done", "failed", "timeout"].includes(body.state)
+        .then((body) => (["done", "failed", "timeout", "cancelled"].includes(body.state)
           ? finished(body).then(resolve, reject)
           : followRun(body, onProgress).then(resolve, reject)))
         .catch((err) => reject(new RunError([{ msg: `lost the run's progress: ${err.message}` }])));

@@ -230,3 +230,80 @@ def test_no_request_names_code_to_run(client):
 def test_every_setting_says_what_it_is():
     missing = [name for name, f in Settings.model_fields.items() if not f.description]
     assert not missing, f"settings without a description: {missing}"
+
+
+def _refusing_app(**overrides):
+    """An app with a costly-group route that always answers 503 with Retry-After: 1, and the
+    number of times a request reached it."""
+    from fastapi.responses import JSONResponse
+
+    app = create_app(Settings(**overrides))
+    reached = [0]
+
+    @app.get("/api/simulate/_refuse")
+    async def refuse_always() -> JSONResponse:
+        reached[0] += 1
+        detail = [{"type": "busy", "loc": ["request"], "field": None, "msg": "busy", "limit": 1}]
+        return JSONResponse({"detail": detail}, status_code=503, headers={"Retry-After": "1"})
+
+    return app, reached
+
+
+def test_a_client_that_asks_again_before_retry_after_is_held_and_refused_before_the_route():
+    import time
+
+    app, reached = _refusing_app(refusal_hold_s=0.3)
+    with TestClient(app) as client:
+        first = client.get("/api/simulate/_refuse")
+        assert first.status_code == 503 and reached[0] == 1
+        t0 = time.monotonic()
+        again = client.get("/api/simulate/_refuse")
+        held = time.monotonic() - t0
+        assert reached[0] == 1  # answered before the route
+        assert again.status_code == 503 and again.json() == first.json()
+        assert int(again.headers["Retry-After"]) >= 1
+        assert 0.25 <= held < 1.0  # held back, at most refusal_hold_s
+        assert again.headers["x-content-type-options"] == "nosniff"
+        assert "default-src 'self'" in again.headers["content-security-policy"]
+        assert client.get("/api/health").status_code == 200  # cheap routes are never held
+        client.cookies.clear()  # another client is not held for this one
+        assert client.get("/api/simulate/_refuse").status_code == 503 and reached[0] == 2
+        time.sleep(1.1)  # a client that waits as told reaches the route again
+        assert client.get("/api/simulate/_refuse").status_code == 503 and reached[0] == 3
+
+
+def test_a_client_that_keeps_asking_is_held_a_retry_after_each_time():
+    import time
+
+    app, reached = _refusing_app(refusal_hold_s=5)
+    with TestClient(app) as client:
+        client.get("/api/simulate/_refuse")
+        took = []
+        for _ in range(2):
+            t0 = time.monotonic()
+            assert client.get("/api/simulate/_refuse").status_code == 503
+            took.append(time.monotonic() - t0)
+        assert reached[0] == 1
+        # the first waits out the Retry-After (1 s), the next a whole new one, never 5 s
+        assert all(0.8 <= t < 2.0 for t in took), took
+
+
+def test_holding_can_be_turned_off():
+    app, reached = _refusing_app(refusal_hold_s=0)
+    with TestClient(app) as client:
+        codes = [client.get("/api/simulate/_refuse").status_code for _ in range(3)]
+    assert codes == [503] * 3 and reached[0] == 3
+
+
+def test_rate_limit_refusals_are_held_too():
+    import time
+
+    with app_client(rate_compute_burst=1, rate_compute_per_s=0.01, refusal_hold_s=0.3) as client:
+        params = {"n": 16, "d": 8, "bm": 16, "bn": 16}
+        assert client.get("/api/trace", params=params).status_code == 200
+        assert client.get("/api/trace", params=params).status_code == 429
+        t0 = time.monotonic()
+        r = client.get("/api/trace", params=params)
+        assert r.status_code == 429 and time.monotonic() - t0 >= 0.25
+        assert only_error(r, 429)["limit"] == {"per_s": 0.01, "burst": 1}
+        assert int(r.headers["Retry-After"]) >= 90  # the bucket's wait, not the hold's

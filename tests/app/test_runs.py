@@ -26,6 +26,7 @@ def runs_client():
         runs_devices=["cpu"],
         runs_timeout_s=4,
         runs_max_queued=2,
+        runs_unwatched_s=60,  # these tests look at one run at a time: none is cancelled
     )
     with TestClient(create_app(settings)) as c:
         yield c
@@ -35,7 +36,7 @@ def _wait(client, run_id, timeout=30.0):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         body = client.get(f"/api/runs/{run_id}").json()
-        if body["state"] in ("done", "failed", "timeout"):
+        if body["state"] in ("done", "failed", "timeout", "cancelled"):
             return body
         time.sleep(0.05)
     raise AssertionError(f"run {run_id} did not finish: {body}")
@@ -134,6 +135,7 @@ def fair_client():
         runs_max_queued_per_client=3,
         runs_max_queued_per_address=7,
         rate_runs_burst=100,
+        runs_unwatched_s=60,
     )
     with TestClient(create_app(settings)) as c:
         yield c
@@ -363,3 +365,67 @@ def test_runs_within_the_budgets_are_taken_on_both_backends():
             body = {"mode": "fwd", "what": "trace", "seq": 128, "block_m": 16, "block_n": 16}
             r = client.post("/api/runs", json=body)
             assert r.status_code == 202, (devices, r.text)
+
+
+@pytest.fixture
+def watched_client():
+    settings = Settings(
+        runs_executor="tests.app.fake_jobs:execute",
+        runs_devices=["cpu"],
+        runs_timeout_s=30,
+        runs_unwatched_s=0.5,
+    )
+    with TestClient(create_app(settings)) as c:
+        yield c
+
+
+def _state_after(client, run_id, seconds: float) -> str:
+    """The run's state once `seconds` have passed, looked at only then (a GET is a watch)."""
+    time.sleep(seconds)
+    return client.get(f"/api/runs/{run_id}").json()["state"]
+
+
+def _first_event(stream) -> dict:
+    for line in stream.iter_lines():
+        if line.startswith("data:"):
+            return json.loads(line.split(":", 1)[1])
+    raise AssertionError("the stream ended without an event")
+
+
+def test_runs_nobody_follows_are_cancelled_and_the_worker_lives_on(watched_client):
+    client = watched_client
+    first = _wait(client, client.post("/api/runs", json={"seed": 5}).json()["id"])
+    worker = first["result"]["pid"]
+    blocker = client.post("/api/runs", json={"seed": 1}).json()["id"]  # sleeps for a minute
+    with client.stream("GET", f"/api/runs/{blocker}/events") as stream:
+        assert _first_event(stream)["state"] in ("queued", "running")
+        queued = client.post("/api/runs", json={"seed": 11}).json()["id"]
+        # waiting, and nobody followed it: cancelled; the one followed runs on
+        assert _state_after(client, queued, 1.5) == "cancelled"
+        assert client.get(f"/api/runs/{blocker}").json()["state"] == "running"
+    # its stream closed: cancelled within the grace (0.5 s) and the worker's answer
+    body = client.get(f"/api/runs/{blocker}").json()
+    time.sleep(1.5)
+    body = client.get(f"/api/runs/{blocker}").json()
+    assert body["state"] == "cancelled" and "nobody followed" in body["error"], body
+    again = _wait(client, client.post("/api/runs", json={"seed": 12}).json()["id"])
+    assert again["state"] == "done" and again["result"]["pid"] == worker  # the same worker
+    # a cancelled run is not served from the cache: the same request queues a new run
+    fresh = client.post("/api/runs", json={"seed": 11}).json()
+    assert fresh["id"] != queued and fresh["cached"] is False
+
+
+def test_looking_at_a_run_keeps_it_going(watched_client):
+    client = watched_client
+    run_id = client.post("/api/runs", json={"seed": 1}).json()["id"]
+    deadline = time.monotonic() + 1.5  # three times the grace, a GET every 0.1 s
+    while time.monotonic() < deadline:
+        assert client.get(f"/api/runs/{run_id}").json()["state"] in ("queued", "running")
+        time.sleep(0.1)
+    assert _state_after(client, run_id, 1.5) == "cancelled"
+
+
+def test_the_unwatched_time_is_a_setting_with_a_default():
+    assert Settings().runs_unwatched_s == 1.0
+    with pytest.raises(ValueError):
+        Settings(runs_unwatched_s=0)
