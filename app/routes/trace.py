@@ -92,12 +92,15 @@ async def get_trace(
                 "ctx": {"limit": settings.max_events_per_request},
             }
         )
-    if not errs and count:
-        n_events = closed_form_events(params)
-        if n_events is not None and start >= n_events:
-            errs += check_step(start, n_events)
+    n_events = closed_form_events(params) if not errs and count else None
+    if n_events is not None and start >= n_events:
+        errs += check_step(start, n_events)
     if errs:
         raise refuse(errs)
+    limit = settings.max_trace_response_bytes
+    window = count if n_events is None else min(count, n_events - start)
+    if window and (fits := traces.too_large(params, window, limit)) is not None:
+        raise refuse([_window_too_large(start, count, fits, limit)])  # known: no worker needed
     try:
         meta, events = await traces.window(
             params,
@@ -110,27 +113,29 @@ async def get_trace(
     except TaskError as exc:
         if exc.kind == "ResponseTooLarge":
             fits = int(str(exc).partition("=")[2] or 1)
-            raise refuse(
-                [
-                    limit_error(
-                        "count",
-                        f"count must be ≤ {fits} from step {start} of this trace (responses "
-                        f"are limited to {settings.max_trace_response_bytes:,} bytes), got "
-                        f"{count}",
-                        count,
-                        fits,
-                    )
-                ]
-            ) from None
+            traces.learn(params, limit // (fits + 1))  # a lower bound of one event's size
+            raise refuse([_window_too_large(start, count, fits, limit)]) from None
         raise pool_errors(exc, settings) from None
     except (Busy, TooSlow, Cancelled) as exc:
         raise pool_errors(exc, settings) from None
     if count and start >= meta["n_events"]:
         raise refuse(check_step(start, meta["n_events"]))
+    if events:
+        traces.learn(params, sum(map(len, events)) // len(events))
     body = ",".join(events)
     return Response(
         f'{{"meta":{json.dumps(meta)},"start":{start},"events":[{body}]}}',
         media_type="application/json",
+    )
+
+
+def _window_too_large(start: int, count: int, fits: int, limit: int) -> dict[str, Any]:
+    return limit_error(
+        "count",
+        f"count must be ≤ {fits} from step {start} of this trace (responses are limited to "
+        f"{limit:,} bytes), got {count}",
+        count,
+        fits,
     )
 
 

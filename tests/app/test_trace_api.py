@@ -213,3 +213,29 @@ def test_trace_responses_are_bounded_in_bytes(client, settings):
     ok = client.get("/api/trace", params={**params, "count": err["limit"]})
     assert ok.status_code == 200
     assert len(ok.content) <= settings.max_trace_response_bytes * 1.1
+
+
+def test_a_window_known_to_be_too_large_is_refused_before_any_worker(client, settings):
+    params = {"n": 1024, "d": 64, "bm": 64, "bn": 16, "start": 0}
+    count = settings.max_events_per_request
+    first = client.get("/api/trace", params={**params, "seed": 1, "count": count})
+    assert first.status_code == 422, first.text
+    fits = next(e for e in first.json()["detail"] if e["field"] == "count")["limit"]
+    pool = client.app.state.pool
+    tasks: list[str] = []
+    run = pool.run
+
+    async def counting(name, *args, **kwargs):
+        tasks.append(name)
+        return await run(name, *args, **kwargs)
+
+    pool.run = counting
+    # another seed of the same shape: refused at once, its trace never built
+    again = client.get("/api/trace", params={**params, "seed": 2, "count": count})
+    assert again.status_code == 422 and tasks == []
+    err = next(e for e in again.json()["detail"] if e["field"] == "count")
+    assert 1 <= err["limit"] <= fits
+    ok = client.get("/api/trace", params={**params, "seed": 2, "count": fits})  # what fits
+    assert ok.status_code == 200 and tasks == ["trace.window"]
+    other = client.get("/api/trace", params={**params, "bn": 32, "seed": 2, "count": count})
+    assert other.status_code == 422 and tasks[-1] == "trace.window"  # a new shape: a worker
