@@ -7,6 +7,9 @@
     the FA-2 backward (recompute from LSE; with and without keeping P and dS).
 (b) Closed-form counts (simulator/teach/traffic.py) at N = 131072, d = 128, 64 × 64 tiles, for every
     algorithm, causal and not (decode: one query against 131072 keys).
+(c) The FA-3 model (simulator/timing/fa3.py) on the Hopper forward's benchmark shapes (batch × N =
+    16384, heads = 2048 / d) at N = 16384: tuned configurations at d = 64 and 128, causal and not,
+    persistent ping-pong with three consumers; its target is a median under 100 ms each.
 
 Each case runs once to warm up, then `repeats` times; the JSON keeps every raw time and the
 median, with the device (CPU model, cores), date, load average and versions. The issue's target
@@ -37,8 +40,10 @@ from flashscope.simulator.teach import traffic
 from flashscope.simulator.teach.algorithms import ALGORITHMS
 from flashscope.simulator.teach.numerics import fa2_backward, fa2_forward
 from flashscope.simulator.teach.tracing import random_inputs
+from flashscope.simulator.timing.fa3 import Fa3Config, simulate_fa3
 
 LIMIT_S = 1.0
+FA3_LIMIT_S = 0.1
 
 
 def blas_name() -> str:
@@ -88,6 +93,25 @@ def count_cases() -> dict[str, Callable[[], object]]:
     return cases
 
 
+def fa3_cases() -> dict[str, Callable[[], object]]:
+    cases: dict[str, Callable[[], object]] = {}
+    configs = {
+        "d64_2x128_pipelined": (64, Fa3Config(2, 128, 2, True)),
+        "d128_2x128_pipelined": (128, Fa3Config(2, 128, 2, True)),
+        "d64_3x128_pingpong_persistent": (
+            64,
+            Fa3Config(3, 128, 2, True, pingpong=True, persistent=True),
+        ),
+    }
+    for name, (d, cfg) in configs.items():
+        for causal in (False, True):
+            p = AttentionProblem(seq_q=16384, head_dim=d, heads=2048 // d, causal=causal)
+            cases[f"{name}{'_causal' if causal else ''}"] = lambda p=p, c=cfg: simulate_fa3(
+                p, c, "h100-sxm"
+            )
+    return cases
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=7, help="timed runs per case")
@@ -98,18 +122,16 @@ def main() -> int:
 
     load_before = os.getloadavg()
     results = {}
-    for group, cases, repeats in (
-        ("numerics_n4096_d128_64x64_fp16", numerics_cases(), args.repeats),
-        ("closed_forms_n131072_d128_64x64", count_cases(), args.repeats * 5),
+    for group, cases, repeats, limit in (
+        ("numerics_n4096_d128_64x64_fp16", numerics_cases(), args.repeats, LIMIT_S),
+        ("closed_forms_n131072_d128_64x64", count_cases(), args.repeats * 5, LIMIT_S),
+        ("fa3_model_n16384_h100", fa3_cases(), args.repeats, FA3_LIMIT_S),
     ):
         for name, fn in cases.items():
             raw = timed(fn, repeats)
             med = statistics.median(raw)
-            results[f"{group}/{name}"] = {
-                "seconds": raw,
-                "median_s": med,
-                "under_1s": med < LIMIT_S,
-            }
+            key = "under_1s" if limit == LIMIT_S else "under_100ms"
+            results[f"{group}/{name}"] = {"seconds": raw, "median_s": med, key: med < limit}
             print(f"{group:34s} {name:32s} median {med * 1e3:10.3f} ms  ({repeats} runs)")
 
     now = dt.datetime.now(dt.UTC)

@@ -15,7 +15,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 # MUFU (special-function unit) throughput for exp2 on compute capability 8.0–9.0: 16 results
-# per clock per SM (CUDA C++ Programming Guide, "Arithmetic Instructions" throughput table).
+# per clock per SM, 4 in each of its 4 partitions (CUDA C++ Programming Guide, "Arithmetic
+# Instructions" throughput table). On an H100 SXM that is 16 × 132 SMs × 1.83 GHz = 3.9 T exp2/s,
+# the "3.9 TFLOPS of special functions" the FlashAttention-3 paper (Shah et al., 2024) sets against
+# 989 TFLOP/s of fp16 matrix products; the FA-3 model (simulator/timing/fa3.py) charges every
+# exponential of the softmax at this rate times `Efficiency.sfu`.
 SFU_PER_CLK = 16
 # At most one copy of a line per L2 partition; no GPU here has more than two.
 MAX_SHARED_COPIES = 2.0

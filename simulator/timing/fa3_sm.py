@@ -1,0 +1,361 @@
+"""The FA-3 model's one SM in discrete time: a loader and its consumer warpgroups per CTA.
+
+The SM has four shared units. The tensor cores run the products of all warpgroups one at a time
+in the order they were issued (a wgmma is a few instructions issued at once, each long on the
+tensor cores, so the pipes see them in issue order): products issued together share the rate,
+the first issued finishing first. The copy engine does the same with its copies (a slot's K
+lands before the copies issued after it). The SFU and FP32 units serve their jobs by processor
+sharing (k jobs at once each run at 1/k of the unit's rate):
+
+    tensor  the warpgroup products (wgmma)
+    sfu     the exponentials (exp2 on the special-function unit)
+    alu     the softmax's FP32 work (max, scale, sum, conversion, rescale, epilogue)
+    copy    the copy engine's share of the L2 → SM bandwidth (TMA loads, O's store)
+
+Agents are generators (`_loader`, `_consumer`) that yield what they do next: wait for a
+barrier count, use a unit (blocking), issue work to a unit (asynchronous, returns a job) or
+wait for a job. The barriers are the kernel's (kernels/hopper_forward.py): Q ready and freed per
+consumer, K and V ready and freed per ring step (a step's slot is refilled once every consumer
+has freed the step `stages` earlier), and the ping-pong turn per consumer. Each agent records
+its phases as intervals of the schema in `simulator/timing/fa3.py` (`PHASES`).
+
+Work is in nanoseconds at a unit's full rate; `Costs` holds it per block (`fa3.costs`).
+Pure Python over the events of one SM (a few per block and warpgroup), bounded by the caller:
+the grid's time is extrapolated from short runs (`fa3.simulate_fa3`).
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import deque
+from collections.abc import Generator
+from dataclasses import dataclass, field
+from typing import Any
+
+UNITS = ("tensor", "sfu", "alu", "copy")
+
+
+@dataclass(frozen=True)
+class Costs:
+    """Work of one warpgroup (64 query rows) per key block, in ns at a unit's full rate."""
+
+    qk: float  # S = Q Kᵀ on the tensor cores
+    pv: float  # O += P V on the tensor cores
+    exp: float  # the block's exp2 (P and α) on the SFU
+    alu: float  # the block's other softmax work and the rescale of O
+    epilogue: float  # O / ℓ, LSE (alu)
+    q_bytes: float  # one warpgroup's Q rows
+    kv_bytes: float  # one key block of K (as much again for V)
+    o_bytes: float  # one warpgroup's O rows
+    copy_rate: float  # bytes per ns the SM's copy engine moves
+    mma_latency: float  # ns from a product's last work to its completion being seen
+    copy_latency: float  # ns from a copy's last byte to its barrier
+    q_latency: float  # ns, the same for Q (a first touch, from DRAM)
+
+
+@dataclass
+class _Job:
+    work: float
+    unit: str
+    owner: Any
+    latency: float
+    done: bool = False
+    waiters: list[Any] = field(default_factory=list)
+
+
+@dataclass
+class _Barrier:
+    count: int = 0
+    waiters: list[tuple[int, Any]] = field(default_factory=list)
+
+
+class SM:
+    """One SM running `ctas` programs, each a list of tiles (key blocks per tile)."""
+
+    def __init__(
+        self,
+        costs: Costs,
+        consumers: int,
+        stages: int,
+        pipeline: bool,
+        pingpong: bool,
+        programs: list[list[int]],
+        record: int | None = 0,
+        max_intervals: int = 100_000,
+    ) -> None:
+        self.c = costs
+        self.consumers, self.stages = consumers, stages
+        self.pipeline, self.pingpong = pipeline, pingpong
+        self.t = 0.0
+        self.queues: dict[str, dict[Any, list[_Job]]] = {u: {} for u in UNITS}
+        self.busy = dict.fromkeys(UNITS, 0.0)  # ns each unit had work
+        self.timers: list[tuple[float, int, Any]] = []
+        self.seq = 0
+        # agents ready to go on, in the order they became ready
+        self.ready: deque[tuple[Generator[Any, Any, None], Any]] = deque()
+        self.barriers: dict[tuple[Any, ...], _Barrier] = {}
+        self.record, self.max_intervals = record, max_intervals
+        self.intervals: list[dict[str, Any]] = []
+        self.truncated = False
+        self.ends: list[float] = [0.0] * len(programs)
+        for p, tiles in enumerate(programs):
+            self.ready.append((self._loader(p, tiles), None))
+            for w in range(consumers):
+                self.ready.append((self._consumer(p, w, tiles), None))
+
+    # --- the event loop -------------------------------------------------------------------
+    def _bar(self, *key: Any) -> _Barrier:
+        b = self.barriers.get(key)
+        if b is None:
+            b = self.barriers[key] = _Barrier()
+        return b
+
+    def _arrive(self, key: tuple[Any, ...], n: int = 1) -> None:
+        b = self._bar(*key)
+        b.count += n
+        keep = []
+        for need, agent in b.waiters:
+            (self.ready.append((agent, None)) if b.count >= need else keep.append((need, agent)))
+        b.waiters = keep
+
+    def _step(self, agent: Generator[Any, Any, None], value: Any) -> None:
+        try:
+            cmd = agent.send(value)
+        except StopIteration:
+            return
+        kind = cmd[0]
+        if kind == "wait":  # ("wait", key, count)
+            b = self._bar(*cmd[1])
+            if b.count >= cmd[2]:
+                self.ready.append((agent, None))
+            else:
+                b.waiters.append((cmd[2], agent))
+        elif kind in ("use", "issue"):  # (kind, unit, work, owner, latency)
+            job = _Job(cmd[2], cmd[1], cmd[3], cmd[4])
+            self.queues[cmd[1]].setdefault(cmd[3], []).append(job)
+            if kind == "use":
+                job.waiters.append(agent)
+            else:
+                self.ready.append((agent, job))
+        elif kind == "join":  # ("join", job)
+            job = cmd[1]
+            if job.done:
+                self.ready.append((agent, None))
+            else:
+                job.waiters.append(agent)
+        else:
+            raise ValueError(f"unknown command {kind!r}")
+
+    def _finish(self, job: _Job) -> None:
+        job.done = True
+        for agent in job.waiters:
+            self.ready.append((agent, None))
+        job.waiters = []
+
+    def run(self) -> SM:
+        """Run to the end (or until `max_intervals` intervals are recorded)."""
+        while True:
+            while self.ready:
+                agent, value = self.ready.popleft()
+                self._step(agent, value)
+            if self.truncated:
+                return self
+            nxt, heads = float("inf"), []
+            for unit, queues in self.queues.items():
+                active = [q[0] for q in queues.values() if q]
+                if active:
+                    k = len(active)
+                    nxt = min(nxt, self.t + min(j.work for j in active) * k)
+                    heads.append((unit, active, k))
+            if self.timers:
+                nxt = min(nxt, self.timers[0][0])
+            if nxt == float("inf"):
+                return self
+            dt = nxt - self.t
+            for unit, active, k in heads:
+                self.busy[unit] += dt
+                for j in active:
+                    j.work -= dt / k
+            self.t = nxt
+            for unit, active, _ in heads:
+                for j in active:
+                    if j.work <= 1e-9:
+                        self.queues[unit][j.owner].pop(0)
+                        if j.latency > 0:
+                            heapq.heappush(self.timers, (self.t + j.latency, self.seq, j))
+                            self.seq += 1
+                        else:
+                            self._finish(j)
+            while self.timers and self.timers[0][0] <= self.t + 1e-9:
+                self._finish(heapq.heappop(self.timers)[2])
+
+    def _log(
+        self, p: int, role: str, wg: int, phase: str, tile: int, block: int, start: float
+    ) -> None:
+        if p != self.record or self.truncated:
+            return
+        self.intervals.append(
+            {
+                "role": role,
+                "warpgroup": wg,
+                "phase": phase,
+                "tile": tile,
+                "block": block,
+                "start_ns": start,
+                "end_ns": self.t,
+            }
+        )
+        if len(self.intervals) >= self.max_intervals:
+            self.truncated = True
+
+    # --- the agents -----------------------------------------------------------------------
+    def _wait(
+        self, p: int, w: int, key: tuple[Any, ...], count: int, phase: str, tile: int, block: int
+    ) -> Generator[Any, Any, None]:
+        start = self.t
+        yield ("wait", key, count)
+        if self.t > start:
+            self._log(p, "consumer", w, phase, tile, block, start)
+
+    def _landing(
+        self,
+        p: int,
+        job: _Job,
+        ready: tuple[Any, ...],
+        phase: str,
+        tile: int,
+        block: int,
+        start: float,
+    ) -> Generator[Any, Any, None]:
+        """Waits for a copy the loader issued (its own agent: the loader goes on issuing)."""
+        yield ("join", job)
+        self._log(p, "loader", -1, phase, tile, block, start)
+        self._arrive(ready)
+
+    def _copy(
+        self,
+        p: int,
+        nbytes: float,
+        latency: float,
+        ready: tuple[Any, ...],
+        phase: str,
+        tile: int,
+        block: int,
+    ) -> Generator[Any, Any, None]:
+        start = self.t
+        job = yield ("issue", "copy", nbytes / self.c.copy_rate, "issued", latency)
+        self.ready.append((self._landing(p, job, ready, phase, tile, block, start), None))
+
+    def _loader(self, p: int, tiles: list[int]) -> Generator[Any, Any, None]:
+        c = self.c
+        g = 0
+        for i, n in enumerate(tiles):
+            for w in range(self.consumers):
+                yield ("wait", (p, "q_empty", w), i)
+                yield from self._copy(p, c.q_bytes, c.q_latency, (p, "q_ready", w), "load_q", i, -1)
+            for j in range(n):
+                if g >= self.stages:
+                    yield ("wait", (p, "k_free", g - self.stages), self.consumers)
+                yield from self._copy(
+                    p, c.kv_bytes, c.copy_latency, (p, "k_ready", g), "load_k", i, j
+                )
+                if g >= self.stages:
+                    yield ("wait", (p, "v_free", g - self.stages), self.consumers)
+                yield from self._copy(
+                    p, c.kv_bytes, c.copy_latency, (p, "v_ready", g), "load_v", i, j
+                )
+                g += 1
+
+    def _product(self, p: int, w: int, work: float) -> Generator[Any, Any, Any]:
+        # One queue for the SM: products run one at a time in the order they were issued.
+        job = yield ("issue", "tensor", work, "issued", self.c.mma_latency)
+        return job
+
+    def _seen(
+        self, p: int, w: int, job: _Job, phase: str, tile: int, block: int, start: float
+    ) -> Generator[Any, Any, None]:
+        yield ("join", job)
+        self._log(p, "consumer", w, phase, tile, block, start)
+
+    def _softmax(self, p: int, w: int, tile: int, block: int) -> Generator[Any, Any, None]:
+        start = self.t
+        yield ("use", "alu", self.c.alu, (p, w), 0.0)
+        yield ("use", "sfu", self.c.exp, (p, w), 0.0)
+        self._log(p, "consumer", w, "softmax", tile, block, start)
+
+    def _turn(self, p: int, w: int, r: int, tile: int, block: int) -> Generator[Any, Any, None]:
+        if self.pingpong:
+            yield from self._wait(p, w, (p, "turn", w), r + 1, "wait_turn", tile, block)
+
+    def _pass(self, p: int, w: int) -> None:
+        if self.pingpong:
+            self._arrive((p, "turn", (w + 1) % self.consumers))
+
+    def _consumer(self, p: int, w: int, tiles: list[int]) -> Generator[Any, Any, None]:
+        c = self.c
+        if self.pipeline and w == self.consumers - 1:
+            self._pass(p, w)  # round 0 starts at the first warpgroup
+        g = 0
+        store = None
+        for i, n in enumerate(tiles):
+            # The wait for the tile's Q shows as wait_k of block −1 (a per-tile phase).
+            yield from self._wait(p, w, (p, "q_ready", w), i + 1, "wait_k", i, -1)
+            r0 = g + i
+            if self.pipeline:
+                yield from self._turn(p, w, r0, i, 0)
+                yield from self._wait(p, w, (p, "k_ready", g), 1, "wait_k", i, 0)
+                start = self.t
+                s = yield from self._product(p, w, c.qk)
+                self._pass(p, w)
+                yield from self._seen(p, w, s, "qk", i, 0, start)
+                self._arrive((p, "k_free", g))
+                yield from self._softmax(p, w, i, 0)
+                for j in range(1, n):
+                    yield from self._turn(p, w, r0 + j, i, j)
+                    yield from self._wait(p, w, (p, "k_ready", g + j), 1, "wait_k", i, j)
+                    s_start = self.t
+                    s = yield from self._product(p, w, c.qk)
+                    yield from self._wait(p, w, (p, "v_ready", g + j - 1), 1, "wait_v", i, j - 1)
+                    o_start = self.t
+                    o = yield from self._product(p, w, c.pv)
+                    self._pass(p, w)
+                    yield from self._seen(p, w, s, "qk", i, j, s_start)
+                    self._arrive((p, "k_free", g + j))
+                    yield from self._softmax(p, w, i, j)
+                    yield from self._seen(p, w, o, "pv", i, j - 1, o_start)
+                    self._arrive((p, "v_free", g + j - 1))
+                self._arrive((p, "q_empty", w))
+                last = g + n - 1
+                yield from self._wait(p, w, (p, "v_ready", last), 1, "wait_v", i, n - 1)
+                yield from self._turn(p, w, r0 + n, i, n - 1)
+                start = self.t
+                o = yield from self._product(p, w, c.pv)
+                self._pass(p, w)
+                yield from self._seen(p, w, o, "pv", i, n - 1, start)
+                self._arrive((p, "v_free", last))
+            else:
+                for j in range(n):
+                    yield from self._wait(p, w, (p, "k_ready", g + j), 1, "wait_k", i, j)
+                    start = self.t
+                    s = yield from self._product(p, w, c.qk)
+                    yield from self._seen(p, w, s, "qk", i, j, start)
+                    self._arrive((p, "k_free", g + j))
+                    yield from self._softmax(p, w, i, j)
+                    yield from self._wait(p, w, (p, "v_ready", g + j), 1, "wait_v", i, j)
+                    start = self.t
+                    o = yield from self._product(p, w, c.pv)
+                    yield from self._seen(p, w, o, "pv", i, j, start)
+                    self._arrive((p, "v_free", g + j))
+                self._arrive((p, "q_empty", w))
+            start = self.t
+            yield ("use", "alu", c.epilogue, (p, w), 0.0)
+            self._log(p, "consumer", w, "epilogue", i, -1, start)
+            # O leaves through the copy engine; the warpgroup waits for a store only before its
+            # next one (tma.store_wait) and at the end.
+            if store is not None:
+                yield ("join", store)
+            store = yield ("issue", "copy", c.o_bytes / c.copy_rate, "issued", 0.0)
+            g += n
+        if store is not None:
+            yield ("join", store)
+        self.ends[p] = max(self.ends[p], self.t)
