@@ -1,4 +1,4 @@
-"""Emulated storage precision: round fp32 values to what fp16 or bf16 can hold.
+"""Emulated storage precision: round fp32 values to what fp16, bf16 or fp8 (e4m3) can hold.
 
 A GPU kernel computes in fp32 but stores (and feeds tensor cores) in the input dtype; the
 numerics round exactly where the kernel would: inputs, P before P·V, dS before its matmuls, and
@@ -7,6 +7,10 @@ every tensor written back in the dtype.
 Both roundings work on the fp32 bit pattern (round to nearest, ties to even), which gives the
 same values as a cast through numpy's float16 about ten times faster; fp16 also handles its
 subnormals (a fixed step of 2⁻²⁴ below 2⁻¹⁴) and overflow to ±∞ beyond 65504.
+
+fp8 is e4m3 (OCP "E4M3FN", Hopper's FP8 tensor-core input): 3 mantissa bits, exponent bias 7,
+normals from 2⁻⁶ to 448 = 1.75·2⁸, subnormals in steps of 2⁻⁹, no infinities. Conversion
+saturates (PTX's cvt.satfinite): anything beyond ±448, infinities included, becomes ±448.
 """
 
 from __future__ import annotations
@@ -16,6 +20,9 @@ import numpy as np
 _F16_MIN_NORMAL = np.float32(2.0**-14)
 _F16_STEP_SUBNORMAL = np.float32(2.0**-24)
 _F16_MAX = np.float32(65504.0)
+E4M3_MAX = 448.0
+_E4M3_MIN_NORMAL = np.float32(2.0**-6)
+_E4M3_STEP_SUBNORMAL = np.float32(2.0**-9)
 
 
 def _round_mantissa(x: np.ndarray, drop: int) -> np.ndarray:
@@ -24,6 +31,18 @@ def _round_mantissa(x: np.ndarray, drop: int) -> np.ndarray:
     half = np.uint32((1 << (drop - 1)) - 1)
     rounded = bits + half + ((bits >> np.uint32(drop)) & np.uint32(1))
     return (rounded & np.uint32(~((1 << drop) - 1) & 0xFFFFFFFF)).view(np.float32)
+
+
+def round_fp8_e4m3(x: np.ndarray) -> np.ndarray:
+    """Round values to the nearest e4m3 value (ties to even), saturating at ±448; float32."""
+    x = np.asarray(x, dtype=np.float32)
+    out = _round_mantissa(x, 20)
+    tiny = np.abs(x) < _E4M3_MIN_NORMAL
+    if tiny.any():
+        out = np.where(tiny, np.round(x / _E4M3_STEP_SUBNORMAL) * _E4M3_STEP_SUBNORMAL, out)
+    with np.errstate(invalid="ignore"):
+        out = np.where(np.abs(out) > E4M3_MAX, np.copysign(np.float32(E4M3_MAX), x), out)
+    return np.where(np.isnan(x), x, out).astype(np.float32)
 
 
 def round_to_dtype(x: np.ndarray, dtype: str) -> np.ndarray:
@@ -42,4 +61,6 @@ def round_to_dtype(x: np.ndarray, dtype: str) -> np.ndarray:
         if huge.any():
             out = np.where(huge, np.copysign(np.float32(np.inf), x), out)
         return np.where(np.isnan(x), x, out)
-    raise ValueError(f"dtype must be fp32, fp16 or bf16, got {dtype!r}")
+    if dtype == "fp8":
+        return round_fp8_e4m3(x)
+    raise ValueError(f"dtype must be fp32, fp16, bf16 or fp8, got {dtype!r}")
