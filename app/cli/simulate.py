@@ -7,7 +7,11 @@ prints the engine's summary as one JSON object (or a table without --json). `--i
 simulates flashscope's own kernels (simulator/timing/kernelplan.py) instead of the papers'
 algorithm: the causal forward heaviest block first, the backward's route (`--route`, default the
 kernels' choice on that GPU) and the dQ kernel's tiles (`--dq-block-m` …). `--set NAME=VALUE`
-(repeatable) changes any hardware or efficiency field first, e.g. `--set smem_per_sm_kib=456`. Bad
+(repeatable) changes any hardware or efficiency field first, e.g. `--set smem_per_sm_kib=456`.
+`--algo fa3` runs the FA-3 model of flashscope's Hopper forward (simulator/timing/fa3.py) with the
+kernel's options (`--consumers`, `--no-pipeline`, `--pingpong`, `--persistent`, `--ctas`,
+`--band`, `--block-n`, `--stages`; `--dtype fp8` as a simulated what-if); --json prints its
+answer with the shown program's warpgroup timeline. Bad
 arguments print one line naming the argument and exit with code 2. The simulator (NumPy) is imported
 when the command runs; torch, triton and FastAPI never are.
 """
@@ -23,8 +27,12 @@ from typing import Any
 
 from flashscope.app.cli.traffic import head_dim, positive_int, power_of_two
 
-# The same as simulator.timing.workload.ALGOS (tested); kept here so the CLI starts fast.
-ALGOS = ("naive", "fa1", "fa2", "fa2-bwd", "decode")
+# The same as simulator.timing.workload.ALGOS plus fa3's (tested); kept here so the CLI starts
+# fast.
+ALGOS = ("naive", "fa1", "fa2", "fa2-bwd", "decode", "fa3")
+FA3_FLAGS = {"consumers": "--consumers", "pipeline": "--no-pipeline", "pingpong": "--pingpong",
+             "persistent": "--persistent", "ctas": "--ctas", "band": "--band",
+             "program": "--program"}  # fmt: skip
 MAX_CTAS = 4_194_304  # beyond this a simulation takes seconds: refuse rather than hang
 FLAGS = {
     "seq_q": "--seq",
@@ -43,6 +51,7 @@ FLAGS = {
     "splits": "--splits",
     "route": "--route",
     "impl": "--impl",
+    **FA3_FLAGS,
 }
 
 
@@ -89,7 +98,9 @@ def add_command(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     p.add_argument("--seq-k", type=positive_int, default=None, help="key/value length (default N)")
     p.add_argument("--head-dim", type=head_dim, required=True, help="a multiple of 8 up to 256")
     p.add_argument("--causal", action="store_true")
-    p.add_argument("--dtype", choices=("fp16", "bf16", "fp32"), default="fp16")
+    p.add_argument(
+        "--dtype", choices=("fp16", "bf16", "fp32", "fp8"), default="fp16", help="fp8: fa3 only"
+    )
     p.add_argument("--block-m", type=power_of_two, default=128)
     p.add_argument("--block-n", type=power_of_two, default=64)
     p.add_argument("--stages", type=positive_int, default=2)
@@ -128,6 +139,17 @@ def add_command(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         metavar="NAME=VALUE",
         help="change a hardware or efficiency field (repeatable)",
     )
+    fa3 = p.add_argument_group("fa3 (the FA-3 model of the Hopper forward)")
+    fa3.add_argument("--consumers", type=int, default=None, help="warpgroups of 64 rows: 1-3")
+    fa3.add_argument("--no-pipeline", dest="pipeline", action="store_false", default=None,
+                     help="issue S of the next block only after this one's P·V")  # fmt: skip
+    fa3.add_argument("--pingpong", action="store_true", default=None,
+                     help="the warpgroups take turns issuing their products")  # fmt: skip
+    fa3.add_argument("--persistent", action="store_true", default=None,
+                     help="one program per CTA slot looping over the tiles")  # fmt: skip
+    fa3.add_argument("--ctas", type=int, default=None, help="CTAs per SM: 1 or 2")
+    fa3.add_argument("--band", type=int, default=None, help="causal: heads per band of tiles")
+    fa3.add_argument("--program", type=int, default=None, help="the program whose timeline shows")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=run)
 
@@ -141,6 +163,44 @@ def _flag_for(message: str, default: str) -> str:
     """The CLI flag of the field a ValueError message starts with."""
     m = re.match(r"(\w+)", message)
     return FLAGS.get(m.group(1), default) if m else default
+
+
+def run_fa3(args: argparse.Namespace, gpu: Any) -> int:
+    """`--algo fa3`: the FA-3 model's answer (JSON with the timeline, or a few lines)."""
+    from flashscope.simulator.core.problem import AttentionProblem
+    from flashscope.simulator.timing.fa3 import Fa3Config, simulate_fa3
+
+    given = {k: getattr(args, k) for k in FA3_FLAGS if getattr(args, k) is not None}
+    try:
+        problem = AttentionProblem(
+            seq_q=args.seq, seq_k=args.seq_k, head_dim=args.head_dim, batch=args.batch,
+            heads=args.heads, kv_heads=args.kv_heads, causal=args.causal,
+            dtype="fp16" if args.dtype == "fp8" else args.dtype,
+        )  # fmt: skip
+        options = {k: v for k, v in given.items() if k != "program"}
+        cfg = Fa3Config(block_n=args.block_n, stages=args.stages, **options)
+    except ValueError as exc:
+        return _fail(_flag_for(str(exc), "--seq"), str(exc))
+    tiles = problem.batch * problem.heads * -(-problem.seq_q // cfg.tile_m)
+    if tiles > MAX_CTAS:
+        return _fail("--seq", f"{tiles} tiles to simulate; the limit is {MAX_CTAS}")
+    try:
+        result = simulate_fa3(problem, cfg, gpu, dtype=args.dtype, program=given.get("program", 0))
+    except ValueError as exc:
+        return _fail(_flag_for(str(exc), "--stages"), str(exc))
+    out = result.as_dict()
+    if args.json:
+        print(json.dumps(out))
+        return 0
+    b = out["busy"]
+    print(
+        f"fa3 on {out['gpu_name']} ({out['dtype']}, simulated): {out['time_us']:,.1f} µs, "
+        f"{out['tflops']:,.1f} TFLOP/s; {out['tiles']} tiles, {out['programs']} programs\n"
+        f"  busy        tensor {b['tensor']:.0%} · SFU {b['sfu']:.0%} · loader {b['loader']:.0%}\n"
+        f"  per block   {out['explanation']['text']}"
+        + "".join(f"\n  note        {n}" for n in out["notes"])
+    )
+    return 0
 
 
 def run(args: argparse.Namespace) -> int:
@@ -161,7 +221,7 @@ def run(args: argparse.Namespace) -> int:
             heads=args.heads,
             kv_heads=args.kv_heads,
             causal=args.causal,
-            dtype=args.dtype,
+            dtype="fp16" if args.dtype == "fp8" else args.dtype,  # fp8: fa3's what-if, below
         )
         tiles = TileConfig(args.block_m, args.block_n, args.stages, args.warps, args.maxnreg)
     except ValueError as exc:
@@ -177,6 +237,17 @@ def run(args: argparse.Namespace) -> int:
             gpu = hardware.custom(gpu, **changes)
     except ValueError as exc:
         return _fail("--set", str(exc))
+    if args.algo == "fa3":
+        if args.impl != "convention" or args.route or args.splits:
+            return _fail("--algo", "fa3 takes neither --impl, --route nor --splits")
+        if args.dtype == "fp32":
+            return _fail("--dtype", "dtype must be fp16, bf16 or fp8 for fa3")
+        return run_fa3(args, gpu)
+    for name, flag in FA3_FLAGS.items():
+        if getattr(args, name) is not None:
+            return _fail(flag, f"{flag} applies to --algo fa3")
+    if args.dtype == "fp8":
+        return _fail("--dtype", "dtype fp8 is a what-if of --algo fa3")
     dq_fields = (args.dq_block_m, args.dq_block_n, args.dq_stages, args.dq_warps)
     try:
         dq_tiles = (

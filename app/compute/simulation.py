@@ -8,11 +8,11 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-from flashscope.app.schemas.simulate import SimulateRequest
+from flashscope.app.schemas.simulate import FA3_MAX_INTERVALS, SimulateRequest, fa3_config
 from flashscope.simulator.core import hardware
 from flashscope.simulator.core.gpu import GPU
 from flashscope.simulator.core.problem import AttentionProblem, TileConfig
-from flashscope.simulator.timing import kernelplan
+from flashscope.simulator.timing import fa3, kernelplan
 from flashscope.simulator.timing.engine import simulate_workload
 from flashscope.simulator.timing.results import SimResult
 from flashscope.simulator.timing.workload import build, ctas_of
@@ -34,8 +34,11 @@ class Parts:
     kernels: dict[str, Any]
 
     def ctas(self) -> int:
-        """How many CTAs the run would launch in all, without building it."""
+        """How many CTAs the run would launch in all, without building it (fa3: its tiles)."""
         b = self.body
+        if b.algo == fa3.ALGO:
+            p = self.problem
+            return p.batch * p.heads * -(-p.seq_q // fa3_config(b).tile_m)
         if b.impl == "flashscope":
             return kernelplan.ctas_of(b.algo, self.problem, self.tiles, **self.kernels)
         return ctas_of(b.algo, self.problem, self.tiles, sms=self.gpu.sms, splits=b.splits)
@@ -51,6 +54,20 @@ class Parts:
             return simulate_workload(workload, self.gpu)
         except ValueError as exc:  # tiles that do not fit in shared memory, too many warps
             raise DoesNotFit(str(exc)) from None
+
+    def run_fa3(self) -> fa3.Fa3Result:
+        """The FA-3 model's answer (algo fa3): time, busy fractions, a program's timeline."""
+        b = self.body
+        o = b.fa3_options()
+        return fa3.simulate_fa3(self.problem, fa3_config(b), self.gpu, dtype=b.dtype,
+                                program=o["program"], shown_tiles=o["shown_tiles"],
+                                max_intervals=FA3_MAX_INTERVALS)  # fmt: skip
+
+    def fa3_programs(self) -> int:
+        """Programs the fa3 launch would run (one per tile, or one per CTA slot persistent)."""
+        cfg = fa3_config(self.body)
+        tiles = self.ctas()
+        return min(tiles, self.gpu.sms * cfg.ctas) if cfg.persistent else tiles
 
 
 def gpu_of(body: SimulateRequest) -> GPU:
@@ -69,7 +86,7 @@ def parts(body: SimulateRequest, gpu: GPU | None = None) -> Parts:
         heads=body.heads,
         kv_heads=body.kv_heads,
         causal=body.causal,
-        dtype=body.dtype,
+        dtype="fp16" if body.dtype == "fp8" else body.dtype,  # fa3's fp8: `run_fa3` passes it
     )
     tiles = TileConfig(body.block_m, body.block_n, body.stages, body.warps, body.maxnreg)
     gpu = gpu if gpu is not None else gpu_of(body)

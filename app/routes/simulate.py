@@ -34,7 +34,8 @@ def _field(message: str, default: str) -> str:
 
 @router.post("/api/simulate")
 async def post_simulate(body: SimulateRequest, request: Request, settings: SettingsDep) -> Any:
-    """Simulate an algorithm on a GPU: time, bytes per memory level, occupancy, limiters."""
+    """Simulate an algorithm on a GPU: time, bytes per memory level, occupancy, limiters
+    (algo fa3: the FA-3 model's time, busy fractions and a program's warpgroup timeline)."""
     checked = check_request(body, settings)
     payload = {"body": body.model_dump(), "timeline_ctas": settings.simulate_max_timeline_ctas}
     out = await simulated(request, "simulate", payload, checked, settings)
@@ -54,6 +55,12 @@ def check_request(body: SimulateRequest, settings: Settings) -> Parts:
         raise refuse([value_error(field, str(exc), body.hardware, "body")]) from None
     checked = parts(body, gpu)
     ctas = checked.ctas()
+    if body.algo == "fa3":
+        programs = checked.fa3_programs()
+        program = body.fa3_options()["program"]
+        if program >= programs and ctas <= settings.simulate_max_ctas:
+            msg = f"program must be below {programs} (the programs of this launch), got {program}"
+            raise refuse([limit_error("program", msg, program, programs - 1, "body")])
     if ctas > settings.simulate_max_ctas:
         msg = (
             f"these sizes launch {ctas} CTAs; the limit is {settings.simulate_max_ctas}: "

@@ -17,9 +17,16 @@ from flashscope.simulator.core.problem import (
     REG_CAP_STEP,
     is_power_of_two,
 )
+from flashscope.simulator.timing import fa3
 from flashscope.simulator.timing.workload import ALGOS
 
-Algo = Literal[ALGOS]  # type: ignore[valid-type]
+Algo = Literal[(*ALGOS, fa3.ALGO)]  # type: ignore[valid-type]
+# The FA-3 model's own fields (algo fa3 only; None: the kernel's default).
+FA3_FIELDS = ("consumers", "pipeline", "pingpong", "persistent", "ctas", "band", "program",
+              "shown_tiles")  # fmt: skip
+FA3_DEFAULTS = {"consumers": 2, "pipeline": True, "pingpong": False, "persistent": False,
+                "ctas": 1, "band": 1, "program": 0, "shown_tiles": 2}  # fmt: skip
+FA3_MAX_INTERVALS = 2000  # the most timeline intervals an fa3 response carries
 
 
 # A register cap per thread (Triton's maxnreg), as every request that takes tiles accepts it.
@@ -48,7 +55,9 @@ class SimulateRequest(BaseModel):
     seq_k: int | None = Field(None, ge=1, description="Key/value length; default N.")
     head_dim: int = Field(128, ge=1, description=HEAD_DIM)
     causal: bool = False
-    dtype: Literal["fp16", "bf16", "fp32"] = "fp16"
+    dtype: Literal["fp16", "bf16", "fp32", "fp8"] = Field(
+        "fp16", description="fp8 (e4m3): fa3 only, a simulated what-if."
+    )
     block_m: int = Field(128, ge=1, description="Query rows per CTA (power of two).")
     block_n: int = Field(64, ge=1, description="Keys per inner step (power of two).")
     stages: int = Field(2, ge=1, le=8, description="Software-pipeline depth.")
@@ -71,6 +80,33 @@ class SimulateRequest(BaseModel):
     dq_block_n: int | None = Field(None, ge=1, description="flashscope fa2-bwd: dQ kernel keys.")
     dq_stages: int | None = Field(None, ge=1, le=8, description="flashscope fa2-bwd: dQ stages.")
     dq_warps: int | None = Field(None, ge=1, le=32, description="flashscope fa2-bwd: dQ warps.")
+    consumers: int | None = Field(
+        None, ge=1, le=3, description="fa3: consumer warpgroups of 64 query rows (default 2)."
+    )
+    pipeline: bool | None = Field(
+        None, description="fa3: S of the next block issued before this one's P·V (default true)."
+    )
+    pingpong: bool | None = Field(
+        None, description="fa3: warpgroups take turns issuing their products (default false)."
+    )
+    persistent: bool | None = Field(
+        None, description="fa3: one program per CTA slot looping over tiles (default false)."
+    )
+    ctas: int | None = Field(None, ge=1, le=2, description="fa3: CTAs per SM (default 1).")
+    band: int | None = Field(
+        None, ge=0, le=65536, description="fa3 causal: heads per band of tiles, 0 all (default 1)."
+    )
+    program: int | None = Field(
+        None, ge=0, description="fa3: the program (CTA) whose timeline is shown (default 0)."
+    )
+    shown_tiles: int | None = Field(
+        None, ge=1, le=4, description="fa3: tiles of that program the timeline shows (default 2)."
+    )
+
+    def fa3_options(self) -> dict[str, Any]:
+        """The FA-3 fields with the kernel's defaults filled in."""
+        return {k: v if (v := getattr(self, k)) is not None else FA3_DEFAULTS[k]
+                for k in FA3_FIELDS}  # fmt: skip
 
 
 def check_simulate_request(r: SimulateRequest, s: Settings) -> list[dict[str, Any]]:
@@ -122,7 +158,52 @@ def check_simulate_request(r: SimulateRequest, s: Settings) -> list[dict[str, An
         )
     errs += _check_hardware_changes(r, s, where)
     errs += _check_kernels(r, s, where)
+    errs += _check_fa3(r, where)
     return errs
+
+
+def _check_fa3(r: SimulateRequest, where: str) -> list[dict[str, Any]]:
+    """algo fa3: its fields in the kernel's ranges (block_n 64/128/256, stages 2–4, ping-pong
+    with pipeline and two or more consumers, shared memory that fits, a shown program that
+    exists); other algorithms: none of its fields, no fp8."""
+    errs: list[dict[str, Any]] = []
+    if r.algo != fa3.ALGO:
+        for name in FA3_FIELDS:
+            if getattr(r, name) is not None:
+                errs.append(value_error(name, f"{name} applies to algo fa3", getattr(r, name),
+                                        where))  # fmt: skip
+        if r.dtype == "fp8":
+            errs.append(value_error("dtype", "dtype fp8 is a what-if of algo fa3", r.dtype, where))
+        return errs
+    o = r.fa3_options()
+    if r.dtype == "fp32":
+        errs.append(limit_error("dtype", "dtype must be fp16, bf16 or fp8 for fa3", r.dtype,
+                                list(fa3.DTYPES), where))  # fmt: skip
+    if r.block_n not in (64, 128, 256):
+        errs.append(limit_error("block_n", f"block_n must be 64, 128 or 256 for fa3, got "
+                                f"{r.block_n}", r.block_n, [64, 256], where))  # fmt: skip
+    if not 2 <= r.stages <= 4:
+        errs.append(limit_error("stages", f"stages must be from 2 to 4 for fa3, got {r.stages}",
+                                r.stages, [2, 4], where))  # fmt: skip
+    if o["pingpong"] and (o["consumers"] < 2 or not o["pipeline"]):
+        errs.append(value_error("pingpong", "pingpong needs pipeline and two or more consumers",
+                                o["pingpong"], where))  # fmt: skip
+    if errs:
+        return errs
+    cfg = fa3_config(r)
+    why = cfg.fits(r.head_dim, fa3.ELEMENT_BYTES[r.dtype])
+    if why is not None:
+        limit = fa3.SHARED_PER_CTA
+        errs.append(limit_error("stages", why, r.stages, limit, where))
+    return errs
+
+
+def fa3_config(r: SimulateRequest) -> fa3.Fa3Config:
+    """The FA-3 configuration of a checked request."""
+    o = r.fa3_options()
+    return fa3.Fa3Config(o["consumers"], r.block_n, r.stages, o["pipeline"], o["ctas"],
+                         pingpong=o["pingpong"], persistent=o["persistent"],
+                         band=o["band"])  # fmt: skip
 
 
 def _check_kernels(r: SimulateRequest, s: Settings, where: str) -> list[dict[str, Any]]:

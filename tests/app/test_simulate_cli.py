@@ -128,9 +128,10 @@ def test_bad_arguments_give_one_line_and_exit_2(argv, needle, capsys):
 
 def test_the_command_knows_every_algorithm_of_the_engine():
     from flashscope.app.cli import simulate as cli_simulate
+    from flashscope.simulator.timing import fa3
     from flashscope.simulator.timing.workload import ALGOS
 
-    assert cli_simulate.ALGOS == ALGOS
+    assert (*ALGOS, fa3.ALGO) == cli_simulate.ALGOS
 
 
 def test_simulate_imports_neither_torch_nor_triton_nor_fastapi():
