@@ -48,27 +48,18 @@ from flashscope.simulator.core.gpu import GPU
 from flashscope.simulator.core.problem import AttentionProblem
 from flashscope.simulator.timing.fa3_config import (
     BLOCK_M,
+    INTERVAL_KEYS,
+    PHASES,
+    ROLES,
     SHARED_PER_CTA,
     SHARED_PER_SM,
     Fa3Config,
+    interval_problems,
     tile_steps,
 )
 from flashscope.simulator.timing.fa3_sm import SM, Costs
 
 ALGO = "fa3"
-PHASES = (
-    "load_q",
-    "load_k",
-    "load_v",
-    "wait_k",
-    "wait_v",
-    "wait_turn",
-    "qk",
-    "softmax",
-    "pv",
-    "epilogue",
-)
-ROLES = ("loader", "consumer")
 DTYPES = ("fp16", "bf16", "fp8")
 ELEMENT_BYTES = {"fp16": 2, "bf16": 2, "fp8": 1}
 SOFTMAX_OPS = 4  # FP32 operations per score beside its exp2: max, scale-and-subtract, sum, cvt
@@ -76,12 +67,16 @@ FP8_OPS = 2  # fp8: S descaled, P scaled before its conversion
 WGMMA_LATENCY_NS = 40.0  # estimate: a product's pipeline drain after its last work
 __all__ = [
     "BLOCK_M",
+    "INTERVAL_KEYS",
+    "PHASES",
+    "ROLES",
     "SHARED_PER_CTA",
     "SHARED_PER_SM",
     "Fa3Config",
     "Fa3Result",
     "costs",
     "explain",
+    "interval_problems",
     "simulate_fa3",
     "tile_steps",
 ]

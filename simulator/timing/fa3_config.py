@@ -1,15 +1,32 @@
 """The FA-3 model's launch configuration (the Hopper kernel's `WsConfig`, which kernels/ holds
-and the simulator cannot import) and the order of its tiles (the kernel's `_tile`, on the host).
+and the simulator cannot import), the order of its tiles (the kernel's `_tile`, on the host) and
+the interval schema of a warpgroup timeline, simulated or recorded.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from flashscope.simulator.core.problem import cdiv
 
+PHASES = (
+    "load_q",
+    "load_k",
+    "load_v",
+    "wait_k",
+    "wait_v",
+    "wait_turn",
+    "qk",
+    "softmax",
+    "pv",
+    "epilogue",
+)
+ROLES = ("loader", "consumer")
+INTERVAL_KEYS = ("role", "warpgroup", "phase", "tile", "block", "start_ns", "end_ns")
 BLOCK_M = 64  # one warpgroup's query rows
 SHARED_PER_SM = 233472  # bytes of shared memory all CTAs of an SM may use (Hopper)
 SHARED_PER_CTA = 232448
@@ -91,3 +108,38 @@ def tile_steps(cfg: Fa3Config, rows: int, n_q: int, n_k: int, causal: bool) -> n
     hi = np.clip(np.minimum(n_k, m0 + cfg.tile_m + n_k - n_q), 0, None)
     steps: np.ndarray = np.maximum(-(-hi // cfg.block_n), 1).astype(np.int64)
     return steps
+
+
+def interval_problems(intervals: list[dict[str, Any]], consumers: int) -> list[str]:
+    """What is wrong with a warpgroup timeline (empty when it keeps the schema): each interval a
+    dict of exactly INTERVAL_KEYS; role loader with warpgroup −1 and a load phase, or consumer
+    with warpgroup 0…consumers−1 and any other phase; tile ≥ 0; block ≥ −1 (−1 for per-tile
+    phases: load_q, epilogue); finite times with 0 ≤ start_ns ≤ end_ns."""
+    out: list[str] = []
+    for i, iv in enumerate(intervals):
+        if not isinstance(iv, dict) or set(iv) != set(INTERVAL_KEYS):
+            out.append(f"interval {i}: keys must be {', '.join(INTERVAL_KEYS)}")
+            continue
+        role, wg, phase = iv["role"], iv["warpgroup"], iv["phase"]
+        if phase not in PHASES:
+            out.append(f"interval {i}: unknown phase {phase!r}")
+        elif role == "loader":
+            if wg != -1 or not phase.startswith("load_"):
+                out.append(f"interval {i}: the loader is warpgroup -1 and only loads")
+        elif role == "consumer":
+            if not (isinstance(wg, int) and 0 <= wg < consumers) or phase.startswith("load_"):
+                out.append(f"interval {i}: a consumer is warpgroup 0..{consumers - 1}, no loads")
+        else:
+            out.append(f"interval {i}: role must be loader or consumer, got {role!r}")
+        for key, low in (("tile", 0), ("block", -1)):
+            value = iv[key]
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+                out.append(f"interval {i}: {key} must be an integer ≥ {low}")
+        if phase in ("load_q", "epilogue") and iv["block"] != -1:
+            out.append(f"interval {i}: {phase} is per tile (block -1)")
+        start, end = iv["start_ns"], iv["end_ns"]
+        if not all(isinstance(t, int | float) and math.isfinite(t) for t in (start, end)):
+            out.append(f"interval {i}: times must be finite numbers")
+        elif not 0 <= start <= end:
+            out.append(f"interval {i}: needs 0 ≤ start_ns ≤ end_ns")
+    return out

@@ -12,6 +12,7 @@ from flashscope.simulator.timing.fa3 import (
     ROLES,
     Fa3Config,
     costs,
+    interval_problems,
     simulate_fa3,
     tile_steps,
 )
@@ -62,9 +63,30 @@ def test_intervals_follow_the_schema():
             assert iv["warpgroup"] in (0, 1, 2) and not iv["phase"].startswith("load_")
         if iv["phase"] in ("load_q", "epilogue"):
             assert iv["block"] == -1
+    assert interval_problems(r.intervals, consumers=3) == []
     blocks = {iv["block"] for iv in r.intervals if iv["phase"] == "qk" and iv["tile"] == 0}
     steps = tile_steps(cfg, 16 * 4, 4096, 4096, causal=True)
     assert blocks == set(range(int(steps[0])))
+
+
+def test_interval_problems_catches_each_break_of_the_schema():
+    good = {"role": "consumer", "warpgroup": 1, "phase": "qk", "tile": 0, "block": 3,
+            "start_ns": 10.0, "end_ns": 20.0}  # fmt: skip
+    assert interval_problems([good], consumers=2) == []
+    breaks = [
+        ({"warpgroup": 2}, "consumer is warpgroup 0..1"),
+        ({"role": "loader"}, "loader is warpgroup -1"),
+        ({"phase": "rescale"}, "unknown phase"),
+        ({"phase": "epilogue"}, "per tile"),
+        ({"tile": -1}, "tile must be"),
+        ({"block": 1.5}, "block must be"),
+        ({"start_ns": 30.0}, "start_ns ≤ end_ns"),
+        ({"end_ns": float("nan")}, "finite"),
+        ({"extra": 1}, "keys must be"),
+    ]
+    for change, needle in breaks:
+        problems = interval_problems([{**good, **change}], consumers=2)
+        assert len(problems) == 1 and needle in problems[0], (change, problems)
 
 
 def test_the_timeline_is_bounded():
