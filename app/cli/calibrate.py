@@ -13,7 +13,11 @@ kernel times of a validation dataset (repeat it to fit on the rows of several da
 with both, no GPU is needed (a refit). `--l2-probe FILE` takes the L2's usable capacity
 (`l2_reuse_fraction`) and the room of a line every SM reads (`l2_shared_copies`) from a run of
 benchmarks/l2_reuse_probe.py on that GPU instead of the preset's (or --start's) values; the fit
-never moves them. Without a GPU otherwise, it prints one line and exits with code 2.
+never moves them. `--fit-terms host-and-local` fits only the spills' L1 rate and the host's
+share of a call (local_gbs, host_launch_us, host_backward_us: a sweep of the space users meet
+exercises them, the protocol does not) on the fit half and reports the held-out figures; `all`
+fits them first, then the structural parameters. Without a GPU otherwise, it prints one line
+and exits with code 2.
 """
 
 from __future__ import annotations
@@ -39,6 +43,9 @@ DEFAULT_SWEEP = Path(__file__).resolve().parents[2] / "benchmarks" / "sweeps" / 
 
 
 MAX_ALONE_WEIGHT = 10.0
+# --fit-terms: the structural parameters, the spills' L1 rate and the host's share of a call
+# (which a sweep of the space users meet exercises and the protocol does not), or both
+FIT_TERMS = ("structural", "host-and-local", "all")
 
 
 def alone_weight(text: str) -> float:
@@ -86,6 +93,15 @@ def add_command(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         default=None,
         help="take the L2's usable capacity from this run of benchmarks/l2_reuse_probe.py "
         "(on this GPU)",
+    )
+    p.add_argument(
+        "--fit-terms",
+        choices=FIT_TERMS,
+        default="structural",
+        help="what to fit on the fit half: the structural parameters (default), only the "
+        "spills' L1 rate and the host's share of a call (host-and-local: local_gbs, "
+        "host_launch_us, host_backward_us, the rest kept from --start or the preset), or both "
+        "(all)",
     )
     p.add_argument(
         "--start",
@@ -161,7 +177,8 @@ def _calibrate(args: argparse.Namespace) -> None:
         gpu = dataclasses.replace(gpu, efficiency=dataclasses.replace(gpu.efficiency, **probed))
     fit_doc = None
     if not args.no_fit:
-        fit_doc, values, fitted_hw = _fit_step(args, inputs, gpu, set(probed))
+        eager = (ceilings.get("launch_eager") or {}).get("us_per_launch")
+        fit_doc, values, fitted_hw = _fit_step(args, inputs, gpu, set(probed), eager)
         eff.update(values)
         hw.update(fitted_hw)
     versions = env.get("versions") or {k: env.get(k) for k in ("torch", "triton", "cuda")}
@@ -283,11 +300,16 @@ def _probe(path: Path, doc: Json, base: GPU) -> tuple[dict[str, Any], Json]:
 
 
 def _fit_step(
-    args: argparse.Namespace, inputs: _Inputs, gpu: GPU, keep: set[str]
+    args: argparse.Namespace,
+    inputs: _Inputs,
+    gpu: GPU,
+    keep: set[str],
+    eager_us: float | None = None,
 ) -> tuple[Json, dict[str, Any], dict[str, Any]]:
     """(fit record, fitted efficiencies, fitted hardware fields) on the dataset's rows or a
     sweep measured here, from --start's values where given (but for the fields in `keep`);
-    the --start file's values of fields not fitted here are carried, and recorded."""
+    the --start file's values of fields not fitted here are carried, and recorded. `eager_us`:
+    the ceilings' eager launch, the host's cost per launch where --fit-terms asks for it."""
     try:
         rows = _attention_rows(args, inputs.dataset, gpu)
     except ValueError as exc:
@@ -297,7 +319,23 @@ def _fit_step(
             gpu = _start_from(gpu, inputs.start, keep=keep)
         except ValueError as exc:
             raise _Refused("--start", str(exc)) from None
-    fit_doc, values, fitted_hw = _fit(gpu, rows, args.max_evals, args.alone_weight)
+    terms = getattr(args, "fit_terms", "structural")
+    host_local: Json | None = None
+    if terms != "structural":
+        try:
+            host_local, gpu = _fit_host_and_local(gpu, rows, eager_us)
+        except ValueError as exc:
+            raise _Refused("--fit-terms", str(exc)) from None
+    if terms == "host-and-local":
+        assert host_local is not None
+        fit_doc: Json = {"params": list(host_local["values"]), "values": host_local["values"]}
+        values: dict[str, Any] = dict(host_local["values"])
+        fitted_hw: dict[str, Any] = {}
+    else:
+        fit_doc, values, fitted_hw = _fit(gpu, rows, args.max_evals, args.alone_weight)
+    if host_local is not None:
+        fit_doc["host_and_local"] = host_local
+        values = {**host_local["values"], **values}
     fit_doc["start"] = str(args.start) if args.start else "preset defaults and ceilings"
     if args.measured:
         fit_doc["measured"] = [str(m) for m in args.measured]
@@ -531,6 +569,74 @@ def _fit_spill(gpu: GPU, rows: list[Json]) -> tuple[Json | None, GPU]:
         "holdout": {"n": len(held), "loss": held_loss},
     }
     return doc, apply(gpu, {"spill_l1_miss": miss})
+
+
+def _fit_host_and_local(gpu: GPU, rows: list[Json], eager_us: float | None) -> tuple[Json, GPU]:
+    """(record, `gpu` with them) of the spills' L1 rate and the host's share of a call, fitted
+    on the fit subset's rows (the launch term is the ceilings' eager launch where they measured
+    one), with the held-out rows' time errors before and after, said in two lines."""
+    from flashscope.simulator.calibrate.fitting import (
+        CallSample,
+        apply,
+        call_errors,
+        fit_host_and_local,
+    )
+    from flashscope.simulator.calibrate.validation import workload_of
+
+    def samples(subset: str) -> list[CallSample]:
+        return [
+            CallSample(r["id"], workload_of(r["config"], gpu), r["measured_us"] * 1e-6)
+            for r in rows
+            if r.get("subset") == subset
+        ]
+
+    train, held = samples("fit"), samples("holdout")
+    if not train:
+        raise ValueError("no measured rows of the fit subset")
+    _say(f"fitting the spills' L1 rate and the host's share on {len(train)} configurations …")
+    result = fit_host_and_local(gpu, train, eager_us)
+    fitted = apply(gpu, result.values)
+    for name, why in result.skipped.items():
+        _say(f"{name} not fitted: {why}")
+    doc: Json = {
+        "method": "local_gbs: golden section over its logarithm (or off); host_launch_us and "
+        "host_backward_us: a grid against the kernels' times; two rounds; mean "
+        "|log(simulated / measured)| of the whole calls of the fit subset",
+        "values": result.values,
+        "host_launch_from": "ceilings.launch_eager" if eager_us is not None else "fitted",
+        "fit": {"n": len(train), "loss": result.loss, "start_loss": result.start_loss},
+        "skipped": result.skipped,
+    }
+    if held:
+        before, after = call_errors(gpu, held), call_errors(fitted, held)
+        doc["holdout"] = {"n": len(held), "before": _time_figures(before),
+                          "after": _time_figures(after)}  # fmt: skip
+        b, a = doc["holdout"]["before"], doc["holdout"]["after"]
+        _say(
+            f"held out ({len(held)}): time MAPE {b['mape_pct']:.1f}% → {a['mape_pct']:.1f}%, "
+            f"bias {b['bias_pct']:+.1f}% → {a['bias_pct']:+.1f}%, within 10% "
+            f"{b['within_10pct']:.0%} → {a['within_10pct']:.0%}, worst {b['worst_pct']:+.0f}% → "
+            f"{a['worst_pct']:+.0f}%"
+        )
+    _say(
+        "host and local: "
+        + ", ".join(f"{k} {v:g}" for k, v in result.values.items())
+        + f" (loss {result.start_loss:.3f} → {result.loss:.3f} on {len(train)} fitted)"
+    )
+    return doc, fitted
+
+
+def _time_figures(err: Any) -> Json:
+    """Time MAPE, bias, worst error (%) and the share within 10% of relative errors `err`."""
+    import numpy as np
+
+    k = int(np.argmax(np.abs(err)))
+    return {
+        "mape_pct": float(np.mean(np.abs(err)) * 100),
+        "bias_pct": float(np.mean(err) * 100),
+        "worst_pct": float(err[k] * 100),
+        "within_10pct": float(np.mean(np.abs(err) <= 0.10)),
+    }
 
 
 # Fewer single-kernel rows timed both ways than this: the power cap is not fitted.

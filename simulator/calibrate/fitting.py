@@ -427,3 +427,143 @@ def fit_spill_miss(samples: Sequence[SpillSample]) -> tuple[float, float]:
     losses = [spill_loss(float(m), spilling) for m in grid]
     k = int(np.argmin(losses))
     return float(grid[k]), float(losses[k])
+
+
+# --- the spills' L1 rate and the host's share of a call ---------------------------------------
+#
+# Three terms that the protocol's rows do not exercise (no host-bound call, spills too small for
+# the L1 term to show) and a sweep of the space users meet does: `local_gbs`, the rate at which
+# an SM's L1 serves local-memory (spill) bytes, and the host's floor of a call,
+# `host_launch_us` per launch and `host_backward_us` per backward (engine.host_time_s). None of
+# them moves the others' evidence much, so each is searched on its own: the L1 rate by a golden
+# section over its logarithm (or off), the host's two terms on a grid against the kernels'
+# times, which they do not change; two rounds, since the kernels' times depend on the L1 rate.
+
+LOCAL_GBS_RANGE = (10.0, 10000.0)  # GB/s per SM
+LOCAL_STEPS = 24  # golden-section evaluations of the L1 rate per round
+HOST_LAUNCH_GRID = np.arange(0.0, 20.0 + 1e-9, 0.25)  # µs per launch
+HOST_BACKWARD_GRID = np.arange(0.0, 800.0 + 1e-9, 1.0)  # µs per backward
+HOST_AND_LOCAL = ("local_gbs", "host_launch_us", "host_backward_us")
+
+
+@dataclass(frozen=True)
+class CallSample:
+    """One measured call: its workload (built once) and the time the whole call took (s)."""
+
+    id: str
+    workload: Workload
+    measured_s: float
+
+
+def call_errors(gpu: GPU, samples: Sequence[CallSample]) -> np.ndarray:
+    """(simulated / measured − 1) of each sample's whole call (its host floor included)."""
+    calls = np.array([call_time_s(simulate_workload(s.workload, gpu)) for s in samples])
+    err: np.ndarray = calls / np.array([s.measured_s for s in samples]) - 1.0
+    return err
+
+
+def call_loss(gpu: GPU, samples: Sequence[CallSample]) -> float:
+    """Mean |log(simulated / measured)| of the samples' whole calls (0 with no sample)."""
+    if not samples:
+        return 0.0
+    return float(np.mean(np.abs(np.log1p(call_errors(gpu, samples)))))
+
+
+def moves_local(workload: Workload) -> bool:
+    """Whether any launch of `workload` moves local-memory (spill) bytes."""
+    return any(float((w.local_load + w.local_store).sum()) > 0 for w in workload.launches)
+
+
+def fit_local(gpu: GPU, samples: Sequence[CallSample]) -> tuple[float, float]:
+    """(local_gbs, loss on the samples that move local bytes): the L1 rate, searched over
+    LOCAL_GBS_RANGE on a log scale, or 0 (no L1 term) where that fits better; ValueError where
+    no sample moves local bytes."""
+    spilling = [s for s in samples if moves_local(s.workload)]
+    if not spilling:
+        raise ValueError("no fitted configuration moves local-memory bytes")
+
+    def loss(gbs: float) -> float:
+        return call_loss(apply(gpu, {"local_gbs": gbs}), spilling)
+
+    lo, hi = (math.log(x) for x in LOCAL_GBS_RANGE)
+    ratio = (math.sqrt(5.0) - 1.0) / 2.0
+    a, b = hi - ratio * (hi - lo), lo + ratio * (hi - lo)
+    fa, fb = loss(math.exp(a)), loss(math.exp(b))
+    for _ in range(LOCAL_STEPS - 2):
+        if fa <= fb:
+            hi, b, fb = b, a, fa
+            a = hi - ratio * (hi - lo)
+            fa = loss(math.exp(a))
+        else:
+            lo, a, fa = a, b, fb
+            b = lo + ratio * (hi - lo)
+            fb = loss(math.exp(b))
+    best, best_loss = (a, fa) if fa <= fb else (b, fb)
+    off = loss(0.0)
+    return (0.0, off) if off < best_loss else (round(math.exp(best), 1), best_loss)
+
+
+def fit_host(
+    gpu: GPU, samples: Sequence[CallSample], launch_us: float | None = None
+) -> tuple[dict[str, float], float]:
+    """({host_launch_us, host_backward_us}, loss): the host's floor of a call on the grids
+    HOST_LAUNCH_GRID × HOST_BACKWARD_GRID that best explains the samples' call times, given
+    the engine's kernel times (which the floor does not change); with `launch_us` (the eager
+    launch a micro-benchmark measured), the launch term is that and only the backward's is
+    searched. Where several points fit equally (no sample is bound by the host: any floor
+    below the calls fits), the one nearest `gpu`'s current values is kept."""
+    if not samples:
+        raise ValueError("no fitted configuration")
+    kernels = np.array([simulate_workload(s.workload, gpu).time_s for s in samples]) * 1e6
+    measured = np.array([s.measured_s for s in samples]) * 1e6
+    launches = np.array([len(s.workload.launches) for s in samples], dtype=float)
+    backward = np.array([s.workload.algo.endswith("-bwd") for s in samples], dtype=float)
+    eff = gpu.efficiency
+    span_l, span_b = HOST_LAUNCH_GRID[-1], HOST_BACKWARD_GRID[-1]
+    best: tuple[float, float, float, float] | None = None  # (loss, distance, launch, backward)
+    for launch in HOST_LAUNCH_GRID if launch_us is None else np.array([launch_us]):
+        host = launch * launches[None, :] + HOST_BACKWARD_GRID[:, None] * backward[None, :]
+        losses = np.mean(np.abs(np.log(np.maximum(kernels, host) / measured)), axis=1)
+        distance = np.hypot((launch - eff.host_launch_us) / span_l,
+                            (HOST_BACKWARD_GRID - eff.host_backward_us) / span_b)  # fmt: skip
+        # ties (equal up to rounding) go to the point nearest the current values
+        order = np.lexsort((distance, np.round(losses, 12)))
+        k = int(order[0])
+        here = (float(np.round(losses[k], 12)), float(distance[k]), float(launch),
+                float(HOST_BACKWARD_GRID[k]))  # fmt: skip
+        if best is None or here[:2] < best[:2]:
+            best = here
+    assert best is not None
+    _, _, launch_us, backward_us = best
+    values = {"host_launch_us": launch_us, "host_backward_us": backward_us}
+    return values, call_loss(apply(gpu, values), samples)
+
+
+@dataclass(frozen=True)
+class HostLocalFit:
+    """The fitted values (a subset of HOST_AND_LOCAL), the loss before and after on the fitted
+    samples, and why a term was not fitted."""
+
+    values: dict[str, float]
+    loss: float
+    start_loss: float
+    skipped: dict[str, str]
+
+
+def fit_host_and_local(
+    gpu: GPU, samples: Sequence[CallSample], launch_us: float | None = None, rounds: int = 2
+) -> HostLocalFit:
+    """`local_gbs`, then the host's two terms (the launch term fixed at `launch_us` where
+    given), `rounds` times, on `samples` (a fit half)."""
+    start = call_loss(gpu, samples)
+    values: dict[str, float] = {}
+    skipped: dict[str, str] = {}
+    for _ in range(rounds):
+        try:
+            gbs, _ = fit_local(apply(gpu, values), samples)
+            values["local_gbs"] = gbs
+        except ValueError as exc:
+            skipped["local_gbs"] = str(exc)
+        host, _ = fit_host(apply(gpu, values), samples, launch_us)
+        values.update(host)
+    return HostLocalFit(values, call_loss(apply(gpu, values), samples), start, skipped)

@@ -181,3 +181,35 @@ def test_kernels_timed_alone_join_the_loss(weight):
 def plain_default(gpu, w, t):
     """The default loss ignores the kernels timed alone (ALONE_WEIGHT = 0)."""
     return loss_of(gpu, [Sample("a", w, t)])
+
+
+def test_the_hosts_floor_is_found_on_its_grid_and_kept_where_nothing_shows_it():
+    """Backward calls made to take a known host cost give it back; calls their kernels bound
+    (no floor shows) leave the current values, the nearest of the equally good ones."""
+    import dataclasses
+
+    from flashscope.simulator.calibrate.fitting import CallSample, fit_host
+    from flashscope.simulator.calibrate.validation import workload_of
+    from flashscope.simulator.core import hardware
+    from flashscope.simulator.timing.engine import simulate_workload
+
+    gpu = hardware.from_name("h100-sxm")
+    small = [{"algo": "fa2-bwd", "impl": "flashscope", "seq": n, "head_dim": 64, "batch": 1,
+              "heads": 2, "block_m": 64, "block_n": 64, "stages": 2, "warps": 4}
+             for n in (128, 256, 384)]  # fmt: skip
+    host = [CallSample(str(i), workload_of(c, gpu), 320e-6) for i, c in enumerate(small)]
+    for s in host:  # the kernels are well under the call
+        assert simulate_workload(s.workload, gpu).time_s < 200e-6
+    launches = len(host[0].workload.launches)
+    values, loss = fit_host(gpu, host, launch_us=10.0)
+    assert values == {"host_launch_us": 10.0, "host_backward_us": 320.0 - 10.0 * launches}
+    assert loss == pytest.approx(0.0, abs=1e-9)
+    # long calls their kernels bound: any small floor fits them; the current one is kept
+    big = {**small[0], "seq": 8192, "batch": 8, "heads": 16}
+    w = workload_of(big, gpu)
+    t = simulate_workload(w, gpu).time_s
+    bound = [CallSample("big", w, t * 1.05)]
+    now = dataclasses.replace(gpu, efficiency=dataclasses.replace(
+        gpu.efficiency, host_launch_us=7.0, host_backward_us=123.0))  # fmt: skip
+    values, _ = fit_host(now, bound)
+    assert values == {"host_launch_us": 7.0, "host_backward_us": 123.0}

@@ -169,3 +169,27 @@ def test_the_shipped_protocol_datasets_tables_match_the_known_misses():
     atomic = known_miss("atomic-route")
     low, high = atomic.error_pct
     assert low <= misses[0]["bias_pct"] <= high
+
+
+def test_the_documented_table_of_the_users_sweep_is_the_computed_one():
+    """docs/validation.md's known misses of the users' sweep: the classes, rows, MAPE and bias
+    measured_misses computes from the shipped dataset, in its order."""
+    import gzip
+    import re
+    from pathlib import Path
+
+    from flashscope.simulator.calibrate.known_misses import measured_misses
+
+    (path,) = DATA_DIR.glob("validation-users-*.json.gz")
+    misses = measured_misses(json.loads(gzip.decompress(path.read_bytes()))["rows"])
+    doc = (Path(__file__).resolve().parents[3] / "docs" / "validation.md").read_text()
+    section = doc.split("### Known misses", 1)[1].split("\n\n", 3)[2]
+    rows = [line.split("|")[1:5] for line in section.splitlines()[2:] if line.startswith("|")]
+
+    def num(text: str) -> float:
+        return float(re.sub(r"[^\d.\-]", "", text.replace("−", "-")))
+
+    assert [r[0].strip() for r in rows] == [m["name"] for m in misses]
+    for (_, n, mape, bias), m in zip(rows, misses, strict=True):
+        assert int(n) == m["rows"] and num(mape) == round(m["mape_pct"], 1), m["key"]
+        assert num(bias) == round(m["bias_pct"], 1), m["key"]
