@@ -32,7 +32,7 @@ from flashscope.app.cli.traffic import head_dim, positive_int, power_of_two
 ALGOS = ("naive", "fa1", "fa2", "fa2-bwd", "decode", "fa3")
 FA3_FLAGS = {"consumers": "--consumers", "pipeline": "--no-pipeline", "pingpong": "--pingpong",
              "persistent": "--persistent", "ctas": "--ctas", "band": "--band",
-             "program": "--program"}  # fmt: skip
+             "program": "--program", "shown_tiles": "--shown-tiles"}  # fmt: skip
 MAX_CTAS = 4_194_304  # beyond this a simulation takes seconds: refuse rather than hang
 FLAGS = {
     "seq_q": "--seq",
@@ -150,6 +150,7 @@ def add_command(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     fa3.add_argument("--ctas", type=int, default=None, help="CTAs per SM: 1 or 2")
     fa3.add_argument("--band", type=int, default=None, help="causal: heads per band of tiles")
     fa3.add_argument("--program", type=int, default=None, help="the program whose timeline shows")
+    fa3.add_argument("--shown-tiles", type=int, default=None, help="its tiles the timeline shows")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=run)
 
@@ -177,7 +178,10 @@ def run_fa3(args: argparse.Namespace, gpu: Any) -> int:
             heads=args.heads, kv_heads=args.kv_heads, causal=args.causal,
             dtype="fp16" if args.dtype == "fp8" else args.dtype,
         )  # fmt: skip
-        options = {k: v for k, v in given.items() if k != "program"}
+        options = {k: v for k, v in given.items() if k not in ("program", "shown_tiles")}
+        shown = given.get("shown_tiles", 2)
+        if not 1 <= shown <= 4:
+            raise ValueError(f"shown_tiles must be from 1 to 4, got {shown}")
         cfg = Fa3Config(block_n=args.block_n, stages=args.stages, **options)
     except ValueError as exc:
         return _fail(_flag_for(str(exc), "--seq"), str(exc))
@@ -185,7 +189,9 @@ def run_fa3(args: argparse.Namespace, gpu: Any) -> int:
     if tiles > MAX_CTAS:
         return _fail("--seq", f"{tiles} tiles to simulate; the limit is {MAX_CTAS}")
     try:
-        result = simulate_fa3(problem, cfg, gpu, dtype=args.dtype, program=given.get("program", 0))
+        result = simulate_fa3(
+            problem, cfg, gpu, dtype=args.dtype, program=given.get("program", 0), shown_tiles=shown
+        )
     except ValueError as exc:
         return _fail(_flag_for(str(exc), "--stages"), str(exc))
     out = result.as_dict()

@@ -85,10 +85,12 @@ CLI = ["simulate", "--algo", "fa3", "--seq", "2048", "--head-dim", "64", "--head
 
 
 def test_cli_prints_the_model_as_json(capsys):
-    assert main([*CLI, "--consumers", "3", "--pingpong", "--block-n", "128", "--json"]) == 0
+    argv = ["--consumers", "3", "--pingpong", "--block-n", "128", "--persistent", "--batch", "4"]
+    assert main([*CLI, *argv, "--shown-tiles", "3", "--program", "5", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["algo"] == "fa3" and out["config"]["consumers"] == 3
-    assert out["timeline"]["intervals"]
+    assert out["timeline"]["program"] == 5
+    assert {iv["tile"] for iv in out["timeline"]["intervals"]} == {0, 1, 2}
 
 
 def test_cli_table(capsys):
@@ -109,6 +111,7 @@ def test_cli_table(capsys):
         (["--program", "99999"], "argument --program: program must be from 0 to"),
         (["--dtype", "fp32"], "argument --dtype: dtype must be fp16, bf16 or fp8 for fa3"),
         (["--impl", "flashscope"], "argument --algo: fa3 takes neither"),
+        (["--shown-tiles", "5"], "argument --shown-tiles: shown_tiles must be from 1 to 4"),
     ],
 )
 def test_cli_bad_fa3_arguments_exit_2(argv, needle, capsys):
