@@ -238,14 +238,99 @@ def _tile_at(k, SCHED, SCHEDULED: gl.constexpr):
     return gl.load(SCHED + gl.num_programs(0) + 1 + k) if SCHEDULED else k
 
 
+# The recording (RECORD, `warpgroup_timeline`): each role of a recorded program (consumer
+# warpgroups 0…C−1, then the loader) owns a region of int64 stamps of the SM's cycle counter:
+# REC_STEP_EVENTS per ring step for its first `rec_steps` steps, REC_TILE_EVENTS per tile for
+# its first `rec_tiles` tiles, then REC_HEADER (counter and global timer at its start and end).
+# The codes each role writes are listed with `timeline_intervals`, which reads them.
+REC_STEP_EVENTS = 9
+REC_TILE_EVENTS = 8
+REC_HEADER = 4
+_REC_STEP = gl.constexpr(REC_STEP_EVENTS)
+_REC_TILE = gl.constexpr(REC_TILE_EVENTS)
+_REC_HEADER = gl.constexpr(REC_HEADER)
+
+
+def record_size(rec_steps: int, rec_tiles: int) -> int:
+    """Stamps of one role's region."""
+    return rec_steps * REC_STEP_EVENTS + rec_tiles * REC_TILE_EVENTS + REC_HEADER
+
+
+@gluon.jit
+def _clock():
+    return gl.inline_asm_elementwise("mov.u64 $0, %clock64;", "=l", [], dtype=gl.int64,
+                                     is_pure=False, pack=1)
+
+
+@gluon.jit
+def _globaltimer():
+    return gl.inline_asm_elementwise("mov.u64 $0, %globaltimer;", "=l", [], dtype=gl.int64,
+                                     is_pure=False, pack=1)
+
+
+@gluon.jit
+def _recorder(REC, role, ROLES: gl.constexpr, rec_programs, rec_detail, rec_steps, rec_tiles,
+              RECORD: gl.constexpr):
+    """This role's stamps: (its region, whether this program stamps its steps and tiles (the
+    first rec_detail), steps, tiles, whether it stamps its start and end (the first
+    rec_programs))."""
+    pid = gl.program_id(0)
+    size = rec_steps * _REC_STEP + rec_tiles * _REC_TILE + _REC_HEADER
+    base = REC + (gl.minimum(pid, rec_programs) * ROLES + role) * size
+    edges = pid < rec_programs  # (unused where RECORD is 0)
+    return base, edges & (pid < rec_detail), rec_steps, rec_tiles, edges
+
+
+@gluon.jit
+def _stamp(rec, g, code: gl.constexpr, RECORD: gl.constexpr):
+    """Event `code` of ring step g, RECORD only."""
+    if RECORD == 2:  # a branch: programs that stamp nothing read no clock
+        base, on, steps, _, _ = rec
+        if on & (g < steps):
+            gl.store(base + g * _REC_STEP + code, _clock())
+    elif RECORD:  # a masked store
+        base, on, steps, _, _ = rec
+        gl.store(base + g * _REC_STEP + code, _clock(), mask=on & (g < steps))
+
+
+@gluon.jit
+def _stamp_tile(rec, i, code: gl.constexpr, RECORD: gl.constexpr):
+    """Event `code` of the role's tile i, RECORD only."""
+    if RECORD == 2:
+        base, on, steps, tiles, _ = rec
+        if on & (i < tiles):
+            gl.store(base + steps * _REC_STEP + i * _REC_TILE + code, _clock())
+    elif RECORD:
+        base, on, steps, tiles, _ = rec
+        at = base + steps * _REC_STEP + i * _REC_TILE + code
+        gl.store(at, _clock(), mask=on & (i < tiles))
+
+
+@gluon.jit
+def _stamp_edge(rec, code: gl.constexpr, RECORD: gl.constexpr):
+    """The role's start (code 0) or end (code 2): the cycle counter and the global timer."""
+    if RECORD:
+        base, _, steps, tiles, on = rec
+        at = base + steps * _REC_STEP + tiles * _REC_TILE + code
+        gl.store(at, _clock(), mask=on)
+        gl.store(at + 1, _globaltimer(), mask=on)
+
+
 @gluon.jit
 def _loader(args, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, CONSUMERS: gl.constexpr,
-            STAGES: gl.constexpr, CAUSAL: gl.constexpr, SCHEDULED: gl.constexpr):
+            STAGES: gl.constexpr, CAUSAL: gl.constexpr, SCHEDULED: gl.constexpr,
+            RECORD: gl.constexpr):
     """One warp: for each of the program's tiles, each consumer's Q rows (once that consumer
-    has finished with the previous tile's), then K and V of every step into the ring."""
+    has finished with the previous tile's), then K and V of every step into the ring.
+    RECORD stamps: per step 0 before K's slot is free, 1 K's copy issued, 2 V's copy issued;
+    per tile c < CONSUMERS: consumer c's Q copy issued."""
     (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, v_ready, k_empty,
-     v_empty, N_Q, N_K, H, GROUP, n_tiles, band, SCHED) = args
+     v_empty, N_Q, N_K, H, GROUP, n_tiles, band, SCHED, REC, rec_programs, rec_detail, rec_steps,
+     rec_tiles) = args
     TILE_M: gl.constexpr = BLOCK_M * CONSUMERS
+    rec = _recorder(REC, CONSUMERS, CONSUMERS + 1, rec_programs, rec_detail, rec_steps, rec_tiles,
+                    RECORD)
+    _stamp_edge(rec, 0, RECORD)
     g = 0  # steps of the ring so far, over every tile
     i = 0  # tiles so far
     first, end, stride = _share(SCHED, n_tiles, SCHEDULED)
@@ -258,19 +343,24 @@ def _loader(args, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, CONSUMERS: gl.co
             mbarrier.expect(q_ready.index(c), q_desc.block_type.nbytes)
             tma.async_copy_global_to_shared(q_desc, [q_row + c * BLOCK_M, 0], q_ready.index(c),
                                             q_smem.index(c))
+            _stamp_tile(rec, i, c, RECORD)
         for j in range(n_steps):
             slot = g % STAGES
             free = ((g // STAGES) & 1) ^ 1
+            _stamp(rec, g, 0, RECORD)
             mbarrier.wait(k_empty.index(slot), free)
             mbarrier.expect(k_ready.index(slot), k_desc.block_type.nbytes)
             tma.async_copy_global_to_shared(k_desc, [kv_row + j * BLOCK_N, 0],
                                             k_ready.index(slot), k_smem.index(slot))
+            _stamp(rec, g, 1, RECORD)
             mbarrier.wait(v_empty.index(slot), free)
             mbarrier.expect(v_ready.index(slot), v_desc.block_type.nbytes)
             tma.async_copy_global_to_shared(v_desc, [kv_row + j * BLOCK_N, 0],
                                             v_ready.index(slot), v_smem.index(slot))
+            _stamp(rec, g, 2, RECORD)
             g += 1
         i += 1  # noqa: SIM113 (no enumerate in a kernel)
+    _stamp_edge(rec, 2, RECORD)
 
 
 @gluon.jit
@@ -325,59 +415,78 @@ def _pass_turn(turn, C: gl.constexpr, CONSUMERS: gl.constexpr, PINGPONG: gl.cons
 
 
 @gluon.jit
-def _pipelined_step(q, p, acc, m, l, j, g0, r0, diag, qk_scale2, ring, turn,
+def _pipelined_step(q, p, acc, m, l, j, g0, r0, diag, qk_scale2, ring, turn, rec,
                     s_layout: gl.constexpr, o_layout: gl.constexpr, p_layout: gl.constexpr,
                     BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
                     MASKED: gl.constexpr, dtype: gl.constexpr, C: gl.constexpr,
-                    CONSUMERS: gl.constexpr, PINGPONG: gl.constexpr):
+                    CONSUMERS: gl.constexpr, PINGPONG: gl.constexpr, RECORD: gl.constexpr):
     """Key block j (ring step g0 + j, round r0 + j) of the pipelined loop: issue Sⱼ, issue
     P_{j-1} V_{j-1}, wait for Sⱼ alone, run its softmax while the P V product is still on the
     tensor cores, then rescale. Returns the state with P of block j (in the operand layout)
-    waiting for Vⱼ."""
+    waiting for Vⱼ. RECORD stamps of step g: 0 begin, 1 turn taken, 2 Sⱼ issued (Kⱼ landed),
+    3 V_{j-1} landed, 4 P_{j-1} V_{j-1} issued, 5 Sⱼ done, 6 softmax done, 7 P V done,
+    8 rescale done."""
     k_smem, v_smem, k_ready, v_ready, k_empty, v_empty = ring
     g = g0 + j
+    _stamp(rec, g, 0, RECORD)
     _take_turn(turn, r0 + j, C, PINGPONG)
+    _stamp(rec, g, 1, RECORD)
     s = _scores(q, k_smem, k_ready, g, STAGES, s_layout, BLOCK_M, BLOCK_N, BLOCK_N)
+    _stamp(rec, g, 2, RECORD)
     prev = (g - 1) % STAGES
     mbarrier.wait(v_ready.index(prev), ((g - 1) // STAGES) & 1)
+    _stamp(rec, g, 3, RECORD)
     acc = warpgroup_mma(p, v_smem.index(prev), acc, is_async=True)
     _pass_turn(turn, C, CONSUMERS, PINGPONG)
+    _stamp(rec, g, 4, RECORD)
     s = warpgroup_mma_wait(1, deps=(s,))
+    _stamp(rec, g, 5, RECORD)
     mbarrier.arrive(k_empty.index(g % STAGES), count=1)
     p_new, m, l, alpha = _softmax(s, m, l, j * BLOCK_N, diag, qk_scale2, s_layout, BLOCK_M,
                                   BLOCK_N, MASKED)
+    _stamp(rec, g, 6, RECORD)
     acc, p = warpgroup_mma_wait(0, deps=(acc, p))
+    _stamp(rec, g, 7, RECORD)
     mbarrier.arrive(v_empty.index(prev), count=1)
     acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, o_layout))[:, None]
     p = gl.convert_layout(p_new.to(dtype), p_layout)
+    _stamp(rec, g, 8, RECORD)
     return p, acc, m, l
 
 
 @gluon.jit
-def _plain_step(q, acc, m, l, j, g0, diag, qk_scale2, ring, s_layout: gl.constexpr,
+def _plain_step(q, acc, m, l, j, g0, diag, qk_scale2, ring, rec, s_layout: gl.constexpr,
                 o_layout: gl.constexpr, p_layout: gl.constexpr, BLOCK_M: gl.constexpr,
                 BLOCK_N: gl.constexpr, STAGES: gl.constexpr, MASKED: gl.constexpr,
-                dtype: gl.constexpr, KEYS: gl.constexpr):
+                dtype: gl.constexpr, KEYS: gl.constexpr, RECORD: gl.constexpr):
     """Key block j (ring step g0 + j) without pipelining: Sⱼ, its softmax, the rescale, then
     P V, each waited for. KEYS < BLOCK_N: only the block's first KEYS keys (the causal
     diagonal's last block, where no row sees the rest; s_layout is then KEYS wide, and m and ℓ
-    come and go in its row layout)."""
+    come and go in its row layout). RECORD stamps of step g: 0 begin, 2 Sⱼ issued (Kⱼ
+    landed), 5 Sⱼ done, 6 softmax and rescale done, 3 Vⱼ landed, 4 Pⱼ Vⱼ issued, 7 done."""
     k_smem, v_smem, k_ready, v_ready, k_empty, v_empty = ring
     g = g0 + j
     slot = g % STAGES
+    _stamp(rec, g, 0, RECORD)
     s = _scores(q, k_smem, k_ready, g, STAGES, s_layout, BLOCK_M, BLOCK_N, KEYS)
+    _stamp(rec, g, 2, RECORD)
     s = warpgroup_mma_wait(0, deps=(s,))
+    _stamp(rec, g, 5, RECORD)
     mbarrier.arrive(k_empty.index(slot), count=1)
     p, m, l, alpha = _softmax(s, m, l, j * BLOCK_N, diag, qk_scale2, s_layout, BLOCK_M, KEYS,
                               MASKED)
     acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, o_layout))[:, None]
     p = gl.convert_layout(p.to(dtype), p_layout)
+    _stamp(rec, g, 6, RECORD)
     mbarrier.wait(v_ready.index(slot), (g // STAGES) & 1)
+    _stamp(rec, g, 3, RECORD)
     v = v_smem.index(slot)
     if KEYS != BLOCK_N:
         v = v.slice(0, KEYS)
     acc = warpgroup_mma(p, v, acc, is_async=True)
+    _stamp(rec, g, 4, RECORD)
     acc, p = warpgroup_mma_wait(0, deps=(acc, p))
+    _stamp(rec, g, 7, RECORD)
     mbarrier.arrive(v_empty.index(slot), count=1)
     return acc, m, l
 
@@ -386,7 +495,7 @@ def _plain_step(q, acc, m, l, j, g0, diag, qk_scale2, ring, s_layout: gl.constex
 def _consumer(args, C: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr,
               BLOCK_N: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
               PIPELINE: gl.constexpr, CONSUMERS: gl.constexpr, PINGPONG: gl.constexpr,
-              HALF: gl.constexpr, SCHEDULED: gl.constexpr):
+              HALF: gl.constexpr, SCHEDULED: gl.constexpr, RECORD: gl.constexpr):
     """Warpgroup C: for each of the program's tiles, its BLOCK_M query rows through every step,
     then their O and LSE.
 
@@ -397,9 +506,15 @@ def _consumer(args, C: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constex
     Q's stage is handed back once the tile's last S product is done (the loader fetches the next
     tile's Q under this one's last P V and epilogue); O leaves through a stage of its own, its
     copy waited for only when the stage is next needed.
+
+    RECORD stamps per ring step: `_pipelined_step`'s or `_plain_step`'s (pipelined, the tile's
+    S₀ at its first step: 0, 1, 2, 5, 6); per tile: 0 before Q is waited for, 1 Q landed,
+    2 the last V landed, 3 the last P V issued, 4 done (pipelined), 5 the epilogue begins,
+    6 O's copy issued.
     """
     (o_desc, q_smem, o_smem, k_smem, v_smem, q_ready, q_empty, k_ready, v_ready, k_empty, v_empty,
-     turn, LSE, N_Q, N_K, H, GROUP, n_tiles, band, qk_scale2, SCHED) = args
+     turn, LSE, N_Q, N_K, H, GROUP, n_tiles, band, qk_scale2, SCHED, REC, rec_programs, rec_detail,
+     rec_steps, rec_tiles) = args
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                        instr_shape=[16, BLOCK_N, 16])
     o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
@@ -416,6 +531,8 @@ def _consumer(args, C: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constex
     q = q_smem.index(C)
     o_stage = o_smem.index(C)
     ring = (k_smem, v_smem, k_ready, v_ready, k_empty, v_empty)
+    rec = _recorder(REC, C, CONSUMERS + 1, rec_programs, rec_detail, rec_steps, rec_tiles, RECORD)
+    _stamp_edge(rec, 0, RECORD)
     if PIPELINE and C == CONSUMERS - 1:
         _pass_turn(turn, C, CONSUMERS, PINGPONG)  # round 0 starts at the first warpgroup
     g = 0  # ring steps so far
@@ -429,62 +546,73 @@ def _consumer(args, C: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constex
         m = gl.full([BLOCK_M], float("-inf"), gl.float32, row_s)
         l = gl.zeros([BLOCK_M], gl.float32, row_s)
         acc = gl.zeros([BLOCK_M, HEAD_DIM], gl.float32, o_layout)
+        _stamp_tile(rec, i, 0, RECORD)
         mbarrier.wait(q_ready.index(C), i & 1)
+        _stamp_tile(rec, i, 1, RECORD)
         r0 = g + i
         # Steps [0, n_full) need no mask; the causal diagonal's [n_full, n_steps) do (two
         # loops, so the unmasked one carries none of the mask's registers).
         if PIPELINE:
             # S₀ and its softmax first (masked where causal: it may cross the diagonal).
+            _stamp(rec, g, 0, RECORD)
             _take_turn(turn, r0, C, PINGPONG)
+            _stamp(rec, g, 1, RECORD)
             s = _scores(q, k_smem, k_ready, g, STAGES, s_layout, BLOCK_M, BLOCK_N, BLOCK_N)
             _pass_turn(turn, C, CONSUMERS, PINGPONG)
+            _stamp(rec, g, 2, RECORD)
             s = warpgroup_mma_wait(0, deps=(s,))
+            _stamp(rec, g, 5, RECORD)
             mbarrier.arrive(k_empty.index(g % STAGES), count=1)
             p, m, l, _ = _softmax(s, m, l, 0, diag, qk_scale2, s_layout, BLOCK_M, BLOCK_N,
                                   CAUSAL)
             p = gl.convert_layout(p.to(dtype), p_layout)
+            _stamp(rec, g, 6, RECORD)
             for j in range(1, n_full):
                 p, acc, m, l = _pipelined_step(q, p, acc, m, l, j, g, r0, diag, qk_scale2,
-                                               ring, turn, s_layout, o_layout, p_layout, BLOCK_M,
-                                               BLOCK_N, STAGES, False, dtype, C, CONSUMERS,
-                                               PINGPONG)
+                                               ring, turn, rec, s_layout, o_layout, p_layout,
+                                               BLOCK_M, BLOCK_N, STAGES, False, dtype, C,
+                                               CONSUMERS, PINGPONG, RECORD)
             if CAUSAL:
                 for j in range(gl.maximum(n_full, 1), n_steps):
                     p, acc, m, l = _pipelined_step(q, p, acc, m, l, j, g, r0, diag,
-                                                   qk_scale2, ring, turn, s_layout, o_layout,
-                                                   p_layout, BLOCK_M, BLOCK_N, STAGES, True,
-                                                   dtype, C, CONSUMERS, PINGPONG)
+                                                   qk_scale2, ring, turn, rec, s_layout,
+                                                   o_layout, p_layout, BLOCK_M, BLOCK_N, STAGES,
+                                                   True, dtype, C, CONSUMERS, PINGPONG, RECORD)
             mbarrier.arrive(q_empty.index(C), count=1)  # every S product of the tile is done
             last = g + n_steps - 1
             mbarrier.wait(v_ready.index(last % STAGES), (last // STAGES) & 1)
+            _stamp_tile(rec, i, 2, RECORD)
             _take_turn(turn, r0 + n_steps, C, PINGPONG)
             acc = warpgroup_mma(p, v_smem.index(last % STAGES), acc, is_async=True)
             _pass_turn(turn, C, CONSUMERS, PINGPONG)
+            _stamp_tile(rec, i, 3, RECORD)
             acc, p = warpgroup_mma_wait(0, deps=(acc, p))
+            _stamp_tile(rec, i, 4, RECORD)
             mbarrier.arrive(v_empty.index(last % STAGES), count=1)
         else:
             for j in range(n_full):
-                acc, m, l = _plain_step(q, acc, m, l, j, g, diag, qk_scale2, ring,
+                acc, m, l = _plain_step(q, acc, m, l, j, g, diag, qk_scale2, ring, rec,
                                         s_layout, o_layout, p_layout, BLOCK_M, BLOCK_N, STAGES,
-                                        False, dtype, BLOCK_N)
+                                        False, dtype, BLOCK_N, RECORD)
             if CAUSAL:
                 for j in range(n_full, n_whole):
-                    acc, m, l = _plain_step(q, acc, m, l, j, g, diag, qk_scale2, ring,
+                    acc, m, l = _plain_step(q, acc, m, l, j, g, diag, qk_scale2, ring, rec,
                                             s_layout, o_layout, p_layout, BLOCK_M, BLOCK_N,
-                                            STAGES, True, dtype, BLOCK_N)
+                                            STAGES, True, dtype, BLOCK_N, RECORD)
                 # (HALF, a constexpr, leaves the half step out of other kernels altogether)
                 if HALF:  # noqa: SIM102
                     if n_whole < n_steps:
                         acc, m_h, l_h = _plain_step(q, acc, gl.convert_layout(m, row_h),
                                                     gl.convert_layout(l, row_h), n_whole, g, diag,
-                                                    qk_scale2, ring, half_layout, o_layout,
+                                                    qk_scale2, ring, rec, half_layout, o_layout,
                                                     p_layout, BLOCK_M, BLOCK_N, STAGES, True,
-                                                    dtype, BLOCK_N // 2)
+                                                    dtype, BLOCK_N // 2, RECORD)
                         m = gl.convert_layout(m_h, row_s)
                         l = gl.convert_layout(l_h, row_s)
             mbarrier.arrive(q_empty.index(C), count=1)
 
         # (recomputed here rather than held through the loops, which have no register to spare)
+        _stamp_tile(rec, i, 5, RECORD)
         q_row, _, m0, _, _, _ = _tile(t, n_tiles, band, N_Q, N_K, H, GROUP, TILE_M, BLOCK_N,
                                       CAUSAL, False)
         seen = l > 0
@@ -500,20 +628,24 @@ def _consumer(args, C: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constex
             o_stage.store(o.to(dtype))
             fence_async_shared()
             tma.async_copy_shared_to_global(o_desc, [q_row + C * BLOCK_M, 0], o_stage)
+        _stamp_tile(rec, i, 6, RECORD)
         g += n_steps
         i += 1  # noqa: SIM113 (no enumerate in a kernel)
     tma.store_wait(0)
+    _stamp_edge(rec, 2, RECORD)
 
 
 @gluon.jit
 def _attn_fwd_ws(q_desc, k_desc, v_desc, o_desc, LSE, qk_scale2, H, GROUP, N_Q, N_K, n_tiles, band,
-                 SCHED, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+                 SCHED, REC, rec_programs, rec_detail, rec_steps, rec_tiles,
+                 HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
                  CONSUMERS: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
                  PIPELINE: gl.constexpr, PINGPONG: gl.constexpr, HALF: gl.constexpr,
-                 SCHEDULED: gl.constexpr, CONSUMER_REGS: gl.constexpr):
+                 SCHEDULED: gl.constexpr, CONSUMER_REGS: gl.constexpr, RECORD: gl.constexpr):
     """Programs take tiles t = program_id, + num_programs, … < n_tiles (one each, or, launched
     persistent, one program per SM slot looping over its share; SCHEDULED: the share the host's
-    schedule in SCHED gives it)."""
+    schedule in SCHED gives it). RECORD: programs below rec_detail stamp their phases into REC,
+    those below rec_programs their start and end (`_recorder`; none of it is compiled otherwise)."""
     q_smem = gl.allocate_shared_memory(q_desc.dtype, [CONSUMERS, BLOCK_M, HEAD_DIM],
                                        q_desc.layout)
     o_smem = gl.allocate_shared_memory(o_desc.dtype, [CONSUMERS, BLOCK_M, HEAD_DIM],
@@ -538,32 +670,40 @@ def _attn_fwd_ws(q_desc, k_desc, v_desc, o_desc, LSE, qk_scale2, H, GROUP, N_Q, 
         mbarrier.init(v_empty.index(s), count=CONSUMERS)
 
     shared = (o_desc, q_smem, o_smem, k_smem, v_smem, q_ready, q_empty, k_ready, v_ready, k_empty,
-              v_empty, turn, LSE, N_Q, N_K, H, GROUP, n_tiles, band, qk_scale2, SCHED)
+              v_empty, turn, LSE, N_Q, N_K, H, GROUP, n_tiles, band, qk_scale2, SCHED, REC,
+              rec_programs, rec_detail, rec_steps, rec_tiles)
     loads = (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, v_ready,
-             k_empty, v_empty, N_Q, N_K, H, GROUP, n_tiles, band, SCHED)
+             k_empty, v_empty, N_Q, N_K, H, GROUP, n_tiles, band, SCHED, REC, rec_programs,
+             rec_detail, rec_steps, rec_tiles)
     if CONSUMERS == 1:
         gl.warp_specialize([(_consumer, (shared, 0, HEAD_DIM, BLOCK_M, BLOCK_N, STAGES, CAUSAL,
-                                         PIPELINE, CONSUMERS, PINGPONG, HALF, SCHEDULED)),
+                                         PIPELINE, CONSUMERS, PINGPONG, HALF, SCHEDULED,
+                                         RECORD)),
                             (_loader, (loads, BLOCK_M, BLOCK_N, CONSUMERS, STAGES, CAUSAL,
-                                       SCHEDULED))],
+                                       SCHEDULED, RECORD))],
                            [1], [_LOADER_REGS])
     elif CONSUMERS == 2:
         gl.warp_specialize([(_consumer, (shared, 0, HEAD_DIM, BLOCK_M, BLOCK_N, STAGES, CAUSAL,
-                                         PIPELINE, CONSUMERS, PINGPONG, HALF, SCHEDULED)),
+                                         PIPELINE, CONSUMERS, PINGPONG, HALF, SCHEDULED,
+                                         RECORD)),
                             (_consumer, (shared, 1, HEAD_DIM, BLOCK_M, BLOCK_N, STAGES, CAUSAL,
-                                         PIPELINE, CONSUMERS, PINGPONG, HALF, SCHEDULED)),
+                                         PIPELINE, CONSUMERS, PINGPONG, HALF, SCHEDULED,
+                                         RECORD)),
                             (_loader, (loads, BLOCK_M, BLOCK_N, CONSUMERS, STAGES, CAUSAL,
-                                       SCHEDULED))],
+                                       SCHEDULED, RECORD))],
                            [4, 1], [CONSUMER_REGS, _LOADER_REGS])
     else:
         gl.warp_specialize([(_consumer, (shared, 0, HEAD_DIM, BLOCK_M, BLOCK_N, STAGES, CAUSAL,
-                                         PIPELINE, CONSUMERS, PINGPONG, HALF, SCHEDULED)),
+                                         PIPELINE, CONSUMERS, PINGPONG, HALF, SCHEDULED,
+                                         RECORD)),
                             (_consumer, (shared, 1, HEAD_DIM, BLOCK_M, BLOCK_N, STAGES, CAUSAL,
-                                         PIPELINE, CONSUMERS, PINGPONG, HALF, SCHEDULED)),
+                                         PIPELINE, CONSUMERS, PINGPONG, HALF, SCHEDULED,
+                                         RECORD)),
                             (_consumer, (shared, 2, HEAD_DIM, BLOCK_M, BLOCK_N, STAGES, CAUSAL,
-                                         PIPELINE, CONSUMERS, PINGPONG, HALF, SCHEDULED)),
+                                         PIPELINE, CONSUMERS, PINGPONG, HALF, SCHEDULED,
+                                         RECORD)),
                             (_loader, (loads, BLOCK_M, BLOCK_N, CONSUMERS, STAGES, CAUSAL,
-                                       SCHEDULED))],
+                                       SCHEDULED, RECORD))],
                            [4, 4, 1], [CONSUMER_REGS, CONSUMER_REGS, _LOADER_REGS])
 # fmt: on
 
@@ -673,6 +813,21 @@ def _schedule_tensor(
     return torch.from_numpy(sched).to(device)
 
 
+@dataclass(frozen=True)
+class Recording:
+    """Where a recorded launch stamps: `programs` × (consumers + 1) regions of
+    `record_size(steps, tiles)` int64 each (-1 where nothing was stamped); the first `detail`
+    programs stamp their steps and tiles, the others their roles' start and end only."""
+
+    buffer: torch.Tensor
+    programs: int
+    steps: int
+    tiles: int
+    detail: int
+    mode: int = 2  # 2: each stamp behind a branch (`_stamp`); 1: as a masked store (measured
+    # slower: benchmarks/results/warpgroups-timelines-*.json, "recorded_ms" against "…_branch_ms")
+
+
 @lru_cache
 def _layout(rows: int, d: int, dtype: torch.dtype):
     """The swizzled shared-memory layout of a (rows, d) tile (the copy engine's and wgmma's)."""
@@ -697,9 +852,20 @@ def _descriptor(x: torch.Tensor, rows: int):
     return TensorDescriptor(x, [n, d], [x.stride(2), 1], [rows, d], _layout(rows, d, x.dtype))
 
 
-def _arguments(q, k, v, o, lse, causal: bool, scale: float, cfg: WsConfig, sms: int) -> tuple:
+def _arguments(
+    q,
+    k,
+    v,
+    o,
+    lse,
+    causal: bool,
+    scale: float,
+    cfg: WsConfig,
+    sms: int,
+    record: Recording | None = None,
+) -> tuple:
     """The kernel's (positional arguments, constexprs, launch options) for one call on a GPU of
-    `sms` SMs."""
+    `sms` SMs; `record`: the recorded variant, stamping into its buffer."""
     h, n_q, n_k = q.shape[1], q.shape[2], k.shape[2]
     launch_regs, consumer_regs = cfg.registers()
     rows = q.shape[0] * h
@@ -722,6 +888,11 @@ def _arguments(q, k, v, o, lse, causal: bool, scale: float, cfg: WsConfig, sms: 
         tiles,
         cfg.band or rows,
         sched,
+        lse if record is None else record.buffer,
+        0 if record is None else record.programs,
+        0 if record is None else record.detail,
+        0 if record is None else record.steps,
+        0 if record is None else record.tiles,
     )
     constexprs = dict(
         HEAD_DIM=q.shape[3],
@@ -735,6 +906,7 @@ def _arguments(q, k, v, o, lse, causal: bool, scale: float, cfg: WsConfig, sms: 
         HALF=halves,
         SCHEDULED=scheduled,
         CONSUMER_REGS=consumer_regs,
+        RECORD=0 if record is None else record.mode,
     )
     return args, constexprs, {"num_warps": 4, "maxnreg": launch_regs}  # fmt: skip
 
@@ -748,10 +920,12 @@ def launch_forward_ws(
     cfg: WsConfig,
     *,
     checked: bool = False,
+    record: Recording | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(O, LSE) of checked inputs by the warp-specialized kernel; ValueError where it cannot.
 
-    `checked`: the caller has had `supports` pass for these inputs and `cfg` (`tuned` does).
+    `checked`: the caller has had `supports` pass for these inputs and `cfg` (`tuned` does);
+    `record`: run the recorded variant (`flashscope.kernels.warpgroups`).
     """
     why = None if checked else supports(q, k, v, cfg)
     if why is not None:
@@ -761,7 +935,7 @@ def launch_forward_ws(
     lse = output((b, h, n_q), torch.float32, q.device)
     sms = _sms(q.device.index or 0)
     programs = cfg.programs(cfg.tiles(b * h, n_q), sms)
-    launch(_attn_fwd_ws, (programs,), *_arguments(q, k, v, o, lse, causal, scale, cfg, sms))
+    launch(_attn_fwd_ws, (programs,), *_arguments(q, k, v, o, lse, causal, scale, cfg, sms, record))
     return o, lse
 
 
@@ -786,9 +960,16 @@ class _Sm90Target:
         return True
 
 
-def compile_sm90(cfg: WsConfig, head_dim: int, causal: bool, dtype: torch.dtype = torch.float16):
-    """Compile the kernel for an H100/H200 on any machine (CPU tensors stand in for the inputs;
-    nothing runs): Triton's CompiledKernel, with its PTX, cubin and shared-memory size.
+def compile_sm90(
+    cfg: WsConfig,
+    head_dim: int,
+    causal: bool,
+    dtype: torch.dtype = torch.float16,
+    record: bool = False,
+):
+    """Compile the kernel (`record`: its recorded variant) for an H100/H200 on any machine (CPU
+    tensors stand in for the inputs; nothing runs): Triton's CompiledKernel, with its PTX, cubin
+    and shared-memory size.
 
     Not under Triton's interpreter (TRITON_INTERPRET=1 turns the standard library's functions, which
     Gluon calls, into interpreted ones): `python -m flashscope.kernels.hopper_forward` runs it
@@ -802,7 +983,8 @@ def compile_sm90(cfg: WsConfig, head_dim: int, causal: bool, dtype: torch.dtype 
     n = cfg.tile_m * cfg.block_n  # a multiple of both tiles
     q = torch.empty(1, 2, n, head_dim, dtype=dtype)
     lse = torch.empty(1, 2, n)
-    args, constexprs, options = _arguments(q, q, q, q, lse, causal, 0.1, cfg, COMPILE_SMS)
+    rec = Recording(torch.empty(1, dtype=torch.int64), 1, 1, 1, 1) if record else None
+    args, constexprs, options = _arguments(q, q, q, q, lse, causal, 0.1, cfg, COMPILE_SMS, rec)
     saved = driver._active
     driver.set_active(_Sm90Target())
     try:
@@ -814,9 +996,10 @@ def compile_sm90(cfg: WsConfig, head_dim: int, causal: bool, dtype: torch.dtype 
 SETMAXNREG = r"setmaxnreg\.\w+\.sync\.aligned\.u32\s+(\d+)"
 
 
-def compile_report(configs: list[tuple[WsConfig, int]]) -> list[dict]:
-    """Per (configuration, head_dim) and causal: what the compiled sm_90a kernel holds (its
-    registers and spill stack as cuobjdump reads them from the cubin)."""
+def compile_report(configs: list[tuple[WsConfig, int]], record: bool = False) -> list[dict]:
+    """Per (configuration, head_dim) and causal: what the compiled sm_90a kernel (`record`: its
+    recorded variant) holds (its registers and spill stack as cuobjdump reads them from the
+    cubin, and the cycle-counter reads in its PTX)."""
     import re
     import subprocess
     import tempfile
@@ -828,7 +1011,7 @@ def compile_report(configs: list[tuple[WsConfig, int]]) -> list[dict]:
     rows = []
     for cfg, d in configs:
         for causal in (False, True):
-            ptx = (k := compile_sm90(cfg, d, causal)).asm["ptx"]
+            ptx = (k := compile_sm90(cfg, d, causal, record=record)).asm["ptx"]
             with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
                 f.write(k.asm["cubin"])
                 f.flush()
@@ -845,7 +1028,7 @@ def compile_report(configs: list[tuple[WsConfig, int]]) -> list[dict]:
                 "stack": int(found["STACK"]), "local": int(found["LOCAL"]),
                 "wgmma": ptx.count("wgmma.mma_async"),
                 "setmaxnreg": sorted({int(x) for x in re.findall(SETMAXNREG, ptx)}),
-                "registers": list(cfg.registers()),
+                "registers": list(cfg.registers()), "clock_reads": ptx.count("%clock64"),
             })  # fmt: skip
     return rows
 
@@ -854,9 +1037,12 @@ if __name__ == "__main__":
     import json
     import sys
 
-    # Every configuration a tuned table names (with its head_dim), or those given as JSON.
-    if len(sys.argv) > 1:
-        wanted = [(WsConfig.from_list(c), d) for c, d in json.loads(sys.argv[1])]
+    # Every configuration a tuned table names (with its head_dim), or those given as JSON;
+    # "--record" compiles the recorded variant.
+    record = "--record" in sys.argv
+    given = [a for a in sys.argv[1:] if a != "--record"]
+    if given:
+        wanted = [(WsConfig.from_list(c), d) for c, d in json.loads(given[0])]
     else:
         wanted = tuned_configs()
-    json.dump(compile_report(wanted), sys.stdout)
+    json.dump(compile_report(wanted, record), sys.stdout)

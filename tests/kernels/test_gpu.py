@@ -304,3 +304,48 @@ def test_the_tuned_route_runs_the_gluon_forward(seed: int, monkeypatch) -> None:
     lowp = attention_backward(q, k, v, do, False, dtype=F16)
     for g, r, lp, name in zip(got, ref, lowp, ("dQ", "dK", "dV"), strict=True):
         assert_close(g, r, lp, name, seed)
+
+
+def test_the_recorded_forward_computes_the_same_and_stamps_every_phase(seed: int) -> None:
+    from flashscope.kernels.hopper_forward import WsConfig, launch_forward_ws
+    from flashscope.kernels.warpgroups import (
+        new_recording,
+        program_tiles,
+        stamps_of,
+        timeline_intervals,
+    )
+
+    if torch.cuda.get_device_capability()[0] != 9:
+        pytest.skip("the Gluon forward needs a Hopper GPU")
+    for cfg, d, causal in [(WsConfig(2, 128, 2, True, pingpong=True), 128, False),
+                           (WsConfig(2, 128, 2, False), 64, True),
+                           (WsConfig(3, 128, 2, True, persistent=True), 64, True)]:  # fmt: skip
+        b, h, n = 1, 4, 1024
+        q, k, v = (rand(b, h, n, d) for _ in range(3))
+        plain = launch_forward_ws(q, k, v, causal, d**-0.5, cfg)
+        rec = new_recording(q, cfg, steps=48, tiles=3)
+        recorded = launch_forward_ws(q, k, v, causal, d**-0.5, cfg, record=rec)
+        what = f"{cfg.as_list()} d={d} causal={causal}"
+        assert all(torch.equal(x, y) for x, y in zip(plain, recorded, strict=True)), what
+        stamps = stamps_of(rec, cfg)
+        sms = torch.cuda.get_device_properties(0).multi_processor_count
+        tiles = program_tiles(cfg, b * h, n, n, causal, sms, 0)
+        got = timeline_intervals(stamps, tiles, 0)
+        assert 0.2 < stamps.ns_per_cycle(0) < 2.0, what  # a clock of 0.5 to 5 GHz
+        recorded_tiles = []
+        steps = 0
+        for n_steps in tiles[: stamps.tiles]:
+            if steps + n_steps > stamps.steps:
+                break
+            recorded_tiles.append(n_steps)
+            steps += n_steps
+        assert recorded_tiles, what
+        for c in range(cfg.consumers):
+            for phase in ("qk", "pv", "softmax"):
+                keys = {(x["tile"], x["block"]) for x in got
+                        if x["warpgroup"] == c and x["phase"] == phase}  # fmt: skip
+                want = {(i, j) for i, m in enumerate(recorded_tiles) for j in range(m)}
+                assert keys == want, f"{what}: consumer {c} {phase}"
+        # a product takes time; the program's intervals fit its lifetime by the global timer
+        assert all(x["end_ns"] > x["start_ns"] for x in got if x["phase"] in ("qk", "pv")), what
+        assert max(x["end_ns"] for x in got) <= stamps.span_ns() * 1.01, what

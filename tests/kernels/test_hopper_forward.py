@@ -306,6 +306,7 @@ def test_the_tuned_configurations_compile_for_hopper_without_spilling(compiled) 
         else:
             assert row["stack"] == 0 and row["local"] == 0, f"{what} spills"
         assert row["regs"] <= launch, what
+        assert row["clock_reads"] == 0, f"{what}: the plain kernel reads the cycle counter"
         # the loader's warpgroup gives its registers up and the consumers take theirs
         assert LOADER_REGS in row["setmaxnreg"] and consumer in row["setmaxnreg"], what
         assert row["shared"] <= SHARED_LIMIT, what
@@ -318,3 +319,24 @@ def test_the_tuned_configurations_compile_for_hopper_without_spilling(compiled) 
         half = row["causal"] and not cfg.pipeline and cfg.tile_m % cfg.block_n != 0
         wgmma = row["wgmma"] + (cfg.consumers * cfg.block_n // 32 if half else 0)
         assert wgmma % per_step == 0 and wgmma >= per_step * cfg.consumers * (1 + half), what
+
+
+def test_the_recorded_variant_stamps_every_role_and_spills_nothing() -> None:
+    """RECORD compiles the stamps in (the plain kernels read no clock: the test above); with two
+    pipelined ping-pong consumers at d = 128, the lesson's configuration, they cost no local
+    memory traffic (causal: at most a few scalars saved on the stack once per tile)."""
+    wanted = [([2, 128, 2, 1, 1, 1], 128), ([2, 128, 2, 0, 1], 64)]
+    env = {**os.environ, "TRITON_INTERPRET": "0"}
+    out = subprocess.run(
+        [sys.executable, "-m", "flashscope.kernels.hopper_forward", json.dumps(wanted), "--record"],
+        cwd=ROOT, env=env, capture_output=True, text=True, check=True, timeout=600,
+    )  # fmt: skip
+    rows = json.loads(out.stdout)
+    assert len(rows) == 4
+    for row in rows:
+        what = f"{row['config']} d={row['head_dim']} causal={row['causal']}"
+        assert row["stack"] <= (16 if row["causal"] else 0), f"{what} spills when recorded"
+        assert row["local"] == 0, f"{what} spills when recorded"
+        # at least the loop's stamps of every step (the loader's 3, the consumers' 9 or 7) and
+        # the roles' start and end
+        assert row["clock_reads"] >= 3 + 7 + 2 * 3, what

@@ -1,0 +1,179 @@
+"""The Hopper forward's variants timed, and its warpgroups' measured timelines (GPU only).
+
+Usage (on an H100 or H200):
+    python benchmarks/warpgroups.py --out FILE [--quick]
+
+Two parts, in one process:
+
+1. Variants: each configuration of VARIANTS (ping-pong or not, pipelined or not, 2 or 3
+   consumer warpgroups, persistent or not, 64- or 128-key blocks) on the papers' protocol
+   (batch × N = 16384, heads × d = 2048, fp16) at N = 1024, 4096 and 16384, causal and not:
+   the median of `do_bench` per row (kernels/timing.py rotates input sets where one fits in L2).
+   These are the rows the FA-3 model of the timing engine is held to.
+2. Timelines: the RECORDED configurations run with the recording on (kernels/warpgroups.py;
+   programs 0 and 1 stamp every phase, the others their start and end): their output compared
+   bit for bit with the plain kernel's, their time with the recording on (its overhead; each
+   stamp behind a branch, as shipped, and as a masked store, for comparison), the
+   launch's span by the global timer against the plain time, and the intervals of programs 0
+   and 1 over their first tiles, as the /hopper view draws them.
+
+Writes one JSON with the device, date, versions and every raw figure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+import time
+from functools import partial
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.hostinfo import gpu_header
+from flashscope.kernels.hopper_forward import WsConfig, launch_forward_ws, supports
+from flashscope.kernels.timing import input_sets, median_ms, tensor_bytes
+from flashscope.kernels.warpgroups import (
+    busy_fractions,
+    new_recording,
+    program_tiles,
+    stamps_of,
+    timeline_intervals,
+)
+
+W = WsConfig
+VARIANTS = {
+    128: {
+        "pingpong": W(2, 128, 2, True, pingpong=True),
+        "pipelined": W(2, 128, 2, True),
+        "plain": W(2, 128, 2, False),
+        "persistent-pingpong": W(2, 128, 2, True, pingpong=True, persistent=True),
+        "persistent-pipelined": W(2, 128, 2, True, persistent=True),
+        "block64-stages3": W(2, 64, 3, True),
+    },
+    64: {
+        "pingpong": W(3, 128, 2, True, pingpong=True),
+        "pipelined": W(3, 128, 2, True),
+        "plain": W(3, 128, 2, False),
+        "persistent-pingpong": W(3, 128, 2, True, pingpong=True, persistent=True),
+        "two-consumers-pingpong": W(2, 128, 2, True, pingpong=True),
+        "two-consumers-block256": W(2, 256, 2, False),
+    },
+}
+RECORDED = [  # (head_dim, variant, causal) run with the recording on, at N = 4096
+    (128, "pingpong", False), (128, "pipelined", False), (128, "plain", False),
+    (128, "persistent-pingpong", False), (128, "pingpong", True), (128, "plain", True),
+    (64, "pingpong", False), (64, "plain", False), (64, "two-consumers-pingpong", False),
+]  # fmt: skip
+LENGTHS = (1024, 4096, 16384)
+
+
+def protocol(n: int, d: int) -> tuple[int, int]:
+    return 16384 // n, 2048 // d
+
+
+def inputs(b: int, h: int, n: int, d: int, sets: int) -> list[tuple[torch.Tensor, ...]]:
+    return [
+        tuple(torch.randn(b, h, n, d, device="cuda", dtype=torch.float16) for _ in range(3))
+        for _ in range(sets)
+    ]
+
+
+def flops(b: int, h: int, n: int, d: int, causal: bool) -> float:
+    return 4.0 * b * h * n * n * d * (0.5 if causal else 1.0)
+
+
+def time_variants(lengths: tuple[int, ...]) -> list[dict]:
+    rows = []
+    for d, variants in VARIANTS.items():
+        for n in lengths:
+            b, h = protocol(n, d)
+            probe = inputs(b, h, n, d, 1)[0]
+            sets = inputs(b, h, n, d, input_sets(tensor_bytes(*probe)))
+            for causal in (False, True):
+                for name, cfg in variants.items():
+                    why = supports(*sets[0], cfg)
+                    row = {"variant": name, "config": cfg.as_list(), "head_dim": d, "seq": n,
+                           "batch": b, "heads": h, "causal": causal, "dtype": "fp16"}  # fmt: skip
+                    if why is not None:
+                        rows.append({**row, "skipped": why})
+                        continue
+                    calls = [
+                        partial(launch_forward_ws, *s, causal, d**-0.5, cfg, checked=True)
+                        for s in sets
+                    ]
+                    ms = median_ms(calls)
+                    tflops = flops(b, h, n, d, causal) / (ms * 1e-3) / 1e12
+                    rows.append({**row, "ms": ms, "tflops": tflops})
+                    print(f"{name:24} d={d} N={n:5} causal={causal!s:5} {ms:.4f} ms "
+                          f"{tflops:.0f} TFLOP/s", flush=True)  # fmt: skip
+    return rows
+
+
+def record(n: int) -> list[dict]:
+    out = []
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    for d, name, causal in RECORDED:
+        cfg = VARIANTS[d][name]
+        b, h = protocol(n, d)
+        q, k, v = inputs(b, h, n, d, 1)[0]
+        plain = launch_forward_ws(q, k, v, causal, d**-0.5, cfg)
+        branch = new_recording(q, cfg, detail=2, steps=96, tiles=4)  # the default: branches
+        rec = dataclasses.replace(branch, mode=1)  # stamps as masked stores, for comparison
+        t0 = time.perf_counter()
+        recorded = launch_forward_ws(q, k, v, causal, d**-0.5, cfg, record=branch)
+        torch.cuda.synchronize()
+        first_run_s = time.perf_counter() - t0  # the recorded variant compiles here
+        same = all(torch.equal(a, b) for a, b in zip(plain, recorded, strict=True))
+        call = partial(launch_forward_ws, q, k, v, causal, d**-0.5, cfg)
+        plain_ms = median_ms([call])
+        rec_ms = median_ms([partial(call, record=rec)])
+        branch_ms = median_ms([partial(call, record=branch)])
+        stamps = stamps_of(branch, cfg)  # of the last timed run
+        programs = []
+        for p in (0, 1):
+            tiles = program_tiles(cfg, b * h, n, n, causal, sms, p)
+            iv = timeline_intervals(stamps, tiles, p)
+            programs.append({"program": p, "tile_steps": tiles[: stamps.tiles],
+                             "ns_per_cycle": stamps.ns_per_cycle(p), "intervals": iv,
+                             "busy": busy_fractions(iv)})  # fmt: skip
+        span_ms = stamps.span_ns() * 1e-6
+        row = {"variant": name, "config": cfg.as_list(), "head_dim": d, "seq": n, "batch": b,
+               "heads": h, "causal": causal, "dtype": "fp16", "same_output": same,
+               "plain_ms": plain_ms, "recorded_ms": rec_ms, "recorded_branch_ms": branch_ms,
+               "overhead": branch_ms / plain_ms - 1, "overhead_masked": rec_ms / plain_ms - 1,
+               "span_ms": span_ms, "span_vs_plain": span_ms / plain_ms - 1,
+               "first_run_s": first_run_s, "programs": programs}  # fmt: skip
+        print(
+            f"recorded {name} d={d} causal={causal} same={same} plain {plain_ms:.4f} "
+            f"rec {rec_ms:.4f} branch {branch_ms:.4f} span {span_ms:.4f} ms",
+            flush=True,
+        )
+        out.append(row)
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--quick", action="store_true", help="N = 4096 only")
+    ap.add_argument("--timelines-only", action="store_true", help="part 2 alone")
+    args = ap.parse_args()
+    torch.manual_seed(0)
+    lengths = (4096,) if args.quick else LENGTHS
+    result = {**gpu_header(), "benchmark": "warpgroups", "lengths": list(lengths)}
+    result["timelines"] = record(4096)
+    Path(args.out).write_text(json.dumps(result))
+    if not args.timelines_only:
+        result["variants"] = time_variants(lengths)
+        Path(args.out).write_text(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,161 @@
+"""Reading the Hopper forward's recorded stamps into warpgroup intervals (no GPU: the stamps
+are written here as the kernel would write them; tests/kernels/test_gpu.py runs the kernel)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from flashscope.kernels.hopper_forward import (
+    REC_HEADER,
+    REC_STEP_EVENTS,
+    REC_TILE_EVENTS,
+    WsConfig,
+    record_size,
+)
+from flashscope.kernels.warpgroups import (
+    PHASES,
+    Stamps,
+    busy_fractions,
+    program_tiles,
+    timeline_intervals,
+)
+
+PIPELINED_ORDER = (0, 1, 2, 3, 4, 5, 6, 7, 8)  # a pipelined step's stamps in time order
+PLAIN_ORDER = (0, 2, 5, 6, 3, 4, 7)
+
+
+def synthetic(cfg: WsConfig, tile_steps: list[int], steps: int, tiles: int, rng) -> Stamps:
+    """Stamps in the order the kernel takes them, with random gaps (cycles), and a global timer
+    running at 3 ns a cycle."""
+    roles = cfg.consumers + 1
+    raw = np.full((1, roles, record_size(steps, tiles)), -1, dtype=np.int64)
+    n_step, n_tile = steps * REC_STEP_EVENTS, tiles * REC_TILE_EVENTS
+    for r in range(roles):
+        clock = 1000 + int(rng.integers(0, 50))
+        start = clock
+        step = raw[0, r, :n_step].reshape(steps, REC_STEP_EVENTS)
+        tile = raw[0, r, n_step : n_step + n_tile].reshape(tiles, REC_TILE_EVENTS)
+
+        def tick() -> int:
+            nonlocal clock
+            clock += int(rng.integers(1, 40))
+            return clock
+
+        g = 0
+        for i, n in enumerate(tile_steps):
+            if r == cfg.consumers:  # the loader
+                for c in range(cfg.consumers):
+                    tile[i, c] = tick()
+                for _ in range(n):
+                    for code in (0, 1, 2):
+                        t = tick()
+                        if g < steps:  # the kernel stamps its first `steps` steps only
+                            step[g, code] = t
+                    g += 1
+                continue
+            tile[i, 0], tile[i, 1] = tick(), tick()
+            for j in range(n):
+                if cfg.pipeline:
+                    order = (0, 1, 2, 5, 6) if j == 0 else PIPELINED_ORDER
+                else:
+                    order = PLAIN_ORDER
+                for code in order:
+                    t = tick()
+                    if g < steps:
+                        step[g, code] = t
+                g += 1
+            if cfg.pipeline:
+                for code in (2, 3, 4):
+                    tile[i, code] = tick()
+            tile[i, 5], tile[i, 6] = tick(), tick()
+        head = raw[0, r, n_step + n_tile : n_step + n_tile + REC_HEADER]
+        end = tick()
+        head[:] = (start, 3 * start, end, 3 * end)
+    return Stamps(raw, cfg, steps, tiles)
+
+
+@pytest.mark.parametrize(
+    "cfg",
+    [
+        WsConfig(2, 128, 2, True, pingpong=True),
+        WsConfig(3, 128, 2, True),
+        WsConfig(2, 128, 2, False),
+    ],
+    ids=["pingpong", "pipelined", "plain"],
+)
+def test_every_block_gets_its_products_softmax_and_copies(cfg: WsConfig, seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    tile_steps = [int(x) for x in rng.integers(1, 5, size=3)]
+    stamps = synthetic(cfg, tile_steps, steps=sum(tile_steps) + 2, tiles=4, rng=rng)
+    got = timeline_intervals(stamps, tile_steps)
+    assert {x["phase"] for x in got} <= set(PHASES)
+    blocks = sum(tile_steps)
+    for c in range(cfg.consumers):
+        mine = [x for x in got if x["role"] == "consumer" and x["warpgroup"] == c]
+        for phase in ("qk", "pv", "wait_k", "wait_v"):
+            keys = {(x["tile"], x["block"]) for x in mine if x["phase"] == phase}
+            want = {(i, j) for i, n in enumerate(tile_steps) for j in range(n)}
+            assert keys == want, f"consumer {c} {phase}: {sorted(keys)} against {sorted(want)}"
+        assert len([x for x in mine if x["phase"] == "epilogue"]) == len(tile_steps)
+        turns = [x for x in mine if x["phase"] == "wait_turn"]
+        assert len(turns) == (blocks if cfg.pingpong else 0)
+    loader = [x for x in got if x["role"] == "loader"]
+    assert all(x["warpgroup"] == -1 for x in loader)
+    assert len([x for x in loader if x["phase"] == "load_k"]) == blocks
+    assert len([x for x in loader if x["phase"] == "load_q"]) == len(tile_steps) * cfg.consumers
+    assert all(x["end_ns"] >= x["start_ns"] >= 0 for x in got)
+    # 3 ns a cycle: every time is a whole number of cycles from the first stamp
+    assert all(x["start_ns"] % 3 == 0 and x["end_ns"] % 3 == 0 for x in got)
+
+
+def test_a_pipelined_product_spans_its_issue_to_its_completion(seed: int) -> None:
+    cfg = WsConfig(2, 128, 2, True)
+    rng = np.random.default_rng(seed)
+    stamps = synthetic(cfg, [3], steps=4, tiles=1, rng=rng)
+    got = timeline_intervals(stamps, [3])
+    step = stamps.role(0, 0)[0]
+    origin = min(stamps.role(0, r)[2][0] for r in range(3))
+    ns = 3
+    qk1 = next(x for x in got if x["warpgroup"] == 0 and x["phase"] == "qk" and x["block"] == 1)
+    assert (
+        qk1["start_ns"] == (step[1, 2] - origin) * ns
+        and qk1["end_ns"] == (step[1, 5] - origin) * ns
+    )
+    pv0 = next(x for x in got if x["warpgroup"] == 0 and x["phase"] == "pv" and x["block"] == 0)
+    assert (
+        pv0["start_ns"] == (step[1, 3] - origin) * ns
+        and pv0["end_ns"] == (step[1, 7] - origin) * ns
+    )
+
+
+def test_tiles_beyond_the_recorded_steps_are_left_out(seed: int) -> None:
+    cfg = WsConfig(2, 128, 2, True)
+    rng = np.random.default_rng(seed)
+    stamps = synthetic(
+        cfg, [2, 2], steps=3, tiles=4, rng=rng
+    )  # the second tile's last step is not recorded
+    got = timeline_intervals(stamps, [2, 2])
+    assert {x["tile"] for x in got} == {0}
+
+
+def test_busy_fractions_count_overlaps_once() -> None:
+    iv = [
+        {"phase": "qk", "start_ns": 0.0, "end_ns": 4.0},
+        {"phase": "pv", "start_ns": 2.0, "end_ns": 6.0},  # overlaps the first: 6 in all
+        {"phase": "softmax", "start_ns": 6.0, "end_ns": 8.0},
+        {"phase": "load_k", "start_ns": 9.0, "end_ns": 10.0},
+    ]
+    got = busy_fractions(iv)
+    assert got == pytest.approx({"tensor": 0.6, "softmax": 0.2, "copy": 0.1})
+
+
+def test_a_programs_tiles_follow_the_launch_order() -> None:
+    cfg = WsConfig(2, 128, 2, True)  # 128-row tiles
+    # 2 heads of 512 queries and keys: 4 tiles each, 4 key blocks each, not causal
+    assert program_tiles(cfg, 2, 512, 512, False, sms=132, program=0) == [4]
+    persistent = WsConfig(2, 128, 2, True, persistent=True)
+    assert program_tiles(persistent, 2, 512, 512, False, sms=3, program=0) == [4, 4, 4]
+    # causal: the heaviest first; all the program's tiles together see every block once per row
+    steps = [program_tiles(persistent, 1, 512, 512, True, sms=2, program=p) for p in (0, 1)]
+    assert sorted(steps[0] + steps[1]) == [1, 2, 3, 4]
