@@ -17,9 +17,11 @@ Watched runs: a run queued with `unwatched_s` (POST /api/runs) needs someone fol
 watched while a progress stream of it is open (`watch`), and a look at it (`touch`: GET of the
 run, or a POST that finds it cached) counts as a watch that just ended. A queued or running run
 nobody has watched for `unwatched_s` seconds (counted from its submission, or from the end of
-its last watch) is cancelled: taken out of the queue, or its worker's group killed (the worker
-is started again for the next run). So a page that closes stops its work within about that
-time, and a script that queues runs without following them does not keep the worker busy.
+its last watch) is cancelled: taken out of the queue, or its job stopped (CANCEL: the worker
+lives on with torch and triton loaded; one that does not stop within CANCEL_WAIT_S has its group
+killed; one still starting goes on starting, for the next run). So a page that closes stops its
+work within about that time, and a script that queues runs without following them does not keep
+the worker busy.
 
 States: queued → running → done | failed | timeout | cancelled.
 """
@@ -109,6 +111,7 @@ class _Worker:
         self.conn: Any = None
         self.lifeline: Any = None  # the write end the worker watches; never written to
         self.current: Run | None = None  # the run it serves now
+        self.ready = False  # it has imported the executor (said "ready")
 
     def start(self) -> None:
         ctx = mp.get_context("spawn")
@@ -120,6 +123,7 @@ class _Worker:
         child.close()
         watch.close()
         self.conn = parent
+        self.ready = False
 
     def kill(self) -> None:
         """Kill the worker and everything in its process group, and forget it. A worker still
@@ -139,7 +143,7 @@ class _Worker:
         """Ask the worker to stop its job (from any thread): it answers "cancelled" and lives
         on; the thread serving it kills it when it has not within CANCEL_WAIT_S."""
         proc = self.proc
-        if proc is not None and proc.pid is not None:
+        if proc is not None and proc.pid is not None and self.ready:
             with contextlib.suppress(ProcessLookupError, PermissionError, OSError):
                 os.kill(proc.pid, CANCEL)
 
@@ -158,12 +162,29 @@ class _Worker:
         if self.proc is None or not self.proc.is_alive():
             self.kill()
             self.start()
+        deadline = time.monotonic() + self.queue.timeout_s
+        while not self.ready:  # a new worker imports torch and triton first (seconds)
+            if run.cancelling:  # it goes on starting, for the next run
+                return "cancelled", run.error
+            left = deadline - time.monotonic()
+            if left <= 0:
+                self.kill()
+                return "timeout", f"the run took longer than {self.queue.timeout_s:g} s"
+            try:
+                if not self.conn.poll(min(left, 0.05)):
+                    if not self.proc.is_alive():
+                        self.kill()
+                        return died
+                    continue
+                self.ready = self.conn.recv()[0] == "ready"
+            except (EOFError, OSError):
+                self.kill()
+                return died
         try:
             self.conn.send(run.request)
         except OSError:
             self.kill()
             return died
-        deadline = time.monotonic() + self.queue.timeout_s
         cancel_by: float | None = None
         while True:
             now = time.monotonic()

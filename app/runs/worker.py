@@ -19,10 +19,11 @@ Before the executor (torch, triton) loads, the worker
   when its parent dies (PR_SET_PDEATHSIG), whose handler kills the group too. (A SIGKILL there
   would end the worker before it could stop what it started.)
 
-Then it runs one job at a time: `execute(job, device=…, progress=…)` of the executor, sending
-("progress", message) while it runs and ("done", result) or ("failed", error, traceback) after.
-SIGUSR1 (`CANCEL`) stops the job it runs, which then answers ("cancelled", reason): the worker
-lives on, with torch and triton still loaded, for the next job.
+Then it says ("ready", pid) and runs one job at a time: `execute(job, device=…, progress=…)` of
+the executor, sending ("progress", message) while it runs and ("done", result) or ("failed",
+error, traceback) after. SIGUSR1 (`CANCEL`) stops the job it runs, which then answers
+("cancelled", reason): the worker lives on, with torch and triton still loaded, for the next
+job.
 """
 
 from __future__ import annotations
@@ -122,6 +123,7 @@ def worker_main(
     cap_memory(memory_mib, device)
     module_name, func_name = executor.split(":")
     execute = getattr(importlib.import_module(module_name), func_name)
+    conn.send(("ready", os.getpid()))  # jobs are sent only now: a cancel never meets an import
     while True:
         try:
             job = conn.recv()

@@ -429,3 +429,20 @@ def test_the_unwatched_time_is_a_setting_with_a_default():
     assert Settings().runs_unwatched_s == 1.0
     with pytest.raises(ValueError):
         Settings(runs_unwatched_s=0)
+
+
+def test_a_run_cancelled_while_its_worker_starts_leaves_the_worker_to_start():
+    settings = Settings(
+        runs_executor="tests.app.slow_start_jobs:execute",
+        runs_devices=["cpu"],
+        runs_timeout_s=30,
+        runs_unwatched_s=0.3,
+    )
+    with TestClient(create_app(settings)) as client:
+        first = client.post("/api/runs", json={"seed": 5}).json()["id"]
+        assert _state_after(client, first, 1.0) == "cancelled"  # its worker still imports
+        worker = client.app.state.runs.get()._workers[0]
+        pid = worker.proc.pid
+        assert worker.proc.is_alive()  # not killed: the next run finds it started
+        done = _wait(client, client.post("/api/runs", json={"seed": 6}).json()["id"])
+        assert done["state"] == "done" and done["result"]["pid"] == pid
