@@ -1,17 +1,22 @@
-"""The FA-3 model against the Hopper forward's measured times (no GPU needed).
+"""The FA-3 model against the Hopper forward's measured times and timelines (no GPU needed).
 
-    .venv/bin/python benchmarks/fa3_model.py [--out benchmarks/results]
+    .venv/bin/python benchmarks/fa3_model.py [--out benchmarks/results] [--fit]
 
 Runs simulator/timing/fa3.py on every `ws[...]` row of benchmarks/results/hopper-forward-*.json
-(simulator/calibrate/fa3_rows.py says which rows and how), with the GPU preset's calibrated
-efficiencies and nothing fitted to these rows, and writes each row's model time beside its
-measured time and the mean absolute percentage error, overall and by GPU, head_dim and
-causal, to fa3-model-vs-hopper-forward-<date>.json.
+and every variant of benchmarks/results/warpgroups-*.json (simulator/calibrate/fa3_rows.py says
+which rows, how, and which half of them is held out), and on the recorded timelines
+(simulator/calibrate/fa3_timelines.py). Writes each row's model time beside its measured time,
+the mean absolute percentage error of the fit half, the held-out half and all rows (by GPU,
+head_dim and causal), the variants' ranking, and the timelines' phase lengths, to
+fa3-model-<date>.json. `--fit` first fits the model's terms on the fit half and the timelines
+(simulator/calibrate/fa3_fit.py) and prints them; the record is then of the fitted terms
+(copy them into `fa3.TERMS` to ship them).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime as dt
 import json
 import sys
@@ -21,30 +26,49 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from flashscope.simulator.calibrate.fa3_rows import compare, measured_rows
+from flashscope.simulator.calibrate import fa3_fit
+from flashscope.simulator.calibrate.fa3_rows import all_rows, compare, result_paths
+from flashscope.simulator.calibrate.fa3_timelines import compare_phases, recorded
+from flashscope.simulator.timing.fa3 import TERMS
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
+    parser.add_argument("--fit", action="store_true", help="fit the terms first")
+    parser.add_argument("--evals", type=int, default=200, help="the fit's loss evaluations")
     args = parser.parse_args()
-    paths = sorted((ROOT / "benchmarks" / "results").glob("hopper-forward-*.json"))
+    results = ROOT / "benchmarks" / "results"
+    paths = result_paths(results)
+    rows, pinned = all_rows(results)
+    runs = [run for path in paths["timelines"] for run in recorded(path)]
+    terms = TERMS
     t0 = time.perf_counter()
-    result = compare(measured_rows(paths))
+    if args.fit:
+        terms, best, start = fa3_fit.fit(rows, runs, pinned, max_evals=args.evals)
+        print(f"fit: loss {start:.4f} -> {best:.4f}")
+        print(terms)
+    result = compare(rows, terms, pinned)
+    phases = compare_phases(runs, terms=terms)
     seconds = time.perf_counter() - t0
-    for key, value in sorted(result["mape"].items()):
-        print(f"MAPE {key:10s} {value:6.1%}")
-    print(f"{result['count']} rows in {seconds:.1f} s")
+    for side in ("mape_held_out", "mape_fit", "mape"):
+        for key, value in sorted(result[side].items()):
+            print(f"{side:14s} {key:10s} {value:6.1%}")
+    rank = result["ranking"]
+    print(f"ranking: {rank['right']} of {rank['pairs']} pairs ({rank['accuracy']:.0%})")
+    print(f"{result['count']} rows, {result['groups']} configurations, {seconds:.1f} s")
     now = dt.datetime.now(dt.UTC)
     record = {
         "benchmark": "fa3_model",
         "date": now.isoformat(timespec="seconds"),
-        "sources": [p.name for p in paths],
+        "sources": [p.name for group in paths.values() for p in group],
+        "terms": dataclasses.asdict(terms),
         "seconds": seconds,
+        "timelines": phases,
         **result,
     }
     args.out.mkdir(parents=True, exist_ok=True)
-    path = args.out / f"fa3-model-vs-hopper-forward-{now.date().isoformat()}.json"
+    path = args.out / f"fa3-model-{now.date().isoformat()}.json"
     path.write_text(json.dumps(record, indent=1) + "\n")
     print(f"wrote {path}")
     return 0

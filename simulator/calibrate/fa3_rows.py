@@ -1,17 +1,26 @@
 """The FA-3 model (`simulator/timing/fa3.py`) against the warp-specialized forward's measured
-times: the `ws[...]` rows of benchmarks/results/hopper-forward-*.json.
+times: the `ws[...]` rows of benchmarks/results/hopper-forward-*.json and the variants of
+benchmarks/results/warpgroups-*.json (the kernel's options timed side by side in one process).
+
+The rows are split in two by configuration (`group`: GPU, the kernel's configuration, head_dim
+and causal; every length and batch of it goes to the same side): `held_out` is a fixed-seed
+random draw of half of them, except the configurations whose recorded timelines set the model's
+terms, which are all on the fit side. Only the fit half may be fitted to; the held-out half is
+the headline.
 
 Each row names its configuration as the kernel's list (`[consumers, block_n, stages, pipeline,
 ctas(, pingpong(, persistent(, band)))]`), the problem (batch, heads, seq_len for both N_q and
 N_k, head_dim, causal, dtype) and the median time. Rows of benchmark switches (an impl with a
 "/" suffix: whole causal blocks, tiles shared in turn) are left out: the model has no such
-switch. Nothing here is fitted: the model runs with the GPU preset's calibrated efficiencies.
+switch.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
+from itertools import combinations
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +28,10 @@ import numpy as np
 
 from flashscope.simulator.core import hardware
 from flashscope.simulator.core.problem import AttentionProblem
-from flashscope.simulator.timing.fa3 import Fa3Config, simulate_fa3
+from flashscope.simulator.timing.fa3 import TERMS, Fa3Config, Fa3Terms, simulate_with_terms
+
+SPLIT_SEED = 20261126  # the split's seed: change it and the halves change
+RANK_MARGIN = 0.05  # variant pairs compared only where their measured times differ by more
 
 _WS = re.compile(r"^ws\[([\d, ]+)\]$")
 
@@ -56,12 +68,121 @@ def measured_rows(paths: list[Path]) -> list[dict[str, Any]]:
     return rows
 
 
-def compare(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """Model time beside measured time for every row, and the mean absolute percentage error
-    (all rows, and by GPU, head_dim and causal)."""
-    out = []
-    gpus = {key: hardware.from_name(key) for key in {r["gpu"] for r in rows}}
+def variant_rows(paths: list[Path]) -> list[dict[str, Any]]:
+    """The `variants` of warpgroups result files as rows of the same form (impl `ws[...]`)."""
+    rows = []
+    for path in paths:
+        data = json.loads(path.read_text())
+        gpu = hardware.resolve(data["device"])
+        for v in data.get("variants", []):
+            impl = "ws" + str(list(v["config"]))
+            cfg = config_of(impl)
+            assert cfg is not None
+            rows.append(
+                {
+                    "impl": impl,
+                    "variant": v["variant"],
+                    "dtype": v["dtype"],
+                    "head_dim": v["head_dim"],
+                    "seq_len": v["seq"],
+                    "batch": v["batch"],
+                    "heads": v["heads"],
+                    "causal": v["causal"],
+                    "ms": v["ms"],
+                    "gpu": gpu,
+                    "config": cfg,
+                    "file": path.name,
+                }
+            )
+    return rows
+
+
+def group(row: dict[str, Any]) -> str:
+    """The configuration a row belongs to for the split."""
+    c: Fa3Config = row["config"] if "config" in row else config_of(row["impl"])  # type: ignore[assignment]
+    return (
+        f"{row['gpu']}|{c.consumers},{c.block_n},{c.stages},{int(c.pipeline)},{c.ctas},"
+        f"{int(c.pingpong)},{int(c.persistent)},{c.band}|d{row['head_dim']}|"
+        f"{'causal' if row['causal'] else 'full'}"
+    )
+
+
+def held_out(key: str, pinned: frozenset[str] = frozenset()) -> bool:
+    """Whether configuration `key` is in the held-out half: a draw seeded by SPLIT_SEED (a hash
+    of seed and key, so adding rows moves no configuration), never one in `pinned`."""
+    if key in pinned:
+        return False
+    digest = hashlib.sha256(f"{SPLIT_SEED}|{key}".encode()).digest()
+    return digest[0] % 2 == 1
+
+
+def timeline_groups(paths: list[Path]) -> frozenset[str]:
+    """The configurations of recorded timelines (kept on the fit side)."""
+    keys = set()
+    for path in paths:
+        data = json.loads(path.read_text())
+        gpu = hardware.resolve(data["device"])
+        for run in data["timelines"]:
+            cfg = config_of("ws" + str(list(run["config"])))
+            row = {"gpu": gpu, "config": cfg, "head_dim": run["head_dim"], "causal": run["causal"]}
+            keys.add(group(row))
+    return frozenset(keys)
+
+
+def mape(rows: list[dict[str, Any]]) -> dict[str, float]:
+    """Mean absolute percentage error: all rows, and by GPU, head_dim and causal."""
+    groups: dict[str, list[float]] = {}
     for r in rows:
+        for key in ("all", r["gpu"], f"d{r['head_dim']}", "causal" if r["causal"] else "full"):
+            groups.setdefault(key, []).append(abs(r["error"]))
+    return {k: float(np.mean(v)) for k, v in groups.items()}
+
+
+def ranking(rows: list[dict[str, Any]], margin: float = RANK_MARGIN) -> dict[str, Any]:
+    """Variant pairs of one problem (GPU, head_dim, length, batch, heads, causal) whose measured
+    times differ by more than `margin`: the share the model orders the same way."""
+    by_problem: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
+    for r in rows:
+        if "variant" in r:
+            key = (r["gpu"], r["head_dim"], r["seq_len"], r["batch"], r["heads"], r["causal"])
+            by_problem.setdefault(key, []).append(r)
+    pairs, wrong = 0, []
+    for key, group_rows in sorted(by_problem.items()):
+        for a, b in combinations(group_rows, 2):
+            if abs(a["ms"] - b["ms"]) <= margin * min(a["ms"], b["ms"]):
+                continue
+            pairs += 1
+            if (a["ms"] < b["ms"]) != (a["model_ms"] < b["model_ms"]):
+                wrong.append(
+                    {
+                        "problem": list(key),
+                        "faster": (a if a["ms"] < b["ms"] else b)["variant"],
+                        "slower": (b if a["ms"] < b["ms"] else a)["variant"],
+                        "measured_ratio": max(a["ms"], b["ms"]) / min(a["ms"], b["ms"]),
+                        "model_ratio": (
+                            (b if a["ms"] < b["ms"] else a)["model_ms"]
+                            / (a if a["ms"] < b["ms"] else b)["model_ms"]
+                        ),
+                    }
+                )
+    return {
+        "pairs": pairs,
+        "right": pairs - len(wrong),
+        "accuracy": (pairs - len(wrong)) / pairs if pairs else 1.0,
+        "wrong": wrong,
+    }
+
+
+def model_times(
+    rows: list[dict[str, Any]], terms: Fa3Terms = TERMS
+) -> dict[tuple[Any, ...], float]:
+    """The model's time (ms) for each distinct simulation the rows ask for."""
+    gpus = {key: hardware.from_name(key) for key in {r["gpu"] for r in rows}}
+    out: dict[tuple[Any, ...], float] = {}
+    for r in rows:
+        key = _sim_key(r)
+        if key in out:
+            continue
         n = r["seq_len"]
         problem = AttentionProblem(
             seq_q=n,
@@ -72,22 +193,69 @@ def compare(rows: list[dict[str, Any]]) -> dict[str, Any]:
             causal=r["causal"],
             dtype=r["dtype"],
         )
-        model_ms = (
-            simulate_fa3(
-                problem, r["config"], gpus[r["gpu"]], shown_tiles=1, max_intervals=1
-            ).time_ns
-            / 1e6
+        res = simulate_with_terms(
+            problem, r["config"], gpus[r["gpu"]], terms, shown_tiles=1, max_intervals=1
         )
+        out[key] = res.time_ns / 1e6
+    return out
+
+
+def _sim_key(r: dict[str, Any]) -> tuple[Any, ...]:
+    return (r["gpu"], r["config"], r["head_dim"], r["seq_len"], r["batch"], r["heads"],
+            r["causal"], r["dtype"])  # fmt: skip
+
+
+def compare(
+    rows: list[dict[str, Any]],
+    terms: Fa3Terms = TERMS,
+    pinned: frozenset[str] = frozenset(),
+) -> dict[str, Any]:
+    """Model time beside measured time for every row, each row's side of the split, the mean
+    absolute percentage error of each side and of all rows (by GPU, head_dim and causal), and
+    the variants' ranking."""
+    times = model_times(rows, terms)
+    out = []
+    for r in rows:
+        model_ms = times[_sim_key(r)]
+        key = group(r)
         out.append(
             {
                 **{k: v for k, v in r.items() if k != "config"},
+                "group": key,
+                "held_out": held_out(key, pinned),
                 "model_ms": model_ms,
                 "error": (model_ms - r["ms"]) / r["ms"],
             }
         )
-    groups: dict[str, list[float]] = {}
-    for r in out:
-        for key in ("all", r["gpu"], f"d{r['head_dim']}", "causal" if r["causal"] else "full"):
-            groups.setdefault(key, []).append(abs(r["error"]))
-    mape = {k: float(np.mean(v)) for k, v in groups.items()}
-    return {"rows": out, "mape": mape, "count": len(out)}
+    fit_rows = [r for r in out if not r["held_out"]]
+    test_rows = [r for r in out if r["held_out"]]
+    return {
+        "rows": out,
+        "mape": mape(out),
+        "mape_fit": mape(fit_rows),
+        "mape_held_out": mape(test_rows),
+        "groups": {
+            "fit": len({r["group"] for r in fit_rows}),
+            "held_out": len({r["group"] for r in test_rows}),
+        },
+        "ranking": ranking(out),
+        "count": len(out),
+    }
+
+
+def result_paths(results: Path) -> dict[str, list[Path]]:
+    """The measured files of a results folder: forward rows, variants, timelines."""
+    return {
+        "forward": sorted(results.glob("hopper-forward-*.json")),
+        "variants": sorted(
+            p for p in results.glob("warpgroups-*.json") if "timelines" not in p.name
+        ),
+        "timelines": sorted(results.glob("warpgroups-timelines-*.json")),
+    }
+
+
+def all_rows(results: Path) -> tuple[list[dict[str, Any]], frozenset[str]]:
+    """Every measured row of a results folder, and the configurations pinned to the fit side."""
+    paths = result_paths(results)
+    rows = measured_rows(paths["forward"]) + variant_rows(paths["variants"])
+    return rows, timeline_groups(paths["timelines"])

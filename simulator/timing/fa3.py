@@ -38,6 +38,7 @@ order are in `fa3_config`.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -63,8 +64,8 @@ ALGO = "fa3"
 DTYPES = ("fp16", "bf16", "fp8")
 ELEMENT_BYTES = {"fp16": 2, "bf16": 2, "fp8": 1}
 SOFTMAX_OPS = 4  # FP32 operations per score beside its exp2: max, scale-and-subtract, sum, cvt
-FP8_OPS = 2  # fp8: S descaled, P scaled before its conversion
-WGMMA_LATENCY_NS = 40.0  # estimate: a product's pipeline drain after its last work
+FP8_OPS = 1  # fp8: P scaled before its conversion (S's descale folds into the softmax scale)
+WGMMA_LATENCY_NS = 40.0  # the former estimate of a product's drain (now `Fa3Terms`)
 __all__ = [
     "BLOCK_M",
     "INTERVAL_KEYS",
@@ -72,8 +73,10 @@ __all__ = [
     "ROLES",
     "SHARED_PER_CTA",
     "SHARED_PER_SM",
+    "TERMS",
     "Fa3Config",
     "Fa3Result",
+    "Fa3Terms",
     "costs",
     "explain",
     "interval_problems",
@@ -83,14 +86,57 @@ __all__ = [
 FIT_BLOCKS = 12  # the longest tile the grid's linear cost is read from
 
 
-def costs(problem: AttentionProblem, cfg: Fa3Config, gpu: GPU, dtype: str) -> Costs:
+@dataclass(frozen=True)
+class Fa3Terms:
+    """The model's own per-phase terms for a Hopper SM, read from the kernel's recorded
+    timelines (benchmarks/results/warpgroups-timelines-*.json, nine launches at N = 4096 on an
+    H100) and, where a timeline cannot separate two of them, fitted on the fit half of the
+    measured rows (`simulator/calibrate/fa3_fit.py`; the split is `fa3_rows.held_out`).
+
+    tensor: share of the datasheet tensor rate one product runs at. A lone S = QKᵀ (plain
+        loop, the other warpgroup in its softmax) measures 276 ns for 2.1 MFLOP at d = 128 and
+        151 ns for 1.05 MFLOP at d = 64: the datasheet rate (280 and 140 ns), not the 0.737 a
+        whole matmul reaches. Products issued while another runs queue behind it (one queue).
+    mma_latency_ns: from a product's last work to its completion being seen (wgmma wait);
+        fitted (52 ns): the timelines' stamps resolve ~20 ns.
+    softmax_ops_per_clk: FP32 operations per SM clock the softmax gets (SOFTMAX_OPS per score
+        and the rescale's one per element of O). A plain-loop softmax of 64 × 128 scores
+        measures 675–720 ns at d = 128 with the other warpgroup's softmax partly beside it; the
+        exponentials run beside this work (`fa3_sm`), so the FP32 rate is what the plain
+        softmax's length leaves; fitted: 37.6 per clock.
+    kv_latency_ns: from a K or V copy's issue to its barrier, beside its bytes at `copy_gbs`.
+        A 32 KB K block measures 1.2 µs from issue to the waiting consumer at d = 128, 16 KB
+        0.8–0.9 µs at d = 64 (ping-pong, two stages); fitted: 1130 ns.
+    copy_gbs: bytes per ns one SM's copies move from L2 when all SMs copy (the copy engine's
+        share), shared by the copies in flight. Two stages at d = 128 move 64 KB per block in
+        1.77–1.88 µs per SM measured: latency, not bandwidth, sets the ring's pace; fitted:
+        128 B/ns (the rows cannot pin it further).
+    """
+
+    tensor: float = 1.0
+    mma_latency_ns: float = 52.0
+    softmax_ops_per_clk: float = 37.6
+    kv_latency_ns: float = 1130.0
+    copy_gbs: float = 128.0
+
+
+TERMS = Fa3Terms()
+
+
+def costs(
+    problem: AttentionProblem,
+    cfg: Fa3Config,
+    gpu: GPU,
+    dtype: str,
+    terms: Fa3Terms = TERMS,
+) -> Costs:
     """One warpgroup's work per key block on `gpu` (see the module docstring, step 1)."""
     eff, d, bn = gpu.efficiency, problem.head_dim, cfg.block_n
     elem = ELEMENT_BYTES[dtype]
-    tensor = gpu.tensor_flops("fp16") * (2 if dtype == "fp8" else 1) * eff.tensor / gpu.sms / 1e9
+    tensor = gpu.tensor_flops("fp16") * (2 if dtype == "fp8" else 1) * terms.tensor / gpu.sms / 1e9
     sfu = gpu.sfu_per_clk * gpu.clock_ghz * eff.sfu  # exp2 per ns per SM
-    fp32 = gpu.fp32_tflops * 1e3 / 2 / gpu.sms * eff.fp32  # FP32 operations per ns per SM
-    ops = (SOFTMAX_OPS + (FP8_OPS if dtype == "fp8" else 0)) * BLOCK_M * bn + BLOCK_M * d
+    fp32 = terms.softmax_ops_per_clk * gpu.clock_ghz  # FP32 operations per ns per SM
+    ops = (SOFTMAX_OPS + (FP8_OPS if dtype == "fp8" else 0)) * BLOCK_M * bn
     scale = 4 if dtype == "fp8" else 0  # one fp32 scale per block
     return Costs(
         qk=2 * BLOCK_M * bn * d / tensor,
@@ -101,10 +147,11 @@ def costs(problem: AttentionProblem, cfg: Fa3Config, gpu: GPU, dtype: str) -> Co
         q_bytes=BLOCK_M * d * elem + scale,
         kv_bytes=bn * d * elem + scale,
         o_bytes=BLOCK_M * d * 2,
-        copy_rate=gpu.l2_gbs * eff.l2 / gpu.sms,
-        mma_latency=WGMMA_LATENCY_NS,
-        copy_latency=eff.l2_latency_ns,
+        copy_rate=terms.copy_gbs,
+        mma_latency=terms.mma_latency_ns,
+        copy_latency=terms.kv_latency_ns,
         q_latency=eff.dram_latency_ns,
+        rescale=BLOCK_M * d / fp32,
     )
 
 
@@ -112,9 +159,10 @@ def explain(c: Costs, cfg: Fa3Config, head_dim: int) -> dict[str, Any]:
     """Per key block of one warpgroup: the exponentials' time against the two products' (why the
     exponentials bound the time or not). With k warpgroups on the SM (consumers × ctas) each
     unit does k times its share; perfect overlap leaves the busiest unit as the floor."""
-    products, softmax = c.qk + c.pv, c.exp + c.alu
+    products, alu = c.qk + c.pv, c.alu + c.rescale
+    softmax = c.exp + alu
     k = cfg.consumers * cfg.ctas
-    units = {"tensor cores": k * products, "SFU (exp2)": k * c.exp, "FP32 units": k * c.alu}
+    units = {"tensor cores": k * products, "SFU (exp2)": k * c.exp, "FP32 units": k * alu}
     bound = max(units, key=lambda u: units[u])
     return {
         "head_dim": head_dim,
@@ -123,7 +171,7 @@ def explain(c: Costs, cfg: Fa3Config, head_dim: int) -> dict[str, Any]:
         "pv_ns": c.pv,
         "products_ns": products,
         "exp_ns": c.exp,
-        "softmax_other_ns": c.alu,
+        "softmax_other_ns": alu,
         "softmax_ns": softmax,
         "exp_over_products": c.exp / products,
         "warpgroups_per_sm": k,
@@ -133,7 +181,7 @@ def explain(c: Costs, cfg: Fa3Config, head_dim: int) -> dict[str, Any]:
         "text": (
             f"At head_dim {head_dim} one warpgroup's block of {BLOCK_M}×{cfg.block_n} scores "
             f"takes {products:.0f} ns on the tensor cores (S and P·V), {c.exp:.0f} ns of exp2 "
-            f"on the SFU and {c.alu:.0f} ns of other softmax work. Alone, one after the other: "
+            f"on the SFU and {alu:.0f} ns of other softmax work. Alone, one after the other: "
             f"{products + softmax:.0f} ns. With {k} warpgroups on the SM overlapping perfectly, "
             f"the {bound} set the floor: {units[bound]:.0f} ns per block of all {k}."
         ),
@@ -213,10 +261,18 @@ class Fa3Result:
         }
 
 
-def _sm_time(c: Costs, cfg: Fa3Config, tiles: list[int], resident: int) -> float:
-    """Time for each of the SM's `resident` CTAs to run `tiles` (the same list for each)."""
+@functools.lru_cache(maxsize=4096)
+def _sm_time(c: Costs, cfg: Fa3Config, tiles: tuple[int, ...], resident: int) -> float:
+    """Time for each of the SM's `resident` CTAs to run `tiles` (the same list for each);
+    remembered, as one sweep asks for the same short runs again and again."""
     sm = SM(
-        c, cfg.consumers, cfg.stages, cfg.pipeline, cfg.pingpong, [tiles] * resident, record=None
+        c,
+        cfg.consumers,
+        cfg.stages,
+        cfg.pipeline,
+        cfg.pingpong,
+        [list(tiles)] * resident,
+        record=None,
     ).run()
     return max(sm.ends)
 
@@ -225,10 +281,10 @@ def _linear(c: Costs, cfg: Fa3Config, n_max: int, tiles: int, resident: int) -> 
     """(a, b): `tiles` consecutive tiles of n blocks take a + b·n, from two short runs."""
     hi = min(n_max, FIT_BLOCKS)
     lo = max(1, hi // 2)
-    t_hi = _sm_time(c, cfg, [hi] * tiles, resident)
+    t_hi = _sm_time(c, cfg, (hi,) * tiles, resident)
     if hi == lo:
         return t_hi, 0.0
-    t_lo = _sm_time(c, cfg, [lo] * tiles, resident)
+    t_lo = _sm_time(c, cfg, (lo,) * tiles, resident)
     b = (t_hi - t_lo) / (hi - lo)
     return t_hi - b * hi, b
 
@@ -257,6 +313,30 @@ def simulate_fa3(
     """Model the warp-specialized forward on `problem` (its dtype, or `dtype`: fp16, bf16 or the
     fp8 what-if) with `config` on `gpu`; the timeline shows `program`'s first `shown_tiles`
     tiles, at most `max_intervals` intervals."""
+    return simulate_with_terms(
+        problem,
+        config,
+        gpu,
+        TERMS,
+        dtype=dtype,
+        program=program,
+        shown_tiles=shown_tiles,
+        max_intervals=max_intervals,
+    )
+
+
+def simulate_with_terms(
+    problem: AttentionProblem,
+    config: Fa3Config | None,
+    gpu: GPU | str,
+    terms: Fa3Terms,
+    *,
+    dtype: str | None = None,
+    program: int = 0,
+    shown_tiles: int = 2,
+    max_intervals: int = 2000,
+) -> Fa3Result:
+    """`simulate_fa3` with other per-phase terms (the fit's trial values)."""
     cfg = config if config is not None else Fa3Config()
     gpu = hardware.from_name(gpu) if isinstance(gpu, str) else gpu
     dtype = dtype if dtype is not None else problem.dtype
@@ -271,7 +351,7 @@ def simulate_fa3(
     programs = min(n_tiles, gpu.sms * cfg.ctas) if cfg.persistent else n_tiles
     if not 0 <= program < programs:
         raise ValueError(f"program must be from 0 to {programs - 1}, got {program}")
-    c = costs(problem, cfg, gpu, dtype)
+    c = costs(problem, cfg, gpu, dtype, terms)
     eff = gpu.efficiency
     resident = cfg.resident(problem.head_dim, ELEMENT_BYTES[dtype])
     slots = gpu.sms * resident
@@ -354,7 +434,7 @@ def simulate_fa3(
             "qk_ns": c.qk,
             "pv_ns": c.pv,
             "exp_ns": c.exp,
-            "softmax_other_ns": c.alu,
+            "softmax_other_ns": c.alu + c.rescale,
             "epilogue_ns": c.epilogue,
             "k_copy_ns": c.kv_bytes / c.copy_rate,
             "q_copy_ns": c.q_bytes / c.copy_rate,

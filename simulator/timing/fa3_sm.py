@@ -3,9 +3,8 @@
 The SM has four shared units. The tensor cores run the products of all warpgroups one at a time
 in the order they were issued (a wgmma is a few instructions issued at once, each long on the
 tensor cores, so the pipes see them in issue order): products issued together share the rate,
-the first issued finishing first. The copy engine does the same with its copies (a slot's K
-lands before the copies issued after it). The SFU and FP32 units serve their jobs by processor
-sharing (k jobs at once each run at 1/k of the unit's rate):
+the first issued finishing first. The copies in flight, the SFU and the FP32 units serve their
+jobs by processor sharing (k jobs at once each run at 1/k of the unit's rate):
 
     tensor  the warpgroup products (wgmma)
     sfu     the exponentials (exp2 on the special-function unit)
@@ -51,6 +50,7 @@ class Costs:
     mma_latency: float  # ns from a product's last work to its completion being seen
     copy_latency: float  # ns from a copy's last byte to its barrier
     q_latency: float  # ns, the same for Q (a first touch, from DRAM)
+    rescale: float = 0.0  # O's rescale by α (alu): after P_{j−1}V_{j−1} is done when pipelined
 
 
 @dataclass
@@ -180,7 +180,10 @@ class SM:
             for unit, active, _ in heads:
                 for j in active:
                     if j.work <= 1e-9:
-                        self.queues[unit][j.owner].pop(0)
+                        queue = self.queues[unit][j.owner]
+                        queue.pop(0)
+                        if not queue:
+                            del self.queues[unit][j.owner]
                         if j.latency > 0:
                             heapq.heappush(self.timers, (self.t + j.latency, self.seq, j))
                             self.seq += 1
@@ -243,7 +246,10 @@ class SM:
         block: int,
     ) -> Generator[Any, Any, None]:
         start = self.t
-        job = yield ("issue", "copy", nbytes / self.c.copy_rate, "issued", latency)
+        # Copies in flight share the SM's L2 bandwidth (a K issued after a V may land first,
+        # as the recorded timelines show); each is its own job.
+        self.seq += 1
+        job = yield ("issue", "copy", nbytes / self.c.copy_rate, ("copy", self.seq), latency)
         self.ready.append((self._landing(p, job, ready, phase, tile, block, start), None))
 
     def _loader(self, p: int, tiles: list[int]) -> Generator[Any, Any, None]:
@@ -278,10 +284,23 @@ class SM:
         self._log(p, "consumer", w, phase, tile, block, start)
 
     def _softmax(self, p: int, w: int, tile: int, block: int) -> Generator[Any, Any, None]:
+        # Pipelined, O is rescaled only once the product into it is done (`_rescale`); the
+        # plain loop rescales inside its softmax (the kernel stamps both as one phase).
+        # The exponentials (SFU) and the FP32 work issue from the same warps to different
+        # pipes, interleaved: they run side by side, the softmax lasting the longer of the two.
         start = self.t
-        yield ("use", "alu", self.c.alu, (p, w), 0.0)
+        alu = self.c.alu + (0.0 if self.pipeline else self.c.rescale)
+        job = yield ("issue", "alu", alu, (p, w), 0.0)
         yield ("use", "sfu", self.c.exp, (p, w), 0.0)
+        yield ("join", job)
         self._log(p, "consumer", w, "softmax", tile, block, start)
+
+    def _rescale(self, p: int, w: int, tile: int, block: int) -> Generator[Any, Any, None]:
+        # Logged as a second softmax interval of the block, as the kernel's stamps show it.
+        if self.c.rescale > 0:
+            start = self.t
+            yield ("use", "alu", self.c.rescale, (p, w), 0.0)
+            self._log(p, "consumer", w, "softmax", tile, block, start)
 
     def _turn(self, p: int, w: int, r: int, tile: int, block: int) -> Generator[Any, Any, None]:
         if self.pingpong:
@@ -324,6 +343,7 @@ class SM:
                     yield from self._softmax(p, w, i, j)
                     yield from self._seen(p, w, o, "pv", i, j - 1, o_start)
                     self._arrive((p, "v_free", g + j - 1))
+                    yield from self._rescale(p, w, i, j)
                 self._arrive((p, "q_empty", w))
                 last = g + n - 1
                 yield from self._wait(p, w, (p, "v_ready", last), 1, "wait_v", i, n - 1)
@@ -354,7 +374,8 @@ class SM:
             # next one (tma.store_wait) and at the end.
             if store is not None:
                 yield ("join", store)
-            store = yield ("issue", "copy", c.o_bytes / c.copy_rate, "issued", 0.0)
+            self.seq += 1
+            store = yield ("issue", "copy", c.o_bytes / c.copy_rate, ("copy", self.seq), 0.0)
             g += n
         if store is not None:
             yield ("join", store)

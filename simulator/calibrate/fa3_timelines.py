@@ -1,0 +1,90 @@
+"""The FA-3 model's phases beside the kernel's recorded ones (benchmarks/warpgroups.py's
+timelines, benchmarks/results/warpgroups-timelines-*.json).
+
+A phase's length is compared per key block of one warpgroup, in the steady part of the first
+tile: blocks 1 to n − 2 (the first and last blocks issue differently), every interval of that
+phase of a block summed (a pipelined block has two softmax intervals: the softmax and, once P·V
+is done, the rescale), and a wait that did not happen counted as 0 ns. Copies are the mean of
+their intervals from issue to landing.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from flashscope.simulator.core.problem import AttentionProblem
+from flashscope.simulator.timing.fa3 import TERMS, Fa3Terms, simulate_with_terms
+
+BLOCK_PHASES = ("wait_k", "wait_v", "wait_turn", "qk", "softmax", "pv")
+COPY_PHASES = ("load_k", "load_v")
+
+
+def phase_lengths(intervals: list[dict[str, Any]], consumers: int) -> dict[str, float]:
+    """Mean ns per block and warpgroup of each consumer phase, and per copy of K and V, over
+    blocks 1 … n − 2 of tile 0."""
+    first = [iv for iv in intervals if iv["tile"] == 0]
+    blocks = {iv["block"] for iv in first if iv["phase"] == "qk"}
+    n = max(blocks) + 1 if blocks else 0
+    steady = range(1, n - 1)
+    out: dict[str, float] = {}
+    for phase in BLOCK_PHASES:
+        total = sum(
+            iv["end_ns"] - iv["start_ns"]
+            for iv in first
+            if iv["phase"] == phase and iv["block"] in steady
+        )
+        out[phase] = total / max(1, consumers * len(steady))
+    for phase in COPY_PHASES:
+        spans = [
+            iv["end_ns"] - iv["start_ns"]
+            for iv in first
+            if iv["phase"] == phase and iv["block"] in steady
+        ]
+        out[phase] = float(np.mean(spans)) if spans else 0.0
+    return out
+
+
+def recorded(path: Path) -> list[dict[str, Any]]:
+    """The recorded runs of a timelines file (program 0 of each)."""
+    return list(json.loads(path.read_text())["timelines"])
+
+
+def compare_phases(
+    runs: list[dict[str, Any]], gpu: str = "h100-sxm", terms: Fa3Terms = TERMS
+) -> list[dict[str, Any]]:
+    """For each recorded run: the configuration, the measured and the model's phase lengths and
+    launch times (the plain kernel's median for the measured one)."""
+    from flashscope.simulator.calibrate.fa3_rows import config_of
+
+    out = []
+    for run in runs:
+        cfg = config_of("ws" + str(list(run["config"])))
+        assert cfg is not None
+        problem = AttentionProblem(
+            seq_q=run["seq"],
+            seq_k=run["seq"],
+            head_dim=run["head_dim"],
+            batch=run["batch"],
+            heads=run["heads"],
+            causal=run["causal"],
+            dtype=run["dtype"],
+        )
+        prog = run["programs"][0]
+        res = simulate_with_terms(problem, cfg, gpu, terms, shown_tiles=1, max_intervals=100_000)
+        out.append(
+            {
+                "variant": run["variant"],
+                "config": list(run["config"]),
+                "head_dim": run["head_dim"],
+                "causal": run["causal"],
+                "measured_ms": run["plain_ms"],
+                "model_ms": res.time_ns / 1e6,
+                "measured": phase_lengths(prog["intervals"], cfg.consumers),
+                "model": phase_lengths(res.intervals, cfg.consumers),
+            }
+        )
+    return out
