@@ -120,8 +120,9 @@ def shares(scope: Scope) -> tuple[str, str]:
 
 
 class IdentityMiddleware:
-    """Puts `client_id` (verified cookie identity, or a new one) and `client_addr` in the
-    request's state, and sets the cookie on HTTP responses to clients that had none."""
+    """Puts `client_id` (verified cookie identity, or a new one, then `client_issued` too) and
+    `client_addr` in the request's state, and sets the cookie on HTTP responses to clients that
+    had none."""
 
     def __init__(self, app: ASGIApp, identities: Identities, proxies: tuple[Network, ...]) -> None:
         self.app = app
@@ -141,6 +142,7 @@ class IdentityMiddleware:
             return
         ident, token = self.identities.issue()
         state["client_id"] = ident
+        state["client_issued"] = True  # a new identity: this request came without one
         cookie = (
             f"{COOKIE}={token}; Path=/; Max-Age={COOKIE_AGE_S}; HttpOnly; SameSite=Lax"
         ).encode()

@@ -13,7 +13,9 @@ buckets here, the compute pool or the run queue) has not waited as told: its req
 again without reaching the route, and that answer is held back until the Retry-After has passed
 (at most `hold_s` seconds), so a script that retries at once costs one timer a second, not one
 trip through routing, validation and the pool a millisecond. A client that waits as told never
-meets the hold.
+meets the hold. Refusals are remembered by identity, and those of requests that came without one
+by address: a script that drops its cookie is a new client each time, but not a new address,
+while a browser has its cookie from its first page on.
 """
 
 from __future__ import annotations
@@ -241,7 +243,10 @@ class RateLimitMiddleware:
             await self.app(scope, receive, send)
             return
         holds = self.holds
-        client = client_key(scope)
+        issued = (scope.get("state") or {}).get("client_issued", False)
+        client = "new:" + address_key(scope) if issued else client_key(scope)
+        # a refusal is remembered for the identity issued now too: its next request carries it
+        keys = (client, client_key(scope)) if issued else (client,)
         if holds is not None:
             refusal = holds.pending(client)
             if refusal is not None:
@@ -250,13 +255,13 @@ class RateLimitMiddleware:
         wait = self.limiter.take_for(scope, group)
         if wait > 0:
             await too_many(wait, group, self.limiter.rates[group])(
-                scope, receive, self._noting(client, send) if holds else send
+                scope, receive, self._noting(keys, send) if holds else send
             )
             return
-        await self.app(scope, receive, self._noting(client, send) if holds else send)
+        await self.app(scope, receive, self._noting(keys, send) if holds else send)
 
-    def _noting(self, client: str, send: Send) -> Send:
-        """`send`, remembering a 429 or 503 refusal (its status, headers and body) for `client`."""
+    def _noting(self, keys: tuple[str, ...], send: Send) -> Send:
+        """`send`, remembering a 429 or 503 refusal (its status, headers and body) for `keys`."""
         holds = self.holds
         assert holds is not None
         seen: dict[str, Any] = {}
@@ -271,7 +276,8 @@ class RateLimitMiddleware:
                 if not message.get("more_body", False):
                     start = seen.pop("start")
                     headers = [(bytes(k), bytes(v)) for k, v in start.get("headers", [])]
-                    holds.note(client, start["status"], headers, seen["body"])
+                    for key in keys:
+                        holds.note(key, start["status"], headers, seen["body"])
             await send(message)
 
         return noting

@@ -254,6 +254,7 @@ def test_a_client_that_asks_again_before_retry_after_is_held_and_refused_before_
 
     app, reached = _refusing_app(refusal_hold_s=0.3)
     with TestClient(app) as client:
+        client.get("/api/health")  # a browser: its identity cookie from its first page
         first = client.get("/api/simulate/_refuse")
         assert first.status_code == 503 and reached[0] == 1
         t0 = time.monotonic()
@@ -266,7 +267,8 @@ def test_a_client_that_asks_again_before_retry_after_is_held_and_refused_before_
         assert again.headers["x-content-type-options"] == "nosniff"
         assert "default-src 'self'" in again.headers["content-security-policy"]
         assert client.get("/api/health").status_code == 200  # cheap routes are never held
-        client.cookies.clear()  # another client is not held for this one
+        client.cookies.clear()  # another browser (its cookie from a page) is not held for it
+        client.get("/api/health")
         assert client.get("/api/simulate/_refuse").status_code == 503 and reached[0] == 2
         time.sleep(1.1)  # a client that waits as told reaches the route again
         assert client.get("/api/simulate/_refuse").status_code == 503 and reached[0] == 3
@@ -307,3 +309,16 @@ def test_rate_limit_refusals_are_held_too():
         assert r.status_code == 429 and time.monotonic() - t0 >= 0.25
         assert only_error(r, 429)["limit"] == {"per_s": 0.01, "burst": 1}
         assert int(r.headers["Retry-After"]) >= 90  # the bucket's wait, not the hold's
+
+
+def test_a_client_without_a_cookie_is_held_by_its_address():
+    app, reached = _refusing_app(refusal_hold_s=0.3)
+    with TestClient(app) as client:
+        client.get("/api/health")  # a browser: its cookie from its first page on
+        browser = dict(client.cookies)
+        for _ in range(3):  # a script that drops its cookie: a new identity each time
+            client.cookies.clear()
+            assert client.get("/api/simulate/_refuse").status_code == 503
+        assert reached[0] == 1  # held by its address after the first refusal
+        client.cookies.update(browser)  # the browser behind the same address is not held
+        assert client.get("/api/simulate/_refuse").status_code == 503 and reached[0] == 2
