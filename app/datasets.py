@@ -1,4 +1,5 @@
-"""The validation datasets the app ships (benchmarks/results/validation-<gpu>-<date>.json).
+"""The validation datasets the app ships (benchmarks/results/validation-<gpu>-<date>.json),
+the measured schedules and the Hopper forward's measured warpgroup timelines.
 
 `Datasets` lives on app.state: it lists the files of Settings.datasets_dir, keeps the newest file
 per GPU preset, and re-reads a file only when it changed on disk. No GPU is needed: these are
@@ -13,6 +14,8 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from flashscope.simulator.core import hardware
 
 # The datasets shipped with the app (package data: app/data/ in the repository).
 DATA_DIR = Path(__file__).resolve().parent / "data"
@@ -146,3 +149,45 @@ def _index_timelines(path: Path) -> dict[tuple[str, str], dict[str, Any]] | None
         rec = {**rec, "device": doc.get("device"), "date": doc.get("date"), "file": path.name}
         index[(str(config.get("gpu")), str(rec.get("id")))] = rec
     return index
+
+
+WARPGROUPS_PATTERN = "warpgroups-*.json.gz"
+
+
+def _parse_warpgroups(path: Path) -> dict[str, Any] | None:
+    try:
+        doc = json.loads(gzip.decompress(path.read_bytes()))
+    except (OSError, EOFError, ValueError):
+        return None
+    if not isinstance(doc, dict) or doc.get("kind") != "flashscope warpgroup timelines":
+        return None
+    doc["file"] = path.name
+    return doc
+
+
+class Warpgroups:
+    """Measured warpgroup timelines and variant times of the Hopper forward
+    (benchmarks/warpgroups.py), newest file per GPU preset key, re-read when a file changes."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = Path(folder)
+        self._files = _ByMtime()
+
+    def all(self) -> dict[str, dict[str, Any]]:
+        """GPU preset key → its newest dataset (by date, then file name)."""
+        best: dict[str, dict[str, Any]] = {}
+        for path in sorted(self.folder.glob(WARPGROUPS_PATTERN)):
+            doc = self._files.read(path, _parse_warpgroups)
+            if doc is None:
+                continue
+            try:
+                key = hardware.resolve(str(doc.get("device")))
+            except ValueError:
+                continue
+            old = best.get(key)
+            if old is None or (doc.get("date") or "", doc["file"]) >= (
+                old.get("date") or "",
+                old["file"],
+            ):
+                best[key] = doc
+        return best

@@ -626,55 +626,86 @@ LESSONS: tuple[Lesson, ...] = (
         ),
     ),
     Lesson(
-        id="next",
-        title="What comes next: Hopper",
-        view=None,
+        id="hopper",
+        title="FlashAttention-3 on Hopper: warpgroups taking turns",
+        view="/hopper",
+        start={"head_dim": 128, "consumers": 2, "pingpong": 1, "pipeline": 1},
         narrative=(
-            "FlashAttention-3 keeps everything this course built, the tiles, the online "
-            "softmax and the recomputing backward, and reorganizes the work for the H100's "
-            "Hopper architecture. Producer warps issue asynchronous copies of K and V (TMA) "
-            "into a ring of shared-memory buffers while consumer warpgroups run the matrix "
-            "products on the tensor cores (warp specialization).",
-            "Two consumer warpgroups take turns (ping-pong) so that one's softmax, which runs on "
-            "the slower exponential units, overlaps the other's matrix products; within one "
-            "warpgroup the next tile's QKᵀ can start while the current softmax finishes. "
-            "FP8 support with block-wise scaling doubles the tensor throughput again. The "
-            "paper reports 1.5–2× over FA-2 in fp16, up to about 75 % of the H100's peak.",
-            "flashscope has no view of that schedule yet. Meanwhile, the measured-vs-simulated "
-            "view sets flashscope's own kernels, timed on an H100 and an H200, beside the "
-            "timing engine's prediction, and the memory-scaling view shows how far each "
-            "method's peak memory lets N grow.",
+            "FlashAttention-3 keeps the tiles, the online softmax and the recomputing backward, "
+            "and reorganizes one CTA's work for the H100's Hopper architecture. A loader warp "
+            "copies Q, then K and V block by block, into a ring of shared-memory slots with the "
+            "TMA; consumer warpgroups of 64 query rows each issue their two products to the "
+            "tensor cores as asynchronous wgmma instructions and run the softmax in between.",
+            "The softmax is the slow part: its exponentials run on the SFU, which computes some "
+            "3.9 tera-exponentials per second on an H100 against nearly 1,000 TFLOP/s of fp16 "
+            "products. Ping-pong makes the consumers take turns, so that one's softmax runs "
+            "while the other's products keep the tensor cores busy; pipelining lets a "
+            "warpgroup issue its next S before its own P·V, so its softmax overlaps its "
+            "products too.",
+            "The figure runs the FA-3 model of the timing engine above a timeline recorded on "
+            "an H100: each phase of each warpgroup stamped with the SM's cycle counter. Step "
+            "with → and read what each warpgroup does at the cursor; toggle ping-pong and "
+            "pipelining and watch the gaps on the tensor-core rows open and close, and the "
+            "time, simulated and measured, change with them.",
         ),
-        links=(("/compare", "Measured vs simulated"), ("/memory-scaling", "Memory scaling")),
+        try_this=(
+            TryThis(
+                "Without ping-pong or pipelining",
+                {"head_dim": 128, "consumers": 2, "pingpong": 0, "pipeline": 0},
+                "Each consumer waits for its own softmax before its P·V: green gaps open on the "
+                "consumer rows, and the measured time rises from about 0.91 to 1.04 ms.",
+            ),
+            TryThis(
+                "head_dim 64 with three consumers",
+                {"head_dim": 64, "consumers": 3, "pingpong": 1, "pipeline": 1},
+                "The products are half as long but the exponentials are not: the explanation "
+                "panel shows the softmax's units, not the tensor cores, setting the pace.",
+            ),
+            TryThis(
+                "The same on an H200",
+                {"gpu": "h200", "head_dim": 128, "consumers": 2, "pingpong": 1, "pipeline": 1},
+                "Only the model runs: the measured side says that no timeline was recorded on "
+                "this GPU.",
+            ),
+            TryThis(
+                "FP8 as a what-if",
+                {"head_dim": 128, "consumers": 2, "dtype": "fp8"},
+                "Twice the tensor rate shortens the simulated time; the error table shows what "
+                "e4m3 with per-block scales costs in accuracy against fp16 and bf16.",
+            ),
+        ),
         check=Check(
-            question="Which part of FlashAttention does FA-3 change?",
+            question="Why does ping-pong help most when the softmax is long next to the products?",
             choices=(
                 Choice(
-                    "How the work is scheduled on the GPU: asynchronous loads, specialized "
-                    "warps, overlapped softmax and products.",
+                    "While one warpgroup runs its softmax, the other's products keep the tensor "
+                    "cores busy, so the slow exponentials no longer leave them idle.",
                     True,
-                    "Right: the algorithm and its result stay the same; the schedule is what "
-                    "Hopper rewards.",
+                    "Right: the two warpgroups alternate, and each one's softmax hides under "
+                    "the other's products.",
                 ),
                 Choice(
-                    "The online softmax: FA-3 no longer rescales.",
+                    "It computes the exponentials on the tensor cores.",
                     False,
-                    "The rescale by α is still there; it is what makes tiles possible.",
+                    "The exponentials stay on the SFU; ping-pong only changes when each "
+                    "warpgroup uses the tensor cores.",
                 ),
                 Choice(
-                    "It approximates attention to save time.",
+                    "It halves the number of exponentials.",
                     False,
-                    "FlashAttention in every version computes exact attention (up to the "
-                    "dtype's rounding).",
+                    "Every score still needs its exp2; the work is the same, only its overlap "
+                    "changes.",
                 ),
                 Choice(
-                    "It stores P for the backward pass.",
+                    "It reads K and V from HBM only once per CTA.",
                     False,
-                    "It still recomputes P from the log-sum-exp.",
+                    "That is the loader's job with or without ping-pong; the copies are not "
+                    "what ping-pong schedules.",
                 ),
             ),
-            explanation="Every version computes exact attention; each one reorganizes the same "
-            "tiles for the hardware of its day.",
+            explanation="FA-3 computes the same exact attention as FA-2; what changes is the "
+            "schedule: asynchronous copies, specialized warps and overlapped softmax and "
+            "products, which Hopper's asynchronous instructions make possible.",
         ),
     ),
 )

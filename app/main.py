@@ -33,6 +33,7 @@ from flashscope.app.routes import (
     docs,
     exports,
     health,
+    hopper,
     measure,
     memory_scaling,
     memory_wall,
@@ -167,7 +168,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_middleware(GZipMiddleware, minimum_size=1024, compresslevel=6)
     for module in (health, pages, docs, trace, runs, traffic, simulate, rooms):
         app.include_router(module.router)
-    for module in (exports, memory_wall, online_softmax, memory_scaling, schedule):  # views
+    for module in (exports, memory_wall, online_softmax, memory_scaling, schedule, hopper):
         app.include_router(module.router)
     app.include_router(compare.router)
     app.include_router(measure.router)

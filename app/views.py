@@ -48,6 +48,15 @@ VIEWS: tuple[View, ...] = (
         "/api/schedule",
     ),
     View(
+        "/hopper",
+        "FlashAttention-3 on Hopper",
+        "One CTA of the warp-specialized forward as a Gantt per warpgroup, the FA-3 model "
+        "beside a timeline recorded on an H100: ping-pong, pipelining, two or three consumer "
+        "warpgroups, why the exponentials bound the time at head_dim 64, FA-1 against FA-2 "
+        "against FA-3, and FP8 as a what-if.",
+        "/api/hopper",
+    ),
+    View(
         "/memory-wall",
         "Memory wall",
         "Naive attention against FlashAttention, one tile at a time: the N×N scores bounce "

@@ -22,6 +22,8 @@ serialised here as FastAPI would have done it in the server, so the server only 
     compare            {folder, dataset, id, timeline_ctas} → GET /api/compare (dataset: its
                                                           key, datasets.dataset_key)
     compare.dataset    {entries, measured, env, gpu, left_out} → POST /api/compare/dataset
+    hopper             {params, folder}                → GET /api/hopper (app/figures/hopper.py;
+                                                         the worker reads the warpgroup data)
 
 A ValueError is the request's fault (the route answers 422); `DoesNotFit` (a ValueError too)
 says the kernel cannot launch on the GPU asked for, so the route can name the field.
@@ -37,9 +39,10 @@ from typing import Any
 from pydantic import TypeAdapter
 
 from flashscope.app.compute.simulation import parts
-from flashscope.app.datasets import SWEEPS, Datasets, Timelines, sweep_of
+from flashscope.app.datasets import SWEEPS, Datasets, Timelines, Warpgroups, sweep_of
 from flashscope.app.figures.chrome_trace import from_tile_trace, from_timeline, from_walks
 from flashscope.app.figures.fa3 import response as fa3_response
+from flashscope.app.figures.hopper import response as hopper_response
 from flashscope.app.figures.report import (
     gantt,
     limiter_bars,
@@ -55,6 +58,7 @@ from flashscope.app.figures.schedule import (
     shown_sms,
     utilization,
 )
+from flashscope.app.schemas.hopper import HopperParams
 from flashscope.app.schemas.simulate import SimulateRequest
 from flashscope.app.schemas.trace import TraceEventModel, TraceParams
 from flashscope.app.schemas.views import MemoryWallParams, ScheduleParams
@@ -374,6 +378,17 @@ def compare_dataset(payload: dict[str, Any], state: dict[str, Any]) -> bytes:
     return _json(data)
 
 
+def hopper(payload: dict[str, Any], state: dict[str, Any]) -> bytes:
+    """GET /api/hopper's body: the FA-3 model beside the measured warpgroups of the chosen GPU
+    (the worker reads the warpgroup datasets of `folder` itself and keeps them)."""
+    params = HopperParams.model_validate(payload["params"])
+    folder = Path(payload["folder"])
+    if state.get("warpgroups_folder") != folder:
+        state["warpgroups_folder"], state["warpgroups"] = folder, Warpgroups(folder)
+    doc = state["warpgroups"].all().get(params.gpu_key())
+    return _json(hopper_response(params, doc))
+
+
 TASKS: dict[str, Callable[[dict[str, Any], dict[str, Any]], Any]] = {
     "simulate": simulate,
     "schedule": schedule,
@@ -382,6 +397,7 @@ TASKS: dict[str, Callable[[dict[str, Any], dict[str, Any]], Any]] = {
     "memory_wall": memory_wall,
     "compare": compare,
     "compare.dataset": compare_dataset,
+    "hopper": hopper,
 }
 
 

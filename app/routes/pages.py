@@ -60,6 +60,7 @@ NAV_ORDER = (
     "/backward",
     "/decode",
     "/schedule",
+    "/hopper",
     "/compare",
     "/glossary",
 )

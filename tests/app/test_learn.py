@@ -47,7 +47,7 @@ def test_api_learn_lists_the_lessons_in_order_with_their_neighbours(client):
         for t in x["try_this"]:
             assert t["url"].startswith(f"/learn/{x['id']}?")
         assert client.get(f"/api/learn/{x['id']}").json() == x
-    assert body[-1]["view"] is None  # what comes next: no view yet, so no figure and no link
+    assert body[-1]["id"] == "hopper" and body[-1]["view"] == "/hopper"  # the course ends on it
     assert client.get("/api/learn/nope").status_code == 404
 
 

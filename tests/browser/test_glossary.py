@@ -23,6 +23,7 @@ MARKED = {
     "/online-softmax": {"online-softmax", "tile"},
     "/memory-scaling": {"lse"},
     "/compare": {"tile", "cta", "sm"},
+    "/hopper": {"cta", "warpgroup", "tma", "mbarrier", "wgmma", "sfu", "pingpong"},
 }
 
 

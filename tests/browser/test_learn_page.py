@@ -51,6 +51,12 @@ def test_walk_the_course_with_next_and_answer_each_check(page, live_server):
             assert url_params(page).get(key) == str(value), (lesson["id"], key)
         if lesson["view"]:
             assert page.locator("#figure #params").count() == 1  # the view's own form
+        if lesson["view"] == "/hopper":  # the Gantt of the warpgroups, simulated and measured
+            rows = page.evaluate(
+                "() => [...new Set(document.getElementById('gantt').data.flatMap((t) => t.y))]"
+            )
+            assert {"loader", "consumer 0", "consumer 1"} <= set(rows)
+            assert page.locator("#figure #phase-key li").count() == 10
         # A wrong answer first, then the right one: feedback both times.
         choices = lesson["check"]["choices"]
         wrong = next(i for i, c in enumerate(choices) if not c["correct"])
@@ -68,7 +74,7 @@ def test_walk_the_course_with_next_and_answer_each_check(page, live_server):
         seen.append(lesson["id"])
         if k + 1 < len(lessons):
             page.locator("a[rel=next]").click()
-    assert seen == [x["id"] for x in lessons]
+    assert seen == [x["id"] for x in lessons] and seen[-1] == "hopper"  # the course ends there
     assert page.locator("a[rel=next]").get_attribute("href") == "/"  # the end leads home
     page.locator("a[rel=prev]").click()
     page.wait_for_url(re.compile(rf"/learn/{lessons[-2]['id']}"))

@@ -1,0 +1,148 @@
+"""GET /api/hopper: the FA-3 model beside the shipped H100 warpgroup timelines, FA-1 and FA-2 on
+the same problem, the FP8 what-if; the 422s; a GPU the dataset does not cover."""
+
+from __future__ import annotations
+
+import pytest
+from fastapi.testclient import TestClient
+
+from flashscope.app.config import Settings
+from flashscope.app.figures.hopper import config_of, coverage
+from flashscope.app.main import create_app
+from flashscope.simulator.timing.fa3_config import interval_problems
+
+
+@pytest.fixture(scope="module")
+def client():
+    settings = Settings(simulate_max_seq=65536, simulate_max_batch=64)
+    with TestClient(create_app(settings)) as c:
+        yield c
+
+
+def _errors(r) -> dict[str, dict]:
+    assert r.status_code == 422, r.text
+    return {e["field"]: e for e in r.json()["detail"]}
+
+
+def test_default_is_the_recorded_pingpong_kernel_beside_its_model(client):
+    r = client.get("/api/hopper")
+    assert r.status_code == 200, r.text
+    body = r.json()
+    p = body["params"]
+    shape = (p["gpu"], p["batch"], p["heads"], p["seq"], p["head_dim"])
+    assert shape == ("h100-sxm", 4, 16, 4096, 128)
+    sim, m = body["simulated"], body["measured"]
+    assert sim["simulated"] and sim["config"]["pingpong"] and sim["config"]["consumers"] == 2
+    assert interval_problems(sim["timeline"]["intervals"], 2) == []
+    assert m["available"] and m["device"] == "NVIDIA H100 80GB HBM3" and m["date"] == "2026-11-26"
+    rec = m["timeline"]
+    assert rec["variant"] == "pingpong" and rec["seq"] == 4096 and rec["tile_steps"] == [32]
+    assert interval_problems(rec["intervals"], 2) == []
+    assert {iv["warpgroup"] for iv in rec["intervals"]} == {-1, 0, 1}
+    # the dataset's own busy fractions are the coverage of its intervals
+    assert rec["coverage"] == pytest.approx(rec["busy"], abs=1e-9)
+    t = m["time"]
+    assert t["exact"] and t["variant"] == "pingpong" and t["label"].startswith("measured")
+    assert 0.8 < t["ms"] < 1.0  # 0.906 ms on the H100
+    labels = [c["label"] for c in body["compare"]]
+    assert labels == ["FA-1", "FA-2", "FA-3", "FA-3 (measured)"]
+    fa1, fa2, fa3 = (c["time_us"] for c in body["compare"][:3])
+    assert fa1 > fa2 > 0 and fa3 > 0
+    assert body["compare"][2]["time_us"] == pytest.approx(sim["time_us"])
+    e = body["fp8"]["errors"]
+    assert e["fp8"]["simulated"] and e["fp8"]["relative_rms"] > e["bf16"]["relative_rms"]
+    assert e["bf16"]["relative_rms"] > e["fp16"]["relative_rms"] > 0
+    assert body["fp8"]["simulated"]["time_us"] > 0 and body["fp8"]["base"]["dtype"] == "fp16"
+    assert sim["explanation"]["head_dim"] == 128 and "exp2" in sim["explanation"]["text"]
+    variants = {v["variant"]: v for v in body["variants"]}
+    assert {"pingpong", "pipelined", "plain"} <= set(variants)
+    assert variants["pingpong"]["current"] and not variants["plain"]["current"]
+    assert body["figures"]["explanation"]["data"]
+
+
+@pytest.mark.parametrize(
+    ("query", "variant", "consumers"),
+    [
+        ({"pingpong": 0, "pipeline": 0}, "plain", 2),
+        ({"head_dim": 64, "consumers": 3}, "pingpong", 3),
+        ({"causal": 1, "pingpong": 0, "pipeline": 0}, "plain", 2),
+        ({"persistent": 1}, "persistent-pingpong", 2),
+    ],
+)
+def test_each_recorded_variant_comes_back_with_its_timeline(client, query, variant, consumers):
+    body = client.get("/api/hopper", params=query).json()
+    rec = body["measured"]["timeline"]
+    assert rec["variant"] == variant and rec["config"]["consumers"] == consumers
+    assert rec["causal"] == bool(query.get("causal"))
+    assert max(iv["warpgroup"] for iv in rec["intervals"]) == consumers - 1
+    assert body["measured"]["time"]["exact"]
+
+
+def test_unrecorded_variants_get_the_nearest_time_labelled(client):
+    body = client.get("/api/hopper", params={"pingpong": 0}).json()  # pipelined: recorded
+    assert body["measured"]["timeline"]["variant"] == "pipelined"
+    body = client.get("/api/hopper", params={"seq": 2048}).json()  # no row at N = 2048
+    m = body["measured"]
+    assert not m["time"]["exact"] and m["time"]["label"].startswith("nearest measured")
+    assert any(d.startswith("N ") for d in m["time"]["differs"])
+    assert m["timeline"]["notes"] == ["recorded at N = 4096, not 2048"]
+    assert body["compare"][-1]["label"] == "FA-3 (nearest measured)"
+    body = client.get("/api/hopper", params={"head_dim": 64, "consumers": 3, "stages": 3}).json()
+    m = body["measured"]
+    assert m["timeline"] is None and "not recorded" in m["timeline_why"]
+
+
+def test_a_gpu_without_a_dataset_says_so(client):
+    body = client.get("/api/hopper", params={"gpu": "h200"}).json()
+    m = body["measured"]
+    assert not m["available"] and m["timeline"] is None and m["time"] is None
+    assert m["why"].startswith("no measurement for this GPU (h200)")
+    assert body["variants"] == [] and [c["source"] for c in body["compare"]] == ["simulated"] * 3
+    assert body["gpu"] == "h200" and body["simulated"]["gpu"] == "h200"
+
+
+def test_fp8_is_a_simulated_what_if_with_nothing_measured(client):
+    body = client.get("/api/hopper", params={"dtype": "fp8"}).json()
+    assert body["simulated"]["dtype"] == "fp8"
+    assert any("what-if" in n for n in body["simulated"]["notes"])
+    m = body["measured"]
+    assert m["time"] is None and "what-if" in m["time_why"] and m["timeline"] is None
+    assert body["fp8"]["base"]["dtype"] == "fp16"
+
+
+def test_bad_queries_name_the_field_and_the_limit(client):
+    errs = _errors(client.get("/api/hopper", params={"gpu": "a100-80gb", "head_dim": 96}))
+    assert errs["gpu"]["limit"] == ["h100-sxm", "h100-pcie", "h200"]
+    assert errs["head_dim"]["limit"] == [64, 128]
+    errs = _errors(client.get("/api/hopper", params={"seq": 65537, "batch": 65}))
+    assert errs["seq"]["limit"] == 65536 and errs["batch"]["limit"] == 64
+    errs = _errors(client.get("/api/hopper", params={"consumers": 1}))
+    assert "pingpong" in errs
+    errs = _errors(client.get("/api/hopper", params={"pipeline": 0}))  # ping-pong stays on
+    assert errs["pingpong"]["msg"].startswith("pingpong needs pipeline")
+    errs = _errors(client.get("/api/hopper", params={"consumers": 4, "block_n": 100}))
+    assert set(errs) == {"consumers"}  # pydantic's bound first
+    errs = _errors(client.get("/api/hopper", params={"block_n": 100, "stages": 5}))
+    assert errs["block_n"]["limit"] == [64, 128, 256] and errs["stages"]["limit"] == [2, 4]
+    errs = _errors(client.get("/api/hopper", params={"block_n": 256, "stages": 4}))
+    assert "shared memory" in errs["stages"]["msg"]
+    errs = _errors(client.get("/api/hopper", params={"seq": 65536, "batch": 64, "heads": 64}))
+    assert "CTAs" in errs["seq"]["msg"]
+
+
+def test_the_page_and_its_registration(client):
+    r = client.get("/hopper")
+    assert r.status_code == 200 and 'src="/static/js/hopper.js"' in r.text
+    assert 'href="/hopper"' in client.get("/").text
+    views = {v["path"]: v for v in client.get("/api/views").json()}
+    assert views["/hopper"]["api"] == "/api/hopper"
+
+
+def test_coverage_merges_overlapping_intervals():
+    ivs = [
+        {"phase": "qk", "start_ns": 0.0, "end_ns": 4.0},
+        {"phase": "pv", "start_ns": 2.0, "end_ns": 6.0},
+        {"phase": "softmax", "start_ns": 8.0, "end_ns": 10.0},
+    ]
+    assert coverage(ivs) == {"tensor": 0.6, "softmax": 0.2, "copy": 0.0}
+    assert config_of({"config": [2, 128, 2, 1, 1]}) == (2, 128, 2, 1, 1, 0, 0)

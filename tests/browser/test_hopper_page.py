@@ -1,0 +1,131 @@
+"""/hopper in headless Chromium with the shipped H100 warpgroup data: the Gantt per warpgroup,
+simulated above measured, the toggles in the URL and the picture, stepping with its narrative,
+the colour key, a GPU without measurements, and a phone's width."""
+
+from __future__ import annotations
+
+from urllib.parse import parse_qsl, urlsplit
+
+import pytest
+
+from .conftest import screenshot
+
+pytestmark = pytest.mark.browser
+
+LOAD_MS = 60_000
+
+
+def _ready(page) -> None:
+    page.locator("body[data-step]").wait_for(state="attached", timeout=LOAD_MS)
+
+
+def _rows(page, axis: str) -> list[str]:
+    """The Gantt's rows drawn on subplot `axis` ("y": simulated, "y2": measured)."""
+    return page.evaluate(
+        """(axis) => {
+          const div = document.getElementById('gantt');
+          const mine = div.data.filter((t) => (t.yaxis || 'y') === axis);
+          return [...new Set(mine.flatMap((t) => t.y))];
+        }""",
+        axis,
+    )
+
+
+def _params(page) -> dict[str, str]:
+    return dict(parse_qsl(urlsplit(page.url).query))
+
+
+def _reloaded(page, before: str) -> None:
+    """The readout of the measured time differs from `before` (the new answer is drawn)."""
+    page.wait_for_function(
+        "(before) => document.getElementById('time-measured').textContent !== before",
+        arg=before,
+        timeout=LOAD_MS,
+    )
+
+
+def test_gantt_per_warpgroup_simulated_over_measured(page, live_server):
+    page.set_viewport_size({"width": 1440, "height": 900})
+    page.goto(f"{live_server}/hopper")
+    _ready(page)
+    rows = ["consumer 0", "consumer 1", "loader"]
+    assert sorted(_rows(page, "y")) == rows and sorted(_rows(page, "y2")) == rows
+    key = page.locator("#phase-key li")
+    assert key.count() == 10 and page.locator("#phase-key .chip").count() == 10
+    assert "softmax" in page.locator("#phase-key").inner_text()
+    assert "measured: variant 'pingpong'" in page.locator("#time-measured").inner_text()
+    assert "NVIDIA H100 80GB HBM3" in page.locator("#measured-source").inner_text()
+    # the narrative sits beside the Gantt, above the fold
+    now = page.locator("#now-sim").bounding_box()
+    gantt = page.locator("#gantt").bounding_box()
+    assert now["x"] + now["width"] <= gantt["x"] and now["y"] + now["height"] < 900
+    hover = page.evaluate("() => document.getElementById('gantt').data[0].customdata[0]")
+    assert "µs" in hover and ("copy" in hover or "wait" in hover)
+    for fig in ("busy", "versions", "explain", "fp8"):
+        assert page.locator(f"#{fig} .main-svg").count() >= 1, fig
+    assert page.locator("#variants tbody tr").count() >= 3
+    assert page.locator("#variants tr.current").count() == 1
+    screenshot(page, "hopper")
+    assert page.log.console_errors == [] and page.log.page_errors == []
+    assert page.log.external_requests == []
+
+
+def test_stepping_moves_the_cursor_and_the_narrative(page, live_server):
+    page.goto(f"{live_server}/hopper")
+    _ready(page)
+    k = int(page.evaluate("() => document.body.dataset.step"))
+    assert k > 0  # opens in the steady state, not at the launch
+    before = page.locator("#now-sim").inner_text()
+    assert "consumer 1" in before and "softmax" in before
+    page.keyboard.press("ArrowRight")
+    page.locator(f"body[data-step='{k + 1}']").wait_for(state="attached", timeout=LOAD_MS)
+    after = page.locator("#now-sim").inner_text()
+    assert after != before and after.startswith("at ")
+    assert _params(page)["step"] == str(k + 1)
+    assert page.locator("#now-measured").inner_text().startswith("at ")
+    cursor = page.evaluate("() => document.getElementById('gantt').layout.shapes.length")
+    assert cursor == 2  # one on each timeline
+    assert page.log.console_errors == [] and page.log.page_errors == []
+
+
+def test_toggles_change_the_url_and_the_picture(page, live_server):
+    page.goto(f"{live_server}/hopper")
+    _ready(page)
+    before = page.locator("#time-measured").inner_text()
+    page.locator("input[name=pipeline]").uncheck()  # ping-pong goes off with it
+    _reloaded(page, before)
+    got = _params(page)
+    assert got["pipeline"] == "0" and got["pingpong"] == "0"
+    assert "variant 'plain'" in page.locator("#time-measured").inner_text()
+    before = page.locator("#time-measured").inner_text()
+    page.locator("select[name=head_dim]").select_option("64")
+    _reloaded(page, before)
+    before = page.locator("#time-measured").inner_text()
+    page.locator("select[name=consumers]").select_option("3")
+    _reloaded(page, before)
+    assert _params(page)["consumers"] == "3" and _params(page)["head_dim"] == "64"
+    assert sorted(_rows(page, "y")) == ["consumer 0", "consumer 1", "consumer 2", "loader"]
+    assert sorted(_rows(page, "y2")) == ["consumer 0", "consumer 1", "consumer 2", "loader"]
+    assert "variant 'plain'" in page.locator("#time-measured").inner_text()
+    before = page.locator("#time-measured").inner_text()
+    page.locator("select[name=gpu]").select_option("h200")
+    _reloaded(page, before)
+    assert _params(page)["gpu"] == "h200"
+    assert "No measurement for this GPU" in page.locator("#now-measured").inner_text()
+    assert _rows(page, "y2") == []
+    assert page.log.console_errors == [] and page.log.page_errors == []
+
+
+def test_no_sideways_scroll_on_a_phone(browser, live_server):
+    context = browser.new_context(viewport={"width": 390, "height": 844})
+    page = context.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.goto(f"{live_server}/hopper?head_dim=64&consumers=3")
+    _ready(page)
+    page.wait_for_timeout(300)
+    width = page.evaluate("() => [document.documentElement.scrollWidth, window.innerWidth]")
+    assert width[0] <= width[1], width
+    assert page.locator("#gantt").bounding_box()["width"] > 0.6 * 390
+    assert errors == []
+    context.close()
