@@ -8,14 +8,15 @@ address's, which is `address_factor` times larger, so a classroom behind one add
 a script that drops its cookie stays bounded. The least recently used buckets are forgotten
 beyond `max_clients` keys, so memory stays bounded whoever calls.
 
-A client that asks again before the Retry-After of its last refusal (429 or 503, from the
-buckets here, the compute pool or the run queue) has not waited as told: its request is refused
-again without reaching the route, and that answer is held back until the Retry-After has passed
-(at most `hold_s` seconds), so a script that retries at once costs one timer a second, not one
-trip through routing, validation and the pool a millisecond. A client that waits as told never
-meets the hold. Refusals are remembered by identity, and those of requests that came without one
-by address: a script that drops its cookie is a new client each time, but not a new address,
-while a browser has its cookie from its first page on.
+A client that asks a group of costly endpoints (compute or runs: HELD) again before the
+Retry-After of its last refusal there (429 or 503, from the buckets here, the compute pool or the
+run queue) has not waited as told: its request is refused again without reaching the route, and
+that answer is held back until the Retry-After has passed (at most `hold_s` seconds), so a script
+that retries at once costs one timer a second, not one trip through routing, validation and the
+pool a millisecond. A client that waits as told never meets the hold. Refusals are remembered by
+identity, and those of requests that came without one by address: a script that drops its
+cookie is a new client each time, but not a new address, while a browser has its cookie from its
+first page on.
 """
 
 from __future__ import annotations
@@ -51,6 +52,11 @@ COSTLY: tuple[tuple[str, str, str], ...] = (
     ("POST", "/api/compare/dataset", "compute"),  # simulates the finished runs
     ("POST", "/api/rooms", "rooms"),
 )
+
+
+# The groups whose refusals are held (see the module docstring): their Retry-After is a matter of
+# time. A room refused for the rooms its client has open is freed by the client itself.
+HELD = ("compute", "runs")
 
 
 @dataclass(frozen=True)
@@ -243,28 +249,26 @@ class RateLimitMiddleware:
         if group is None:
             await self.app(scope, receive, send)
             return
-        holds = self.holds
+        holds = self.holds if group in HELD else None
         issued = (scope.get("state") or {}).get("client_issued", False)
         client = "new:" + address_key(scope) if issued else client_key(scope)
         # a refusal is remembered for the identity issued now too: its next request carries it
-        keys = (client, client_key(scope)) if issued else (client,)
+        keys = tuple(f"{group} {k}" for k in ((client, client_key(scope)) if issued else (client,)))
         if holds is not None:
-            refusal = holds.pending(client)
+            refusal = holds.pending(keys[0])
             if refusal is not None:
-                await holds.answer(client, refusal, send)
+                await holds.answer(keys[0], refusal, send)
                 return
+        sending = send if holds is None else self._noting(holds, keys, send)
         wait = self.limiter.take_for(scope, group)
         if wait > 0:
-            await too_many(wait, group, self.limiter.rates[group])(
-                scope, receive, self._noting(keys, send) if holds else send
-            )
+            await too_many(wait, group, self.limiter.rates[group])(scope, receive, sending)
             return
-        await self.app(scope, receive, self._noting(keys, send) if holds else send)
+        await self.app(scope, receive, sending)
 
-    def _noting(self, keys: tuple[str, ...], send: Send) -> Send:
+    @staticmethod
+    def _noting(holds: Holds, keys: tuple[str, ...], send: Send) -> Send:
         """`send`, remembering a 429 or 503 refusal (its status, headers and body) for `keys`."""
-        holds = self.holds
-        assert holds is not None
         seen: dict[str, Any] = {}
 
         async def noting(message: Message) -> None:

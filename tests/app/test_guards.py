@@ -322,3 +322,12 @@ def test_a_client_without_a_cookie_is_held_by_its_address():
         assert reached[0] == 1  # held by its address after the first refusal
         client.cookies.update(browser)  # the browser behind the same address is not held
         assert client.get("/api/simulate/_refuse").status_code == 503 and reached[0] == 2
+
+
+def test_a_refusal_holds_only_its_own_group():
+    app, reached = _refusing_app(refusal_hold_s=0.3)
+    with TestClient(app) as client:
+        client.get("/api/health")
+        assert client.get("/api/simulate/_refuse").status_code == 503 and reached[0] == 1
+        r = client.post("/api/runs", json={"seq": 5000})  # runs: not held for a compute refusal
+        assert r.status_code == 422
