@@ -2,6 +2,8 @@
 // leaves the server), and the view's data as JSON or as a Chrome/Perfetto trace (links to the
 // server's JSON twin; the browser saves what the server computed, nothing is rebuilt here).
 
+import { drawWaiting } from "./plot.js";
+
 /** Point the export link `id` at `url`, saved as `filename`. */
 function setExportLink(id, url, filename) {
   const a = document.getElementById(id);
@@ -24,6 +26,7 @@ export function bindPngButtons() {
   for (const button of document.querySelectorAll("button[data-png-target]")) {
     button.addEventListener("click", async () => {
       const div = document.getElementById(button.dataset.pngTarget);
+      drawWaiting(div); // a figure below the fold may not show the step yet
       if (!div || !div.data) return;
       button.disabled = true;
       try {

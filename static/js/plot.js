@@ -135,3 +135,116 @@ export function paintFirst(fn) {
     }, 0));
   });
 }
+
+// --- figures off screen -----------------------------------------------------------------------
+
+const widths = new WeakMap();
+let resized = null;
+
+/**
+ * The width of element `el` in CSS pixels, kept up to date by a ResizeObserver: reading it
+ * while a step is drawn forces no layout (a step's text updates would make clientWidth lay out
+ * the whole page).
+ */
+export function widthOf(el) {
+  if (!el) return 0;
+  if (!widths.has(el)) {
+    resized ||= new ResizeObserver((entries) => {
+      for (const e of entries) widths.set(e.target, e.contentRect.width);
+    });
+    widths.set(el, el.clientWidth);
+    resized.observe(el);
+  }
+  return widths.get(el);
+}
+
+const lazyPages = new Set(); // every LazyFigures of the page
+
+/** Draw now whatever a LazyFigures keeps for element `el` (before an export of it, say). */
+export function drawWaiting(el) {
+  for (const lazy of lazyPages) lazy.flush(el);
+}
+
+/**
+ * Figures drawn only where the reader can see them. `draw(el, fn)` runs `fn` (which draws the
+ * figure in `el`, or the figures inside it) at once when it is on screen, or within `margin` of
+ * it, or has never been drawn; otherwise it keeps `fn` (the newest only) and runs it when the
+ * figure scrolls into view, or once stepping has paused for `quiet` ms, one figure per idle
+ * period. A step then costs the figures on screen only. While some figure waits,
+ * <body data-offscreen="stale">; "drawn" once every figure shows the step on screen.
+ */
+export class LazyFigures {
+  constructor({ margin = "32px", quiet = 400 } = {}) {
+    lazyPages.add(this);
+    this.waiting = new Map(); // element → its newest drawing
+    this.seen = new Map(); // element → on screen (as the observer last said)
+    this.quiet = quiet;
+    this.timer = null;
+    this.idle = null;
+    this.observer = new IntersectionObserver((entries) => {
+      for (const e of entries) {
+        this.seen.set(e.target, e.isIntersecting);
+        if (e.isIntersecting) this.#run(e.target);
+      }
+      this.#mark();
+    }, { rootMargin: margin });
+  }
+
+  /** Draw now if `el` is on screen, else later (see the class). */
+  draw(el, fn) {
+    if (!this.seen.has(el)) {
+      this.seen.set(el, true); // until the observer says otherwise
+      this.observer.observe(el);
+    }
+    const drawn = el.classList.contains("js-plotly-plot") || el.querySelector(".js-plotly-plot");
+    if (this.seen.get(el) || !drawn) {
+      this.waiting.delete(el);
+      fn();
+    } else {
+      this.waiting.set(el, fn);
+      this.#later();
+    }
+    this.#mark();
+  }
+
+  /** Draw the waiting figure that holds `el` now, or every waiting figure. */
+  flush(el = null) {
+    for (const one of [...this.waiting.keys()]) if (!el || one.contains(el)) this.#run(one);
+    this.#mark();
+  }
+
+  #run(el) {
+    const fn = this.waiting.get(el);
+    if (!fn) return;
+    this.waiting.delete(el);
+    fn();
+  }
+
+  #later() {
+    clearTimeout(this.timer);
+    if (this.idle !== null) cancelIdle(this.idle);
+    this.idle = null;
+    this.timer = setTimeout(() => this.#drawOne(), this.quiet);
+  }
+
+  #drawOne() {
+    this.idle = whenIdle(() => {
+      this.idle = null;
+      if (navigator.scheduling?.isInputPending?.()) {
+        this.#later(); // a key is waiting: its step first
+        return;
+      }
+      const el = this.waiting.keys().next().value;
+      if (el) this.#run(el);
+      this.#mark();
+      if (this.waiting.size) this.#drawOne();
+    });
+  }
+
+  #mark() {
+    document.body.dataset.offscreen = this.waiting.size ? "stale" : "drawn";
+  }
+}
+
+const whenIdle = (fn) => (window.requestIdleCallback ? requestIdleCallback(fn, { timeout: 1000 }) : setTimeout(fn, 50));
+const cancelIdle = (id) => (window.cancelIdleCallback ? cancelIdleCallback(id) : clearTimeout(id));

@@ -3,14 +3,16 @@
 // ℓ′ = α·ℓ + rowsum P), the accumulator update Õ′ = α·Õ + P·Vⱼ, and the distance of the output
 // so far to exact attention. Every number drawn here came from the server; none is recomputed.
 
-import { react } from "./plot.js";
-import { span } from "./trace_view.js";
+import { react, widthOf } from "./plot.js";
+import { cellSpans, span } from "./trace_view.js";
 
 const MASKED_BG = "#d1d5db";
 // Below this width (a phone) panels that stand side by side are stacked: side by side, their
-// titles, tick labels and colour bars would run into each other.
+// titles, tick labels and colour bars would run into each other. (The S and P tiles are stacked
+// by a container query of the same width: static/css/app.css.)
 const STACK_BELOW_PX = 560;
-const stacked = (div) => (div.clientWidth || 800) < STACK_BELOW_PX;
+const stacked = (div) => (widthOf(div) || 800) < STACK_BELOW_PX;
+const pairOf = (div) => div.closest(".tile-pair") || div;
 const CELL_TEXT_MAX = 16; // print numbers in the cells of tiles up to 16 × 16 shown cells
 // How many times the floor u·max|O| still counts as "at the dtype's rounding" (the bounds the
 // simulator's tests hold the written output to: fp32 sums a few roundings of its own).
@@ -33,22 +35,28 @@ export function short(x, digits = 3) {
   return s.replace("-", "−");
 }
 
-/** "19" or "16–19": the rows or keys one shown cell covers. */
-function cover(start, k, stride, stop) {
-  const a = start + k * stride;
-  const b = Math.min(a + stride, stop) - 1;
-  return a === b ? `${a}` : `${a}–${b}`;
-}
+const MASKED = "−∞: masked, key after query";
 
-/** Hover texts of a tile: what each cell is, with the global query row i and key j. */
-function tileHovers(z, name, rows, cols, stride, what) {
-  return z.map((row, r) => row.map((v, c) => {
-    const i = cover(rows[0], r, stride, rows[1]);
-    const j = cover(cols[0], c, stride, cols[1]);
-    const mean = stride > 1 ? ` (mean of ${stride}×${stride})` : "";
-    if (v === null) return `${name}[i=${i}, j=${j}] = −∞: masked, key after query`;
-    return `${name}[i=${i}, j=${j}] = ${short(v, 4)}${mean}<br>${what}`;
-  }));
+/**
+ * A tile's hover: what a cell is, with its global query row i and key j ("S[i=19, j=166] =
+ * −0.0568"). Plotly fills in the row, key and value of the cell, so no text is made per cell;
+ * where a cell averages stride × stride pairs, customdata holds the spans of rows and keys.
+ * A masked tile's customdata says, per cell, whether its pair is masked.
+ */
+function tileHover(trace, name, st, stride, what, masked) {
+  const z = trace.z;
+  const value = masked ? "%{customdata[2]}" : `%{z:.4~g}${stride > 1 ? ` (mean of ${stride}×${stride})` : ""}<br>${what}`;
+  if (stride === 1 && !masked) {
+    trace.hovertemplate = `${name}[i=%{y}, j=%{x}] = ${value}<extra></extra>`;
+    return trace;
+  }
+  const rows = cellSpans(st.rows[0], z.length, stride, st.rows[1]);
+  const cols = cellSpans(st.cols[0], z[0].length, stride, st.cols[1]);
+  const mean = stride > 1 ? ` (mean of ${stride}×${stride})` : "";
+  const shown = (v) => (v === null ? MASKED : `${short(v, 4)}${mean}<br>${what}`);
+  trace.customdata = z.map((row, r) => row.map((v, c) => (masked ? [rows[r], cols[c], shown(v)] : [rows[r], cols[c]])));
+  trace.hovertemplate = `${name}[i=%{customdata[0]}, j=%{customdata[1]}] = ${value}<extra></extra>`;
+  return trace;
 }
 
 /** Numbers printed in the cells of a small tile (−∞ where masked). */
@@ -57,89 +65,90 @@ function cellText(z, small) {
   return { text: z.map((r) => r.map((v) => short(v, 2))), texttemplate: "%{text}", textfont: { size: 10 } };
 }
 
-/** The S and P tiles of the current event side by side (one above the other on a phone), or
- * what happens instead. */
-export function drawTile(div, ev, figures, { algo = "fa2", measured = false } = {}) {
+/** A tile's heatmap figure: its panel title, the key axis and the query-row axis. */
+function tileLayout(title, keyTitle, { annotations = [], rowTitle = true } = {}) {
+  const axis = { showgrid: false, zeroline: false };
+  return {
+    height: 280,
+    margin: { t: 26, r: 8, b: 40 },
+    plot_bgcolor: MASKED_BG,
+    annotations: [
+      { text: title, x: 0, y: 1.02, xref: "x domain", yref: "paper", showarrow: false, xanchor: "left", yanchor: "bottom" },
+      ...annotations,
+    ],
+    xaxis: { ...axis, title: { text: keyTitle } },
+    yaxis: { ...axis, autorange: "reversed", ...(rowTitle ? { title: { text: "query row i" } } : {}) },
+  };
+}
+
+/**
+ * Show the sentence `text` in place of the figure `div` (its place kept, its PNG button off), or
+ * (text null) the figure again. The sentence is the page's text, not a Plotly drawing: a step
+ * that has no tile costs no redraw, and the next tile updates a figure of the same shape.
+ */
+function noteInstead(div, text) {
+  const on = text !== null;
+  div.classList.toggle("blank", on);
+  const note = document.getElementById(`${div.id}-note`);
+  if (note) {
+    note.hidden = !on;
+    if (on && note.textContent !== text) note.textContent = text;
+  }
+  const png = document.querySelector(`button[data-png-target="${div.id}"]`);
+  if (png) png.disabled = on;
+}
+
+/**
+ * The S and P tiles of the current event, S in `div` and P in `pdiv` (side by side; one above
+ * the other on a phone), or what happens instead. Each is its own figure, redrawn only when it
+ * changes: a new tile redraws S, the softmax step that follows redraws P alone (a figure of two
+ * heatmaps costs twice one).
+ */
+export function drawTile(div, pdiv, ev, figures, { algo = "fa2", measured = false } = {}) {
   const st = ev.state;
-  // A tile's S and P are the same at every step that shows them: redraw when the tile, its P or
-  // the message changes, not at each step (two heatmaps with a hover per cell cost tens of ms).
-  const key = st.s
-    ? [ev.q_block, ev.kv_block, st.s.length, st.tile_stride, Boolean(st.p), ev.masked, algo, measured]
-    : ["none", ev.phase];
-  if (!figures.stale("tile", key)) return;
+  const stride = st.tile_stride || 1;
+  const tile = [ev.q_block, ev.kv_block, st.s && st.s.length, stride, ev.masked, algo, measured];
   if (!st.s) {
-    const text = NO_TILE[ev.phase] || "No tile at this step.";
-    react(div, [], {
-      height: 260,
-      xaxis: { visible: false },
-      yaxis: { visible: false },
-      annotations: [{ text: wrap(text, 64), showarrow: false, x: 0.5, y: 0.5, xref: "paper", yref: "paper", font: { size: 14, color: "#374151" } }],
-    });
+    if (!figures.stale("tile", ["none", ev.phase])) return;
+    figures.stale("tile-p", ["none"]);
+    noteInstead(div, NO_TILE[ev.phase] || "No tile at this step.");
+    noteInstead(pdiv, "");
     return;
   }
-  const stride = st.tile_stride || 1;
-  const stack = stacked(div);
-  // Numbers in the cells where each cell is wide enough to hold one (a panel is 40 % wide, or
-  // 88 % stacked).
-  const cellPx = ((div.clientWidth || 800) * (stack ? 0.88 : 0.4)) / st.s[0].length;
+  // Numbers in the cells where each cell is wide enough to hold one.
+  const cellPx = ((widthOf(div) || 400) * 0.84) / st.s[0].length;
   const small = st.s.length <= CELL_TEXT_MAX && st.s[0].length <= CELL_TEXT_MAX && cellPx >= 30;
-  const rowsLabel = (k) => st.rows[0] + k * stride;
-  const colsLabel = (k) => st.cols[0] + k * stride;
-  const y = st.s.map((_, k) => rowsLabel(k));
-  const x = st.s[0].map((_, k) => colsLabel(k));
-  const sRange = figures.range("s", st.s, { symmetric: true }) || [-1, 1];
-  const traces = [{
-    type: "heatmap", z: st.s, x, y, zmin: sRange[0], zmax: sRange[1], colorscale: "RdBu",
-    colorbar: { thickness: 8, x: stack ? 1.0 : 0.46, len: stack ? 0.42 : 0.9, ...(stack ? { y: 0.79 } : {}), title: { text: "S", side: "right" } },
-    customdata: tileHovers(st.s, "S", st.rows, st.cols, stride, "S = q·k · scale"), hovertemplate: "%{customdata}<extra></extra>",
-    hoverongaps: true, ...cellText(st.s, small),
-  }];
-  const annotations = [
-    { text: `<b>S = QᵢKⱼᵀ · scale</b>${ev.masked ? " (grey: masked, −∞)" : ""}`, x: 0, y: 1.02, xref: "x domain", yref: stack ? "y domain" : "paper", showarrow: false, xanchor: "left", yanchor: "bottom" },
-  ];
-  if (st.p) {
-    const fa1 = algo === "fa1";
-    const what = fa1 ? "P̃ = e^(S − m̃), m̃ this tile's row max" : "P = e^(S − m′), m′ the new running max";
-    traces.push({
-      type: "heatmap", z: st.p, x, y, xaxis: "x2", yaxis: "y2", zmin: 0, zmax: 1,
-      colorscale: [[0, "#ffffff"], [1, "#b45309"]],
-      colorbar: { thickness: 8, x: 1.0, len: stack ? 0.42 : 0.9, ...(stack ? { y: 0.21 } : {}), title: { text: "P", side: "right" } },
-      customdata: tileHovers(st.p, fa1 ? "P̃" : "P", st.rows, st.cols, stride, what), hovertemplate: "%{customdata}<extra></extra>",
-      ...cellText(st.p, small),
-    });
-    annotations.push({
-      text: `<b>${fa1 ? "P̃ = e^(S − m̃)" : "P = e^(S − m′)"}</b> (masked pairs: 0)`, x: 0, y: 1.02, xref: "x2 domain", yref: stack ? "y2 domain" : "paper", showarrow: false, xanchor: "left", yanchor: "bottom",
-    });
-  } else {
-    traces.push({ type: "heatmap", z: [[null]], xaxis: "x2", yaxis: "y2", showscale: false, hoverinfo: "skip" });
-    annotations.push({ text: "P comes at the next step:<br>m′ = max(m, rowmax S), then P = e^(S − m′)", x: 0.5, y: 0.5, xref: "x2 domain", yref: "y2 domain", showarrow: false, font: { color: "#4b5563" } });
-  }
-  if (measured) {
-    annotations.push({ text: "tiles: the simulator's (the kernel sends m, ℓ, α, Õ only)", x: 1, y: -0.2, xref: "paper", yref: "paper", showarrow: false, xanchor: "right", font: { size: 11, color: "#4b5563" } });
-  }
+  const y = st.s.map((_, k) => st.rows[0] + k * stride);
+  const x = st.s[0].map((_, k) => st.cols[0] + k * stride);
   const keyTitle = `key j (block ${ev.kv_block}${stride > 1 ? `, mean of ${stride}×${stride}` : ""})`;
-  const axis = { showgrid: false, zeroline: false };
-  react(div, traces, stack
-    ? {
-      height: 540,
-      margin: { t: 26, r: 36, b: 40 },
-      plot_bgcolor: MASKED_BG,
-      annotations,
-      xaxis: { ...axis, domain: [0, 0.88], anchor: "y" }, // the P panel below names the keys
-      yaxis: { ...axis, domain: [0.58, 1], title: { text: "query row i" }, autorange: "reversed" },
-      xaxis2: { ...axis, domain: [0, 0.88], anchor: "y2", title: { text: keyTitle } },
-      yaxis2: { ...axis, domain: [0, 0.42], anchor: "x2", title: { text: "query row i" }, autorange: "reversed" },
-    }
-    : {
-      height: 280,
-      margin: { t: 26, r: 36, b: 40 },
-      plot_bgcolor: MASKED_BG,
-      annotations,
-      xaxis: { ...axis, domain: [0, 0.42], title: { text: keyTitle } },
-      yaxis: { ...axis, title: { text: "query row i" }, autorange: "reversed" },
-      xaxis2: { ...axis, domain: [0.56, 0.96], title: { text: keyTitle }, anchor: "y2" },
-      yaxis2: { ...axis, anchor: "x2", autorange: "reversed" },
-    });
+  if (figures.stale("tile", tile)) {
+    const sRange = figures.range("s", st.s, { symmetric: true }) || [-1, 1];
+    const extra = measured
+      ? [{ text: "tiles: the simulator's (the kernel sends m, ℓ, α, Õ only)", x: 1, y: -0.2, xref: "paper", yref: "paper", showarrow: false, xanchor: "right", font: { size: 11, color: "#4b5563" } }]
+      : [];
+    react(div, [tileHover({
+      type: "heatmap", z: st.s, x, y, zmin: sRange[0], zmax: sRange[1], colorscale: "RdBu",
+      colorbar: { thickness: 8, len: 0.9, title: { text: "S", side: "right" } },
+      hoverongaps: true, ...cellText(st.s, small),
+    }, "S", st, stride, "S = q·k · scale", Boolean(ev.masked))],
+    tileLayout(`<b>S = QᵢKⱼᵀ · scale</b>${ev.masked ? " (grey: masked, −∞)" : ""}`, keyTitle, { annotations: extra }));
+    noteInstead(div, null);
+  }
+  if (!figures.stale("tile-p", [...tile, Boolean(st.p)])) return;
+  if (!st.p) {
+    noteInstead(pdiv, "P comes at the next step: m′ = max(m, rowmax S), then P = e^(S − m′).");
+    return;
+  }
+  const fa1 = algo === "fa1";
+  const what = fa1 ? "P̃ = e^(S − m̃), m̃ this tile's row max" : "P = e^(S − m′), m′ the new running max";
+  react(pdiv, [tileHover({
+    type: "heatmap", z: st.p, x, y, zmin: 0, zmax: 1,
+    colorscale: [[0, "#ffffff"], [1, "#b45309"]],
+    colorbar: { thickness: 8, len: 0.9, title: { text: "P", side: "right" } },
+    ...cellText(st.p, small),
+  }, fa1 ? "P̃" : "P", st, stride, what, false)],
+  tileLayout(`<b>${fa1 ? "P̃ = e^(S − m̃)" : "P = e^(S − m′)"}</b> (masked pairs: 0)`, keyTitle, { rowTitle: stacked(pairOf(div)) }));
+  noteInstead(pdiv, null);
 }
 
 /** Break a long sentence into lines of about `width` characters for a Plotly annotation. */
@@ -214,7 +223,8 @@ export function drawStats(div, ev, figures) {
  * other steps. */
 export function drawAccumulator(div, ev, figures, algo = "fa2") {
   const st = ev.state;
-  if (!figures.stale("acc", [ev.step, Boolean(st.pv)])) return;
+  // The note between P·V steps is the same at each of them: drawn once, not at every step.
+  if (!figures.stale("acc", st.pv ? [ev.step] : ["note", algo])) return;
   const parts = st.pv ? [[st.o_rescaled, "α·Õ (old, rescaled)"], [st.pv, "+ P·Vⱼ (this tile)"], [st.o, "= Õ′"]] : [];
   if (!parts.length) {
     const text = algo === "fa1"
@@ -264,14 +274,13 @@ export function drawAccumulator(div, ev, figures, algo = "fa2") {
 
 /**
  * How far the output so far is from exact attention: the block's largest |O_so_far − O_exact|
- * after each key block (log scale) against the dtype's floor u·max|O_exact|, and a sentence.
+ * after each key block (log scale) against the dtype's floor u·max|O_exact|. It changes once
+ * per key block (and when the output is written): redrawn then only.
  */
-export function drawError(div, readout, ev, dtype, { measured = false } = {}) {
+export function drawError(div, ev, dtype, figures) {
   const st = ev.state;
-  if (!st.err_history) {
-    readout.textContent = "–";
-    return;
-  }
+  if (!st.err_history) return;
+  if (figures && !figures.stale("err", [st.rows, st.err_history, Boolean(st.final), st.err_floor, dtype])) return;
   const h = st.err_history;
   const n = h.length;
   const written = st.final;
@@ -303,6 +312,18 @@ export function drawError(div, readout, ev, dtype, { measured = false } = {}) {
       range: Number.isFinite(lo) && hi > 0 ? [Math.floor(Math.log10(lo)) - 0.3, Math.ceil(Math.log10(hi)) + 0.2] : undefined,
     },
   });
+}
+
+/** The sentence under the error figure: this step's |O so far − exact| against the floor. */
+export function errorReadout(readout, ev, dtype, { measured = false } = {}) {
+  const st = ev.state;
+  if (!st.err_history) {
+    readout.textContent = "–";
+    return;
+  }
+  const n = st.err_history.length;
+  const written = st.final;
+  const floor = st.err_floor;
   const now = st.err.length ? Math.max(...st.err) : 0;
   const rows = `rows ${st.rows[0]}–${st.rows[1] - 1}`;
   const seen = written ? "the output as written" : n === 1 ? "no key yet (Õ = 0)" : `key block${n > 2 ? "s" : ""} 0${n > 2 ? `–${n - 2}` : ""}`;

@@ -3,12 +3,12 @@
 
 import { showErrors } from "./errors.js";
 import { formatBytes, formatCount } from "./format.js";
-import { react } from "./plot.js";
+import { LazyFigures, react } from "./plot.js";
 import { MeasuredRun } from "./live.js";
 import { drawStrip, sci, showRun, table } from "./measured.js";
 import { changed, onApply } from "./registry.js";
 import { StepPrompt, urlHasStep } from "./step_prompt.js";
-import { drawAccumulator, drawError, drawStats, drawTile } from "./tile_state.js";
+import { drawAccumulator, drawError, drawStats, drawTile, errorReadout } from "./tile_state.js";
 import {
   Figures, drawGrid, drawWrites, exactnessText, gridState, heatmap, highlightLine, span, traceExports, traceSource,
 } from "./trace_view.js";
@@ -27,6 +27,7 @@ const KIB = 1024;
 const $ = (id) => document.getElementById(id);
 const form = $("params");
 const figures = new Figures();
+const lazy = new LazyFigures(); // figures off screen are drawn when they come into view
 const gpus = {}; // preset key → specs (GET /api/hardware)
 const prompt = new StepPrompt();
 let opening = !urlHasStep(); // a bare link opens where the server says the algorithm is at work
@@ -68,6 +69,7 @@ const view = mountView({
   fields: TRACE_FIELDS,
   source: traceSource(figures),
   progressive: true, // the tile grid shows first, the other figures a frame later
+  urlAfterPaint: true, // the address follows a step once it is on screen
   query: traceParams,
   share: (params) => ({ ...traceParams(params), gpu: params.gpu, source: params.source }),
   fillForm,
@@ -267,15 +269,20 @@ function renderOnchip(ev) {
 }
 
 function renderGrid(ev) {
-  const state = gridState(view.data.grid, ev.step);
-  if (figures.stale("grid", [ev.q_block, ev.kv_block, state.key[0], state.key[1]])) {
-    drawGrid($("grid"), view.data, ev, state, { fresh: figures.stale("grid-tiles", [view.data]) });
-  }
-  if (figures.stale("writes", state.writes)) drawWrites($("writes"), view.data, state, { label: "Oᵢ → HBM" });
+  const meta = view.data;
+  const state = gridState(meta.grid, ev.step);
+  lazy.draw($("grid"), () => {
+    if (figures.stale("grid", [ev.q_block, ev.kv_block, state.key[0], state.key[1]])) {
+      drawGrid($("grid"), meta, ev, state, { fresh: figures.stale("grid-tiles", [meta]) });
+    }
+  });
+  lazy.draw($("writes"), () => {
+    if (figures.stale("writes", state.writes)) drawWrites($("writes"), meta, state, { label: "Oᵢ → HBM" });
+  });
   return state;
 }
 
-function renderOutput(ev) {
+function renderOutput(ev, meta) {
   const st = ev.state;
   if (!st.rows || !st.o_hat) return;
   if (!figures.stale("out", [st.rows, st.col_stride, st.o_hat])) return;
@@ -284,7 +291,7 @@ function renderOutput(ev) {
   const range = figures.range("o_hat", st.o_hat, { symmetric: true });
   const note = st.col_stride > 1 ? ` (mean of ${st.col_stride} columns)` : "";
   // FA-2 shows Õ / ℓ, its estimate of O; FA-1 the Oᵢ it stores after each visit.
-  const name = view.data.algo === "fa1" ? "Oᵢ" : "Õ/ℓ";
+  const name = meta.algo === "fa1" ? "Oᵢ" : "Õ/ℓ";
   react(
     "out",
     [heatmap(st.o_hat, { x: cols, y: rows, range, hover: { name, col: "c", note } })],
@@ -328,11 +335,14 @@ function render(ev) {
   const writes = state.writes.reduce((a, b) => a + b, 0);
   $("o-writes").textContent = `${formatCount(writes)} (${meta.grid.q_blocks} query blocks)`;
   renderOnchip(ev);
-  drawTile($("tile"), ev, figures, { algo: meta.algo, measured: Boolean(ev.measured) });
-  drawStats($("ml"), ev, figures);
-  drawAccumulator($("acc"), ev, figures, meta.algo);
-  drawError($("err"), $("err-readout"), ev, meta.problem.dtype, { measured: Boolean(ev.measured) });
-  renderOutput(ev);
+  const dtype = meta.problem.dtype;
+  errorReadout($("err-readout"), ev, dtype, { measured: Boolean(ev.measured) });
+  // Each figure is drawn now where the reader can see it, else once it comes into view.
+  lazy.draw($("out"), () => renderOutput(ev, meta));
+  lazy.draw($("tile").parentElement, () => drawTile($("tile"), $("tile-p"), ev, figures, { algo: meta.algo, measured: Boolean(ev.measured) }));
+  lazy.draw($("ml"), () => drawStats($("ml"), ev, figures));
+  lazy.draw($("err"), () => drawError($("err"), ev, dtype, figures));
+  lazy.draw($("acc"), () => drawAccumulator($("acc"), ev, figures, meta.algo));
 }
 
 form.elements.gpu.addEventListener("change", () => {

@@ -3,7 +3,7 @@
 // of /ws/trace); none of it knows an algorithm.
 
 import { formatCount } from "./format.js";
-import { react } from "./plot.js";
+import { react, widthOf } from "./plot.js";
 import { currentView } from "./registry.js";
 import { TraceSocket } from "./socket.js";
 import { apiUrl } from "./url.js";
@@ -13,9 +13,36 @@ const $ = (id) => document.getElementById(id);
 export const TILE_COLORS = { skipped: "#ffffff", todo: "#e5e7eb", done: "#60a5fa", current: "#f59e0b" };
 
 /**
+ * `fn(k)` for the newest `k` asked: at once, unless more input (a key held down) is already
+ * waiting; then once, in a task of its own after that input, with the newest k asked since.
+ * Steps asked faster than they are drawn draw only the latest.
+ */
+function newest(fn) {
+  const channel = new MessageChannel();
+  let wanted = null;
+  const run = () => {
+    const k = wanted;
+    wanted = null;
+    if (k !== null) fn(k);
+  };
+  channel.port1.onmessage = run;
+  return (k) => {
+    const more = navigator.scheduling?.isInputPending?.();
+    if (!more) {
+      wanted = k;
+      run();
+      return;
+    }
+    if (wanted === null) channel.port2.postMessage(null);
+    wanted = k;
+  };
+}
+
+/**
  * The source of a trace stepper (view.js `mountView`): the trace of the view's query over
- * /ws/trace, one event per step. A new trace fills the pseudocode list and resets `figures`;
- * Shift+← → jump between its marks (a new tile, a CTA's first op).
+ * /ws/trace, one event per step (steps asked while one is drawn collapse to the newest). A new
+ * trace fills the pseudocode list and resets `figures`; Shift+← → jump between its marks (a new
+ * tile, a CTA's first op).
  */
 export function traceSource(figures) {
   return (host) => {
@@ -30,7 +57,7 @@ export function traceSource(figures) {
     });
     return {
       open: (query) => socket.open(query).catch((err) => host.failed([{ msg: String(err) }])),
-      step: (k) => socket.step(k),
+      step: newest((k) => socket.step(k)),
       jump: markTarget,
     };
   };
@@ -236,7 +263,7 @@ function gridShapes(div, meta, ev, state) {
   const nk = g.kv_blocks;
   const bm = meta.tiles.block_m;
   const bn = meta.tiles.block_n;
-  const perCell = ((div.clientWidth || 600) - 80) / Math.max(nk, 1);
+  const perCell = ((widthOf(div) || 600) - 80) / Math.max(nk, 1);
   const gap = nk <= 32 && nq <= 32 ? Math.min(0.08, 1 / Math.max(perCell, 1)) : 0;
   let done = "";
   let current = null;

@@ -18,6 +18,9 @@ import { paintFirst } from "./plot.js";
 import { changed, registerView } from "./registry.js";
 import { apiUrl, readParams, writeParams } from "./url.js";
 
+/** At most one write of a step into the URL in this many ms (mountView's `urlAfterPaint`). */
+const URL_EVERY_MS = 250;
+
 /** The entries of `params` named in `keys`. */
 function pick(params, keys) {
   return Object.fromEntries(keys.map((k) => [k, params[k]]));
@@ -84,12 +87,16 @@ export function jsonSource(path, { failure = "the request failed" } = {}) {
  * @param {boolean} [o.progressive=false]  the page's first step shows its first figure as soon
  *   as it is drawn and the others a frame later (plot.js `paintFirst`); <body data-step> is set
  *   once all are drawn
+ * @param {boolean} [o.urlAfterPaint=false]  a step goes into the URL after it is painted, at
+ *   most every URL_EVERY_MS (writing the address costs a step milliseconds); <body data-url>
+ *   says "pending" meanwhile
  * @returns {{params: object, data: object|null, step: number, reload: () => void}} the view's
  *   state: the parameters, what the source loaded, the step on screen
  */
 export function mountView({
   name, defaults, source, query, loaded, draw, exports, fields, blank, share, goto,
   fillForm = () => {}, readForm, firstStep = 0, errorFields = true, progressive = false,
+  urlAfterPaint = false,
 }) {
   const keys = Object.keys(defaults).filter((k) => k !== "step");
   const urlStep = "step" in defaults;
@@ -117,12 +124,32 @@ export function mountView({
   });
 
   let painted = !progressive;
+  let urlTimer = null;
+  let urlWritten = 0;
+
+  /** The step into the URL: at once, or (urlAfterPaint) once the step is painted. */
+  function writeStep() {
+    if (!urlAfterPaint) {
+      writeParams(view.params);
+      return;
+    }
+    document.body.dataset.url = "pending";
+    if (urlTimer !== null) return;
+    urlTimer = requestAnimationFrame(() => {
+      urlTimer = setTimeout(() => {
+        urlTimer = null;
+        urlWritten = performance.now();
+        writeParams(view.params);
+        delete document.body.dataset.url;
+      }, Math.max(0, urlWritten + URL_EVERY_MS - performance.now()));
+    });
+  }
 
   /** Step k of the data is on screen: the URL, the controls and the registry follow. */
   function drawn(k, event) {
     view.step = k;
     if (urlStep) view.params.step = k;
-    writeParams(view.params);
+    writeStep();
     if (!painted) {
       painted = true;
       paintFirst(() => draw(k, event)).then(() => view.step === k && shown(k));

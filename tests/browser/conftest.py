@@ -125,6 +125,7 @@ def page(browser, live_server):
 
 def screenshot(page, name: str) -> Path:
     """Save a full-page screenshot (see SCREENSHOTS; the README shows docs/screenshots/)."""
+    wait_offscreen(page)
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     path = SCREENSHOTS / f"{name}.png"
     page.screenshot(path=str(path), full_page=True)
@@ -132,5 +133,14 @@ def screenshot(page, name: str) -> Path:
 
 
 def wait_step(page, step: int, timeout: float = 15000) -> None:
-    """Wait until the view has drawn `step` (views set <body data-step> after drawing)."""
-    page.locator(f"body[data-step='{step}']").wait_for(state="attached", timeout=timeout)
+    """Wait until the view has drawn `step` (views set <body data-step> after drawing) and put
+    it into the URL (/tiles writes the URL after the step is painted: <body data-url>)."""
+    page.locator(f"body[data-step='{step}']:not([data-url])").wait_for(
+        state="attached", timeout=timeout
+    )
+
+
+def wait_offscreen(page, timeout: float = 15000) -> None:
+    """Wait until figures below the fold show the step too (/tiles draws them once in view or
+    once stepping pauses: <body data-offscreen="stale"> meanwhile)."""
+    page.locator("body:not([data-offscreen='stale'])").wait_for(state="attached", timeout=timeout)

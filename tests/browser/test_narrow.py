@@ -100,13 +100,16 @@ CLASHES = """(id) => {
 
 def test_the_tile_panels_stack_on_a_phone_and_no_title_runs_into_another(phone, live_server):
     _open(phone, f"{live_server}/tiles?n=256&bm=64&bn=64&step=40")  # 40: a P·V step
-    for fig in ("tile", "acc"):
+    s, p = (phone.locator(f"#{fig}").bounding_box() for fig in ("tile", "tile-p"))
+    assert p["y"] >= s["y"] + s["height"] - 1, (s, p)  # the P tile below the S tile
+    for fig in ("tile", "tile-p"):
         assert phone.evaluate(CLASHES, fig) == [], fig
-        domains = phone.evaluate(
-            f"() => [document.getElementById('{fig}').layout.yaxis.domain,"
-            f" document.getElementById('{fig}').layout.yaxis2.domain]"
-        )
-        assert domains[0][0] >= domains[1][1], (fig, domains)  # one panel above the other
+    assert phone.evaluate(CLASHES, "acc") == []
+    domains = phone.evaluate(
+        "() => [document.getElementById('acc').layout.yaxis.domain,"
+        " document.getElementById('acc').layout.yaxis2.domain]"
+    )
+    assert domains[0][0] >= domains[1][1], domains  # one panel above the other
     assert phone.errors == []
 
 

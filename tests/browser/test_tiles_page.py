@@ -11,13 +11,14 @@ import pytest
 from flashscope.simulator.core.problem import AttentionProblem, TileConfig
 from flashscope.simulator.teach.algorithms import ALGORITHMS
 
-from .conftest import screenshot, wait_step
+from .conftest import screenshot, wait_offscreen, wait_step
 from .grid import grid_status
 
 pytestmark = pytest.mark.browser
 
 
 def _readout(page) -> dict[str, str]:
+    wait_offscreen(page)  # the m, ℓ figure is below the fold: drawn once stepping pauses
     return {
         "now": page.locator("#now").inner_text(),
         "step": page.locator("#step").input_value(),

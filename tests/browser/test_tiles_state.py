@@ -8,7 +8,7 @@ import urllib.request
 
 import pytest
 
-from .conftest import wait_step
+from .conftest import wait_offscreen, wait_step
 
 pytestmark = pytest.mark.browser
 
@@ -20,6 +20,19 @@ def _get(base: str, path: str) -> dict:
 
 def _fig(page, fig: str, expr: str):
     return page.evaluate(f"() => document.getElementById('{fig}').{expr}")
+
+
+def _hover(page, fig: str, x: float, y: float) -> str | None:
+    """The hover label of figure `fig` at data point (x, y) of its first panel."""
+    return page.evaluate(
+        """([fig, x, y]) => {
+          const gd = document.getElementById(fig);
+          Plotly.Fx.hover(gd, { xval: x, yval: y }, 'xy');
+          const label = gd.querySelector('.hoverlayer .hovertext');
+          return label ? label.textContent : null;
+        }""",
+        [fig, x, y],
+    )
 
 
 def test_s_p_tiles_and_the_error_readout_change_with_the_step(page, live_server):
@@ -40,6 +53,7 @@ def test_s_p_tiles_and_the_error_readout_change_with_the_step(page, live_server)
         if k > opening:
             page.keyboard.press("ArrowRight")
             wait_step(page, k)
+        wait_offscreen(page)  # the error, m/ℓ and accumulator figures are below the fold
         st = events[k]["state"]
         readout = page.locator("#err-readout").inner_text()
         history = _fig(page, "err", "data[0].y")
@@ -47,18 +61,23 @@ def test_s_p_tiles_and_the_error_readout_change_with_the_step(page, live_server)
         assert "floor" in readout and "fp16" in readout
         seen_readouts.add(readout)
         if st["s"] is None:
-            assert _fig(page, "tile", "data.length") == 0, k  # a sentence says what comes next
+            assert page.locator("#tile-note").is_visible(), k  # a sentence says what comes next
+            assert page.locator("#tile").evaluate("e => getComputedStyle(e).visibility") == "hidden"
             continue
+        assert page.locator("#tile-note").is_hidden(), k
         assert _fig(page, "tile", "data[0].z") == st["s"], f"seed={seed} step {k}"
         seen_tiles.add(json.dumps(st["s"]))
         if st["p"] is not None:
-            assert _fig(page, "tile", "data[1].z") == st["p"]
+            assert _fig(page, "tile-p", "data[0].z") == st["p"]
+            assert page.locator("#tile-p-note").is_hidden()
             assert _fig(page, "ml", "data[3].y") == st["l_rescaled"]  # α·ℓ, then rowsum P
             assert _fig(page, "ml", "data[4].y") == st["p_sum"]
+        else:
+            assert "P comes at the next step" in page.locator("#tile-p-note").inner_text()
         # Small tiles print their numbers; every cell's hover names its query row and key.
         r0, c0 = st["rows"][0], st["cols"][0]
-        hover = _fig(page, "tile", "data[0].customdata[2][1]")
-        assert hover.startswith(f"S[i={r0 + 2}, j={c0 + 1}] = "), hover
+        hover = _hover(page, "tile", c0 + 1, r0 + 2)
+        assert hover and hover.startswith(f"S[i={r0 + 2}, j={c0 + 1}] = "), hover
         value = st["s"][2][1]
         assert ("masked" in hover) if value is None else ("masked" not in hover), hover
         assert len(_fig(page, "tile", "data[0].text")) == len(st["s"])
@@ -74,7 +93,8 @@ def test_step_zero_says_what_is_about_to_happen_and_the_last_step_is_exact(page,
     query = "n=64&d=16&bm=32&bn=16&dtype=bf16&seed=2"
     page.goto(f"{live_server}/tiles?{query}&step=0")
     wait_step(page, 0)
-    note = _fig(page, "tile", "layout.annotations[0].text")
+    wait_offscreen(page)
+    note = page.locator("#tile-note").inner_text()
     assert "no key seen yet" in note and "K₀" in note
     assert _fig(page, "ml", "layout.yaxis3.range") == [0, 1]  # ℓ = 0: an axis from 0 to 1
     notes = json.dumps(_fig(page, "ml", "layout.annotations"), ensure_ascii=False)
