@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
@@ -84,17 +84,10 @@ class SecurityHeaders:
 
 class FlashScopeAPI(FastAPI):
     """FastAPI with SecurityHeaders around its whole stack: outside Starlette's
-    ServerErrorMiddleware, so that its 500 pages carry the headers too. Inside them, `outer`
-    (the identity and the rate limits) also runs before Starlette's and FastAPI's machinery, so
-    that a refusal costs as little as it can."""
-
-    outer: Callable[[ASGIApp], ASGIApp] | None = None
+    ServerErrorMiddleware, so that its 500 pages carry the headers too."""
 
     def build_middleware_stack(self) -> ASGIApp:
-        stack = super().build_middleware_stack()
-        if self.outer is not None:
-            stack = self.outer(stack)
-        return SecurityHeaders(stack)
+        return SecurityHeaders(super().build_middleware_stack())
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
@@ -151,21 +144,23 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.mount("/static", StaticFiles(directory=settings.static_dir), name="static")
     app.add_exception_handler(RequestValidationError, validation_handler)  # type: ignore[arg-type]
     app.add_exception_handler(ValueError, value_handler)  # type: ignore[arg-type]
-    identities = Identities(settings.client_secret)
-    proxies = networks(settings.trusted_proxies)
-    holds = Holds(settings.rate_max_clients, settings.refusal_hold_s)
-
-    def outer(inner: ASGIApp) -> ASGIApp:
-        # Who asks, then whether it may: a client over its rate, or asking again before the
-        # Retry-After of its last refusal, is answered here, before routing and validation.
-        limited = RateLimitMiddleware(inner, limiter=app.state.rate_limiter, holds=holds)
-        return IdentityMiddleware(limited, identities=identities, proxies=proxies)
-
-    app.outer = outer
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
     # Pages, modules, Plotly (1.5 MB, 0.5 MB gzipped) and JSON answers go out gzipped to clients
     # that accept it; level 6 costs a few ms per megabyte; WebSockets pass untouched.
     app.add_middleware(GZipMiddleware, minimum_size=1024, compresslevel=6)
+    # Added last, so first to run (just inside Starlette's error page): who asks, then whether it
+    # may. A client over its rate, or asking again before the Retry-After of its last refusal, is
+    # answered here, before gzip, routing and validation.
+    app.add_middleware(
+        RateLimitMiddleware,
+        limiter=app.state.rate_limiter,
+        holds=Holds(settings.rate_max_clients, settings.refusal_hold_s),
+    )
+    app.add_middleware(
+        IdentityMiddleware,
+        identities=Identities(settings.client_secret),
+        proxies=networks(settings.trusted_proxies),
+    )
     for module in (health, pages, docs, trace, runs, traffic, simulate, rooms):
         app.include_router(module.router)
     for module in (exports, memory_wall, online_softmax, memory_scaling, schedule, hopper):

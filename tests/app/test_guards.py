@@ -331,3 +331,18 @@ def test_a_refusal_holds_only_its_own_group():
         assert client.get("/api/simulate/_refuse").status_code == 503 and reached[0] == 1
         r = client.post("/api/runs", json={"seq": 5000})  # runs: not held for a compute refusal
         assert r.status_code == 422
+
+
+def test_a_failure_in_the_identity_or_rate_checks_gets_the_error_page_and_headers(monkeypatch):
+    """They run first, yet inside Starlette's error page (and the security headers)."""
+    from flashscope.app.middleware import identity
+
+    def broken(self, token):
+        raise RuntimeError("a bug in the identity check")
+
+    monkeypatch.setattr(identity.Identities, "check", broken)
+    with TestClient(create_app(Settings()), raise_server_exceptions=False) as client:
+        r = client.get("/api/trace", params={"n": 16, "d": 8, "bm": 16, "bn": 16})
+    assert r.status_code == 500
+    assert r.headers["x-content-type-options"] == "nosniff"
+    assert "default-src 'self'" in r.headers["content-security-policy"]
