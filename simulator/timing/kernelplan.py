@@ -28,7 +28,8 @@ head (key block 0, which every query block sees) fetches the zeroed buffer into 
 carried from the fill): so the buffer reaches DRAM about once each way. Closed forms:
 `traffic.flashscope`. SRAM counts are not modelled here. The forward, dQ and dK/dV launches
 carry the local-memory traffic of their compiled kernels where `compiled.py` has measured it
-(register spills: outside the counts above).
+(register spills: outside the counts above), and their matrix products run at head_dim padded
+to a power of two, as the kernels hold their tiles on chip (`padded`).
 """
 
 from __future__ import annotations
@@ -292,6 +293,19 @@ def with_local_traffic(
     return dataclasses.replace(launch, **cols)
 
 
+def padded(launch: Launch, p: AttentionProblem) -> Launch:
+    """`launch` charged the matrix-product work its compiled kernel issues: every tile of Q, K,
+    V, dO and of the accumulators is `pad_head_dim(d)` columns wide on chip (masked loads read
+    zeros beyond d), so each product reducing over head_dim or as wide as it does d_pad / d of
+    the counted FLOPs. Nsight Compute's tensor-pipe activity on the users' sweep (H100,
+    2026-11-26) supports it: per useful FLOP/s, the forwards that neither spill nor wait on the
+    host keep the pipe 1.7, 1.3 and 1.4 times as busy at d = 80, 96 and 192 as at d = 128 and
+    256 (medians; the padding says 1.6, 1.33 and 1.33)."""
+    if not launch.mma_shapes:
+        return launch
+    return dataclasses.replace(launch, mma_pad=pad_head_dim(p.head_dim) / p.head_dim)
+
+
 def useful_flops(algo: str, p: AttentionProblem) -> float:
     """The papers' convention: 4·B·H·Nq·Nk·d, halved when causal, × 2.5 for the backward."""
     useful = 4.0 * p.batch * p.heads * p.seq_q * p.seq_k * p.head_dim
@@ -328,6 +342,7 @@ def build(
         chosen = route or kernel_route(gpu_key, p)
         launches = _backward(p, t, chosen, dq_tiles or t)
     launches = tuple(with_local_traffic(w, p, t, chosen, gpu_key) for w in launches)
+    launches = tuple(padded(w, p) for w in launches)
     return Workload(algo, p, t, launches, useful_flops(algo, p), impl="flashscope", route=chosen)
 
 

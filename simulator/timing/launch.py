@@ -34,8 +34,9 @@ A launch may carry its own tile configuration (`tiles`: the kernels' helper pass
 blocks are fixed), may run `concurrent` with the launch before it (a second CUDA stream: it
 starts when the previous one starts, and its CTAs take SMs as that launch's CTAs leave them),
 and may say what its matrix products are (`mma_shapes`, `Product`s: how wide, how tall, and
-whether their A operand comes from shared memory) and how many times an iteration waits on
-them (`chain`).
+whether their A operand comes from shared memory), how many times an iteration waits on
+them (`chain`), and how much more matrix-product work the compiled kernel issues than the
+counted FLOPs (`mma_pad`: flashscope's kernels pad head_dim to a power of two on chip).
 """
 
 from __future__ import annotations
@@ -64,6 +65,7 @@ IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
 _SCALARS = (
     "stream_blocks", "stream_tail", "tiles", "concurrent", "mma_shapes", "chain", "regs",
+    "mma_pad",
 )  # fmt: skip
 _FLOAT = (
     "alu",
@@ -133,6 +135,7 @@ class Launch:
     mma_shapes: tuple[Product, ...] = ()  # its iteration's matrix products: engine.mma_factor
     chain: int = 0  # waits on matrix products per iteration (each exposes their latency)
     regs: int | None = None  # registers per thread of the compiled kernel (None: estimated)
+    mma_pad: float = 1.0  # matrix-product work issued per counted FLOP (head_dim padded)
 
     @classmethod
     def make(
@@ -148,6 +151,7 @@ class Launch:
             "mma_shapes": tuple(cols.pop("mma_shapes", ())),
             "chain": int(cols.pop("chain", 0)),
             "regs": cols.pop("regs", None),
+            "mma_pad": float(cols.pop("mma_pad", 1.0)),
         }
         for f in cls.__dataclass_fields__:
             if f in ("name", "kind", "rows", "grid", "dtype_bytes", *_SCALARS):

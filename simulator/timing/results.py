@@ -52,6 +52,7 @@ class KernelResult:
     clock: float = 1.0  # share of the boost clock it sustains (< 1: held at the power cap)
     spill_l2_bytes: float = 0.0  # of l2_read/write_bytes: register spills (compiled.py)
     spill_dram_bytes: float = 0.0  # of dram_write_bytes: spilled lines written back
+    l2_dirty_bytes: float = 0.0  # written, still in L2 at its end: not yet DRAM (engine)
 
     @property
     def n_ctas(self) -> int:

@@ -87,7 +87,9 @@ def test_more_sms_cost_time_only_through_more_dram_traffic(case, extra):
 def test_dram_bytes_cover_the_compulsory_traffic(case):
     algo, p = case[:2]
     r = run(*case)
-    assert r.dram_read_bytes + r.dram_write_bytes >= compulsory_bytes(algo, p) * (1 - 1e-12)
+    # writes still dirty in L2 when the last launch ends have not reached DRAM yet
+    left = r.kernels[-1].l2_dirty_bytes
+    assert r.dram_read_bytes + r.dram_write_bytes + left >= compulsory_bytes(algo, p) * (1 - 1e-12)
     assert r.dram_read_bytes <= r.l2_read_bytes * (1 + 1e-12)
     assert r.dram_write_bytes <= r.l2_write_bytes * (1 + 1e-12)
 

@@ -31,7 +31,9 @@ def test_fa2_reads_q_k_v_once_when_a_head_fits_in_l2():
     r = simulate("fa2", p, TileConfig(64, 64, 2, 4), H100)
     qkv = 3 * 2 * heads * n * 64 * 2
     assert r.dram_read_bytes == pytest.approx(qkv), (n, heads)
-    assert r.dram_write_bytes == pytest.approx(2 * heads * n * (64 * 2 + 4))  # O and LSE
+    # O and LSE: written to DRAM, or still dirty in L2 at the end
+    written = r.dram_write_bytes + r.kernels[-1].l2_dirty_bytes
+    assert written == pytest.approx(2 * heads * n * (64 * 2 + 4))
     assert r.l2_read_bytes > 2 * r.dram_read_bytes  # the K/V re-reads land in L2
 
 
@@ -76,7 +78,10 @@ def test_naive_softmax_finds_s_in_l2_only_when_it_fits():
     assert k2_small.name == k2_big.name == "naive_softmax"
     assert k2_small.dram_read_bytes < 0.2 * k2_small.l2_read_bytes  # 2 MiB of S: hits
     assert k2_big.dram_read_bytes > 0.95 * k2_big.l2_read_bytes  # 2 GiB of S: misses
-    assert big.dram_write_bytes == big.l2_write_bytes  # every S, P and O byte reaches DRAM
+    # every S, P and O byte reaches DRAM, but for the last ones still dirty in L2
+    left = big.kernels[-1].l2_dirty_bytes
+    assert big.dram_write_bytes + left == pytest.approx(big.l2_write_bytes)
+    assert left < 0.01 * big.l2_write_bytes
 
 
 @settings(max_examples=30, deadline=None)
