@@ -23,9 +23,11 @@ is written by hand, after FlashAttention-3:
   budgets), which then hold S, P and the O accumulator without spilling.
 
 Limits (`supports` says why a call does not qualify; `flashscope.kernels.forward` runs everything
-else): a Hopper GPU, fp16 or bf16, head_dim 64 or 128, N_q a multiple of a warpgroup's 64 rows (the
-top tile of a head may start above row 0: its warpgroups there store nothing), N_k of BLOCK_N,
-inputs that flatten to (B·H·N, d). Causal is aligned bottom-right as in the Triton kernel;
+else): a Hopper GPU, fp16 or bf16, head_dim 64 or 128, inputs that flatten to (B·H·N, d). Any
+N_q and N_k: a last key block that N_K does not fill is masked (its rows past N_K belong to the
+next head, or are zeros past the tensor), and the top tile of a head may start above row 0: its
+warpgroups there store nothing, and one that straddles row 0 stores its rows from 0 on through
+masked stores rather than the copy engine. Causal is aligned bottom-right as in the Triton kernel;
 grouped-query attention reads K/V head h // group. There is no interpreter path for Gluon: CI
 compiles this kernel for sm_90a on the CPU (tests/kernels/test_hopper_forward.py) and the GPU tests
 run it.
@@ -40,6 +42,7 @@ from functools import lru_cache
 
 import numpy as np
 import torch
+import triton
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (
@@ -151,8 +154,8 @@ class WsConfig:
 
 # Unpipelined causal tiles whose last step sees only its key block's first half compute that
 # half alone (`_consumer`, HALF); False computes the whole block, masked (a switch for
-# benchmarks). Compiled only where BLOCK_N does not divide the CTA's rows: tiles end at row N_q
-# and N_k is a multiple of BLOCK_N, so a tile's last visible key is N_k less a multiple of its
+# benchmarks). Compiled only where BLOCK_N does not divide the CTA's rows: tiles end at row N_q,
+# so where N_k is a multiple of BLOCK_N a tile's last visible key is N_k less a multiple of its
 # rows, and with whole blocks only a tile that sees no key at all (N_q > N_k) would have a half
 # step. (Pipelined, the half step measured slower on an H200: kept whole there.)
 HALF_STEPS = True
@@ -163,6 +166,10 @@ HALF_STEPS = True
 SCHEDULE_TILES = True
 MAX_SCHEDULED_TILES = 1 << 17
 COMPILE_SMS = 132  # the SMs compile_sm90's launch arguments are built for (an H100 SXM's)
+
+# Triton 3.6 specializes N_Q = 1 and then fails an assertion while lowering the kernel (seen on
+# an H100, not causal); 3.7 compiles it. Such a call goes to the Triton forward there.
+_ONE_QUERY_BUG = tuple(int(x) for x in triton.__version__.split(".")[:2]) < (3, 7)
 
 SHARED_LIMIT = 232448  # bytes of shared memory one CTA may use on Hopper
 SHARED_PER_SM = 233472  # and all of an SM's CTAs together, 1 KiB of each reserved
@@ -180,9 +187,10 @@ def _tile(t, n_tiles, band, N_Q, N_K, H, GROUP, TILE_M: gl.constexpr, BLOCK_N: g
     head by head; causal heads in bands of `band` (batch, head) rows, a band's heaviest query
     block of every row first, then the next heaviest (band 1: head by head, heaviest first),
     so that a program's share of the tiles, taken in turn, is balanced. Tiles end at row N_Q:
-    where TILE_M does not divide N_Q (a multiple of BLOCK_M), the top tile starts above row 0
-    and its first warpgroups have no rows of this head (their Q copy reads the previous head's
-    rows, or zeros before the first)."""
+    where TILE_M does not divide N_Q, the top tile starts above row 0 and its first warpgroups
+    have no rows of this head, or (BLOCK_M not dividing N_Q) only some (their Q copy reads the
+    previous head's rows, or zeros before the first). Not causal, the last step covers the
+    block N_K does not fill, if any."""
     n_mb = gl.cdiv(N_Q, TILE_M)
     if CAUSAL:
         first = t // (band * n_mb) * band  # the band's first row
@@ -208,9 +216,9 @@ def _tile(t, n_tiles, band, N_Q, N_K, H, GROUP, TILE_M: gl.constexpr, BLOCK_N: g
         if HALF:
             half = (n_full < n_steps) & (hi - (n_steps - 1) * BLOCK_N <= BLOCK_N // 2)
             n_whole = n_steps - half.to(gl.int32)
-    else:
+    else:  # a last block that N_K does not fill is masked (`_softmax`)
         n_full = N_K // BLOCK_N
-        n_steps = gl.maximum(n_full, 1)
+        n_steps = gl.maximum(gl.cdiv(N_K, BLOCK_N), 1)
         n_whole = n_steps
     return q_row, kv_row, m0, n_full, n_whole, n_steps
 
@@ -378,15 +386,21 @@ def _scores(q, k_smem, k_ready, g, STAGES: gl.constexpr, s_layout: gl.constexpr,
 
 
 @gluon.jit
-def _softmax(s, m, l, col0, diag, qk_scale2, s_layout: gl.constexpr, BLOCK_M: gl.constexpr,
+def _softmax(s, m, l, col0, bounds, qk_scale2, s_layout: gl.constexpr, BLOCK_M: gl.constexpr,
              KEYS: gl.constexpr, MASKED: gl.constexpr):
     """Running max and sum for the KEYS keys from col0 (log2 domain): (P unnormalized in fp32,
-    m, ℓ, α). MASKED: they cross the causal diagonal (key c visible to the warpgroup's row r iff
-    c ≤ diag + r; a scalar, so that no row vector stays live through the loop)."""
+    m, ℓ, α). MASKED 1 (causal): they cross the diagonal, key c visible to the warpgroup's row
+    r iff c ≤ diag + r (which also keeps every key below N_K); MASKED 2 (not causal): they cross
+    the end of the keys, c < N_K. bounds = (diag, N_K), scalars, so that no row vector stays
+    live through the loop."""
     if MASKED:
+        diag, n_k = bounds
         cols = col0 + gl.arange(0, KEYS, layout=gl.SliceLayout(0, s_layout))
-        rows = diag + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, s_layout))
-        keep = cols[None, :] <= rows[:, None]
+        if MASKED == 2:
+            keep = (cols < n_k)[None, :]
+        else:
+            rows = diag + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, s_layout))
+            keep = cols[None, :] <= rows[:, None]
         s = gl.where(keep, s * qk_scale2, float("-inf"))
         m_new = gl.maximum(m, gl.max(s, 1))
         m_sub = gl.where(m_new == float("-inf"), 0.0, m_new)  # a row that saw nothing yet
@@ -415,7 +429,7 @@ def _pass_turn(turn, C: gl.constexpr, CONSUMERS: gl.constexpr, PINGPONG: gl.cons
 
 
 @gluon.jit
-def _pipelined_step(q, p, acc, m, l, j, g0, r0, diag, qk_scale2, ring, turn, rec,
+def _pipelined_step(q, p, acc, m, l, j, g0, r0, bounds, qk_scale2, ring, turn, rec,
                     s_layout: gl.constexpr, o_layout: gl.constexpr, p_layout: gl.constexpr,
                     BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
                     MASKED: gl.constexpr, dtype: gl.constexpr, C: gl.constexpr,
@@ -442,7 +456,7 @@ def _pipelined_step(q, p, acc, m, l, j, g0, r0, diag, qk_scale2, ring, turn, rec
     s = warpgroup_mma_wait(1, deps=(s,))
     _stamp(rec, g, 5, RECORD)
     mbarrier.arrive(k_empty.index(g % STAGES), count=1)
-    p_new, m, l, alpha = _softmax(s, m, l, j * BLOCK_N, diag, qk_scale2, s_layout, BLOCK_M,
+    p_new, m, l, alpha = _softmax(s, m, l, j * BLOCK_N, bounds, qk_scale2, s_layout, BLOCK_M,
                                   BLOCK_N, MASKED)
     _stamp(rec, g, 6, RECORD)
     acc, p = warpgroup_mma_wait(0, deps=(acc, p))
@@ -455,7 +469,7 @@ def _pipelined_step(q, p, acc, m, l, j, g0, r0, diag, qk_scale2, ring, turn, rec
 
 
 @gluon.jit
-def _plain_step(q, acc, m, l, j, g0, diag, qk_scale2, ring, rec, s_layout: gl.constexpr,
+def _plain_step(q, acc, m, l, j, g0, bounds, qk_scale2, ring, rec, s_layout: gl.constexpr,
                 o_layout: gl.constexpr, p_layout: gl.constexpr, BLOCK_M: gl.constexpr,
                 BLOCK_N: gl.constexpr, STAGES: gl.constexpr, MASKED: gl.constexpr,
                 dtype: gl.constexpr, KEYS: gl.constexpr, RECORD: gl.constexpr):
@@ -473,7 +487,7 @@ def _plain_step(q, acc, m, l, j, g0, diag, qk_scale2, ring, rec, s_layout: gl.co
     s = warpgroup_mma_wait(0, deps=(s,))
     _stamp(rec, g, 5, RECORD)
     mbarrier.arrive(k_empty.index(slot), count=1)
-    p, m, l, alpha = _softmax(s, m, l, j * BLOCK_N, diag, qk_scale2, s_layout, BLOCK_M, KEYS,
+    p, m, l, alpha = _softmax(s, m, l, j * BLOCK_N, bounds, qk_scale2, s_layout, BLOCK_M, KEYS,
                               MASKED)
     acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, o_layout))[:, None]
     p = gl.convert_layout(p.to(dtype), p_layout)
@@ -495,7 +509,8 @@ def _plain_step(q, acc, m, l, j, g0, diag, qk_scale2, ring, rec, s_layout: gl.co
 def _consumer(args, C: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr,
               BLOCK_N: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
               PIPELINE: gl.constexpr, CONSUMERS: gl.constexpr, PINGPONG: gl.constexpr,
-              HALF: gl.constexpr, SCHEDULED: gl.constexpr, RECORD: gl.constexpr):
+              HALF: gl.constexpr, SCHEDULED: gl.constexpr, RECORD: gl.constexpr,
+              KEY_EDGE: gl.constexpr, Q_EDGE: gl.constexpr):
     """Warpgroup C: for each of the program's tiles, its BLOCK_M query rows through every step,
     then their O and LSE.
 
@@ -514,7 +529,7 @@ def _consumer(args, C: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constex
     """
     (o_desc, q_smem, o_smem, k_smem, v_smem, q_ready, q_empty, k_ready, v_ready, k_empty, v_empty,
      turn, LSE, N_Q, N_K, H, GROUP, n_tiles, band, qk_scale2, SCHED, REC, rec_programs, rec_detail,
-     rec_steps, rec_tiles) = args
+     rec_steps, rec_tiles, O) = args
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                        instr_shape=[16, BLOCK_N, 16])
     o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
@@ -527,6 +542,7 @@ def _consumer(args, C: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constex
     row_o: gl.constexpr = gl.SliceLayout(1, o_layout)
     dtype: gl.constexpr = o_desc.dtype
     TILE_M: gl.constexpr = BLOCK_M * CONSUMERS
+    MASK: gl.constexpr = 1 if CAUSAL else 2  # the masked steps' mask (`_softmax`)
 
     q = q_smem.index(C)
     o_stage = o_smem.index(C)
@@ -542,7 +558,7 @@ def _consumer(args, C: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constex
         t = _tile_at(k, SCHED, SCHEDULED)
         _, _, m0, n_full, n_whole, n_steps = _tile(t, n_tiles, band, N_Q, N_K, H, GROUP, TILE_M,
                                                    BLOCK_N, CAUSAL, HALF)
-        diag = m0 + C * BLOCK_M + N_K - N_Q  # causal: key c visible to row r iff c ≤ diag + r
+        bounds = (m0 + C * BLOCK_M + N_K - N_Q, N_K)  # key c visible to row r iff c ≤ diag + r
         m = gl.full([BLOCK_M], float("-inf"), gl.float32, row_s)
         l = gl.zeros([BLOCK_M], gl.float32, row_s)
         acc = gl.zeros([BLOCK_M, HEAD_DIM], gl.float32, o_layout)
@@ -550,10 +566,12 @@ def _consumer(args, C: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constex
         mbarrier.wait(q_ready.index(C), i & 1)
         _stamp_tile(rec, i, 1, RECORD)
         r0 = g + i
-        # Steps [0, n_full) need no mask; the causal diagonal's [n_full, n_steps) do (two
-        # loops, so the unmasked one carries none of the mask's registers).
+        # Steps [0, n_full) need no mask; the causal diagonal's [n_full, n_steps) do, and a last
+        # block that N_K does not fill (two loops, so the unmasked one carries none of the
+        # mask's registers).
         if PIPELINE:
-            # S₀ and its softmax first (masked where causal: it may cross the diagonal).
+            # S₀ and its softmax first (masked where causal, as it may cross the diagonal, or
+            # where N_K does not fill its last block).
             _stamp(rec, g, 0, RECORD)
             _take_turn(turn, r0, C, PINGPONG)
             _stamp(rec, g, 1, RECORD)
@@ -563,21 +581,21 @@ def _consumer(args, C: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constex
             s = warpgroup_mma_wait(0, deps=(s,))
             _stamp(rec, g, 5, RECORD)
             mbarrier.arrive(k_empty.index(g % STAGES), count=1)
-            p, m, l, _ = _softmax(s, m, l, 0, diag, qk_scale2, s_layout, BLOCK_M, BLOCK_N,
-                                  CAUSAL)
+            p, m, l, _ = _softmax(s, m, l, 0, bounds, qk_scale2, s_layout, BLOCK_M, BLOCK_N,
+                                  MASK if CAUSAL or KEY_EDGE else 0)
             p = gl.convert_layout(p.to(dtype), p_layout)
             _stamp(rec, g, 6, RECORD)
             for j in range(1, n_full):
-                p, acc, m, l = _pipelined_step(q, p, acc, m, l, j, g, r0, diag, qk_scale2,
+                p, acc, m, l = _pipelined_step(q, p, acc, m, l, j, g, r0, bounds, qk_scale2,
                                                ring, turn, rec, s_layout, o_layout, p_layout,
                                                BLOCK_M, BLOCK_N, STAGES, False, dtype, C,
                                                CONSUMERS, PINGPONG, RECORD)
-            if CAUSAL:
+            if CAUSAL or KEY_EDGE:
                 for j in range(gl.maximum(n_full, 1), n_steps):
-                    p, acc, m, l = _pipelined_step(q, p, acc, m, l, j, g, r0, diag,
+                    p, acc, m, l = _pipelined_step(q, p, acc, m, l, j, g, r0, bounds,
                                                    qk_scale2, ring, turn, rec, s_layout,
                                                    o_layout, p_layout, BLOCK_M, BLOCK_N, STAGES,
-                                                   True, dtype, C, CONSUMERS, PINGPONG, RECORD)
+                                                   MASK, dtype, C, CONSUMERS, PINGPONG, RECORD)
             mbarrier.arrive(q_empty.index(C), count=1)  # every S product of the tile is done
             last = g + n_steps - 1
             mbarrier.wait(v_ready.index(last % STAGES), (last // STAGES) & 1)
@@ -591,24 +609,24 @@ def _consumer(args, C: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constex
             mbarrier.arrive(v_empty.index(last % STAGES), count=1)
         else:
             for j in range(n_full):
-                acc, m, l = _plain_step(q, acc, m, l, j, g, diag, qk_scale2, ring, rec,
+                acc, m, l = _plain_step(q, acc, m, l, j, g, bounds, qk_scale2, ring, rec,
                                         s_layout, o_layout, p_layout, BLOCK_M, BLOCK_N, STAGES,
                                         False, dtype, BLOCK_N, RECORD)
-            if CAUSAL:
+            if CAUSAL or KEY_EDGE:
                 for j in range(n_full, n_whole):
-                    acc, m, l = _plain_step(q, acc, m, l, j, g, diag, qk_scale2, ring, rec,
+                    acc, m, l = _plain_step(q, acc, m, l, j, g, bounds, qk_scale2, ring, rec,
                                             s_layout, o_layout, p_layout, BLOCK_M, BLOCK_N,
-                                            STAGES, True, dtype, BLOCK_N, RECORD)
-                # (HALF, a constexpr, leaves the half step out of other kernels altogether)
-                if HALF:  # noqa: SIM102
-                    if n_whole < n_steps:
-                        acc, m_h, l_h = _plain_step(q, acc, gl.convert_layout(m, row_h),
-                                                    gl.convert_layout(l, row_h), n_whole, g, diag,
-                                                    qk_scale2, ring, rec, half_layout, o_layout,
-                                                    p_layout, BLOCK_M, BLOCK_N, STAGES, True,
-                                                    dtype, BLOCK_N // 2, RECORD)
-                        m = gl.convert_layout(m_h, row_s)
-                        l = gl.convert_layout(l_h, row_s)
+                                            STAGES, MASK, dtype, BLOCK_N, RECORD)
+            # (HALF, a constexpr, leaves the half step out of other kernels altogether)
+            if CAUSAL and HALF:  # noqa: SIM102
+                if n_whole < n_steps:
+                    acc, m_h, l_h = _plain_step(q, acc, gl.convert_layout(m, row_h),
+                                                gl.convert_layout(l, row_h), n_whole, g, bounds,
+                                                qk_scale2, ring, rec, half_layout, o_layout,
+                                                p_layout, BLOCK_M, BLOCK_N, STAGES, True, dtype,
+                                                BLOCK_N // 2, RECORD)
+                    m = gl.convert_layout(m_h, row_s)
+                    l = gl.convert_layout(l_h, row_s)
             mbarrier.arrive(q_empty.index(C), count=1)
 
         # (recomputed here rather than held through the loops, which have no register to spare)
@@ -620,14 +638,25 @@ def _consumer(args, C: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constex
         o = acc / gl.convert_layout(l_safe, row_o)[:, None]
         lse = gl.where(seen, (m + gl.log2(l_safe)) * 0.6931471805599453, float("-inf"))
         # A warpgroup whose rows all lie above row 0 (the top tile) computed nothing of this
-        # head's and stores nothing.
-        if m0 + C * BLOCK_M >= 0:
+        # head's and stores nothing; where BLOCK_M does not divide N_Q (Q_EDGE), the top tile's
+        # warpgroup that straddles row 0 stores its rows from 0 on, with masks.
+        first_row = m0 + C * BLOCK_M
+        if first_row >= 0:
             local = C * BLOCK_M + gl.arange(0, BLOCK_M, layout=row_s)
             gl.store(LSE + q_row + local, lse)  # LSE is (B·H·N_q) in the same row order as Q
             tma.store_wait(0)  # the previous tile's O has left the stage
             o_stage.store(o.to(dtype))
             fence_async_shared()
             tma.async_copy_shared_to_global(o_desc, [q_row + C * BLOCK_M, 0], o_stage)
+        elif Q_EDGE:  # noqa: SIM102 (a constexpr, then a runtime test)
+            if first_row + BLOCK_M > 0:
+                r_s = gl.arange(0, BLOCK_M, layout=row_s)
+                gl.store(LSE + q_row + C * BLOCK_M + r_s, lse, mask=r_s >= -first_row)
+                r_o = gl.arange(0, BLOCK_M, layout=row_o)
+                c_o = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, o_layout))
+                row = (q_row + C * BLOCK_M + r_o).to(gl.int64)
+                ptrs = O + row[:, None] * HEAD_DIM + c_o[None, :]
+                gl.store(ptrs, o.to(dtype), mask=(r_o >= -first_row)[:, None])
         _stamp_tile(rec, i, 6, RECORD)
         g += n_steps
         i += 1  # noqa: SIM113 (no enumerate in a kernel)
@@ -637,11 +666,12 @@ def _consumer(args, C: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constex
 
 @gluon.jit
 def _attn_fwd_ws(q_desc, k_desc, v_desc, o_desc, LSE, qk_scale2, H, GROUP, N_Q, N_K, n_tiles, band,
-                 SCHED, REC, rec_programs, rec_detail, rec_steps, rec_tiles,
+                 SCHED, REC, rec_programs, rec_detail, rec_steps, rec_tiles, O,
                  HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
                  CONSUMERS: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
                  PIPELINE: gl.constexpr, PINGPONG: gl.constexpr, HALF: gl.constexpr,
-                 SCHEDULED: gl.constexpr, CONSUMER_REGS: gl.constexpr, RECORD: gl.constexpr):
+                 SCHEDULED: gl.constexpr, CONSUMER_REGS: gl.constexpr, RECORD: gl.constexpr,
+                 KEY_EDGE: gl.constexpr, Q_EDGE: gl.constexpr):
     """Programs take tiles t = program_id, + num_programs, … < n_tiles (one each, or, launched
     persistent, one program per SM slot looping over its share; SCHEDULED: the share the host's
     schedule in SCHED gives it). RECORD: programs below rec_detail stamp their phases into REC,
@@ -671,37 +701,37 @@ def _attn_fwd_ws(q_desc, k_desc, v_desc, o_desc, LSE, qk_scale2, H, GROUP, N_Q, 
 
     shared = (o_desc, q_smem, o_smem, k_smem, v_smem, q_ready, q_empty, k_ready, v_ready, k_empty,
               v_empty, turn, LSE, N_Q, N_K, H, GROUP, n_tiles, band, qk_scale2, SCHED, REC,
-              rec_programs, rec_detail, rec_steps, rec_tiles)
+              rec_programs, rec_detail, rec_steps, rec_tiles, O)
     loads = (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, v_ready,
              k_empty, v_empty, N_Q, N_K, H, GROUP, n_tiles, band, SCHED, REC, rec_programs,
              rec_detail, rec_steps, rec_tiles)
     if CONSUMERS == 1:
         gl.warp_specialize([(_consumer, (shared, 0, HEAD_DIM, BLOCK_M, BLOCK_N, STAGES, CAUSAL,
                                          PIPELINE, CONSUMERS, PINGPONG, HALF, SCHEDULED,
-                                         RECORD)),
+                                         RECORD, KEY_EDGE, Q_EDGE)),
                             (_loader, (loads, BLOCK_M, BLOCK_N, CONSUMERS, STAGES, CAUSAL,
                                        SCHEDULED, RECORD))],
                            [1], [_LOADER_REGS])
     elif CONSUMERS == 2:
         gl.warp_specialize([(_consumer, (shared, 0, HEAD_DIM, BLOCK_M, BLOCK_N, STAGES, CAUSAL,
                                          PIPELINE, CONSUMERS, PINGPONG, HALF, SCHEDULED,
-                                         RECORD)),
+                                         RECORD, KEY_EDGE, Q_EDGE)),
                             (_consumer, (shared, 1, HEAD_DIM, BLOCK_M, BLOCK_N, STAGES, CAUSAL,
                                          PIPELINE, CONSUMERS, PINGPONG, HALF, SCHEDULED,
-                                         RECORD)),
+                                         RECORD, KEY_EDGE, Q_EDGE)),
                             (_loader, (loads, BLOCK_M, BLOCK_N, CONSUMERS, STAGES, CAUSAL,
                                        SCHEDULED, RECORD))],
                            [4, 1], [CONSUMER_REGS, _LOADER_REGS])
     else:
         gl.warp_specialize([(_consumer, (shared, 0, HEAD_DIM, BLOCK_M, BLOCK_N, STAGES, CAUSAL,
                                          PIPELINE, CONSUMERS, PINGPONG, HALF, SCHEDULED,
-                                         RECORD)),
+                                         RECORD, KEY_EDGE, Q_EDGE)),
                             (_consumer, (shared, 1, HEAD_DIM, BLOCK_M, BLOCK_N, STAGES, CAUSAL,
                                          PIPELINE, CONSUMERS, PINGPONG, HALF, SCHEDULED,
-                                         RECORD)),
+                                         RECORD, KEY_EDGE, Q_EDGE)),
                             (_consumer, (shared, 2, HEAD_DIM, BLOCK_M, BLOCK_N, STAGES, CAUSAL,
                                          PIPELINE, CONSUMERS, PINGPONG, HALF, SCHEDULED,
-                                         RECORD)),
+                                         RECORD, KEY_EDGE, Q_EDGE)),
                             (_loader, (loads, BLOCK_M, BLOCK_N, CONSUMERS, STAGES, CAUSAL,
                                        SCHEDULED, RECORD))],
                            [4, 4, 1], [CONSUMER_REGS, CONSUMER_REGS, _LOADER_REGS])
@@ -715,8 +745,8 @@ def supports(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cfg: WsConfig) -
     d = q.shape[3]
     if d not in (64, 128):
         return f"needs head_dim 64 or 128, got {d}"
-    if q.shape[2] % cfg.block_m or k.shape[2] % cfg.block_n:
-        return f"needs N_q a multiple of {cfg.block_m} and N_k of {cfg.block_n}"
+    if q.shape[2] == 1 and _ONE_QUERY_BUG:
+        return "needs N_q > 1 with Triton 3.6 (its compiler fails on a one-query launch)"
     need = cfg.shared_bytes(d)
     if need > SHARED_LIMIT or cfg.ctas * (need + 1024) > SHARED_PER_SM:
         return f"needs {need} bytes of shared memory per CTA with {cfg} at head_dim {d}"
@@ -893,6 +923,7 @@ def _arguments(
         0 if record is None else record.detail,
         0 if record is None else record.steps,
         0 if record is None else record.tiles,
+        o,
     )
     constexprs = dict(
         HEAD_DIM=q.shape[3],
@@ -907,6 +938,8 @@ def _arguments(
         SCHEDULED=scheduled,
         CONSUMER_REGS=consumer_regs,
         RECORD=0 if record is None else record.mode,
+        KEY_EDGE=n_k % cfg.block_n != 0,
+        Q_EDGE=n_q % cfg.block_m != 0,
     )
     return args, constexprs, {"num_warps": 4, "maxnreg": launch_regs}  # fmt: skip
 
@@ -966,10 +999,11 @@ def compile_sm90(
     causal: bool,
     dtype: torch.dtype = torch.float16,
     record: bool = False,
+    edges: bool = False,
 ):
-    """Compile the kernel (`record`: its recorded variant) for an H100/H200 on any machine (CPU
-    tensors stand in for the inputs; nothing runs): Triton's CompiledKernel, with its PTX, cubin
-    and shared-memory size.
+    """Compile the kernel (`record`: its recorded variant; `edges`: for lengths that fill
+    neither tile) for an H100/H200 on any machine (CPU tensors stand in for the inputs; nothing
+    runs): Triton's CompiledKernel, with its PTX, cubin and shared-memory size.
 
     Not under Triton's interpreter (TRITON_INTERPRET=1 turns the standard library's functions, which
     Gluon calls, into interpreted ones): `python -m flashscope.kernels.hopper_forward` runs it
@@ -980,7 +1014,8 @@ def compile_sm90(
     if interpreting():
         raise RuntimeError("compile_sm90 needs TRITON_INTERPRET unset (run it in a process apart)")
 
-    n = cfg.tile_m * cfg.block_n  # a multiple of both tiles
+    n = cfg.tile_m * cfg.block_n  # a multiple of both tiles; `edges`: of neither
+    n -= 7 if edges else 0
     q = torch.empty(1, 2, n, head_dim, dtype=dtype)
     lse = torch.empty(1, 2, n)
     rec = Recording(torch.empty(1, dtype=torch.int64), 1, 1, 1, 1) if record else None
@@ -996,7 +1031,9 @@ def compile_sm90(
 SETMAXNREG = r"setmaxnreg\.\w+\.sync\.aligned\.u32\s+(\d+)"
 
 
-def compile_report(configs: list[tuple[WsConfig, int]], record: bool = False) -> list[dict]:
+def compile_report(
+    configs: list[tuple[WsConfig, int]], record: bool = False, edges: bool = False
+) -> list[dict]:
     """Per (configuration, head_dim) and causal: what the compiled sm_90a kernel (`record`: its
     recorded variant) holds (its registers and spill stack as cuobjdump reads them from the
     cubin, and the cycle-counter reads in its PTX)."""
@@ -1011,7 +1048,7 @@ def compile_report(configs: list[tuple[WsConfig, int]], record: bool = False) ->
     rows = []
     for cfg, d in configs:
         for causal in (False, True):
-            ptx = (k := compile_sm90(cfg, d, causal, record=record)).asm["ptx"]
+            ptx = (k := compile_sm90(cfg, d, causal, record=record, edges=edges)).asm["ptx"]
             with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
                 f.write(k.asm["cubin"])
                 f.flush()
@@ -1038,11 +1075,11 @@ if __name__ == "__main__":
     import sys
 
     # Every configuration a tuned table names (with its head_dim), or those given as JSON;
-    # "--record" compiles the recorded variant.
-    record = "--record" in sys.argv
-    given = [a for a in sys.argv[1:] if a != "--record"]
+    # "--record" compiles the recorded variant, "--edges" for lengths that fill no tile.
+    record, edges = "--record" in sys.argv, "--edges" in sys.argv
+    given = [a for a in sys.argv[1:] if a not in ("--record", "--edges")]
     if given:
         wanted = [(WsConfig.from_list(c), d) for c, d in json.loads(given[0])]
     else:
         wanted = tuned_configs()
-    json.dump(compile_report(wanted, record), sys.stdout)
+    json.dump(compile_report(wanted, record, edges), sys.stdout)

@@ -97,7 +97,7 @@ def program_tiles(
     `_share` and `_tile` on the host."""
     steps = (tile_costs(cfg, rows, n_q, n_k, False) - 1).astype(int)
     if not causal:
-        steps[:] = max(n_k // cfg.block_n, 1)
+        steps[:] = max(-(-n_k // cfg.block_n), 1)
     tiles = cfg.tiles(rows, n_q)
     programs = cfg.programs(tiles, sms)
     if causal and cfg.persistent and SCHEDULE_TILES and tiles <= MAX_SCHEDULED_TILES:

@@ -254,11 +254,18 @@ def test_warp_specialized_forward_matches_the_reference(seed: int, dtype: torch.
         shapes = [  # (B, H, H_kv, N_q, N_k): GQA, N_q ≠ N_k both ways (rows that see no key)
             (2, 4, 4, 2 * t, 2 * bn), (1, 8, 2, 3 * t, 5 * bn), (1, 4, 1, 4 * t, bn),
             (1, 2, 2, 16 * t, 16 * bn), (2, 3, 3, 64, 2 * bn), (1, 4, 2, 2 * t + 64, 3 * bn),
+            # lengths that fill no tile: masked last key blocks, a straddling top warpgroup
+            (1, 4, 2, 1000, 1000), (2, 2, 2, 777, 2049), (1, 2, 1, 1, 3001), (1, 2, 2, 3001, 777),
         ]  # fmt: skip
-        for (b, h, hk, n_q, n_k), causal in zip(shapes * 2, [False] * 6 + [True] * 6, strict=True):
+        n = len(shapes)
+        for (b, h, hk, n_q, n_k), causal in zip(shapes * 2, [False] * n + [True] * n, strict=True):
             q = rand(b, h, n_q, d, dtype=dtype)
             k, v = rand(b, hk, n_k, d, dtype=dtype), rand(b, hk, n_k, d, dtype=dtype)
-            assert supports(q, k, v, cfg) is None
+            why = supports(q, k, v, cfg)
+            if n_q == 1 and why is not None:  # Triton 3.6's compiler cannot take it
+                assert "one-query" in why, why
+                continue
+            assert why is None, why
             o, lse = launch_forward_ws(q, k, v, causal, d**-0.5, cfg)
             ref, ref_lse = attention_forward(q, k, v, causal)
             lowp, _ = attention_forward(q, k, v, causal, dtype=dtype)

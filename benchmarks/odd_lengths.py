@@ -1,0 +1,100 @@
+"""The forward at lengths that fill no tile, beside cuDNN and FlashAttention-2 (GPU only).
+
+    python benchmarks/odd_lengths.py [--out benchmarks/results]
+
+N ∈ {1000, 3000, 5000} (batch × N ≈ 16384, heads × d = 2048, as in the papers' protocol), d ∈
+{64, 128}, causal and not, fp16 and bf16, in one process: `flash_attention` as routed (the
+Gluon forward where kernels/tuned.json routes the length bucket to it, which now takes any
+N_q and N_k), the Triton forward alone (FLASHSCOPE_WS=0), sdpa-cudnn and sdpa-flash; each the
+median of do_bench over rotated input sets. Each routed output is checked against the Triton
+forward's before it is timed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.attention import DTYPES, attention_fn, flops
+from benchmarks.hostinfo import gpu_header, result_path
+from flashscope.kernels.hopper_forward import tuned
+from flashscope.kernels.timing import input_sets, median_ms
+
+LENGTHS = (1000, 3000, 5000)
+IMPLS = ("flashscope", "flashscope-triton", "sdpa-cudnn", "sdpa-flash")
+
+
+def inputs(d: int, n: int, dtype: torch.dtype) -> list[tuple[torch.Tensor, ...]]:
+    b, h = max(1, 16384 // n), 2048 // d
+    return [
+        tuple(torch.randn(b, h, n, d, device="cuda", dtype=dtype) for _ in range(3))
+        for _ in range(input_sets(4 * b * h * n * d * 2))
+    ]
+
+
+def run(impl: str, sets: list, causal: bool) -> float:
+    fn = attention_fn("flashscope" if impl.startswith("flashscope") else impl)
+    if impl == "flashscope-triton":
+        os.environ["FLASHSCOPE_WS"] = "0"
+    try:
+        return median_ms([lambda s=s: fn(*s, causal) for s in sets])
+    finally:
+        os.environ.pop("FLASHSCOPE_WS", None)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
+    args = ap.parse_args()
+    header = gpu_header()
+    rows = []
+    for dname, dtype in DTYPES.items():
+        for d in (64, 128):
+            for n in LENGTHS:
+                sets = inputs(d, n, dtype)
+                b, h = sets[0][0].shape[:2]
+                for causal in (False, True):
+                    q, k, v = sets[0]
+                    cfg = tuned(q, k, v, causal)
+                    routed = attention_fn("flashscope")(q, k, v, causal)
+                    os.environ["FLASHSCOPE_WS"] = "0"
+                    triton_o = attention_fn("flashscope")(q, k, v, causal)
+                    os.environ.pop("FLASHSCOPE_WS", None)
+                    err = float((routed.float() - triton_o.float()).abs().max())
+                    row = {"dtype": dname, "head_dim": d, "seq": n, "batch": b, "heads": h,
+                           "causal": causal, "route": "ws" if cfg else "triton",
+                           "ws_config": cfg.as_list() if cfg else None,
+                           "max_abs_diff_vs_triton": err, "ms": {}, "tflops": {}}  # fmt: skip
+                    for impl in IMPLS:
+                        try:
+                            ms = run(impl, sets, causal)
+                        except Exception as e:  # a backend that refuses the shape
+                            row["ms"][impl] = None
+                            row.setdefault("errors", {})[impl] = f"{type(e).__name__}: {e}"[:200]
+                            continue
+                        row["ms"][impl] = ms
+                        row["tflops"][impl] = flops(b, h, n, d, causal, "fwd") / ms / 1e9
+                    cudnn = row["ms"].get("sdpa-cudnn")
+                    if cudnn:
+                        row["vs_cudnn"] = cudnn / row["ms"]["flashscope"]
+                    rows.append(row)
+                    print(f"{dname} d={d} N={n} causal={causal!s:5} route={row['route']:6} "
+                          f"diff={err:.1e} " + " ".join(
+                              f"{i}={row['tflops'].get(i, 0) or 0:.0f}" for i in IMPLS)
+                          + f" vs cudnn {row.get('vs_cudnn', 0):.2f}", flush=True)  # fmt: skip
+    path = result_path(args.out, "odd-lengths", header)
+    path.write_text(json.dumps({**header, "kind": "forward at odd lengths", "rows": rows}) + "\n")
+    print("wrote", path)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
