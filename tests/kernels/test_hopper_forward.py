@@ -224,13 +224,7 @@ def test_a_call_that_does_not_qualify_says_why(change: dict, reason: str) -> Non
 def test_lengths_that_fill_no_tile_compile_with_masked_edges() -> None:
     """N_q and N_k that are not multiples of the tiles compile (the masked last key block and the
     masked store of the top tile's straddling warpgroup) without spilling."""
-    wanted = [([2, 128, 2, 1, 1, 1], 128), ([3, 128, 2, 0, 1], 64)]
-    env = {**os.environ, "TRITON_INTERPRET": "0"}
-    out = subprocess.run(
-        [sys.executable, "-m", "flashscope.kernels.hopper_forward", json.dumps(wanted), "--edges"],
-        cwd=ROOT, env=env, capture_output=True, text=True, check=True, timeout=600,
-    )  # fmt: skip
-    rows = json.loads(out.stdout)
+    rows = compiled_apart([([2, 128, 2, 1, 1, 1], 128), ([3, 128, 2, 0, 1], 64)], "--edges")
     assert len(rows) == 4
     for row in rows:
         what = f"{row['config']} d={row['head_dim']} causal={row['causal']}"
@@ -297,19 +291,24 @@ def test_the_interpreter_never_takes_the_gluon_kernel(monkeypatch) -> None:
     assert o.shape == q.shape and not o.isnan().any()
 
 
+def compiled_apart(wanted: list, *flags: str) -> list[dict]:
+    """`python -m flashscope.kernels.hopper_forward` in a process of its own (Triton's compiler,
+    not its interpreter): the compile report of each (configuration list, head_dim)."""
+    env = {**os.environ, "TRITON_INTERPRET": "0"}
+    out = subprocess.run(
+        [sys.executable, "-m", "flashscope.kernels.hopper_forward", json.dumps(wanted), *flags],
+        cwd=ROOT, env=env, capture_output=True, text=True, check=True, timeout=600,
+    )  # fmt: skip
+    return json.loads(out.stdout)
+
+
 @pytest.fixture(scope="module")
 def compiled() -> list[dict]:
     """Every configuration the tuned tables name, and a few more, compiled for sm_90a in a process
     of its own (Triton's compiler, not its interpreter)."""
     extra = [([3, 128, 2, 1, 1], 64), ([2, 64, 3, 1, 1], 128), ([3, 128, 2, 1, 1, 1], 64),
              ([2, 256, 2, 0, 1, 0, 1, 32], 64)]  # fmt: skip
-    wanted = extra + [(cfg.as_list(), d) for cfg, d in tuned_configs()]
-    env = {**os.environ, "TRITON_INTERPRET": "0"}
-    out = subprocess.run(
-        [sys.executable, "-m", "flashscope.kernels.hopper_forward", json.dumps(wanted)],
-        cwd=ROOT, env=env, capture_output=True, text=True, check=True, timeout=600,
-    )  # fmt: skip
-    return json.loads(out.stdout)
+    return compiled_apart(extra + [(cfg.as_list(), d) for cfg, d in tuned_configs()])
 
 
 def test_the_tuned_configurations_compile_for_hopper_without_spilling(compiled) -> None:
@@ -343,13 +342,7 @@ def test_the_recorded_variant_stamps_every_role_and_spills_nothing() -> None:
     """RECORD compiles the stamps in (the plain kernels read no clock: the test above); with two
     pipelined ping-pong consumers at d = 128, the lesson's configuration, they cost no local
     memory traffic (causal: at most a few scalars saved on the stack once per tile)."""
-    wanted = [([2, 128, 2, 1, 1, 1], 128), ([2, 128, 2, 0, 1], 64)]
-    env = {**os.environ, "TRITON_INTERPRET": "0"}
-    out = subprocess.run(
-        [sys.executable, "-m", "flashscope.kernels.hopper_forward", json.dumps(wanted), "--record"],
-        cwd=ROOT, env=env, capture_output=True, text=True, check=True, timeout=600,
-    )  # fmt: skip
-    rows = json.loads(out.stdout)
+    rows = compiled_apart([([2, 128, 2, 1, 1, 1], 128), ([2, 128, 2, 0, 1], 64)], "--record")
     assert len(rows) == 4
     for row in rows:
         what = f"{row['config']} d={row['head_dim']} causal={row['causal']}"
