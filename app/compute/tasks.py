@@ -22,7 +22,7 @@ serialised here as FastAPI would have done it in the server, so the server only 
     compare            {folder, dataset, id, timeline_ctas} → GET /api/compare (dataset: its
                                                           key, datasets.dataset_key)
     compare.dataset    {entries, measured, env, gpu, left_out} → POST /api/compare/dataset
-    hopper             {params, folder}                → GET /api/hopper (app/figures/hopper.py;
+    hopper             {params, folder}                → GET /api/hopper (app/compute/hopper.py;
                                                          the worker reads the warpgroup data)
 
 A ValueError is the request's fault (the route answers 422); `DoesNotFit` (a ValueError too)
@@ -38,11 +38,11 @@ from typing import Any
 
 from pydantic import TypeAdapter
 
+from flashscope.app.compute.hopper import response as hopper_response
 from flashscope.app.compute.simulation import parts
 from flashscope.app.datasets import SWEEPS, Datasets, Timelines, Warpgroups, sweep_of
 from flashscope.app.figures.chrome_trace import from_tile_trace, from_timeline, from_walks
 from flashscope.app.figures.fa3 import response as fa3_response
-from flashscope.app.figures.hopper import response as hopper_response
 from flashscope.app.figures.report import (
     gantt,
     limiter_bars,

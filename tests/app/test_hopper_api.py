@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 from fastapi.testclient import TestClient
 
+from flashscope.app.compute.hopper import config_of, coverage
 from flashscope.app.config import Settings
-from flashscope.app.figures.hopper import config_of, coverage
 from flashscope.app.main import create_app
 from flashscope.simulator.timing.fa3_config import interval_problems
 
