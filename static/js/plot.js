@@ -170,24 +170,29 @@ export function drawWaiting(el) {
  * figure in `el`, or the figures inside it) at once when it is on screen, or within `margin` of
  * it, or has never been drawn; otherwise it keeps `fn` (the newest only) and runs it when the
  * figure scrolls into view, or once stepping has paused for `quiet` ms, one figure per idle
- * period. A step then costs the figures on screen only. While some figure waits,
- * <body data-offscreen="stale">; "drawn" once every figure shows the step on screen.
+ * period. A figure counts as on screen when at least `sliver` pixels or half of it show: one
+ * peeking in by its title at the bottom edge waits for the pause. A step then costs the
+ * figures on screen only. While some figure waits, <body data-offscreen="stale">; "drawn" once
+ * every figure shows the step on screen.
  */
 export class LazyFigures {
-  constructor({ margin = "32px", quiet = 400 } = {}) {
+  constructor({ margin = "32px", quiet = 400, sliver = 120 } = {}) {
     lazyPages.add(this);
     this.waiting = new Map(); // element → its newest drawing
     this.seen = new Map(); // element → on screen (as the observer last said)
     this.quiet = quiet;
     this.timer = null;
     this.idle = null;
+    const steps = Array.from({ length: 21 }, (_, i) => i / 20);
     this.observer = new IntersectionObserver((entries) => {
       for (const e of entries) {
-        this.seen.set(e.target, e.isIntersecting);
-        if (e.isIntersecting) this.#run(e.target);
+        const shows = e.isIntersecting
+          && (e.intersectionRect.height >= sliver || e.intersectionRatio >= 0.5);
+        this.seen.set(e.target, shows);
+        if (shows) this.#run(e.target);
       }
       this.#mark();
-    }, { rootMargin: margin });
+    }, { rootMargin: margin, threshold: steps });
   }
 
   /** Draw now if `el` is on screen, else later (see the class). */
