@@ -15,9 +15,9 @@ def explanation_figure(e: dict[str, Any]) -> dict[str, Any]:
         {
             "type": "bar",
             "name": name,
-            "x": ["one warpgroup: products", "one warpgroup: softmax"],
+            "x": ["alone:<br>products", "alone:<br>softmax"],  # one warpgroup's block
             "y": ys,
-            "hovertemplate": "%{y:.0f} ns",
+            "hovertemplate": f"one warpgroup alone, {name}: %{{y:.0f}} ns<extra></extra>",
         }
         for name, ys in (
             ("S = QKᵀ", [e["qk_ns"], 0]),
@@ -30,15 +30,17 @@ def explanation_figure(e: dict[str, Any]) -> dict[str, Any]:
     sm = {
         "type": "bar",
         "name": f"all {e['warpgroups_per_sm']} warpgroups of the SM",
-        "x": [f"SM: {u}" for u in units],
+        "x": [f"SM:<br>{u.split()[0]}" for u in units],  # short: five labels side by side
+        "customdata": list(units),
+        "hovertemplate": "%{customdata}: %{y:.0f} ns<extra></extra>",
         "y": list(units.values()),
-        "hovertemplate": "%{y:.0f} ns",
     }
     return {
         "data": [*alone, sm],
         "layout": {
             "barmode": "stack",
             "title": {"text": f"Per key block at head_dim {e['head_dim']}: {e['bound']} bound"},
+            "xaxis": {"tickangle": 0},
             "yaxis": {"title": {"text": "ns per key block"}},
         },
     }
