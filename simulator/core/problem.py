@@ -135,6 +135,13 @@ class AttentionProblem:
         """Key j is visible to query i when j ≤ i + causal_offset (bottom-right alignment)."""
         return self.seq_k - self.seq_q
 
+    def shape(self) -> dict[str, int | bool]:
+        """The call's shape as the API reports it (batch, heads, kv_heads, seq, seq_k, head_dim,
+        causal): what the engine's and the FA-3 model's responses both show."""
+        return {"batch": self.batch, "heads": self.heads, "kv_heads": self.kv_heads,
+                "seq": self.seq_q, "seq_k": self.seq_k, "head_dim": self.head_dim,
+                "causal": self.causal}  # fmt: skip
+
 
 @dataclass(frozen=True)
 class TileConfig:

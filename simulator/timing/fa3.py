@@ -216,22 +216,13 @@ class Fa3Result:
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready: the figures, the configuration and the timeline."""
-        p = self.problem
         return {
             "algo": ALGO,
             "simulated": True,
             "gpu": self.gpu.key,
             "gpu_name": self.gpu.name,
             "dtype": self.dtype,
-            "problem": {
-                "batch": p.batch,
-                "heads": p.heads,
-                "kv_heads": p.kv_heads,
-                "seq": p.seq_q,
-                "seq_k": p.seq_k,
-                "head_dim": p.head_dim,
-                "causal": p.causal,
-            },
+            "problem": self.problem.shape(),
             "config": {
                 "consumers": self.config.consumers,
                 "block_m": BLOCK_M,
