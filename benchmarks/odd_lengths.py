@@ -16,38 +16,36 @@ import argparse
 import json
 import os
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
-
-import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.attention import DTYPES, attention_fn, flops
+from benchmarks.attention import DTYPES, attention_fn, flops, protocol_inputs
 from benchmarks.hostinfo import gpu_header, result_path
 from flashscope.kernels.hopper_forward import tuned
-from flashscope.kernels.timing import input_sets, median_ms
+from flashscope.kernels.timing import median_ms
 
 LENGTHS = (1000, 3000, 5000)
 IMPLS = ("flashscope", "flashscope-triton", "sdpa-cudnn", "sdpa-flash")
 
 
-def inputs(d: int, n: int, dtype: torch.dtype) -> list[tuple[torch.Tensor, ...]]:
-    b, h = max(1, 16384 // n), 2048 // d
-    return [
-        tuple(torch.randn(b, h, n, d, device="cuda", dtype=dtype) for _ in range(3))
-        for _ in range(input_sets(4 * b * h * n * d * 2))
-    ]
+@contextmanager
+def triton_forward_only() -> Iterator[None]:
+    """flash_attention on the Triton forward alone (FLASHSCOPE_WS=0, read at each call)."""
+    os.environ["FLASHSCOPE_WS"] = "0"
+    try:
+        yield
+    finally:
+        os.environ.pop("FLASHSCOPE_WS", None)
 
 
 def run(impl: str, sets: list, causal: bool) -> float:
     fn = attention_fn("flashscope" if impl.startswith("flashscope") else impl)
-    if impl == "flashscope-triton":
-        os.environ["FLASHSCOPE_WS"] = "0"
-    try:
+    with triton_forward_only() if impl == "flashscope-triton" else nullcontext():
         return median_ms([lambda s=s: fn(*s, causal) for s in sets])
-    finally:
-        os.environ.pop("FLASHSCOPE_WS", None)
 
 
 def main() -> int:
@@ -59,15 +57,14 @@ def main() -> int:
     for dname, dtype in DTYPES.items():
         for d in (64, 128):
             for n in LENGTHS:
-                sets = inputs(d, n, dtype)
+                sets = protocol_inputs(d, n, dtype)
                 b, h = sets[0][0].shape[:2]
                 for causal in (False, True):
                     q, k, v = sets[0]
                     cfg = tuned(q, k, v, causal)
                     routed = attention_fn("flashscope")(q, k, v, causal)
-                    os.environ["FLASHSCOPE_WS"] = "0"
-                    triton_o = attention_fn("flashscope")(q, k, v, causal)
-                    os.environ.pop("FLASHSCOPE_WS", None)
+                    with triton_forward_only():
+                        triton_o = attention_fn("flashscope")(q, k, v, causal)
                     err = float((routed.float() - triton_o.float()).abs().max())
                     row = {"dtype": dname, "head_dim": d, "seq": n, "batch": b, "heads": h,
                            "causal": causal, "route": "ws" if cfg else "triton",

@@ -35,6 +35,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.attention import flops
 from benchmarks.hostinfo import gpu_header
 from flashscope.kernels.hopper_forward import WsConfig, launch_forward_ws, supports
 from flashscope.kernels.timing import input_sets, median_ms, tensor_bytes
@@ -84,10 +85,6 @@ def inputs(b: int, h: int, n: int, d: int, sets: int) -> list[tuple[torch.Tensor
     ]
 
 
-def flops(b: int, h: int, n: int, d: int, causal: bool) -> float:
-    return 4.0 * b * h * n * n * d * (0.5 if causal else 1.0)
-
-
 def time_variants(lengths: tuple[int, ...]) -> list[dict]:
     rows = []
     for d, variants in VARIANTS.items():
@@ -108,7 +105,7 @@ def time_variants(lengths: tuple[int, ...]) -> list[dict]:
                         for s in sets
                     ]
                     ms = median_ms(calls)
-                    tflops = flops(b, h, n, d, causal) / (ms * 1e-3) / 1e12
+                    tflops = flops(b, h, n, d, causal, "fwd") / (ms * 1e-3) / 1e12
                     rows.append({**row, "ms": ms, "tflops": tflops})
                     print(f"{name:24} d={d} N={n:5} causal={causal!s:5} {ms:.4f} ms "
                           f"{tflops:.0f} TFLOP/s", flush=True)  # fmt: skip
