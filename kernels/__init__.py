@@ -4,7 +4,8 @@ On a machine without a CUDA GPU the kernels run through Triton's interpreter on 
 
     flash_attention(q, k, v, causal=False, sm_scale=None, *, config=None, bwd_config=None)
     flash_attention_lse(...) → (O, LSE)
-    flash_decode(q, k_cache, v_cache, cache_seqlens=None, sm_scale=None, *, config=None)
+    flash_decode(q, k_cache, v_cache, cache_seqlens=None, sm_scale=None, *, config=None,
+                 block_table=None)  # block_table: paged caches
     KernelConfig(block_m, block_n, num_warps, num_stages): a fixed tile configuration
 """
 

@@ -1,12 +1,24 @@
 """Flash-Decoding in Triton: a few new query tokens against a long K/V cache, split over the cache.
 
     flash_decode(q, k_cache, v_cache, cache_seqlens=None, sm_scale=None, *, config=None,
-                 splits=None) → O
+                 splits=None, block_table=None) → O
 
 q (B, H, N_q, d) with 1 ≤ N_q ≤ 16; k_cache and v_cache (B, H_kv, N_cache, d); cache_seqlens
 (B,) integers in [0, N_cache]: batch b attends to its first cache_seqlens[b] keys (all of them
 when None). Every query token sees every valid key (no causal mask); a batch with no valid key
 gets O = 0, the fully-masked-row convention of the other kernels.
+
+Paged caches (vLLM's block tables, in FlashAttention's `flash_attn_with_kvcache` layout): with
+`block_table`, k_cache and v_cache are pools of pages (num_pages, page_size, H_kv, d), page_size
+a power of two, and block_table is int32 (B, max_pages): key n of batch b lives in page
+block_table[b, n // page_size], slot n % page_size. N_cache is then max_pages · page_size, and
+cache_seqlens, when None, is N_cache for every batch (every listed page full). The kernel reads
+the entries of a batch's first ⌈cache_seqlens[b] / page_size⌉ pages only, and no slot past
+cache_seqlens[b]: the rest of the table and of the last page may hold anything. The indices it
+reads must lie in [0, num_pages): they are not checked (that would wait for the GPU), and one
+out of range reads outside the pool. Each key block gathers its rows page by page; where
+page_size is a multiple of the block (block_n keys), a block lies in one page and costs one
+table lookup. Paged reads go through pointers, never tensor descriptors.
 
 Loop order: the split kernel runs one program per (split s, batch · K/V head). It packs the group =
 H / H_kv query heads that share the K/V head, times N_q tokens, into one tile of R = group · N_q
@@ -16,8 +28,8 @@ normalized fp32 partial O and the partial LSE for its R rows (−∞ for an empt
 kernel, one program per (batch · K/V head), merges the S partials of its rows by their LSE and
 writes O. S = flashscope.simulator.core.problem.decode_splits(B · H_kv, n_blocks, SMs).
 
-Leaves out: paged caches (block tables), appending new keys to the cache, causal masking among
-the new tokens, rotary embeddings, fp8 caches.
+Leaves out: appending new keys to the cache, causal masking among the new tokens, rotary
+embeddings, fp8 caches.
 """
 
 from __future__ import annotations
@@ -30,7 +42,15 @@ from flashscope.kernels.config import KernelConfig
 from flashscope.kernels.device import interpreting
 from flashscope.kernels.fastlaunch import launch
 from flashscope.kernels.forward import load_rows, make_source
-from flashscope.kernels.inputs import check_attention, last_dim_contiguous
+from flashscope.kernels.inputs import (
+    DTYPES,
+    MAX_HEAD_DIM,
+    Shapes,
+    check_attention,
+    check_device,
+    check_scale,
+    last_dim_contiguous,
+)
 from flashscope.kernels.launch import (
     choose_config,
     dot_precision,
@@ -49,12 +69,45 @@ MAX_QUERY_TOKENS = 16
 # Triton kernels keep compact argument lists, as in Triton's own tutorials.
 # fmt: off
 @triton.jit
-def _decode_split(Q, K, V, LENS, PO, PL, qk_scale2,
-                  s_qb, s_qh, s_qn, s_kb, s_kh, s_kn, s_vb, s_vh, s_vn,
+def block_pages(bt_row, n0, stop, BLOCK_N: tl.constexpr, PAGE_SIZE: tl.constexpr):
+    """The page of each key of the block [n0, n0 + BLOCK_N) from its batch's block-table row: one
+    scalar when PAGE_SIZE is a multiple of BLOCK_N (n0 is a multiple of BLOCK_N, so the block lies
+    in one page), else a (BLOCK_N,) vector, with page 0 for keys ≥ stop (their entries unread)."""
+    if PAGE_SIZE >= BLOCK_N:
+        pages = tl.load(bt_row + n0 // PAGE_SIZE).to(tl.int64)
+    else:
+        n = n0 + tl.arange(0, BLOCK_N)
+        pages = tl.load(bt_row + n // PAGE_SIZE, mask=n < stop, other=0).to(tl.int64)
+    return pages
+
+
+@triton.jit
+def load_paged(base, pages, n0, stop, s_page, s_slot, HEAD_DIM: tl.constexpr,
+               BLOCK_N: tl.constexpr, D_PAD: tl.constexpr, PAGE_SIZE: tl.constexpr):
+    """A (BLOCK_N, D_PAD) tile of keys n0 … from a page pool: key n at slot n % PAGE_SIZE of its
+    page in `pages` (`block_pages`); keys ≥ stop and columns ≥ HEAD_DIM read as 0, so the unused
+    slots of a last page (never written, perhaps NaN) reach neither the scores nor P·V."""
+    n = n0 + tl.arange(0, BLOCK_N)
+    c = tl.arange(0, D_PAD)
+    if PAGE_SIZE >= BLOCK_N:
+        slots = (n0 % PAGE_SIZE + tl.arange(0, BLOCK_N)).to(tl.int64)
+    else:
+        slots = (n % PAGE_SIZE).to(tl.int64)
+    rows = base + pages * s_page + slots * s_slot  # (BLOCK_N,) row starts
+    mask = (n < stop)[:, None] & (c < HEAD_DIM)[None, :]
+    return tl.load(rows[:, None] + c[None, :], mask=mask, other=0.0)
+
+
+@triton.jit
+def _decode_split(Q, K, V, LENS, BT, PO, PL, qk_scale2,
+                  s_qb, s_qh, s_qn, s_kb, s_kh, s_kn, s_vb, s_vh, s_vn, s_bt,
                   H_KV, GROUP, N_Q, N_CACHE, BLOCKS_PER_SPLIT, SPLITS,
                   HEAD_DIM: tl.constexpr, D_PAD: tl.constexpr, R_PAD: tl.constexpr,
                   BLOCK_N: tl.constexpr, HAS_LENS: tl.constexpr, USE_TMA: tl.constexpr,
-                  UPCAST: tl.constexpr, DOT_PREC: tl.constexpr):
+                  UPCAST: tl.constexpr, DOT_PREC: tl.constexpr, PAGED: tl.constexpr,
+                  PAGE_SIZE: tl.constexpr):
+    # PAGED: K and V are page pools, s_kb/s_vb the page strides, s_kn/s_vn the slot strides, and
+    # BT the block table (row stride s_bt); N_CACHE = max_pages · PAGE_SIZE.
     split = tl.program_id(0)
     bhk = tl.program_id(1)
     b = bhk // H_KV
@@ -73,17 +126,29 @@ def _decode_split(Q, K, V, LENS, PO, PL, qk_scale2,
         length = tl.load(LENS + b).to(tl.int32)
     start = split * BLOCKS_PER_SPLIT * BLOCK_N
     stop = tl.minimum(start + BLOCKS_PER_SPLIT * BLOCK_N, length)
-    k_base = K + b.to(tl.int64) * s_kb + hk.to(tl.int64) * s_kh
-    v_base = V + b.to(tl.int64) * s_vb + hk.to(tl.int64) * s_vh
-    k_src = make_source(k_base, N_CACHE, s_kn, HEAD_DIM, BLOCK_N, D_PAD, USE_TMA, None)
-    v_src = make_source(v_base, N_CACHE, s_vn, HEAD_DIM, BLOCK_N, D_PAD, USE_TMA, None)
+    if PAGED:
+        k_base = K + hk.to(tl.int64) * s_kh
+        v_base = V + hk.to(tl.int64) * s_vh
+        bt_row = BT + b.to(tl.int64) * s_bt
+    else:
+        k_base = K + b.to(tl.int64) * s_kb + hk.to(tl.int64) * s_kh
+        v_base = V + b.to(tl.int64) * s_vb + hk.to(tl.int64) * s_vh
+        k_src = make_source(k_base, N_CACHE, s_kn, HEAD_DIM, BLOCK_N, D_PAD, USE_TMA, None)
+        v_src = make_source(v_base, N_CACHE, s_vn, HEAD_DIM, BLOCK_N, D_PAD, USE_TMA, None)
 
     m = tl.full([R_PAD], float("-inf"), tl.float32)
     l = tl.zeros([R_PAD], tl.float32)
     acc = tl.zeros([R_PAD, D_PAD], tl.float32)
     for n0 in range(start, stop, BLOCK_N):
-        k = load_rows(k_src, k_base, n0, N_CACHE, s_kn, HEAD_DIM, BLOCK_N, D_PAD, USE_TMA)
-        v = load_rows(v_src, v_base, n0, N_CACHE, s_vn, HEAD_DIM, BLOCK_N, D_PAD, USE_TMA)
+        if PAGED:
+            pages = block_pages(bt_row, n0, stop, BLOCK_N, PAGE_SIZE)
+            k = load_paged(k_base, pages, n0, stop, s_kb, s_kn, HEAD_DIM, BLOCK_N, D_PAD,
+                           PAGE_SIZE)
+            v = load_paged(v_base, pages, n0, stop, s_vb, s_vn, HEAD_DIM, BLOCK_N, D_PAD,
+                           PAGE_SIZE)
+        else:
+            k = load_rows(k_src, k_base, n0, N_CACHE, s_kn, HEAD_DIM, BLOCK_N, D_PAD, USE_TMA)
+            v = load_rows(v_src, v_base, n0, N_CACHE, s_vn, HEAD_DIM, BLOCK_N, D_PAD, USE_TMA)
         if UPCAST:
             k = k.to(tl.float32)
             v = v.to(tl.float32)
@@ -144,7 +209,9 @@ def _decode_reduce(PO, PL, O, s_ob, s_oh, s_on, H_KV, GROUP, N_Q, SPLITS,
 # fmt: on
 
 
-def _check_lens(cache_seqlens: object, batch: int, n_cache: int, device: torch.device) -> None:
+def _check_lens(
+    cache_seqlens: object, batch: int, n_cache: int, device: torch.device, limit: str = ""
+) -> None:
     if not isinstance(cache_seqlens, torch.Tensor):
         raise ValueError(
             f"cache_seqlens must be a tensor or None, got {type(cache_seqlens).__name__}"
@@ -159,7 +226,77 @@ def _check_lens(cache_seqlens: object, batch: int, n_cache: int, device: torch.d
         raise ValueError(f"cache_seqlens must be on {device}, got {cache_seqlens.device}")
     lo, hi = int(cache_seqlens.min()), int(cache_seqlens.max())
     if lo < 0 or hi > n_cache:
-        raise ValueError(f"cache_seqlens must lie in [0, {n_cache}], got values in [{lo}, {hi}]")
+        raise ValueError(
+            f"cache_seqlens must lie in [0, {n_cache}]{limit}, got values in [{lo}, {hi}]"
+        )
+
+
+def _check_pool(name: str, x: object) -> torch.Tensor:
+    if not isinstance(x, torch.Tensor):
+        raise ValueError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+    if x.dim() != 4:
+        raise ValueError(
+            f"with block_table, {name} must be a page pool (num_pages, page_size, kv_heads, "
+            f"head_dim), got shape {tuple(x.shape)}"
+        )
+    if any(s == 0 for s in x.shape):
+        raise ValueError(f"{name} must not have an empty dimension, got shape {tuple(x.shape)}")
+    return x
+
+
+def check_paged(
+    q: object, k_cache: object, v_cache: object, block_table: object, sm_scale: object
+) -> tuple[Shapes, int]:
+    """Validate a paged decode call (page pools and block table); returns its sizes, N_cache
+    being max_pages · page_size, and the page size. Page indices are not checked."""
+    if not isinstance(q, torch.Tensor) or q.dim() != 4:
+        got = tuple(q.shape) if isinstance(q, torch.Tensor) else type(q).__name__
+        raise ValueError(f"q must be a 4-D tensor (batch, heads, seq, head_dim), got {got}")
+    k, v = _check_pool("k_cache", k_cache), _check_pool("v_cache", v_cache)
+    if q.dtype not in DTYPES:
+        raise ValueError(f"q dtype must be float16, bfloat16 or float32, got {q.dtype}")
+    if k.shape != v.shape:
+        raise ValueError(
+            f"k_cache and v_cache must have the same shape, got {tuple(k.shape)} and "
+            f"{tuple(v.shape)}"
+        )
+    if not (q.dtype == k.dtype == v.dtype):
+        raise ValueError(
+            f"q, k_cache and v_cache must share a dtype, got {q.dtype}, {k.dtype}, {v.dtype}"
+        )
+    if not (q.device == k.device == v.device):
+        raise ValueError(
+            f"q, k_cache and v_cache must be on one device, got {q.device}, {k.device}, {v.device}"
+        )
+    check_device(q)
+    b, h, n_q, d = q.shape
+    _, page_size, h_kv, dk = k.shape
+    if page_size & (page_size - 1):
+        raise ValueError(f"page_size (k_cache.shape[1]) must be a power of two, got {page_size}")
+    if dk != d:
+        raise ValueError(f"head_dim mismatch: q has {d}, the page pools k_cache and v_cache {dk}")
+    if d % 8 or d > MAX_HEAD_DIM:
+        raise ValueError(f"head_dim must be a multiple of 8 and at most {MAX_HEAD_DIM}, got {d}")
+    if h % h_kv:
+        raise ValueError(
+            f"heads of q ({h}) must be divisible by the page pools' kv_heads "
+            f"(k_cache.shape[2] = {h_kv})"
+        )
+    if not isinstance(block_table, torch.Tensor):
+        raise ValueError(
+            f"block_table must be a torch.Tensor or None, got {type(block_table).__name__}"
+        )
+    if block_table.dtype != torch.int32:
+        raise ValueError(f"block_table must be int32, got {block_table.dtype}")
+    if block_table.dim() != 2 or block_table.shape[0] != b or block_table.shape[1] < 1:
+        raise ValueError(
+            f"block_table must have shape ({b}, max_pages) with max_pages ≥ 1, got "
+            f"{tuple(block_table.shape)}"
+        )
+    if block_table.device != q.device:
+        raise ValueError(f"block_table must be on {q.device}, got {block_table.device}")
+    n_cache = block_table.shape[1] * page_size
+    return Shapes(b, h, h_kv, n_q, n_cache, d, check_scale(sm_scale, d)), page_size
 
 
 def sm_count() -> int:
@@ -177,11 +314,15 @@ def flash_decode(
     config: KernelConfig | None = None,
     splits: int | None = None,
     use_tma: bool | None = None,
+    block_table: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """Attention of 1–16 query tokens per head over a K/V cache; returns O (B, H, N_q, d)."""
+    """Attention of 1–16 query tokens per head over a K/V cache, contiguous (B, H_kv, N, d) or,
+    with `block_table` (B, max_pages) int32, paged (num_pages, page_size, H_kv, d): see the
+    module's docstring. Returns O (B, H, N_q, d)."""
     return decode_with_partials(
-        q, k_cache, v_cache, cache_seqlens, sm_scale, config=config, splits=splits, use_tma=use_tma
-    )[0]
+        q, k_cache, v_cache, cache_seqlens, sm_scale, config=config, splits=splits,
+        use_tma=use_tma, block_table=block_table,
+    )[0]  # fmt: skip
 
 
 def decode_with_partials(
@@ -194,24 +335,32 @@ def decode_with_partials(
     config: KernelConfig | None = None,
     splits: int | None = None,
     use_tma: bool | None = None,
+    block_table: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """`flash_decode`, also returning what the split kernel wrote for the reduce: O, the partial
     outputs (B·H_kv, S, R, d) fp32 and their log-sum-exps (B·H_kv, S, R) in log2 units, row r
     being token r % N_q of query head r // N_q of the K/V head's group."""
-    shapes = check_attention(q, k_cache, v_cache, False, sm_scale)
+    page_size = 0
+    if block_table is None:
+        shapes = check_attention(q, k_cache, v_cache, False, sm_scale)
+    else:
+        shapes, page_size = check_paged(q, k_cache, v_cache, block_table, sm_scale)
     if shapes.seq_q > MAX_QUERY_TOKENS:
         raise ValueError(f"decode takes 1 to {MAX_QUERY_TOKENS} query tokens, got {shapes.seq_q}")
     if config is not None and not isinstance(config, KernelConfig):
         raise ValueError(f"config must be a KernelConfig or None, got {type(config).__name__}")
     if cache_seqlens is not None:
-        _check_lens(cache_seqlens, shapes.batch, shapes.seq_k, q.device)
+        pages = shapes.seq_k // max(page_size, 1)
+        limit = f" (max_pages {pages} · page_size {page_size})" if page_size else ""
+        _check_lens(cache_seqlens, shapes.batch, shapes.seq_k, q.device, limit)
     q, k, v = (last_dim_contiguous(x) for x in (q, k_cache, v_cache))
     b, _, n_q, d = q.shape
-    h_kv, n_cache = k.shape[1], k.shape[2]
+    h_kv, n_cache = shapes.kv_heads, shapes.seq_k
     d_pad = pad_dim(d)
     cfg = config or choose_config(
         "decode", q.dtype, d_pad, False,
-        lambda c: flash_decode(q, k, v, cache_seqlens, sm_scale, config=c, use_tma=use_tma),
+        lambda c: flash_decode(q, k, v, cache_seqlens, sm_scale, config=c, use_tma=use_tma,
+                               block_table=block_table),
     )  # fmt: skip
     n_blocks = triton.cdiv(n_cache, cfg.block_n)
     if splits is None:
@@ -225,17 +374,27 @@ def decode_with_partials(
     part_o = output((b * h_kv, splits, rows, d), torch.float32, q.device)
     part_l = output((b * h_kv, splits, rows), torch.float32, q.device)
     o = output(q.shape, q.dtype, q.device)  # (B, H, N_q, d)
-    tma = use_tma_for([k, v], use_tma)
-    prepare_tma(tma)
     lens = cache_seqlens if cache_seqlens is not None else part_l
+    if block_table is None:
+        tma = use_tma_for([k, v], use_tma)
+        prepare_tma(tma)
+        table, s_bt = None, 0
+        k_strides, v_strides = k.stride()[:3], v.stride()[:3]  # (batch, head, key)
+    else:  # pools (page, slot, head, d): strides passed as (page, head, slot)
+        tma = False
+        table = block_table if block_table.stride(1) == 1 else block_table.contiguous()
+        s_bt = table.stride(0)
+        k_strides = (k.stride(0), k.stride(2), k.stride(1))
+        v_strides = (v.stride(0), v.stride(2), v.stride(1))
     launch(
         _decode_split, (splits, b * h_kv),
-        (q, k, v, lens, part_o, part_l, shapes.scale * LOG2E,
-         *q.stride()[:3], *k.stride()[:3], *v.stride()[:3],
+        (q, k, v, lens, table, part_o, part_l, shapes.scale * LOG2E,
+         *q.stride()[:3], *k_strides, *v_strides, s_bt,
          h_kv, shapes.group, n_q, n_cache, per_split, splits),
         dict(HEAD_DIM=d, D_PAD=d_pad, R_PAD=r_pad, BLOCK_N=cfg.block_n,
              HAS_LENS=cache_seqlens is not None, USE_TMA=tma, UPCAST=upcast(q.dtype),
-             DOT_PREC=dot_precision(q.dtype)),
+             DOT_PREC=dot_precision(q.dtype), PAGED=block_table is not None,
+             PAGE_SIZE=page_size),
         cfg.launch_options(),
     )  # fmt: skip
     launch(
