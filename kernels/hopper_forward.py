@@ -23,7 +23,9 @@ is written by hand, after FlashAttention-3:
   budgets), which then hold S, P and the O accumulator without spilling.
 
 Limits (`supports` says why a call does not qualify; `flashscope.kernels.forward` runs everything
-else): a Hopper GPU, fp16 or bf16, head_dim 64 or 128, inputs that flatten to (B·H·N, d). Any
+else): a Hopper GPU, fp16 or bf16, a head_dim that is a multiple of 8 from 40 to 128 (one that
+is not 64 or 128 runs padded to the next: the copy engine loads zeros past it and stores none of
+it), inputs that flatten to (B·H·N, d) with rows on 16-byte boundaries. Any
 N_q and N_k: a last key block that N_K does not fill is masked (its rows past N_K belong to the
 next head, or are zeros past the tensor), and the top tile of a head may start above row 0: its
 warpgroups there store nothing, and one that straddles row 0 stores its rows from 0 on through
@@ -529,7 +531,7 @@ def _consumer(args, C: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constex
     """
     (o_desc, q_smem, o_smem, k_smem, v_smem, q_ready, q_empty, k_ready, v_ready, k_empty, v_empty,
      turn, LSE, N_Q, N_K, H, GROUP, n_tiles, band, qk_scale2, SCHED, REC, rec_programs, rec_detail,
-     rec_steps, rec_tiles, O) = args
+     rec_steps, rec_tiles, O, D) = args
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                        instr_shape=[16, BLOCK_N, 16])
     o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
@@ -655,8 +657,9 @@ def _consumer(args, C: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constex
                 r_o = gl.arange(0, BLOCK_M, layout=row_o)
                 c_o = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, o_layout))
                 row = (q_row + C * BLOCK_M + r_o).to(gl.int64)
-                ptrs = O + row[:, None] * HEAD_DIM + c_o[None, :]
-                gl.store(ptrs, o.to(dtype), mask=(r_o >= -first_row)[:, None])
+                ptrs = O + row[:, None] * D + c_o[None, :]  # O is (B·H·N_q, D), D ≤ HEAD_DIM
+                inside = (r_o >= -first_row)[:, None] & (c_o < D)[None, :]
+                gl.store(ptrs, o.to(dtype), mask=inside)
         _stamp_tile(rec, i, 6, RECORD)
         g += n_steps
         i += 1  # noqa: SIM113 (no enumerate in a kernel)
@@ -666,7 +669,7 @@ def _consumer(args, C: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constex
 
 @gluon.jit
 def _attn_fwd_ws(q_desc, k_desc, v_desc, o_desc, LSE, qk_scale2, H, GROUP, N_Q, N_K, n_tiles, band,
-                 SCHED, REC, rec_programs, rec_detail, rec_steps, rec_tiles, O,
+                 SCHED, REC, rec_programs, rec_detail, rec_steps, rec_tiles, O, D,
                  HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
                  CONSUMERS: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
                  PIPELINE: gl.constexpr, PINGPONG: gl.constexpr, HALF: gl.constexpr,
@@ -701,7 +704,7 @@ def _attn_fwd_ws(q_desc, k_desc, v_desc, o_desc, LSE, qk_scale2, H, GROUP, N_Q, 
 
     shared = (o_desc, q_smem, o_smem, k_smem, v_smem, q_ready, q_empty, k_ready, v_ready, k_empty,
               v_empty, turn, LSE, N_Q, N_K, H, GROUP, n_tiles, band, qk_scale2, SCHED, REC,
-              rec_programs, rec_detail, rec_steps, rec_tiles, O)
+              rec_programs, rec_detail, rec_steps, rec_tiles, O, D)
     loads = (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, v_ready,
              k_empty, v_empty, N_Q, N_K, H, GROUP, n_tiles, band, SCHED, REC, rec_programs,
              rec_detail, rec_steps, rec_tiles)
@@ -743,15 +746,17 @@ def supports(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cfg: WsConfig) -
     if q.dtype not in _GL_DTYPES:
         return f"needs fp16 or bf16, got {q.dtype}"
     d = q.shape[3]
-    if d not in (64, 128):
-        return f"needs head_dim 64 or 128, got {d}"
+    if pad_dim(d) not in (64, 128) or d % 8 != 0:
+        return f"needs a head_dim that is a multiple of 8 from 40 to 128, got {d}"
     if q.shape[2] == 1 and _ONE_QUERY_BUG:
         return "needs N_q > 1 with Triton 3.6 (its compiler fails on a one-query launch)"
-    need = cfg.shared_bytes(d)
+    need = cfg.shared_bytes(pad_dim(d))
     if need > SHARED_LIMIT or cfg.ctas * (need + 1024) > SHARED_PER_SM:
         return f"needs {need} bytes of shared memory per CTA with {cfg} at head_dim {d}"
     if not all(flat_rows(x) and x.stride(3) == 1 for x in (q, k, v)):
         return "needs inputs that flatten to (B·H·N, d)"
+    if not all(x.stride(2) % 8 == 0 and x.data_ptr() % 16 == 0 for x in (q, k, v)):
+        return "needs rows that start on 16-byte boundaries (the copy engine's alignment)"
     if not q.is_cuda or not _hopper(q.device.index or 0):
         return "needs a Hopper GPU (compute capability 9.x)"
     return None
@@ -875,11 +880,16 @@ def _hopper(index: int) -> bool:
 
 
 def _descriptor(x: torch.Tensor, rows: int):
-    """A descriptor of x flattened to (B·H·N, d), moved in (rows, d) tiles."""
+    """A descriptor of x flattened to (B·H·N, d), moved in (rows, pad_dim(d)) tiles: past column
+    d the copy engine fills the tiles it loads with zeros and drops the columns of those it
+    stores, so a head_dim that is not a power of two runs at the next one up."""
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
     n, d = x.shape[0] * x.shape[1] * x.shape[2], x.shape[3]
-    return TensorDescriptor(x, [n, d], [x.stride(2), 1], [rows, d], _layout(rows, d, x.dtype))
+    d_pad = pad_dim(d)
+    return TensorDescriptor(
+        x, [n, d], [x.stride(2), 1], [rows, d_pad], _layout(rows, d_pad, x.dtype)
+    )
 
 
 def _arguments(
@@ -924,9 +934,10 @@ def _arguments(
         0 if record is None else record.steps,
         0 if record is None else record.tiles,
         o,
+        q.shape[3],
     )
     constexprs = dict(
-        HEAD_DIM=q.shape[3],
+        HEAD_DIM=pad_dim(q.shape[3]),
         BLOCK_M=cfg.block_m,
         BLOCK_N=cfg.block_n,
         CONSUMERS=cfg.consumers,

@@ -277,6 +277,40 @@ def test_warp_specialized_forward_matches_the_reference(seed: int, dtype: torch.
             assert torch.allclose(lse[seen], ref_lse[seen].float(), atol=1e-3, rtol=1e-4), what
 
 
+@pytest.mark.parametrize("d", [40, 80, 96, 120])
+def test_padded_head_dims_match_the_reference(seed: int, d: int) -> None:
+    """Head dims that are not a power of two run in the next one's tiles (the copy engine loads
+    zeros past d and stores none of it): every configuration tuned for that tile width, at
+    lengths that fill no tile too, both dtypes; outputs poisoned first."""
+    from flashscope.kernels.hopper_forward import WsConfig, launch_forward_ws, supports
+    from flashscope.kernels.launch import pad_dim
+
+    configs = {cfg for cfg, dd in _ws_configs() if dd == pad_dim(d)} | {WsConfig(2, 64, 3, True)}
+    shapes = [(2, 3, 3, 256, 384), (1, 4, 2, 1000, 1000), (1, 2, 2, 777, 2049)]
+    for cfg in sorted(configs, key=lambda c: c.as_list()):
+        for (b, h, hk, n_q, n_k), causal, dtype in zip(
+            shapes * 2, [False, True] * 3, [F16] * 3 + [BF16] * 3, strict=True
+        ):
+            q = rand(b, h, n_q, d, dtype=dtype)
+            k, v = rand(b, hk, n_k, d, dtype=dtype), rand(b, hk, n_k, d, dtype=dtype)
+            assert supports(q, k, v, cfg) is None, supports(q, k, v, cfg)
+            o, lse = launch_forward_ws(q, k, v, causal, d**-0.5, cfg)
+            ref, ref_lse = attention_forward(q, k, v, causal)
+            lowp, _ = attention_forward(q, k, v, causal, dtype=dtype)
+            what = f"{cfg.as_list()} d={d} {(b, h, hk, n_q, n_k)} causal={causal} {dtype}"
+            assert o.shape == q.shape, what
+            assert_close(o, ref, lowp, f"O {what}", seed)
+            ref_lse = ref_lse.to(lse.device)
+            seen = ~ref_lse.isinf()
+            assert torch.equal(lse.isinf(), ref_lse.isinf()), f"LSE −∞ rows {what}"
+            assert torch.allclose(lse[seen], ref_lse[seen].float(), atol=1e-3, rtol=1e-4), what
+    if pad_dim(d) == 128 and _ws_configs():  # both tables route d = 128, N = 2048 to it
+        from flashscope.kernels.hopper_forward import tuned
+
+        q = rand(1, 16, 2048, d)
+        assert tuned(q, q, q, False) is not None, f"d={d} is not routed to the Gluon forward"
+
+
 def test_the_tuned_route_runs_the_gluon_forward(seed: int, monkeypatch) -> None:
     import flashscope.kernels.forward as forward
 

@@ -208,8 +208,15 @@ def _qkv(b=1, h=2, hk=2, n_q=256, n_k=256, d=64, dtype=torch.float16):
     ("change", "reason"),
     [
         ({"dtype": torch.float32}, "fp16 or bf16"),
-        ({"d": 80}, "head_dim 64 or 128"),
-        ({}, "Hopper GPU"),  # a call that qualifies in every other way, on the CPU
+        ({"d": 32}, "multiple of 8 from 40 to 128"),
+        ({"d": 100}, "multiple of 8 from 40 to 128"),
+        ({"d": 192}, "multiple of 8 from 40 to 128"),
+        ({"d": 256}, "multiple of 8 from 40 to 128"),
+        ({}, "Hopper GPU"),
+        # head dims that are not a power of two run padded: only the GPU is missing
+        ({"d": 80}, "Hopper GPU"),
+        ({"d": 96, "dtype": torch.bfloat16}, "Hopper GPU"),
+        ({"d": 40}, "Hopper GPU"),  # a call that qualifies in every other way, on the CPU
         # lengths that fill no tile qualify (masked edges): only the GPU is missing
         ({"n_q": 200}, "Hopper GPU"),
         ({"n_k": 320}, "Hopper GPU"),
@@ -217,7 +224,7 @@ def _qkv(b=1, h=2, hk=2, n_q=256, n_k=256, d=64, dtype=torch.float16):
     ],
 )
 def test_a_call_that_does_not_qualify_says_why(change: dict, reason: str) -> None:
-    cfg = WsConfig(2, 256, 2, False)
+    cfg = WsConfig(2, 128, 2, False)  # fits shared memory at every head_dim up to 128
     assert reason in supports(*_qkv(**change), cfg)
 
 
@@ -229,6 +236,25 @@ def test_lengths_that_fill_no_tile_compile_with_masked_edges() -> None:
     for row in rows:
         what = f"{row['config']} d={row['head_dim']} causal={row['causal']}"
         assert row["stack"] == 0 and row["local"] == 0, f"{what} spills with masked edges"
+
+
+def test_padded_head_dims_compile_without_spilling() -> None:
+    """head_dim 80 and 96 run in tiles of 128 columns (the copy engine pads and clips them), with
+    lengths that fill no tile so the masked store's column mask is compiled too."""
+    rows = compiled_apart([([2, 128, 2, 1, 1, 1, 1, 8], 80), ([2, 64, 3, 1, 1], 96)], "--edges")
+    got = {(row["head_dim"], row["causal"]) for row in rows}
+    assert got == {(d, causal) for d in (80, 96) for causal in (False, True)}
+    for row in rows:
+        what = f"{row['config']} d={row['head_dim']} causal={row['causal']}"
+        assert row["stack"] == 0 and row["local"] == 0, f"{what} spills"
+        assert row["wgmma"] > 0, f"{what} compiled no wgmma"
+
+
+def test_rows_off_the_copy_engines_alignment_do_not_qualify() -> None:
+    base = torch.empty(2 * 256 * 64 + 1, dtype=torch.float16)
+    q = base[1:].view(1, 2, 256, 64)  # 2 bytes past a 16-byte boundary
+    _, k, v = _qkv()
+    assert "16-byte" in supports(q, k, v, WsConfig())
 
 
 def test_too_much_shared_memory_and_strided_inputs_do_not_qualify() -> None:
