@@ -92,7 +92,7 @@ import numpy as np
 from flashscope.simulator.core.hardware import GPU, Efficiency
 from flashscope.simulator.core.problem import AttentionProblem, TileConfig
 from flashscope.simulator.timing.l2model import L2Split, split_traffic
-from flashscope.simulator.timing.launch import Launch, Product, stream_groups
+from flashscope.simulator.timing.launch import Launch, Product
 from flashscope.simulator.timing.occupancy import (
     REG_UNIT,
     WGMMA_ROWS,
@@ -171,7 +171,7 @@ def _edge_bytes(w: Launch) -> np.ndarray:
     edge = w.edge_read + w.edge_write
     spread = w.spread_read
     if spread.any():
-        inv, _ = stream_groups(w.stream)
+        inv, _ = w.groups
         share = np.bincount(inv, weights=spread) / np.bincount(inv)
         edge = edge - spread + share[inv]
     return edge
@@ -349,7 +349,7 @@ def _shared_hits(w: Launch, hit: np.ndarray) -> np.ndarray:
     """
     if not w.stream_read.any():
         return hit
-    inv, k = stream_groups(w.stream)
+    inv, k = w.groups
     loop_read = np.maximum(w.read_bytes - w.edge_read, 0.0)
     num = np.bincount(inv, weights=hit * loop_read, minlength=k)
     den = np.bincount(inv, weights=loop_read, minlength=k)

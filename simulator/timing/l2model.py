@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 
 from flashscope.simulator.core.hardware import MAX_SHARED_COPIES
-from flashscope.simulator.timing.launch import Launch, stream_groups
+from flashscope.simulator.timing.launch import Launch
 
 
 @dataclass(frozen=True)
@@ -150,7 +150,7 @@ def split_traffic(
     # The rate of distinct references: cold + writes + self per CTA, one frontier per stream.
     frontier = np.zeros(w.n_ctas)
     if w.stream_read.any():
-        inv, k = stream_groups(w.stream)
+        inv, k = w.groups
         busy = np.bincount(inv, weights=end - start, minlength=k)
         s_lo = np.full(k, np.inf)
         s_hi = np.full(k, -np.inf)

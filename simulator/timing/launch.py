@@ -42,6 +42,7 @@ counted FLOPs (`mma_pad`: flashscope's kernels pad head_dim to a power of two on
 from __future__ import annotations
 
 import dataclasses
+import functools
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -176,21 +177,34 @@ class Launch:
 
     def reordered(self, order: np.ndarray) -> Launch:
         """The same CTAs launched in another order (`order[k]`: which CTA goes k-th)."""
-        cols = {k: v[order] for k, v in self.arrays().items()}
+        n = len(order)
+        # a column broadcast from one value (stride 0) stays one: no copy to gather
+        cols: dict[str, Any] = {
+            k: np.broadcast_to(v[:1], (n,)) if v.size and v.strides == (0,) else v[order]
+            for k, v in self.arrays().items()
+        }
         return dataclasses.replace(self, **cols)
 
-    @property
+    # The derived columns below are computed once per launch (a launch's columns are never
+    # changed in place: `reordered` and dataclasses.replace make a new launch).
+
+    @functools.cached_property
     def read_bytes(self) -> np.ndarray:
         return self.hbm_read * self.dtype_bytes + (self.stats_read + self.acc_read) * 4.0
 
-    @property
+    @functools.cached_property
     def write_bytes(self) -> np.ndarray:
         return self.hbm_write * self.dtype_bytes + (self.stats_write + self.acc_write) * 4.0
 
-    @property
+    @functools.cached_property
     def cold_read(self) -> np.ndarray:
         """Reads that are neither stream nor self re-reads (carried reads included)."""
         return self.read_bytes - self.stream_read - self.self_read
+
+    @functools.cached_property
+    def groups(self) -> tuple[np.ndarray, int]:
+        """`stream_groups` of its stream ids."""
+        return stream_groups(self.stream)
 
     def totals(self) -> dict[str, int]:
         return {k: int(getattr(self, k).sum()) for k in COUNTS}
@@ -201,5 +215,12 @@ def stream_groups(stream: np.ndarray) -> tuple[np.ndarray, int]:
     if stream.size and np.all(stream[1:] >= stream[:-1]):  # the usual case: contiguous ids
         inv = np.concatenate([[0], np.cumsum(stream[1:] != stream[:-1])])
         return inv, int(inv[-1]) + 1
+    if stream.size:
+        lo, hi = int(stream.min()), int(stream.max())
+        if hi - lo < 4 * stream.size + 1024:  # ids are head indices: rank them by a table
+            present = np.zeros(hi - lo + 1, dtype=bool)
+            present[stream - lo] = True
+            rank = np.cumsum(present) - 1  # the rank of each id among those present
+            return rank[stream - lo], int(rank[-1]) + 1
     _, inv = np.unique(stream, return_inverse=True)
     return inv, int(inv.max(initial=-1)) + 1
