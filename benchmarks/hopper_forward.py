@@ -56,6 +56,9 @@ CANDIDATES = {
     128: [W(2, 128, 2, True), W(2, 64, 3, True), PP(2, 128, 2), PS(2, 128, 2, True),
           PS(2, 128, 2, True, pingpong=True), PS(2, 64, 3, True),
           PS(2, 128, 2, True, pingpong=True, band=8)],
+    # at 256 columns only one warpgroup's Q, O and two K/V stages of 64 keys fit shared memory
+    256: [W(1, 64, 2, True), W(1, 64, 2, False), PS(1, 64, 2, True), PS(1, 64, 2, False),
+          PS(1, 64, 2, True, band=8)],
 }  # fmt: skip
 MARGIN = 0.02  # `choose` routes to the Gluon kernel only where it is this much faster
 DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}

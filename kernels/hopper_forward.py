@@ -23,16 +23,16 @@ is written by hand, after FlashAttention-3:
   budgets), which then hold S, P and the O accumulator without spilling.
 
 Limits (`supports` says why a call does not qualify; `flashscope.kernels.forward` runs everything
-else): a Hopper GPU, fp16 or bf16, a head_dim that is a multiple of 8 from 40 to 128 (one that
-is not 64 or 128 runs padded to the next: the copy engine loads zeros past it and stores none of
-it), inputs that flatten to (B·H·N, d) with rows on 16-byte boundaries. Any
-N_q and N_k: a last key block that N_K does not fill is masked (its rows past N_K belong to the
-next head, or are zeros past the tensor), and the top tile of a head may start above row 0: its
-warpgroups there store nothing, and one that straddles row 0 stores its rows from 0 on through
-masked stores rather than the copy engine. Causal is aligned bottom-right as in the Triton kernel;
-grouped-query attention reads K/V head h // group. There is no interpreter path for Gluon: CI
-compiles this kernel for sm_90a on the CPU (tests/kernels/test_hopper_forward.py) and the GPU tests
-run it.
+else): a Hopper GPU, fp16 or bf16, a head_dim that is a multiple of 8 from 40 to 256 (one that is
+not 64, 128 or 256 runs padded to the next: the copy engine loads zeros past it and stores none of
+it; at 256 only one warpgroup's tiles fit shared memory), inputs that flatten to (B·H·N, d) with
+rows on 16-byte boundaries. Any N_q and N_k: a last key block that N_K does not fill is masked (its
+rows past N_K belong to the next head, or are zeros past the tensor), and the top tile of a head
+may start above row 0: its warpgroups there store nothing, and one that straddles row 0 stores its
+rows from 0 on through masked stores rather than the copy engine. Causal is aligned bottom-right as
+in the Triton kernel; grouped-query attention reads K/V head h // group. There is no interpreter
+path for Gluon: CI compiles this kernel for sm_90a on the CPU
+(tests/kernels/test_hopper_forward.py) and the GPU tests run it.
 """
 
 from __future__ import annotations
@@ -746,8 +746,8 @@ def supports(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cfg: WsConfig) -
     if q.dtype not in _GL_DTYPES:
         return f"needs fp16 or bf16, got {q.dtype}"
     d = q.shape[3]
-    if pad_dim(d) not in (64, 128) or d % 8 != 0:
-        return f"needs a head_dim that is a multiple of 8 from 40 to 128, got {d}"
+    if pad_dim(d) not in (64, 128, 256) or d % 8 != 0:
+        return f"needs a head_dim that is a multiple of 8 from 40 to 256, got {d}"
     if q.shape[2] == 1 and _ONE_QUERY_BUG:
         return "needs N_q > 1 with Triton 3.6 (its compiler fails on a one-query launch)"
     need = cfg.shared_bytes(pad_dim(d))

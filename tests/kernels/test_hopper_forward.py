@@ -208,15 +208,15 @@ def _qkv(b=1, h=2, hk=2, n_q=256, n_k=256, d=64, dtype=torch.float16):
     ("change", "reason"),
     [
         ({"dtype": torch.float32}, "fp16 or bf16"),
-        ({"d": 32}, "multiple of 8 from 40 to 128"),
-        ({"d": 100}, "multiple of 8 from 40 to 128"),
-        ({"d": 192}, "multiple of 8 from 40 to 128"),
-        ({"d": 256}, "multiple of 8 from 40 to 128"),
-        ({}, "Hopper GPU"),
+        ({"d": 32}, "multiple of 8 from 40 to 256"),
+        ({"d": 100}, "multiple of 8 from 40 to 256"),
+        ({"d": 264}, "multiple of 8 from 40 to 256"),
+        ({"d": 192}, "shared memory"),  # two warpgroups' tiles of 256 columns do not fit
+        ({}, "Hopper GPU"),  # a call that qualifies in every other way, on the CPU
         # head dims that are not a power of two run padded: only the GPU is missing
         ({"d": 80}, "Hopper GPU"),
         ({"d": 96, "dtype": torch.bfloat16}, "Hopper GPU"),
-        ({"d": 40}, "Hopper GPU"),  # a call that qualifies in every other way, on the CPU
+        ({"d": 40}, "Hopper GPU"),
         # lengths that fill no tile qualify (masked edges): only the GPU is missing
         ({"n_q": 200}, "Hopper GPU"),
         ({"n_k": 320}, "Hopper GPU"),
@@ -226,6 +226,11 @@ def _qkv(b=1, h=2, hk=2, n_q=256, n_k=256, d=64, dtype=torch.float16):
 def test_a_call_that_does_not_qualify_says_why(change: dict, reason: str) -> None:
     cfg = WsConfig(2, 128, 2, False)  # fits shared memory at every head_dim up to 128
     assert reason in supports(*_qkv(**change), cfg)
+
+
+def test_head_dims_past_128_qualify_with_one_warpgroup() -> None:
+    for d in (136, 192, 256):
+        assert "Hopper GPU" in supports(*_qkv(d=d), WsConfig(1, 64, 2, True))
 
 
 def test_lengths_that_fill_no_tile_compile_with_masked_edges() -> None:
@@ -239,11 +244,14 @@ def test_lengths_that_fill_no_tile_compile_with_masked_edges() -> None:
 
 
 def test_padded_head_dims_compile_without_spilling() -> None:
-    """head_dim 80 and 96 run in tiles of 128 columns (the copy engine pads and clips them), with
-    lengths that fill no tile so the masked store's column mask is compiled too."""
-    rows = compiled_apart([([2, 128, 2, 1, 1, 1, 1, 8], 80), ([2, 64, 3, 1, 1], 96)], "--edges")
+    """head_dim 80, 96 and 192 run in tiles of 128 or 256 columns (the copy engine pads and clips
+    them), with lengths that fill no tile so the masked store's column mask is compiled too; 256
+    with one warpgroup."""
+    wanted = [([2, 128, 2, 1, 1, 1, 1, 8], 80), ([2, 64, 3, 1, 1], 96), ([1, 64, 2, 1, 1], 256),
+              ([1, 64, 2, 0, 1, 0, 1], 192)]  # fmt: skip
+    rows = compiled_apart(wanted, "--edges")
     got = {(row["head_dim"], row["causal"]) for row in rows}
-    assert got == {(d, causal) for d in (80, 96) for causal in (False, True)}
+    assert got == {(d, causal) for d in (80, 96, 192, 256) for causal in (False, True)}
     for row in rows:
         what = f"{row['config']} d={row['head_dim']} causal={row['causal']}"
         assert row["stack"] == 0 and row["local"] == 0, f"{what} spills"
