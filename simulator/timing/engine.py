@@ -91,7 +91,7 @@ import numpy as np
 
 from flashscope.simulator.core.hardware import GPU, Efficiency
 from flashscope.simulator.core.problem import AttentionProblem, TileConfig
-from flashscope.simulator.timing.l2model import L2Split, split_traffic
+from flashscope.simulator.timing.l2model import L2Split, compulsory_hits, split_traffic, streams
 from flashscope.simulator.timing.launch import Launch, Product
 from flashscope.simulator.timing.occupancy import (
     REG_UNIT,
@@ -464,8 +464,8 @@ def _run_launch(
     # Every CTA shares its SM with c others: a full GPU's residency, or fewer when the grid is
     # too small to fill every slot. No SM ever holds more, so no SM outruns its throughput.
     c = np.full(n, float(min(per_sm, math.ceil(n / sms))))
-    ideal = split_traffic(w, np.zeros(n), np.zeros(n), np.zeros(n), math.inf, gamma, None)
-    hits = _shared_hits(w, ideal.loop_hit)
+    layout = streams(w)
+    hits = _shared_hits(w, compulsory_hits(w, layout))
     dur, edge, parts = _durations(w, t, r, c, hits, fp.spills)
     # The first CTAs of a launch start together and wait longer (cold caches, every first
     # load at once); a slot takes a moment to pass from one CTA to the next.
@@ -481,7 +481,7 @@ def _run_launch(
     if alone_at_end:
         extra = np.where(np.arange(n) < first_wave, cold, 0.0)
         end, busy_cta = _tail(w, t, r, hits, fp.spills, (start, end, sm), dur, extra, busy_cta, c)
-    l2 = split_traffic(w, start, end, edge, cap, gamma, carry, r.eff.l2_shared_copies)
+    l2 = split_traffic(w, start, end, edge, cap, gamma, carry, r.eff.l2_shared_copies, layout)
     first = float(start.min())  # > 0 only beside a kernel that still holds every slot
     span = float(end.max()) - first
     # The power cap: the durations above are at the boost clock; a launch that demands more

@@ -46,7 +46,6 @@ class L2Split:
 
     dram_read: np.ndarray  # (n,) bytes
     dram_write: np.ndarray  # (n,) bytes
-    loop_hit: np.ndarray  # (n,) fraction of the loop's reads served by L2
     refs: np.ndarray  # (n,) distinct bytes each CTA referenced (for the next launch's carry)
     footprint: float  # distinct bytes the whole launch touched
 
@@ -76,28 +75,51 @@ def _grouped_cummax(group: np.ndarray, value: np.ndarray) -> np.ndarray:
     return np.maximum.accumulate(shifted) - group * big
 
 
-def _stream_split(
-    w: Launch, loop_start: np.ndarray, loop_time: np.ndarray
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(new bytes, re-referenced bytes, gap to the previous reference in s) per CTA.
+@dataclass(frozen=True)
+class Streams:
+    """What of a launch's stream reads its order alone decides (not its schedule): which bytes
+    each CTA reads first and which it re-reads, and where it meets the CTA before it.
 
-    Start times never decrease in launch order (list scheduling starts CTAs in order), so
-    "sorted by start within a stream" is a stable sort by stream id. Every block of a stream
-    holds the same bytes but its last one (`stream_tail` of a full block: ragged lengths).
+    `idx`: the CTAs that read a stream, sorted by stream id (stably: start times never decrease
+    in launch order, as list scheduling starts CTAs in order, so this is "sorted by start
+    within a stream"); the other arrays are in that order but `new` and `reacc` (per CTA).
     """
+
+    new: np.ndarray  # (n,) bytes no earlier CTA of the stream read
+    reacc: np.ndarray  # (n,) bytes an earlier CTA of the stream read
+    idx: np.ndarray  # (m,)
+    first: np.ndarray  # (m,) the stream's first CTA
+    span: np.ndarray  # (m,) blocks of its range, hi − lo
+    mid_lo: np.ndarray  # (m,) the middle of the blocks it shares with the previous CTA, − lo
+    mid_prev_lo: np.ndarray  # (m,) the same middle less the previous CTA's lo
+    every: bool = False  # idx is every CTA in launch order (0, 1, …, n − 1)
+
+
+def streams(w: Launch) -> Streams:
+    """The stream layout of launch `w` (see `Streams`). Every block of a stream holds the same
+    bytes but its last one (`stream_tail` of a full block: ragged lengths)."""
     n = w.n_ctas
     new = np.zeros(n)
     reacc = np.zeros(n)
-    gap = np.zeros(n)
     idx = np.flatnonzero((w.stream >= 0) & (w.stream_hi > w.stream_lo))
     if idx.size == 0:
-        return new, reacc, gap
+        empty = np.zeros(0)
+        return Streams(new, reacc, idx, np.zeros(0, dtype=bool), empty, empty, empty)
     sid = w.stream[idx]
+    every = idx.size == n
     if np.any(sid[1:] < sid[:-1]):
-        idx = idx[np.argsort(sid, kind="stable")]
+        every = False
+        key = sid - sid.min()
+        if key.max() < 1 << 16:  # a stable sort of 16-bit keys is a radix sort: linear
+            key = key.astype(np.uint16)
+        idx = idx[np.argsort(key, kind="stable")]
         sid = w.stream[idx]
+
+    def at(col: np.ndarray) -> np.ndarray:  # a column in the order of idx
+        return col if every else col[idx]
+
     g = sid.astype(np.float64)
-    lo, hi = w.stream_lo[idx].astype(np.float64), w.stream_hi[idx].astype(np.float64)
+    lo, hi = at(w.stream_lo).astype(np.float64), at(w.stream_hi).astype(np.float64)
     first = np.ones(idx.size, dtype=bool)
     first[1:] = sid[1:] != sid[:-1]
     # Union of the ranges of earlier CTAs of the same stream (an interval: prefixes/suffixes).
@@ -111,18 +133,55 @@ def _stream_split(
         full: np.ndarray = np.maximum(b - a, 0.0) - short * ((b >= last) & (b > a))
         return full
 
-    unit = w.stream_read[idx] / blocks(lo, hi)  # bytes of one full block
+    read = at(w.stream_read)
+    unit = read / blocks(lo, hi)  # bytes of one full block
     fresh = blocks(lo, np.minimum(hi, prev_lo)) + blocks(np.maximum(lo, prev_hi), hi)
-    new[idx] = unit * np.where(first, blocks(lo, hi), fresh)
-    reacc[idx] = w.stream_read[idx] - new[idx]
-    # Gap to the previous CTA of the stream at the middle of the blocks they share.
-    a = loop_start[idx]
-    tb = loop_time[idx] / (hi - lo)  # seconds per block
-    p_lo, p_hi, p_a, p_tb = _shift(lo, 0.0), _shift(hi, 0.0), _shift(a, 0.0), _shift(tb, 0.0)
+    got = unit * np.where(first, blocks(lo, hi), fresh)
+    if every:
+        new, reacc = got, read - got
+    else:
+        new[idx] = got
+        reacc[idx] = read - got
+    # The middle of the blocks a CTA shares with the previous CTA of its stream.
+    p_lo, p_hi = _shift(lo, 0.0), _shift(hi, 0.0)
     both_lo, both_hi = np.maximum(lo, p_lo), np.minimum(hi, p_hi)
     mid = np.where(both_hi > both_lo, 0.5 * (both_lo + both_hi), 0.5 * (lo + hi))
-    gap[idx] = np.where(first, 0.0, np.abs((a + (mid - lo) * tb) - (p_a + (mid - p_lo) * p_tb)))
-    return new, reacc, gap
+    return Streams(new, reacc, idx, first, hi - lo, mid - lo, mid - p_lo, every)
+
+
+def _stream_gap(s: Streams, loop_start: np.ndarray, loop_time: np.ndarray) -> np.ndarray:
+    """Gap (s) to the previous reference of each CTA's re-read stream bytes: to the previous
+    CTA of its stream at the middle of the blocks they share (each CTA walks its range at a
+    steady pace through its loop)."""
+    n = len(s.new)
+    if s.idx.size == 0:
+        return np.zeros(n)
+    every = s.every
+    a = loop_start if every else loop_start[s.idx]
+    tb = (loop_time if every else loop_time[s.idx]) / s.span  # seconds per block
+    p_a, p_tb = _shift(a, 0.0), _shift(tb, 0.0)
+    gap = np.where(s.first, 0.0, np.abs((a + s.mid_lo * tb) - (p_a + s.mid_prev_lo * p_tb)))
+    if every:
+        return gap
+    out = np.zeros(n)
+    out[s.idx] = gap
+    return out
+
+
+def _loop_hit(w: Launch, dram_read: np.ndarray) -> np.ndarray:
+    """The fraction of each CTA's loop reads L2 served, given the bytes it read from DRAM."""
+    loop_read = np.maximum(w.read_bytes - w.edge_read, 0.0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        loop_miss = np.clip(dram_read - w.edge_read, 0.0, None) / loop_read
+    hit: np.ndarray = np.where(loop_read > 0, 1.0 - np.minimum(loop_miss, 1.0), 1.0)
+    return hit
+
+
+def compulsory_hits(w: Launch, s: Streams | None = None) -> np.ndarray:
+    """`split_traffic`'s loop hit rates with an L2 that never evicts: only first touches miss
+    (cold reads, carried ones included, and stream blocks no earlier CTA read)."""
+    s = s if s is not None else streams(w)
+    return _loop_hit(w, (w.cold_read - w.carry_read) + w.carry_read + s.new)
 
 
 def split_traffic(
@@ -134,13 +193,15 @@ def split_traffic(
     exponent: float,
     carry: L2Split | None = None,
     copies: float = 1.0,
+    layout: Streams | None = None,
 ) -> L2Split:
     """DRAM reads and writes per CTA of launch `w` run on the schedule (start, end).
 
     `capacity` in bytes (np.inf: every re-reference hits); `carry` is the previous launch's
     split (None: nothing carried over); `copies` the room a shared stream's line takes
-    (`l2_shared_copies`). A reuse distance never exceeds the footprint: the room all the
-    distinct bytes touched take (so a launch whose data fits in L2 misses only once).
+    (`l2_shared_copies`); `layout` the launch's `streams` where already known. A reuse
+    distance never exceeds the footprint: the room all the distinct bytes touched take (so a
+    launch whose data fits in L2 misses only once).
     """
     read, write = w.read_bytes, w.write_bytes
     loop_start = start + edge_time
@@ -164,7 +225,9 @@ def split_traffic(
     rho = float(refs.sum()) / span if span > 0 else 0.0
     cap, gamma = capacity, exponent
 
-    new, reacc, gap = _stream_split(w, loop_start, loop_time)
+    layout = layout if layout is not None else streams(w)
+    new, reacc = layout.new, layout.reacc
+    gap = _stream_gap(layout, loop_start, loop_time)
     footprint = float(cold.sum() + (write - w.merge_write).sum() + copies * new.sum())
 
     def chance(distance: np.ndarray) -> np.ndarray:
@@ -173,8 +236,9 @@ def split_traffic(
     p_stream = chance(rho * gap)
     dram_stream = new + reacc * (1.0 - p_stream)
 
-    p_self = chance(rho * loop_time / w.passes)
-    dram_self = w.self_read * (1.0 - p_self)
+    self_read = w.self_read.any()  # (none but fa1's)
+    p_self = chance(rho * loop_time / w.passes) if self_read else p_stream
+    dram_self = w.self_read * (1.0 - p_self) if self_read else 0.0
 
     carried = w.carry_read
     dram_carry = carried
@@ -187,13 +251,11 @@ def split_traffic(
         dram_carry = carried * (1.0 - hit_chance(distance, cap, gamma))
 
     dram_read = (cold - carried) + dram_carry + dram_stream + dram_self
-    p_merge = np.where(w.self_read > 0, p_self, p_stream)
-    dram_write = write - w.merge_write * p_merge
-    loop_read = np.maximum(read - w.edge_read, 0.0)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        loop_miss = np.clip(dram_read - w.edge_read, 0.0, None) / loop_read
-    loop_hit = np.where(loop_read > 0, 1.0 - np.minimum(loop_miss, 1.0), 1.0)
-    return L2Split(dram_read, dram_write, loop_hit, refs, footprint)
+    dram_write = write
+    if w.merge_write.any():
+        p_merge = np.where(w.self_read > 0, p_self, p_stream)
+        dram_write = write - w.merge_write * p_merge
+    return L2Split(dram_read, dram_write, refs, footprint)
 
 
 # The probe's cases (benchmarks/l2_reuse_probe.py): lines of one reader each, and a scan of

@@ -1,11 +1,14 @@
 """The engine's shortcuts give the figures of the long way round, bit for bit.
 
-Stream ids are ranked without a sort, and a reordered launch keeps its one-value columns as
-they are: each is held here to the way it replaces, on flashscope's kernels and the
-convention's launches, causal or not, grouped K/V heads and ragged lengths included.
+Stream ids are ranked without a sort, a reordered launch keeps its one-value columns as they
+are, and the compulsory hit rates come without a pass of the L2 model: each is held here to the
+way it replaces, on flashscope's kernels and the convention's launches, causal or not, grouped
+K/V heads and ragged lengths included.
 """
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 import pytest
@@ -15,6 +18,7 @@ from hypothesis import strategies as st
 from flashscope.simulator.core.hardware import from_name
 from flashscope.simulator.core.problem import AttentionProblem, TileConfig
 from flashscope.simulator.timing import kernelplan
+from flashscope.simulator.timing.l2model import _loop_hit, compulsory_hits, split_traffic
 from flashscope.simulator.timing.launch import stream_groups
 from flashscope.simulator.timing.workload import build
 
@@ -38,6 +42,14 @@ def _launches():
 
 
 LAUNCHES = list(_launches())
+
+
+@pytest.mark.parametrize("w", LAUNCHES, ids=lambda w: w.name)
+def test_compulsory_hits_are_the_l2_models_with_room_for_everything(w):
+    n = w.n_ctas
+    zeros = np.zeros(n)
+    ideal = split_traffic(w, zeros, zeros, zeros, math.inf, 2.0)
+    np.testing.assert_array_equal(compulsory_hits(w), _loop_hit(w, ideal.dram_read))
 
 
 @settings(max_examples=100, deadline=None)
