@@ -102,7 +102,7 @@ from flashscope.simulator.timing.occupancy import (
 )
 from flashscope.simulator.timing.results import LIMITERS, KernelResult, SimResult
 from flashscope.simulator.timing.roofline import floors
-from flashscope.simulator.timing.scheduler import coresidency, list_schedule, share_tail
+from flashscope.simulator.timing.scheduler import list_schedule, share_tail, sm_time_order
 from flashscope.simulator.timing.workload import Workload, build
 
 _PARTS = ("tensor", "sfu", "alu", "memory", "latency")
@@ -376,7 +376,7 @@ def _slots_freed(prev: KernelResult, begin: float, sms: int, per_sm: int) -> np.
     equal occupancies pair slot with slot. Slot k·sms + s of the new launch sits on SM s.
     """
     occ = prev.ctas_per_sm
-    order = np.lexsort((prev.end, prev.sm))
+    order = sm_time_order(prev.sm, prev.end)
     sm_sorted, end_sorted = prev.sm[order], prev.end[order]
     rank = np.arange(len(order)) - np.searchsorted(sm_sorted, sm_sorted, side="left")
     count = np.bincount(sm_sorted, minlength=sms)
@@ -524,7 +524,6 @@ def _run_launch(
         "start": (start - first) * stretch / clock,  # from the launch's first CTA start
         "end": (end - first) * stretch / clock,
         "clock": clock,
-        "coresidency": coresidency(start, end, sm),
         "dram_read_bytes": float(l2.dram_read.sum()),
         "dram_write_bytes": written + writeback,
         "l2_read_bytes": float(w.read_bytes.sum() + r.eff.spill_l1_miss * w.local_load.sum()),

@@ -15,6 +15,7 @@ breakdown splits each kernel's time among the limiters below; the shares of a ru
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -22,6 +23,7 @@ import numpy as np
 from flashscope.simulator.core.hardware import GPU
 from flashscope.simulator.timing.occupancy import Occupancy
 from flashscope.simulator.timing.roofline import Floors
+from flashscope.simulator.timing.scheduler import coresidency
 from flashscope.simulator.timing.workload import Workload
 
 LIMITERS = ("tensor", "sfu", "alu", "memory", "latency", "launch", "tail")
@@ -40,7 +42,6 @@ class KernelResult:
     sm: np.ndarray  # (n,) SM each CTA ran on
     start: np.ndarray  # (n,) seconds from the run's start
     end: np.ndarray  # (n,)
-    coresidency: np.ndarray  # (n,) mean CTAs sharing the SM with each CTA (itself included)
     dram_read_bytes: float
     dram_write_bytes: float
     l2_read_bytes: float
@@ -57,6 +58,12 @@ class KernelResult:
     @property
     def n_ctas(self) -> int:
         return len(self.start)
+
+    @functools.cached_property
+    def coresidency(self) -> np.ndarray:
+        """(n,) mean CTAs sharing the SM with each CTA (itself included): computed when asked
+        (no figure of a run needs it)."""
+        return coresidency(self.start, self.end, self.sm)
 
     @property
     def ctas_per_sm(self) -> int:

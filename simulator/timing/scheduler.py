@@ -42,27 +42,42 @@ def list_schedule(
     else:
         free_t = np.asarray(free_at, dtype=np.float64).copy()
         k = 0
-    free_s = np.arange(slots, dtype=np.int64)
-    order = np.lexsort((free_s, free_t))
-    free_t, free_s = free_t[order], free_s[order]
+    # When each slot frees, by slot (a stable sort of it orders the slots by time, then slot),
+    # and the slots in that order with their times.
+    by_slot = free_t
+    free_s = np.argsort(by_slot, kind="stable")
+    free_t = by_slot[free_s]
     while k < n:
         m = min(slots, n - k)
         f = free_t[:m]
         ends = f + dur[k : k + m]
         run_min = np.minimum.accumulate(ends)
-        bad = np.flatnonzero(run_min[:-1] <= f[1:])
-        v = m if bad.size == 0 else int(bad[0]) + 1
+        bad = run_min[:-1] <= f[1:]
+        j = int(bad.argmax()) if m > 1 else 0  # the first True, or 0
+        v = j + 1 if m > 1 and bad[j] else m
         if v < _SHORT_STEP:
             v = min(slots, n - k)
             free_t, free_s = _heap_step(dur, k, v, free_t, free_s, start, slot)
-        else:
-            start[k : k + v] = f[:v]
-            slot[k : k + v] = free_s[:v]
-            new_t = np.concatenate([free_t[v:], ends[:v]])
-            new_s = np.concatenate([free_s[v:], free_s[:v]])
-            order = np.lexsort((new_s, new_t))
-            free_t, free_s = new_t[order], new_s[order]
+            by_slot[free_s] = free_t
+            k += v
+            continue
+        start[k : k + v] = f[:v]
+        slot[k : k + v] = free_s[:v]
+        by_slot[free_s[:v]] = ends[:v]
         k += v
+        if v < slots:
+            # The slots left, in order, then the v that took a CTA: a stable sort by time
+            # merges them (fast: one sorted run), unless two slots free at the same instant
+            # (then they go by slot: sorted again below).
+            new_t = np.concatenate([free_t[v:], ends[:v]])
+            order = np.argsort(new_t, kind="stable")
+            new_t = new_t[order]
+            if not (new_t[1:] == new_t[:-1]).any():
+                free_t = new_t
+                free_s = np.concatenate([free_s[v:], free_s[:v]])[order]
+                continue
+        free_s = np.argsort(by_slot, kind="stable")
+        free_t = by_slot[free_s]
     return start, slot
 
 
@@ -93,25 +108,33 @@ def _heap_step(
     )
 
 
+def sm_time_order(sm: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """The order of CTAs (or events) by SM, then time, ties in index order: np.lexsort((t, sm))
+    as a stable sort by time and then one by SM (a radix sort: SM numbers are small)."""
+    by_t = np.argsort(t, kind="stable")
+    sms = sm[by_t]
+    if sms.size and sms.min() >= 0 and sms.max() < 1 << 16:
+        sms = sms.astype(np.uint16)
+    order: np.ndarray = by_t[np.argsort(sms, kind="stable")]
+    return order
+
+
 def coresidency(start: np.ndarray, end: np.ndarray, sm: np.ndarray) -> np.ndarray:
     """Mean number of CTAs resident on each CTA's SM over its lifetime (itself included)."""
     n = len(start)
     if n == 0:
         return np.zeros(0)
-    t = np.concatenate([start, end])
-    delta = np.concatenate([np.ones(n), -np.ones(n)])
-    sms = np.concatenate([sm, sm])
-    # Per SM by time; an end sorts before a start at the same instant (no false overlap).
-    order = np.lexsort((delta, t, sms))
-    count = np.cumsum(delta[order])  # residents after each event
+    # Events per SM by time, an end before a start at the same instant (no false overlap).
+    t = np.concatenate([end, start])
+    order = sm_time_order(np.concatenate([sm, sm]), t)
+    count = np.cumsum(np.where(order < n, -1.0, 1.0))  # residents after each event
     ts = t[order]
     seg = np.diff(ts, append=ts[-1])  # to the next event (0 across SM boundaries: count is 0)
-    area = np.concatenate([[0.0], np.cumsum(count * seg)])[:-1]  # ∫ residents up to each event
-    pos = np.empty(2 * n, dtype=np.int64)
-    pos[order] = np.arange(2 * n)
+    area = np.empty(2 * n)  # ∫ residents up to each event, by event
+    area[order] = np.concatenate([[0.0], np.cumsum(count * seg)])[:-1]
     life = end - start
     with np.errstate(invalid="ignore", divide="ignore"):
-        mean = (area[pos[n:]] - area[pos[:n]]) / life
+        mean = (area[:n] - area[n:]) / life  # ends first, then starts
     return np.where(life > 0, np.maximum(mean, 1.0), 1.0)
 
 
