@@ -242,10 +242,63 @@ def two_stage(w: Launch, t: TileConfig) -> bool:
     return bool(w.mma_shapes) and t.stages == 2 and not lockstep(w, t)
 
 
-def _durations(
-    w: Launch, t: TileConfig, r: _Rates, c: np.ndarray, loop_hit: np.ndarray, spills: bool
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(duration, time before the loop, components (5, n)) of every CTA at co-residency c."""
+@dataclasses.dataclass(frozen=True)
+class _Work:
+    """What `_durations` needs of every CTA that does not depend on its co-residency c."""
+
+    tensor: np.ndarray  # (n,) seconds of tensor work at the whole SM's rate
+    sfu: np.ndarray  # (n,)
+    vector: np.ndarray  # (n,) SFU + ALU: one instruction stream
+    loads: np.ndarray  # (n,) loop bytes at the L2 → SM rate
+    edge_bytes: np.ndarray  # (n,)
+    fetch_latency: np.ndarray  # (n,) iterations × load latency
+    edge_wait: np.ndarray  # (n,) set-up and the first load's latency
+    iters: np.ndarray  # (n,)
+    wait: np.ndarray | None  # (n,) the waits on products (`chain`), None without
+    reduce_write: np.ndarray | None  # (n,) bytes of bulk reduce-adds, None without
+    kind: str  # "lockstep", "two_stage" or "" (how the CTA's own overlap depends on c)
+    along_m: int
+    drift: int
+
+    def tiled(self, reps: int) -> _Work:
+        """The same CTAs `reps` times over (to evaluate several co-residencies at once)."""
+        cols: dict[str, Any] = {
+            f.name: np.tile(v, reps)
+            for f in dataclasses.fields(self)
+            if isinstance(v := getattr(self, f.name), np.ndarray)
+        }
+        return dataclasses.replace(self, **cols)
+
+
+# Launch columns that say where a CTA's data lies (which head, which blocks), not how much work
+# it does: they differ from head to head where the work does not.
+_PLACE = ("stream", "kv_head", "stream_lo", "stream_hi")
+
+
+def _period(w: Launch, c: np.ndarray, loop_hit: np.ndarray) -> int:
+    """How many CTAs the work of launch `w` repeats after, bit for bit: a row of its grid (its
+    first dimension: every head of an attention launch does the same work), where every
+    column `_work` may read repeats so (all but `_PLACE`), and c and the hit rates; else all
+    of them."""
+    n = w.n_ctas
+    p = w.grid[0] if len(w.grid) > 1 else n
+    if p >= n or n % p or w.spread_read.any():  # spread reads are shared out over a stream
+        return n
+    cols = [v for k, v in w.arrays().items() if k not in _PLACE]
+    if all(v.strides == (0,) or _repeats(v, p) for v in (*cols, c, loop_hit)):
+        return p
+    return n
+
+
+def _repeats(v: np.ndarray, p: int) -> bool:
+    """Does `v` repeat after its first `p` values, bit for bit?"""
+    bits = v.view(np.int64) if v.dtype == np.float64 else v
+    return bool(np.array_equal(bits[p:], bits[:-p]))
+
+
+def _work(w: Launch, t: TileConfig, r: _Rates, loop_hit: np.ndarray, spills: bool) -> _Work:
+    """`_Work` of every CTA of launch `w` (from its work: no column of `_PLACE`, which
+    `_period` does not compare)."""
     eff = r.eff
     # (`mma_pad`: the padded head_dim's products, beyond the counted FLOPs)
     tensor = w.flops / r.tensor * (w.mma_pad * mma_factor(w.mma_shapes, eff.smem_feed,
@@ -261,25 +314,62 @@ def _durations(
     if spills:  # spilled registers: every iteration waits on local-memory reloads
         tensor, sfu, alu = (x * (1.0 + eff.spill_penalty) for x in (tensor, sfu, alu))
     # The tensor cores run beside the warps' own instructions (exponentials on the SFUs, the
-    # rest on the FP32 units: one stream of instructions, so these two add up). A CTA hides a
-    # share `overlap` of the shorter side; what it leaves serial, other CTAs resident on its SM
-    # can fill, as their phases differ (`cta_overlap`, growing with their number).
+    # rest on the FP32 units: one stream of instructions, so these two add up).
     vector = sfu + alu
-    # Lockstep warpgroups lose a share of their own overlap; a co-resident CTA's warpgroups
-    # run in their common stalls, so with c CTAs on the SM only 1 / c**lockstep_fill of that
-    # share is lost (1: each CTA fills its share; more: the stalls seldom coincide).
-    own: np.ndarray | float
-    if lockstep(w, t):
-        own = eff.overlap * (1.0 - eff.lockstep / c**eff.lockstep_fill)
-    elif two_stage(w, t):
-        own = eff.overlap * (1.0 - eff.two_stage / c)
-    else:
-        own = eff.overlap
+    kind = "lockstep" if lockstep(w, t) else "two_stage" if two_stage(w, t) else ""
     # Warpgroups on their own row slices of a ring of three or more buffers drift apart like
     # separate CTAs: each fills the others' serial phases as a co-resident CTA would.
     along_m, _, _ = warpgroup_layout(product_rows(w, t), t.warps)
     drift = along_m if (t.stages >= 3 and w.mma_shapes) else 1
-    hidden = own + (1.0 - own) * eff.cta_overlap * (1.0 - 1.0 / (c * drift))  # (n,)
+    latency = (loop_hit * eff.l2_latency_ns + (1.0 - loop_hit) * eff.dram_latency_ns) * 1e-9
+    # Each of the iteration's `chain` waits on its products (the softmax needs S, the next
+    # product its operands): a warpgroup pays their latency on top of its work, which only
+    # other warpgroups (on their own row slices, or in other CTAs) can fill.
+    wait = w.iters * (w.chain * eff.mma_chain_ns * 1e-9) if w.chain else None
+    reduce_write = w.reduce_write if w.chain and w.reduce_write.any() else None
+    # Before its loop a CTA waits (set-up, its first load's latency) without using the SM.
+    edge_wait = eff.cta_setup_ns * 1e-9 + np.where(w.edge_read > 0, eff.dram_latency_ns * 1e-9, 0.0)
+    return _Work(tensor, sfu, vector, loads, edge_bytes, w.iters * latency, edge_wait, w.iters,
+                 wait, reduce_write, kind, along_m, drift)  # fmt: skip
+
+
+def _durations(
+    w: Launch, t: TileConfig, r: _Rates, c: np.ndarray, loop_hit: np.ndarray, spills: bool
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(duration, time before the loop, components (5, n)) of every CTA at co-residency c.
+
+    Where every row of the grid holds the same work (`_period`), one row is computed and
+    repeated: the same figures, bit for bit.
+    """
+    p = _period(w, c, loop_hit)
+    if p == w.n_ctas:
+        return _durations_of(_work(w, t, r, loop_hit, spills), t, r, c)
+    x = _work(w.reordered(np.arange(p)), t, r, loop_hit[:p], spills)
+    dur, edge, parts = _durations_of(x, t, r, c[:p])
+    reps = w.n_ctas // p
+    return np.tile(dur, reps), np.tile(edge, reps), np.tile(parts, (1, reps))
+
+
+def _durations_of(
+    x: _Work, t: TileConfig, r: _Rates, c: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """`_durations` of the CTAs whose `_Work` is x."""
+    eff = r.eff
+    tensor, sfu, vector, loads = x.tensor, x.sfu, x.vector, x.loads
+    # A CTA hides a share `overlap` of the shorter side of tensor and vector work; what it
+    # leaves serial, other CTAs resident on its SM can fill, as their phases differ
+    # (`cta_overlap`, growing with their number).
+    # Lockstep warpgroups lose a share of their own overlap; a co-resident CTA's warpgroups
+    # run in their common stalls, so with c CTAs on the SM only 1 / c**lockstep_fill of that
+    # share is lost (1: each CTA fills its share; more: the stalls seldom coincide).
+    own: np.ndarray | float
+    if x.kind == "lockstep":
+        own = eff.overlap * (1.0 - eff.lockstep / c**eff.lockstep_fill)
+    elif x.kind == "two_stage":
+        own = eff.overlap * (1.0 - eff.two_stage / c)
+    else:
+        own = eff.overlap
+    hidden = own + (1.0 - own) * eff.cta_overlap * (1.0 - 1.0 / (c * x.drift))  # (n,)
     longer = np.maximum(tensor, vector)
     compute = longer + (1.0 - hidden) * np.minimum(tensor, vector)
     t_w = np.where(tensor >= vector, tensor, (1.0 - hidden) * tensor)
@@ -293,20 +383,19 @@ def _durations(
         thr = compute + loads
         mem_part = loads
     comp_part = thr - mem_part
-    latency = (loop_hit * eff.l2_latency_ns + (1.0 - loop_hit) * eff.dram_latency_ns) * 1e-9
-    if w.chain:
-        # Each of the iteration's `chain` waits on its products (the softmax needs S, the next
-        # product its operands): a warpgroup pays their latency on top of its work, which only
-        # other warpgroups (on their own row slices, or in other CTAs) can fill. A bulk reduce-add
-        # (the atomic route's dQ tile) must have been read out of shared memory before the
-        # next tile's goes there (the kernel waits on that read, not on the reduce's
-        # completion, and only just before the next store: an iteration later): what the
-        # copy engine's start and the tile's transfer take beyond that iteration's work.
-        wait = w.iters * (w.chain * eff.mma_chain_ns * 1e-9)
-        if w.reduce_write.any():
-            it = np.maximum(w.iters, 1)
-            bulk = eff.bulk_read_ns * 1e-9 + w.reduce_write / it / r.l2
-            wait = wait + w.iters * np.maximum(bulk - thr / it, 0.0)
+    chained = None
+    if x.wait is not None:
+        wait = x.wait
+        if x.reduce_write is not None:
+            # A bulk reduce-add (the atomic route's dQ tile) must have been read out of shared
+            # memory before the next tile's goes there (the kernel waits on that read, not on
+            # the reduce's completion, and only just before the next store: an iteration
+            # later): what the copy engine's start and the tile's transfer take beyond that
+            # iteration's work.
+            it = np.maximum(x.iters, 1)
+            bulk = eff.bulk_read_ns * 1e-9 + x.reduce_write / it / r.l2
+            wait = wait + x.iters * np.maximum(bulk - thr / it, 0.0)
+        chained = thr / x.along_m + wait
 
     def loop_with(busy: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(k, loop time) when `busy` CTAs (this one included) run their loops on the SM."""
@@ -314,18 +403,18 @@ def _durations(
         # stages − 1 tile loads in flight, each taking the latency plus its transfer at this
         # SM's share of the L2 → SM bandwidth: at least (latency + transfer) / (stages − 1)
         # per iteration; one stage waits for every load before computing.
-        fetch = w.iters * latency + busy * loads
+        fetch = x.fetch_latency + busy * loads
         floor = fetch / (t.stages - 1) if t.stages >= 2 else fetch + thr
         loop = np.maximum(k * thr, floor)
-        if w.chain:
-            loop = np.maximum(loop, thr / along_m + wait)
+        if chained is not None:
+            loop = np.maximum(loop, chained)
         return k, loop
 
     # Before its loop a CTA waits (set-up, its first load's latency) without using the SM's
     # throughput, which the other c − 1 CTAs there take meanwhile: each CTA's loop shares the
     # SM with the others' loops only for the part of their lives they spend in them. A fixed
     # point (the share depends on the loop's length); it decreases monotonically from c.
-    edge_wait = eff.cta_setup_ns * 1e-9 + np.where(w.edge_read > 0, eff.dram_latency_ns * 1e-9, 0.0)
+    edge_wait, edge_bytes = x.edge_wait, x.edge_bytes
     busy = c
     for _ in range(_BUSY_STEPS):
         _, loop = loop_with(busy)
@@ -333,7 +422,7 @@ def _durations(
     k, loop = loop_with(busy)
     edge = edge_wait + k * edge_bytes / r.l2
     share = np.divide(weights, weights.sum(axis=0), out=np.zeros_like(weights), where=weights > 0)
-    parts = np.empty((5, w.n_ctas))
+    parts = np.empty((5, len(tensor)))
     parts[:3] = busy * comp_part * share
     parts[3] = busy * mem_part + k * edge_bytes / r.l2
     parts[4] = (k - busy) * thr + (loop - k * thr) + edge_wait
@@ -415,11 +504,18 @@ def _tail(
     if kmax <= 1:
         return end, busy_cta
     sub = w.reordered(tail)
+    # each tail CTA with k = 1 … kmax CTAs on its SM, in one evaluation: (kmax, m) and
+    # (5, kmax, m)
+    m = tail.size
+    ks = np.repeat(np.arange(1, kmax + 1, dtype=np.float64), m)
+    x = _work(sub, t, r, hits[tail], spills).tiled(kmax)
+    d_all, _, parts_all = _durations_of(x, t, r, ks)
+    d_all, parts_all = d_all.reshape(kmax, m), parts_all.reshape(5, kmax, m)
     runs = []  # (duration, parts) of each tail CTA with k = 1 … kmax CTAs on its SM
-    for k in range(1, kmax + 1):
-        d, _, parts = _durations(sub, t, r, np.full(tail.size, float(k)), hits[tail], spills)
+    for k in range(kmax):
+        parts = parts_all[:, k]
         parts[4] += extra[tail]
-        runs.append((d + extra[tail], parts))
+        runs.append((d_all[k] + extra[tail], parts))
     levels = np.minimum.accumulate(np.stack([d for d, _ in runs], axis=1)[:, ::-1], axis=1)
     levels = levels[:, ::-1]  # (m, kmax): alone is never slower than shared
     done = (t0 - start[tail]) / dur[tail]

@@ -1,9 +1,10 @@
 """The engine's shortcuts give the figures of the long way round, bit for bit.
 
-Stream ids are ranked without a sort, a reordered launch keeps its one-value columns as they
-are, and the compulsory hit rates come without a pass of the L2 model: each is held here to the
-way it replaces, on flashscope's kernels and the convention's launches, causal or not, grouped
-K/V heads and ragged lengths included.
+Each CTA's duration is computed once per row of a launch's grid where every row holds the same
+work; the tail's durations at every residency come from one evaluation; the compulsory hit
+rates come without a pass of the L2 model; stream ids are ranked without a sort. Each is held
+here to the way it replaces, on flashscope's kernels and the convention's launches, causal or
+not, grouped K/V heads and ragged lengths included.
 """
 
 from __future__ import annotations
@@ -18,9 +19,17 @@ from hypothesis import strategies as st
 from flashscope.simulator.core.hardware import from_name
 from flashscope.simulator.core.problem import AttentionProblem, TileConfig
 from flashscope.simulator.timing import kernelplan
+from flashscope.simulator.timing.engine import (
+    _durations,
+    _durations_of,
+    _period,
+    _Rates,
+    _shared_hits,
+    _work,
+)
 from flashscope.simulator.timing.l2model import _loop_hit, compulsory_hits, split_traffic
 from flashscope.simulator.timing.launch import stream_groups
-from flashscope.simulator.timing.workload import build
+from flashscope.simulator.timing.workload import _fa2, build
 
 GPU = from_name("h100-sxm")
 
@@ -42,6 +51,61 @@ def _launches():
 
 
 LAUNCHES = list(_launches())
+
+
+def _hits(w):
+    return _shared_hits(w, compulsory_hits(w))
+
+
+@pytest.mark.parametrize("w", LAUNCHES, ids=lambda w: w.name)
+def test_one_row_of_the_grid_stands_for_all_where_they_do_the_same_work(w):
+    t = w.tiles or TileConfig(64, 32, 2, 4)
+    r = _Rates(GPU, "fp16")
+    c = np.full(w.n_ctas, 2.0)
+    hits = _hits(w)
+    whole = _durations_of(_work(w, t, r, hits, False), t, r, c)
+    got = _durations(w, t, r, c, hits, False)
+    for a, b in zip(got, whole, strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_the_attention_launches_repeat_per_head():
+    """The shortcut applies where it should: every kernel of these problems but the naive
+    convention's, whose K and V reads are shared out over a head's CTAs."""
+    for w in LAUNCHES:
+        if w.spread_read.any() or len(w.grid) < 2 or w.grid[1] == 1:
+            continue
+        assert _period(w, np.full(w.n_ctas, 2.0), _hits(w)) == w.grid[0], w.name
+
+
+def test_a_launch_whose_rows_differ_is_computed_whole():
+    (w,) = _fa2(PROBLEMS[0], TileConfig(64, 32, 2, 4))
+    hits = _hits(w)
+    c = np.full(w.n_ctas, 2.0)
+    c[-1] = 3.0  # the last CTA alone shares its SM with more
+    assert _period(w, c, hits) == w.n_ctas
+    t, r = TileConfig(64, 32, 2, 4), _Rates(GPU, "fp16")
+    whole = _durations_of(_work(w, t, r, hits, False), t, r, c)
+    for a, b in zip(_durations(w, t, r, c, hits, False), whole, strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("w", LAUNCHES[:9], ids=lambda w: w.name)
+def test_every_residency_at_once_equals_one_at_a_time(w):
+    t = w.tiles or TileConfig(64, 32, 2, 4)
+    r = _Rates(GPU, "fp16")
+    tail = np.arange(0, w.n_ctas, 3)
+    sub = w.reordered(tail)
+    x = _work(sub, t, r, _hits(w)[tail], True)
+    kmax = 4
+    ks = np.repeat(np.arange(1, kmax + 1, dtype=np.float64), tail.size)
+    d_all, e_all, parts_all = _durations_of(x.tiled(kmax), t, r, ks)
+    for k in range(1, kmax + 1):
+        d, e, parts = _durations_of(x, t, r, np.full(tail.size, float(k)))
+        at = slice((k - 1) * tail.size, k * tail.size)
+        np.testing.assert_array_equal(d_all[at], d)
+        np.testing.assert_array_equal(e_all[at], e)
+        np.testing.assert_array_equal(parts_all[:, at], parts)
 
 
 @pytest.mark.parametrize("w", LAUNCHES, ids=lambda w: w.name)
