@@ -49,7 +49,14 @@ from flashscope.simulator.timing import compiled
 from flashscope.simulator.timing.engine import _pad_rows, warpgroup_layout
 from flashscope.simulator.timing.launch import ACC_BYTES, Launch, Product
 from flashscope.simulator.timing.occupancy import register_demand
-from flashscope.simulator.timing.workload import Workload, _fa2, _heads, _kv_stream, _query_grid
+from flashscope.simulator.timing.workload import (
+    Workload,
+    _fa2,
+    _heads,
+    _kv_stream,
+    _query_grid,
+    per_head,
+)
 
 IMPLS = ("convention", "flashscope")
 KERNEL_ALGOS = ("fa2", "fa2-bwd")
@@ -119,12 +126,6 @@ def check(algo: str, route: str | None, dq_tiles: TileConfig | None) -> None:
         raise ValueError("route and the dQ tiles apply to fa2-bwd only")
 
 
-def _heavy_first(launch: Launch, per_head: int, heads: int) -> Launch:
-    """Program 0 of each head runs its last (heaviest) query block."""
-    order = (np.arange(heads)[:, None] * per_head + np.arange(per_head)[::-1]).reshape(-1)
-    return launch.reordered(order)
-
-
 def _rowwise(name: str, p: AttentionProblem, rows_per_cta: int, **per_row: float) -> Launch:
     """A pass over the Nq rows of every head in blocks of `rows_per_cta` (per-row counts × r)."""
     n_q = cdiv(p.seq_q, rows_per_cta)
@@ -143,12 +144,12 @@ def _dq_kernel(p: AttentionProblem, t: TileConfig) -> Launch:
     rows, vis, vcols, _ = _query_grid(p, t)
     n_q = len(rows)
     area = rows * vcols
-    _, kv = _heads(p, n_q)
+    _, kv = _heads(p, n_q)  # one value per head: the same in either order
 
-    def tile(x: npt.ArrayLike) -> np.ndarray:
-        return np.tile(x, bh_n)
+    def tile(x: npt.ArrayLike) -> np.ndarray:  # causal: each head's heaviest block first
+        return per_head(x, bh_n, heavy_first=p.causal)
 
-    launch = Launch.make(
+    return Launch.make(
         "bwd_dq", "bwd_dq", t.block_m, (n_q, bh_n), e,
         iters=tile(vis),
         hbm_read=tile(2 * rows * d + 2 * d * vcols),
@@ -172,7 +173,6 @@ def _dq_kernel(p: AttentionProblem, t: TileConfig) -> Launch:
         chain=2,
         **_kv_stream(p, t),
     )  # fmt: skip
-    return _heavy_first(launch, n_q, bh_n) if p.causal else launch
 
 
 def _dkdv_kernel(p: AttentionProblem, t: TileConfig, atomic: bool) -> Launch:
@@ -329,13 +329,11 @@ def build(
     """
     check(algo, route, dq_tiles)
     if algo == "fa2":
-        (launch,) = _fa2(p, t)
+        (launch,) = _fa2(p, t, heavy_first=p.causal)  # causal: each head's heaviest block first
         d = pad_head_dim(p.head_dim)
         # one wait per iteration (PTX): on S, with the previous tile's P·V, left in flight
         shapes = (Product(0.5, t.block_n, a_smem=True), Product(0.5, d))  # S (smem), P·V (regs)
         launch = dataclasses.replace(launch, mma_shapes=shapes, chain=1)
-        if p.causal:
-            launch = _heavy_first(launch, cdiv(p.seq_q, t.block_m), p.batch * p.heads)
         launches: tuple[Launch, ...] = (launch,)
         chosen = None
     else:

@@ -98,15 +98,22 @@ def _kv_stream(p: AttentionProblem, t: TileConfig) -> dict[str, float]:
     return {"stream_blocks": n_kv, "stream_tail": last / t.block_n}
 
 
-def _fa2(p: AttentionProblem, t: TileConfig) -> tuple[Launch, ...]:
+def per_head(x: npt.ArrayLike, heads: int, heavy_first: bool = False) -> np.ndarray:
+    """A column of one head's query blocks repeated for `heads` heads; `heavy_first`: each
+    head's blocks in reverse (program 0 of a head runs its last, heaviest block)."""
+    x = np.asarray(x)
+    return np.tile(x[::-1] if heavy_first else x, heads)
+
+
+def _fa2(p: AttentionProblem, t: TileConfig, heavy_first: bool = False) -> tuple[Launch, ...]:
     e, d, bh_n = p.dtype_bytes, p.head_dim, p.batch * p.heads
     rows, vis, vcols, _ = _query_grid(p, t)
     n_q = len(rows)
     area = rows * vcols
-    _, kv = _heads(p, n_q)
+    _, kv = _heads(p, n_q)  # one value per head: the same in either order
 
     def tile(x: npt.ArrayLike) -> np.ndarray:
-        return np.tile(x, bh_n)
+        return per_head(x, bh_n, heavy_first)
 
     return (
         Launch.make(

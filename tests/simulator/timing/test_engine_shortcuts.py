@@ -2,9 +2,10 @@
 
 Each CTA's duration is computed once per row of a launch's grid where every row holds the same
 work; the tail's durations at every residency come from one evaluation; the compulsory hit
-rates come without a pass of the L2 model; stream ids are ranked without a sort. Each is held
-here to the way it replaces, on flashscope's kernels and the convention's launches, causal or
-not, grouped K/V heads and ragged lengths included.
+rates come without a pass of the L2 model; stream ids are ranked without a sort; causal
+launches are built heaviest block first instead of reordered. Each is held here to the way it
+replaces, on flashscope's kernels and the convention's launches, causal or not, grouped K/V
+heads and ragged lengths included.
 """
 
 from __future__ import annotations
@@ -132,3 +133,15 @@ def test_reordering_keeps_one_value_columns_as_they_are(w):
     got = w.reordered(order).arrays()
     for name, col in w.arrays().items():
         np.testing.assert_array_equal(got[name], col[order], err_msg=name)
+
+
+@pytest.mark.parametrize("p", PROBLEMS, ids=str)
+def test_causal_launches_built_heaviest_first_are_the_reordered_ones(p):
+    t = TileConfig(64, 32, 2, 4)
+    (plain,) = _fa2(p, t)
+    (heavy,) = _fa2(p, t, heavy_first=True)
+    per_head, heads = plain.grid
+    order = (np.arange(heads)[:, None] * per_head + np.arange(per_head)[::-1]).reshape(-1)
+    want = plain.reordered(order).arrays()
+    for name, col in heavy.arrays().items():
+        np.testing.assert_array_equal(col, want[name], err_msg=name)
