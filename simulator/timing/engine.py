@@ -487,23 +487,25 @@ def _tail(
     spills: bool,
     schedule: tuple[np.ndarray, np.ndarray, np.ndarray],
     dur: np.ndarray,
-    extra: np.ndarray,
+    cold: tuple[int, float],
     busy_cta: np.ndarray,
     c: np.ndarray,
-) -> tuple[np.ndarray, np.ndarray]:
+) -> None:
     """The launch's last CTAs, once none is left to start: as CTAs on an SM end, the others
-    there run at the residency left (their durations at k co-resident CTAs, plus `extra`, the
-    first wave's cold start, never slower than with more). Returns (end, busy_cta) with those
-    CTAs' ends and SM-time shares re-timed."""
+    there run at the residency left (their durations at k co-resident CTAs, plus the first
+    wave's cold start, `cold` = (CTAs of the first wave, seconds), never slower than with
+    more). Re-times those CTAs' ends (in the schedule's `end`) and SM-time shares (busy_cta)
+    in place."""
     start, end, sm = schedule
     t0 = float(start.max())
     tail = np.flatnonzero(end > t0)
     if tail.size == 0:
-        return end, busy_cta
+        return
     kmax = max(int(c[0]), int(np.bincount(sm[tail]).max()))
     if kmax <= 1:
-        return end, busy_cta
+        return
     sub = w.reordered(tail)
+    extra = np.where(tail < cold[0], cold[1], 0.0)  # (m,)
     # each tail CTA with k = 1 … kmax CTAs on its SM, in one evaluation: (kmax, m) and
     # (5, kmax, m)
     m = tail.size
@@ -514,20 +516,17 @@ def _tail(
     runs = []  # (duration, parts) of each tail CTA with k = 1 … kmax CTAs on its SM
     for k in range(kmax):
         parts = parts_all[:, k]
-        parts[4] += extra[tail]
-        runs.append((d_all[k] + extra[tail], parts))
+        parts[4] += extra
+        runs.append((d_all[k] + extra, parts))
     levels = np.minimum.accumulate(np.stack([d for d, _ in runs], axis=1)[:, ::-1], axis=1)
     levels = levels[:, ::-1]  # (m, kmax): alone is never slower than shared
     done = (t0 - start[tail]) / dur[tail]
     new_end, work = share_tail(sm[tail], 1.0 - done, levels, t0)
-    end = end.copy()
     end[tail] = new_end
-    busy_cta = busy_cta.copy()
     busy_cta[:, tail] *= done  # the share before t0, at the launch's residency
     for k, (d, parts) in enumerate(runs, start=1):
         # at k resident: the work done then, at its time per unit of work (levels) over k
         busy_cta[:, tail] += parts / d * (work[:, k - 1] * levels[:, k - 1] / k)
-    return end, busy_cta
 
 
 def _run_launch(
@@ -559,7 +558,7 @@ def _run_launch(
 
     # Every CTA shares its SM with c others: a full GPU's residency, or fewer when the grid is
     # too small to fill every slot. No SM ever holds more, so no SM outruns its throughput.
-    c = np.full(n, float(min(per_sm, math.ceil(n / sms))))
+    c = np.broadcast_to(float(min(per_sm, math.ceil(n / sms))), (n,))
     layout = streams(w)
     hits = _shared_hits(w, compulsory_hits(w, layout))
     dur, edge, parts = _durations(w, t, r, c, hits, fp.spills)
@@ -572,11 +571,13 @@ def _run_launch(
     parts[4, :first_wave] += cold
     gap = r.eff.cta_dispatch_ns * 1e-9
     start, end, sm = _schedule(dur + gap, slots, sms, free_at)
-    end = end - gap
-    busy_cta = parts / c  # (5, n) each CTA's share of its SM's time, by limiter
+    end -= gap
+    parts /= c
+    busy_cta = parts  # (5, n) each CTA's share of its SM's time, by limiter
     if alone_at_end:
-        extra = np.where(np.arange(n) < first_wave, cold, 0.0)
-        end, busy_cta = _tail(w, t, r, hits, fp.spills, (start, end, sm), dur, extra, busy_cta, c)
+        _tail(w, t, r, hits, fp.spills, (start, end, sm), dur, (first_wave, cold), busy_cta, c)
+    busy_sm = busy_cta.sum(axis=1)  # (5,)
+    del dur, parts, busy_cta  # (large: not held through the L2 model)
     l2 = split_traffic(w, start, end, edge, cap, gamma, carry, r.eff.l2_shared_copies, layout)
     first = float(start.min())  # > 0 only beside a kernel that still holds every slot
     span = float(end.max()) - first
@@ -602,7 +603,7 @@ def _run_launch(
     warped = span * stretch
 
     # Breakdown: SM-time by limiter, idle SM time as tail, the DRAM stretch as memory.
-    busy = busy_cta.sum(axis=1) / sms / clock  # (5,)
+    busy = busy_sm / sms / clock  # (5,)
     total_busy = float(busy.sum())
     if total_busy > span:  # rounding only: co-residency never exceeds c here
         busy *= span / total_busy
@@ -617,8 +618,8 @@ def _run_launch(
         "occupancy": occ,
         "waves": n / slots,
         "sm": sm,
-        "start": (start - first) * stretch / clock,  # from the launch's first CTA start
-        "end": (end - first) * stretch / clock,
+        "start": _rescaled(start, first, stretch, clock),  # from the launch's first CTA start
+        "end": _rescaled(end, first, stretch, clock),  # (both in place)
         "clock": clock,
         "dram_read_bytes": float(l2.dram_read.sum()),
         "dram_write_bytes": written + writeback,
@@ -632,6 +633,14 @@ def _run_launch(
         "first": first,
     }
     return result, l2, dirty
+
+
+def _rescaled(t: np.ndarray, first: float, stretch: float, clock: float) -> np.ndarray:
+    """(t − first) · stretch / clock, computed in t's place."""
+    t -= first
+    t *= stretch
+    t /= clock
+    return t
 
 
 def dirty_writes(
@@ -689,8 +698,8 @@ def simulate_workload(workload: Workload, gpu: GPU, power_cap: bool = True) -> S
         )  # fmt: skip
         span = res.pop("span")
         begin += res.pop("first")  # beside a busy kernel: when its first slot frees
-        res["start"] = res["start"] + begin
-        res["end"] = res["end"] + begin
+        res["start"] += begin
+        res["end"] += begin
         kernels.append(
             KernelResult(
                 name=launch.name,
