@@ -14,6 +14,7 @@ import torch
 
 from flashscope.kernels import KernelConfig, flash_decode
 from flashscope.kernels.config import INTERPRETER
+from flashscope.kernels.reference import attention_forward
 
 from .conftest import DEV, assert_close, rand
 from .test_decode import reference
@@ -222,3 +223,47 @@ def test_the_valid_call_of_the_error_tests_runs(seed: int) -> None:
         block_table=args["block_table"],
     )  # fmt: skip
     assert not torch.isnan(o).any(), f"seed={seed}"
+
+
+def test_the_benchmarks_calls_give_the_reference(seed: int) -> None:
+    """benchmarks/decode_paged.py at a small size: its pools and table hold the cache, and every
+    call it times, paged or not, at the default tiles or its own, is within the reference's
+    bound."""
+    from benchmarks.decode_paged import VARIANTS, paged_cache, variant_call
+
+    q, k, v = rand(2, 4, 1, 16), rand(2, 1, 256, 16), rand(2, 1, 256, 16)
+    k_pool, v_pool, table = paged_cache(k, v, 16, seed)
+    assert k_pool.shape == (32, 16, 1, 16) and table.dtype == torch.int32
+    assert torch.equal(gather(k_pool, table), k) and torch.equal(gather(v_pool, table), v)
+    ref, lowp = reference(q, k, v, None, torch.float64), reference(q, k, v, None, F16)
+    for variant in VARIANTS:
+        assert_close(variant_call(variant, q, k, v, seed)(), ref, lowp, variant, seed)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(DEV != "cuda", reason="needs a CUDA GPU (TRITON_INTERPRET=0)")
+@pytest.mark.parametrize("page_size", [16, 64, 256])
+def test_paged_matches_contiguous_on_gpu(seed: int, page_size: int) -> None:
+    """32 query heads over 8 K/V heads, d = 128, 32,768 keys in shuffled pages with NaN past each
+    length: the contiguous cache's output, and within the reference's bound."""
+    from benchmarks.decode_paged import paged_cache
+
+    lens = [32768, 20001, 4097, 1]
+    q = rand(4, 32, 1, 128)
+    k, v = rand(4, 8, 32768, 128), rand(4, 8, 32768, 128)
+    k_nan, v_nan = k.clone(), v.clone()
+    for b, n in enumerate(lens):
+        k_nan[b, :, n:], v_nan[b, :, n:] = float("nan"), float("nan")
+    k_pool, v_pool, table = paged_cache(k_nan, v_nan, page_size, seed)
+    seqlens = torch.tensor(lens, device=DEV, dtype=torch.int32)
+    paged = flash_decode(q, k_pool, v_pool, seqlens, block_table=table)
+    dense = flash_decode(q, k, v, seqlens)
+    what = f"paged decode page={page_size}"
+    assert not torch.isnan(paged).any(), f"{what}: NaN, seed={seed}"
+    diff = float((paged.float() - dense.float()).abs().max())
+    assert diff < 1e-3, f"{what}: {diff:.3g} from the contiguous cache's, seed={seed}"
+    for b, n in enumerate(lens):
+        args = (q[b : b + 1], k[b : b + 1, :, :n], v[b : b + 1, :, :n])
+        ref, _ = attention_forward(*args)
+        lowp, _ = attention_forward(*args, dtype=F16)
+        assert_close(paged[b : b + 1], ref, lowp, f"{what} batch {b}", seed)
