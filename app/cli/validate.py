@@ -5,10 +5,12 @@
 On a GPU: compiles the sweep's kernels, times every configuration (median of do_bench) with the
 kernels at exactly its tile configuration, reads DRAM and L2 bytes with Nsight Compute for the
 entries marked `ncu` where `ncu` is installed, simulates each configuration on the matching GPU
-preset (calibrated), and writes {device, date, torch, triton, rows, summary}
-(simulator/calibrate/validation.py says what the summary holds). `--measured DATASET` re-simulates
-the measurements of an existing dataset instead (no GPU needed): after the engine or a calibration
-changes. Without a GPU and without --measured it prints one line and exits with code 2.
+preset (calibrated), and writes {sweep, sweep_file, device, date, torch, triton, rows, summary}
+(simulator/calibrate/validation.py says what the summary holds; `sweep` names the sweep, from
+the file's "sweep" field or its name: validation*.json is "protocol", users.json "users").
+`--measured DATASET` re-simulates the measurements of an existing dataset instead (no GPU
+needed): after the engine or a calibration changes; the dataset keeps its sweep. Without a GPU
+and without --measured it prints one line and exits with code 2.
 """
 
 from __future__ import annotations
@@ -62,7 +64,12 @@ def _say(message: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from flashscope.simulator.calibrate.validation import Entry, build_dataset, read_sweep
+    from flashscope.simulator.calibrate.validation import (
+        Entry,
+        build_dataset,
+        read_sweep,
+        sweep_name,
+    )
     from flashscope.simulator.core import hardware
 
     old = None
@@ -75,9 +82,11 @@ def run(args: argparse.Namespace) -> int:
             return _fail("--measured", f"{args.measured}: {exc}")
     if args.repeats > MAX_REPEATS:
         return _fail("--repeats", f"at most {MAX_REPEATS}, got {args.repeats}")
+    sweep = sweep_file = None
     if args.sweep is not None:
         try:
             entries = read_sweep(args.sweep)
+            sweep, sweep_file = sweep_name(args.sweep), str(args.sweep)
         except ValueError as exc:
             return _fail("--sweep", str(exc))
     elif old is not None:
@@ -107,6 +116,8 @@ def run(args: argparse.Namespace) -> int:
         env.update(compile_s=seconds.get("compile"), timing_s=seconds.get("timing"))
         env["timing_passes"] = old.get("timing_passes")
         ncu = old.get("ncu", {})
+        if args.sweep is None:  # the measured dataset's sweep
+            sweep, sweep_file = old.get("sweep"), old.get("sweep_file")
         key = args.gpu or old.get("gpu")
     else:
         from flashscope.kernels.device import has_cuda
@@ -139,7 +150,7 @@ def run(args: argparse.Namespace) -> int:
         gpu = hardware.from_name(key)
     except ValueError as exc:
         return _fail("--gpu", str(exc))
-    data = build_dataset(entries, measured, env, gpu, ncu)
+    data = build_dataset(entries, measured, env, gpu, ncu, sweep, sweep_file)
     if old is not None:
         data["resimulated_from"] = str(args.measured)
     args.out.parent.mkdir(parents=True, exist_ok=True)

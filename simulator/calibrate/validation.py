@@ -119,6 +119,26 @@ def read_sweep(path: Path) -> list[Entry]:
     return entries
 
 
+# The sweep of the papers' protocol (benchmarks/sweeps/validation.json and its variants): the
+# name a dataset of it carries in its "sweep" field (the app's default, app/datasets.py).
+PROTOCOL = "protocol"
+
+
+def sweep_name(path: Path) -> str:
+    """The name of the sweep in file `path`, which its datasets carry in their "sweep" field: the
+    file's own "sweep" field where it has one, else from the file's name: `validation*.json`
+    (the papers' protocol) is "protocol", any other its stem (`users.json`: "users")."""
+    try:
+        doc = json.loads(Path(path).read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ValueError(f"{path}: not a readable JSON file ({exc})") from None
+    named = doc.get("sweep") if isinstance(doc, dict) else None
+    if isinstance(named, str) and named:
+        return named
+    stem = Path(path).name.removesuffix(".json")
+    return PROTOCOL if stem.startswith("validation") else stem
+
+
 def problem_of(c: dict[str, Any]) -> AttentionProblem:
     return AttentionProblem(
         seq_q=c["seq"],
@@ -532,11 +552,16 @@ def build_dataset(
     env: dict[str, Any],
     gpu: GPU,
     ncu: dict[str, Any] | None = None,
+    sweep: str | None = None,
+    sweep_file: str | None = None,
 ) -> dict[str, Any]:
     """Rows of measured against simulated for each entry, and their summary.
 
     `measured[i]` belongs to `entries[i]`: flashscope.kernels.sweep's row (ms, tflops, …, route,
     ncu) or {"error": …}. The backward's route is the one the kernels took when measured.
+    `sweep` names the sweep the entries come from (`sweep_name`) and `sweep_file` the file:
+    the dataset carries both (the app files a dataset under its sweep; without one, the
+    protocol).
     """
     rows = []
     for e, m in zip(entries, measured, strict=True):
@@ -561,6 +586,8 @@ def build_dataset(
     return {
         "format": FORMAT,
         "kind": "flashscope validation",
+        **({"sweep": sweep} if sweep else {}),
+        **({"sweep_file": sweep_file} if sweep_file else {}),
         "gpu": gpu.key,
         **{k: env.get(k) for k in ("device", "date", "python", "torch", "triton", "cuda")},
         "sms": env.get("sms"),

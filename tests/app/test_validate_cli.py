@@ -7,11 +7,17 @@ import random
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 from flashscope.app.cli.main import main
-from flashscope.simulator.calibrate.validation import build_dataset, read_sweep, simulate_config
+from flashscope.simulator.calibrate.validation import (
+    build_dataset,
+    read_sweep,
+    simulate_config,
+    sweep_name,
+)
 from flashscope.simulator.core import hardware
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -66,6 +72,81 @@ def test_validate_resimulates_a_measured_dataset(tmp_path, capsys):
     assert new["device"] == "NVIDIA H200" and new["resimulated_from"] == str(src)
     assert "16 configurations on NVIDIA H200" in capsys.readouterr().err
     assert main(["validate", "--measured", str(src), "--out", str(out), "--only", "nope"]) == 2
+
+
+def test_a_sweep_is_named_by_its_field_else_by_its_file():
+    assert sweep_name(SWEEP) == "protocol"  # the papers' protocol, as the app calls it
+    assert sweep_name(ROOT / "benchmarks" / "sweeps" / "validation-h200-routes.json") == "protocol"
+    assert sweep_name(ROOT / "benchmarks" / "sweeps" / "users.json") == "users"
+    assert sweep_name(ROOT / "benchmarks" / "sweeps" / "spills-causal.json") == "spills-causal"
+
+
+def test_a_sweeps_own_name_wins(tmp_path):
+    path = tmp_path / "validation.json"
+    path.write_text(json.dumps({**json.loads(SWEEP.read_text()), "sweep": "mine"}))
+    assert sweep_name(path) == "mine"
+    with pytest.raises(ValueError, match="not a readable JSON"):
+        sweep_name(tmp_path / "missing.json")
+
+
+def _measure_with_the_engine(monkeypatch, seed: int) -> None:
+    """Stand-ins for the GPU: CUDA is there, and each entry measures as the engine says ±20%."""
+    rng = random.Random(seed)
+    gpu = hardware.from_name("h100")
+
+    def measure_sweep(entries, work, **kwargs):
+        rows = []
+        for e in entries:
+            ms = simulate_config(e.config, gpu).time_s * 1e3 * rng.uniform(0.8, 1.2)
+            rows.append({"id": e.id, "ms": ms})
+        env = {"device": "NVIDIA H100 80GB HBM3", "date": "2026-01-02"}
+        return {"rows": rows, "env": env, "ncu": {}}
+
+    kernels = {"device": SimpleNamespace(has_cuda=lambda: True),
+               "sweep": SimpleNamespace(measure_sweep=measure_sweep)}  # fmt: skip
+    for name, module in kernels.items():
+        monkeypatch.setitem(sys.modules, f"flashscope.kernels.{name}", module)
+
+
+@pytest.mark.parametrize(
+    ("name", "sweep", "key"),
+    [("users.json", "users", "h100-sxm:users"), ("validation.json", "protocol", "h100-sxm")],
+)
+def test_validate_writes_the_sweep_it_measured(name, sweep, key, tmp_path, monkeypatch):
+    """The dataset a measurement writes carries its sweep, so that it ships as it is: the app
+    files it under that sweep (the users' beside the protocol's, not in its place)."""
+    from flashscope.app.datasets import dataset_key, sweep_of
+
+    seed = random.SystemRandom().randrange(2**31)
+    _measure_with_the_engine(monkeypatch, seed)
+    doc = json.loads((ROOT / "benchmarks" / "sweeps" / name).read_text())
+    path = tmp_path / name  # a few of the sweep's entries, under its name
+    path.write_text(json.dumps({**doc, "entries": doc["entries"][:4]}))
+    out = tmp_path / "dataset.json"
+    assert main(["validate", "--sweep", str(path), "--out", str(out), "--gpu", "h100"]) == 0, seed
+    ds = json.loads(out.read_text())
+    assert (ds["sweep"], ds["sweep_file"]) == (sweep, str(path))
+    assert dataset_key(ds["gpu"], sweep_of(ds)) == key
+    assert len(ds["rows"]) == 4 and all(r["simulated_us"] for r in ds["rows"])
+
+
+def test_a_resimulated_dataset_keeps_its_sweep(tmp_path):
+    seed = random.SystemRandom().randrange(2**31)
+    src = _fake_dataset(tmp_path, seed)
+    doc = json.loads(src.read_text())
+    assert "sweep" not in doc  # the protocol's, as shipped
+    out = tmp_path / "again.json"
+    assert main(["validate", "--measured", str(src), "--out", str(out)]) == 0
+    assert "sweep" not in json.loads(out.read_text())
+    users = {"sweep": "users", "sweep_file": "benchmarks/sweeps/users.json"}
+    src.write_text(json.dumps({**doc, **users}))
+    assert main(["validate", "--measured", str(src), "--out", str(out)]) == 0
+    again = json.loads(out.read_text())
+    assert (again["sweep"], again["sweep_file"]) == (users["sweep"], users["sweep_file"])
+    # measurements of one sweep re-read against the file of another: the file names it
+    assert main(["validate", "--measured", str(src), "--sweep", str(SWEEP), "--out", str(out),
+                 "--only", ",".join(r["id"] for r in doc["rows"])]) == 0  # fmt: skip
+    assert json.loads(out.read_text())["sweep"] == "protocol"
 
 
 def test_calibrate_refits_from_ceilings_and_a_dataset(tmp_path):
