@@ -56,9 +56,10 @@ CANDIDATES = {
     128: [W(2, 128, 2, True), W(2, 64, 3, True), PP(2, 128, 2), PS(2, 128, 2, True),
           PS(2, 128, 2, True, pingpong=True), PS(2, 64, 3, True),
           PS(2, 128, 2, True, pingpong=True, band=8)],
-    # at 256 columns only one warpgroup's Q, O and two K/V stages of 64 keys fit shared memory
-    256: [W(1, 64, 2, True), W(1, 64, 2, False), PS(1, 64, 2, True), PS(1, 64, 2, False),
-          PS(1, 64, 2, True, band=8)],
+    # at 256 columns two K/V stages of 64 keys fit shared memory beside two warpgroups' Q where
+    # O leaves through Q's stage (one tile a program), beside one warpgroup's Q and O otherwise
+    256: [W(2, 64, 2, True), W(2, 64, 2, False), PP(2, 64, 2), W(1, 64, 2, True),
+          PS(1, 64, 2, True), PS(1, 64, 2, False)],
 }  # fmt: skip
 MARGIN = 0.02  # `choose` routes to the Gluon kernel only where it is this much faster
 DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}

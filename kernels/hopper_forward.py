@@ -138,10 +138,15 @@ class WsConfig:
         consumer = (launch * warps - LOADER_REGS * 4) // (4 * self.consumers) // 8 * 8
         return launch, min(consumer, 256)
 
+    def o_in_q(self, head_dim: int) -> bool:
+        """Whether O leaves through Q's stage rather than one of its own: at 256 columns, where
+        a program has one tile (not persistent) and so Q is free once its last S is done."""
+        return head_dim > 128 and not self.persistent
+
     def shared_bytes(self, head_dim: int, elem: int = 2) -> int:
-        """Q's and O's stages, the K/V ring and the mbarriers (Q ready and free, and the turn,
-        per consumer; K and V ready and free per stage)."""
-        q_and_o = 2 * self.tile_m * head_dim * elem
+        """Q's and O's stages (`o_in_q`: one for both), the K/V ring and the mbarriers (Q ready
+        and free, and the turn, per consumer; K and V ready and free per stage)."""
+        q_and_o = (1 if self.o_in_q(head_dim) else 2) * self.tile_m * head_dim * elem
         kv = 2 * self.stages * self.block_n * head_dim * elem
         return q_and_o + kv + 8 * (3 * self.consumers + 4 * self.stages)
 
@@ -674,15 +679,18 @@ def _attn_fwd_ws(q_desc, k_desc, v_desc, o_desc, LSE, qk_scale2, H, GROUP, N_Q, 
                  CONSUMERS: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
                  PIPELINE: gl.constexpr, PINGPONG: gl.constexpr, HALF: gl.constexpr,
                  SCHEDULED: gl.constexpr, CONSUMER_REGS: gl.constexpr, RECORD: gl.constexpr,
-                 KEY_EDGE: gl.constexpr, Q_EDGE: gl.constexpr):
+                 KEY_EDGE: gl.constexpr, Q_EDGE: gl.constexpr, O_IN_Q: gl.constexpr):
     """Programs take tiles t = program_id, + num_programs, … < n_tiles (one each, or, launched
     persistent, one program per SM slot looping over its share; SCHEDULED: the share the host's
     schedule in SCHED gives it). RECORD: programs below rec_detail stamp their phases into REC,
     those below rec_programs their start and end (`_recorder`; none of it is compiled otherwise)."""
     q_smem = gl.allocate_shared_memory(q_desc.dtype, [CONSUMERS, BLOCK_M, HEAD_DIM],
                                        q_desc.layout)
-    o_smem = gl.allocate_shared_memory(o_desc.dtype, [CONSUMERS, BLOCK_M, HEAD_DIM],
-                                       o_desc.layout)
+    if O_IN_Q:  # a program's one tile: O leaves through its Q's stage, free after the last S
+        o_smem = q_smem
+    else:
+        o_smem = gl.allocate_shared_memory(o_desc.dtype, [CONSUMERS, BLOCK_M, HEAD_DIM],
+                                           o_desc.layout)
     k_smem = gl.allocate_shared_memory(k_desc.dtype, [STAGES, BLOCK_N, HEAD_DIM], k_desc.layout)
     v_smem = gl.allocate_shared_memory(v_desc.dtype, [STAGES, BLOCK_N, HEAD_DIM], v_desc.layout)
     q_ready = gl.allocate_shared_memory(gl.int64, [CONSUMERS, 1], mbarrier.MBarrierLayout())
@@ -951,6 +959,7 @@ def _arguments(
         RECORD=0 if record is None else record.mode,
         KEY_EDGE=n_k % cfg.block_n != 0,
         Q_EDGE=n_q % cfg.block_m != 0,
+        O_IN_Q=cfg.o_in_q(pad_dim(q.shape[3])),
     )
     return args, constexprs, {"num_warps": 4, "maxnreg": launch_regs}  # fmt: skip
 

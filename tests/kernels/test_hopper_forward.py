@@ -211,7 +211,7 @@ def _qkv(b=1, h=2, hk=2, n_q=256, n_k=256, d=64, dtype=torch.float16):
         ({"d": 32}, "multiple of 8 from 40 to 256"),
         ({"d": 100}, "multiple of 8 from 40 to 256"),
         ({"d": 264}, "multiple of 8 from 40 to 256"),
-        ({"d": 192}, "shared memory"),  # two warpgroups' tiles of 256 columns do not fit
+        ({"d": 192}, "shared memory"),  # 128-key stages of 256 columns do not fit
         ({}, "Hopper GPU"),  # a call that qualifies in every other way, on the CPU
         # head dims that are not a power of two run padded: only the GPU is missing
         ({"d": 80}, "Hopper GPU"),
@@ -228,9 +228,16 @@ def test_a_call_that_does_not_qualify_says_why(change: dict, reason: str) -> Non
     assert reason in supports(*_qkv(**change), cfg)
 
 
-def test_head_dims_past_128_qualify_with_one_warpgroup() -> None:
+def test_head_dims_past_128_fit_where_o_leaves_through_qs_stage() -> None:
+    """At 256 columns two warpgroups' Q and two K/V stages fit only if O reuses Q's stage, which
+    a program of one tile (not persistent) can do; persistent, one warpgroup fits."""
+    two = WsConfig(2, 64, 2, True)
+    assert two.o_in_q(256) and not two.o_in_q(128)
+    assert two.shared_bytes(256) == 128 * 256 * 2 + 2 * 2 * 64 * 256 * 2 + 8 * (6 + 8)
     for d in (136, 192, 256):
-        assert "Hopper GPU" in supports(*_qkv(d=d), WsConfig(1, 64, 2, True))
+        assert "Hopper GPU" in supports(*_qkv(d=d), two)
+        assert "Hopper GPU" in supports(*_qkv(d=d), WsConfig(1, 64, 2, True, persistent=True))
+        assert "shared memory" in supports(*_qkv(d=d), WsConfig(2, 64, 2, True, persistent=True))
 
 
 def test_lengths_that_fill_no_tile_compile_with_masked_edges() -> None:
@@ -245,9 +252,9 @@ def test_lengths_that_fill_no_tile_compile_with_masked_edges() -> None:
 
 def test_padded_head_dims_compile_without_spilling() -> None:
     """head_dim 80, 96 and 192 run in tiles of 128 or 256 columns (the copy engine pads and clips
-    them), with lengths that fill no tile so the masked store's column mask is compiled too; 256
-    with one warpgroup."""
-    wanted = [([2, 128, 2, 1, 1, 1, 1, 8], 80), ([2, 64, 3, 1, 1], 96), ([1, 64, 2, 1, 1], 256),
+    them), with lengths that fill no tile so the masked store's column mask is compiled too; at
+    256, two warpgroups whose O leaves through Q's stage and one persistent warpgroup."""
+    wanted = [([2, 128, 2, 1, 1, 1, 1, 8], 80), ([2, 64, 3, 1, 1], 96), ([2, 64, 2, 1, 1], 256),
               ([1, 64, 2, 0, 1, 0, 1], 192)]  # fmt: skip
     rows = compiled_apart(wanted, "--edges")
     got = {(row["head_dim"], row["causal"]) for row in rows}
