@@ -53,6 +53,24 @@ def test_decode(seed, n_q, h, h_kv, n_cache, d, dtype, lens) -> None:
     )
 
 
+@pytest.mark.parametrize("splits", [None, 1, 3])
+def test_rows_past_each_length_are_never_used(seed: int, splits: int | None) -> None:
+    """A serving cache holds whatever was there before past each batch's length (here NaN and
+    infinities in K and V): the output is that of the valid keys alone, whatever the splits."""
+    lens = [300, 129, 64, 1, 0]
+    q = rand(len(lens), 4, 2, 32)
+    k, v = rand(len(lens), 2, 300, 32), rand(len(lens), 2, 300, 32)
+    dirty_k, dirty_v = k.clone(), v.clone()
+    for b, n in enumerate(lens):
+        dirty_k[b, :, n:], dirty_v[b, :, n:] = float("nan"), float("inf")
+    seqlens = torch.tensor(lens, device=DEV)
+    o = flash_decode(q, dirty_k, dirty_v, seqlens, splits=splits)
+    what = f"decode past lengths {lens} splits={splits}"
+    assert not o.isnan().any(), f"{what}: NaN, seed={seed}"
+    ref, lowp = reference(q, k, v, lens, torch.float64), reference(q, k, v, lens, torch.float16)
+    assert_close(o, ref, lowp, what, seed)
+
+
 @pytest.mark.parametrize("splits", [1, 3, 7])
 def test_explicit_split_counts(seed: int, splits: int) -> None:
     q, k, v = rand(1, 2, 2, 32), rand(1, 1, 450, 32), rand(1, 1, 450, 32)
