@@ -57,14 +57,19 @@ TARGET_ROW_S = 0.05
 SLOWEST = 15  # rows listed with their shapes
 
 
-def time_in_process(algo: str, p: AttentionProblem, t: TileConfig, repeats: int) -> dict:
-    gpu = from_name("h100")
-    simulate(algo, p, t, gpu)  # warm-up: first-call costs (imports, caches) are not the engine's
+def _timed(run, repeats: int) -> tuple[SimResult, list[float]]:
+    """The last result of `run` and its wall times, after one warm-up call (first-call costs,
+    imports and caches, are not the engine's)."""
+    r = run()
     times = []
     for _ in range(repeats):
         t0 = time.perf_counter()
-        r = simulate(algo, p, t, gpu)
+        r = run()
         times.append(time.perf_counter() - t0)
+    return r, times
+
+
+def _record(algo: str, p: AttentionProblem, t: TileConfig, r: SimResult, times: list) -> dict:
     return {
         "algo": algo,
         "problem": {
@@ -83,35 +88,21 @@ def time_in_process(algo: str, p: AttentionProblem, t: TileConfig, repeats: int)
     }
 
 
+def time_in_process(algo: str, p: AttentionProblem, t: TileConfig, repeats: int) -> dict:
+    gpu = from_name("h100")
+    r, times = _timed(lambda: simulate(algo, p, t, gpu), repeats)
+    return _record(algo, p, t, r, times)
+
+
 def time_kernels(algo: str, p: AttentionProblem, t: TileConfig, repeats: int) -> dict:
     """The same as `time_in_process` for flashscope's kernels (impl flashscope)."""
     gpu = from_name("h100")
-
-    def run() -> SimResult:
-        return simulate_workload(kernelplan.build(algo, p, t, gpu_key=gpu.key), gpu)
-
-    r = run()  # warm-up
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        r = run()
-        times.append(time.perf_counter() - t0)
+    r, times = _timed(
+        lambda: simulate_workload(kernelplan.build(algo, p, t, gpu_key=gpu.key), gpu), repeats
+    )
     return {
-        "algo": algo,
+        **_record(algo, p, t, r, times),
         "impl": "flashscope",
-        "problem": {
-            "batch": p.batch,
-            "heads": p.heads,
-            "seq": p.seq_q,
-            "head_dim": p.head_dim,
-            "causal": p.causal,
-        },
-        "tiles": {"block_m": t.block_m, "block_n": t.block_n, "stages": t.stages, "warps": t.warps},
-        "ctas": sum(k.n_ctas for k in r.kernels),
-        "simulated_time_us": r.time_s * 1e6,
-        "seconds": times,
-        "median_s": statistics.median(times),
-        "min_s": min(times),
         "under_target": statistics.median(times) < TARGET_IN_PROCESS_S,
     }
 

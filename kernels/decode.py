@@ -46,8 +46,8 @@ from flashscope.kernels.inputs import (
     DTYPES,
     MAX_HEAD_DIM,
     Shapes,
+    check_alike,
     check_attention,
-    check_device,
     check_scale,
     last_dim_contiguous,
 )
@@ -282,20 +282,7 @@ def check_paged(
     k, v = _check_pool("k_cache", k_cache), _check_pool("v_cache", v_cache)
     if q.dtype not in DTYPES:
         raise ValueError(f"q dtype must be float16, bfloat16 or float32, got {q.dtype}")
-    if k.shape != v.shape:
-        raise ValueError(
-            f"k_cache and v_cache must have the same shape, got {tuple(k.shape)} and "
-            f"{tuple(v.shape)}"
-        )
-    if not (q.dtype == k.dtype == v.dtype):
-        raise ValueError(
-            f"q, k_cache and v_cache must share a dtype, got {q.dtype}, {k.dtype}, {v.dtype}"
-        )
-    if not (q.device == k.device == v.device):
-        raise ValueError(
-            f"q, k_cache and v_cache must be on one device, got {q.device}, {k.device}, {v.device}"
-        )
-    check_device(q)
+    check_alike(q, k, v, "k_cache", "v_cache")
     b, h, n_q, d = q.shape
     _, page_size, h_kv, dk = k.shape
     if page_size & (page_size - 1):

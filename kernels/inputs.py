@@ -66,22 +66,33 @@ def check_scale(sm_scale: object, head_dim: int) -> float:
     return float(sm_scale)
 
 
+def check_alike(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_name: str = "k", v_name: str = "v"
+) -> None:
+    """K and V of one shape; Q, K and V of one dtype, on one device, the kernels' backend."""
+    if k.shape != v.shape:
+        raise ValueError(
+            f"{k_name} and {v_name} must have the same shape, got {tuple(k.shape)} and "
+            f"{tuple(v.shape)}"
+        )
+    if not (q.dtype == k.dtype == v.dtype):
+        raise ValueError(
+            f"q, {k_name} and {v_name} must share a dtype, got {q.dtype}, {k.dtype}, {v.dtype}"
+        )
+    if not (q.device == k.device == v.device):
+        raise ValueError(
+            f"q, {k_name} and {v_name} must be on one device, got {q.device}, {k.device}, "
+            f"{v.device}"
+        )
+    check_device(q)
+
+
 def check_attention(q: object, k: object, v: object, causal: object, sm_scale: object) -> Shapes:
     """Validate an attention call's inputs; returns its sizes and the softmax scale."""
     q, k, v = _check_tensor("q", q), _check_tensor("k", k), _check_tensor("v", v)
     if not isinstance(causal, bool):
         raise ValueError(f"causal must be a bool, got {causal!r}")
-    if k.shape != v.shape:
-        raise ValueError(
-            f"k and v must have the same shape, got {tuple(k.shape)} and {tuple(v.shape)}"
-        )
-    if not (q.dtype == k.dtype == v.dtype):
-        raise ValueError(f"q, k and v must share a dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
-    if not (q.device == k.device == v.device):
-        raise ValueError(
-            f"q, k and v must be on one device, got {q.device}, {k.device}, {v.device}"
-        )
-    check_device(q)
+    check_alike(q, k, v)
     b, h, _, d = q.shape
     bk, hk, nk, dk = k.shape
     if bk != b:
