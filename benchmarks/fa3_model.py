@@ -7,10 +7,11 @@ and every variant of benchmarks/results/warpgroups-*.json (simulator/calibrate/f
 which rows, how, and which half of them is held out), and on the recorded timelines
 (simulator/calibrate/fa3_timelines.py). Writes each row's model time beside its measured time,
 the mean absolute percentage error of the fit half, the held-out half and all rows (by GPU,
-head_dim and causal), the variants' ranking, and the timelines' phase lengths, to
-fa3-model-<date>.json. `--fit` first fits the model's terms on the fit half and the timelines
-(simulator/calibrate/fa3_fit.py) and prints them; the record is then of the fitted terms
-(copy them into `fa3.TERMS` to ship them).
+head_dim and causal), the variants' ranking, the timelines' phase lengths, and the time one
+configuration takes to simulate from a cold cache (the cases of benchmarks/simulator_speed.py
+at N = 16384, each the best of three runs), to fa3-model-<date>.json. `--fit` first fits the
+model's terms on the fit half and the timelines (simulator/calibrate/fa3_fit.py) and prints
+them; the record is then of the fitted terms (copy them into `fa3.TERMS` to ship them).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import argparse
 import dataclasses
 import datetime as dt
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -29,7 +31,33 @@ sys.path.insert(0, str(ROOT))
 from flashscope.simulator.calibrate import fa3_fit
 from flashscope.simulator.calibrate.fa3_rows import all_rows, compare, result_paths
 from flashscope.simulator.calibrate.fa3_timelines import compare_phases, recorded
-from flashscope.simulator.timing.fa3 import TERMS
+from flashscope.simulator.core.problem import AttentionProblem
+from flashscope.simulator.timing import fa3
+from flashscope.simulator.timing.fa3 import TERMS, Fa3Config, Fa3Terms
+
+
+def cold_ms(terms: Fa3Terms) -> dict[str, float]:
+    """Milliseconds to simulate one configuration with nothing remembered (best of three)."""
+    configs = {
+        "d64_2x128_pipelined": (64, Fa3Config(2, 128, 2, True)),
+        "d128_2x128_pipelined": (128, Fa3Config(2, 128, 2, True)),
+        "d64_3x128_pingpong_persistent": (
+            64,
+            Fa3Config(3, 128, 2, True, pingpong=True, persistent=True),
+        ),
+    }
+    out = {}
+    for name, (d, cfg) in configs.items():
+        for causal in (False, True):
+            p = AttentionProblem(seq_q=16384, head_dim=d, heads=2048 // d, causal=causal)
+            runs = []
+            for _ in range(3):
+                fa3._sm_time.cache_clear()
+                t0 = time.perf_counter()
+                fa3.simulate_with_terms(p, cfg, "h100-sxm", terms)
+                runs.append((time.perf_counter() - t0) * 1e3)
+            out[f"{name}{'_causal' if causal else ''}"] = min(runs)
+    return out
 
 
 def main() -> int:
@@ -51,12 +79,14 @@ def main() -> int:
     result = compare(rows, terms, pinned)
     phases = compare_phases(runs, terms=terms)
     seconds = time.perf_counter() - t0
+    speed = cold_ms(terms)
     for side in ("mape_held_out", "mape_fit", "mape"):
         for key, value in sorted(result[side].items()):
             print(f"{side:14s} {key:10s} {value:6.1%}")
     rank = result["ranking"]
     print(f"ranking: {rank['right']} of {rank['pairs']} pairs ({rank['accuracy']:.0%})")
     print(f"{result['count']} rows, {result['groups']} configurations, {seconds:.1f} s")
+    print("one configuration, cold: " + ", ".join(f"{v:.0f}" for v in speed.values()) + " ms")
     now = dt.datetime.now(dt.UTC)
     record = {
         "benchmark": "fa3_model",
@@ -64,6 +94,8 @@ def main() -> int:
         "sources": [p.name for group in paths.values() for p in group],
         "terms": dataclasses.asdict(terms),
         "seconds": seconds,
+        "cold_ms": speed,
+        "load_average_1_5_15": list(os.getloadavg()),
         "timelines": phases,
         **result,
     }
