@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -25,9 +25,12 @@ from flashscope.simulator.timing.fa3 import TERMS, Fa3Terms
 PARAMS = (
     Param("tensor", 0.7, 1.0),
     Param("mma_latency_ns", 1.0, 200.0, log=True),
-    Param("softmax_ops_per_clk", 24.0, 160.0, log=True),
+    Param("softmax_ops_per_clk", 24.0, 200.0, log=True),
     Param("kv_latency_ns", 100.0, 2500.0, log=True),
     Param("copy_gbs", 15.0, 150.0, log=True),
+    Param("softmax_ns", 0.0, 600.0),
+    Param("barrier_ns", 0.0, 200.0),
+    Param("mma_drag", 0.0, 0.8),
 )
 TIMELINE_WEIGHT = 0.5
 PHASE_FLOOR_NS = 100.0
@@ -66,11 +69,11 @@ def fit(
     """The terms that minimise `loss` from TERMS; (terms, loss, loss at TERMS)."""
 
     def f(values: dict[str, float | int]) -> float:
-        return loss(dataclasses.replace(TERMS, **values), rows, runs, pinned)
+        return loss(dataclasses.replace(TERMS, **cast(dict[str, Any], values)), rows, runs, pinned)
 
     start = np.array([p.to_unit(getattr(TERMS, p.name)) for p in PARAMS])
     best, best_loss, start_loss, _ = _minimize(PARAMS, f, [start], max_evals, progress)
-    return dataclasses.replace(TERMS, **best), best_loss, start_loss
+    return dataclasses.replace(TERMS, **cast(dict[str, Any], best)), best_loss, start_loss
 
 
 __all__ = ["PARAMS", "compare", "fit", "loss"]

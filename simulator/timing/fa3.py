@@ -10,30 +10,38 @@ slot (SMs × `ctas`) looping over tiles, its loader fetching the next tile's Q e
 
 How the time is made:
 1. Per-block work of one warpgroup (`costs`): each product's FLOPs at the SM's share of the
-   tensor peak × `efficiency.tensor`; 64·(block_n + 1) exp2 at `sfu_per_clk` × clock ×
-   `efficiency.sfu`; SOFTMAX_OPS FP32 operations per score plus the rescale at the SM's FP32
-   rate × `efficiency.fp32`; copies at the SM's share of the L2 bandwidth × `efficiency.l2`,
-   after `l2_latency_ns` (K, V) or `dram_latency_ns` (Q); each product's completion is seen
-   WGMMA_LATENCY_NS after its last work.
-2. One SM in discrete time (`fa3_sm.SM`): the loader and consumers of its `ctas` CTAs, the
-   tensor cores, SFU, FP32 units and copy engine shared among the jobs running at once.
-3. The grid: a tile's time on its slot is linear in its key blocks, a + b·n, read from two
-   short runs of the SM (for persistent programs, the cost of a further tile from runs of two
-   tiles); tiles go to slots in launch order, each to the first free one (non-persistent:
-   `cta_dispatch_ns` between CTAs), persistent programs take theirs in turn (causal: the
-   host's schedule, approximated by the same first-free rule). The first CTAs start
-   `cold_start_ns` late; the time is at least the unique bytes at the HBM rate.
+   tensor peak × `Fa3Terms.tensor`; 64·(block_n + 1) exp2 at `sfu_per_clk` × clock ×
+   `efficiency.sfu`; SOFTMAX_OPS FP32 operations per score (MASK_OPS more on a masked step),
+   the rescale's one per element of O and the epilogue at `Fa3Terms.softmax_ops_per_clk`;
+   copies at `Fa3Terms.copy_gbs` shared by the copies in flight, then `kv_latency_ns` (K, V)
+   or `dram_latency_ns` (Q); the latencies of `Fa3Terms` (a product's completion seen, a
+   softmax's own, a barrier wait's).
+2. One SM in discrete time (`fa3_sm.SM`): the loader and consumers of its resident CTAs, the
+   tensor cores (one product at a time, in issue order, an issue returning once its product
+   has them), the SFU, FP32 units and copy engine shared among the jobs running at once, the
+   SFU and FP32 units slowed while products run (`Fa3Terms.mma_drag`).
+3. The grid (`fa3_grid`): a tile's time on its slot is linear in its key blocks, its masked
+   steps and its half step, a + b·n + m·masked + h·half, read from a few short runs of the SM
+   (for persistent programs, the cost of a further tile from runs of two tiles); CTAs go to
+   slots in launch order, each to the slot free first (`cta_dispatch_ns` between two CTAs);
+   persistent programs take their tiles in turn, or, causal, by the kernel's host schedule.
+   The first CTAs start `cold_start_ns` late; the time is at least the unique bytes at the HBM
+   rate.
 
-What it leaves out: the causal masks' extra FP32 work and the kernel's half steps (HALF_STEPS),
-register pressure, the power cap's clock, L2 misses of K/V.
+What it leaves out: register pressure (three consumers hold 160 registers a thread), the power
+cap's clock, L2 misses of K/V and what the order of causal tiles does to them (bands of one
+head, the kernel's default, measure up to 1.9× slower than bands of 8 or 32 with three
+consumers at N = 1024 on the H200, benchmarks/results/hopper-forward-d64-causal-bands-*.json;
+the model sees only the bands' load balance).
 
 FP8 (`dtype="fp8"`, e4m3) is a what-if, not a kernel: twice the tensor rate, one byte per
 element of Q, K and V (O stays 16-bit), a 4-byte scale per block of Q, K and V, and FP8_OPS more
 FP32 operations per score (descaling S, scaling P before its conversion).
 
-Intervals (the measured timeline will use the same schema): dicts {role, warpgroup, phase,
-tile, block, start_ns, end_ns}; see PHASES and `fa3_sm`. The configuration and the tiles'
-order are in `fa3_config`.
+Intervals (the measured timeline uses the same schema): dicts {role, warpgroup, phase, tile,
+block, start_ns, end_ns}; see PHASES and `fa3_sm`. The configuration and the tiles' order are
+in `fa3_config`, the grid's schedules in `fa3_grid`. Past 400 lines for the terms' evidence,
+which stays beside the terms.
 """
 
 from __future__ import annotations
@@ -47,6 +55,7 @@ import numpy as np
 from flashscope.simulator.core import hardware
 from flashscope.simulator.core.gpu import GPU
 from flashscope.simulator.core.problem import AttentionProblem
+from flashscope.simulator.timing import fa3_grid
 from flashscope.simulator.timing.fa3_config import (
     BLOCK_M,
     INTERVAL_KEYS,
@@ -56,14 +65,16 @@ from flashscope.simulator.timing.fa3_config import (
     SHARED_PER_SM,
     Fa3Config,
     interval_problems,
+    tile_masks,
     tile_steps,
 )
-from flashscope.simulator.timing.fa3_sm import SM, Costs
+from flashscope.simulator.timing.fa3_sm import SM, Costs, Tile
 
 ALGO = "fa3"
 DTYPES = ("fp16", "bf16", "fp8")
 ELEMENT_BYTES = {"fp16": 2, "bf16": 2, "fp8": 1}
 SOFTMAX_OPS = 4  # FP32 operations per score beside its exp2: max, scale-and-subtract, sum, cvt
+MASK_OPS = 3  # more per score of a masked step: the column index, the compare, the select
 FP8_OPS = 1  # fp8: P scaled before its conversion (S's descale folds into the softmax scale)
 WGMMA_LATENCY_NS = 40.0  # the former estimate of a product's drain (now `Fa3Terms`)
 __all__ = [
@@ -90,34 +101,53 @@ FIT_BLOCKS = 12  # the longest tile the grid's linear cost is read from
 class Fa3Terms:
     """The model's own per-phase terms for a Hopper SM, read from the kernel's recorded
     timelines (benchmarks/results/warpgroups-timelines-*.json, nine launches at N = 4096 on an
-    H100) and, where a timeline cannot separate two of them, fitted on the fit half of the
-    measured rows (`simulator/calibrate/fa3_fit.py`; the split is `fa3_rows.held_out`).
+    H100; "the timelines" below) and fitted on the fit half of the measured rows together with
+    the timelines' phase lengths (`simulator/calibrate/fa3_fit.py`; the split is
+    `fa3_rows.held_out`; "the rows" are benchmarks/results/hopper-forward-*.json and the
+    variants of warpgroups-*.json). Each term and what supports it:
 
-    tensor: share of the datasheet tensor rate one product runs at. A lone S = QKᵀ (plain
-        loop, the other warpgroup in its softmax) measures 276 ns for 2.1 MFLOP at d = 128 and
-        151 ns for 1.05 MFLOP at d = 64: the datasheet rate (280 and 140 ns), not the 0.737 a
-        whole matmul reaches. Products issued while another runs queue behind it (one queue).
+    tensor: share of the datasheet tensor rate one product runs at. A lone S = QKᵀ of the plain
+        loop records 276 ns for 2.1 MFLOP at d = 128 and 151 ns for 1.05 MFLOP at d = 64 (280
+        and 140 ns at the datasheet rate); fitted with the issue and drain around it: 0.90.
     mma_latency_ns: from a product's last work to its completion being seen (wgmma wait);
-        fitted (52 ns): the timelines' stamps resolve ~20 ns.
-    softmax_ops_per_clk: FP32 operations per SM clock the softmax gets (SOFTMAX_OPS per score
-        and the rescale's one per element of O). A plain-loop softmax of 64 × 128 scores
-        measures 675–720 ns at d = 128 with the other warpgroup's softmax partly beside it; the
-        exponentials run beside this work (`fa3_sm`), so the FP32 rate is what the plain
-        softmax's length leaves; fitted: 37.6 per clock.
-    kv_latency_ns: from a K or V copy's issue to its barrier, beside its bytes at `copy_gbs`.
-        A 32 KB K block measures 1.2 µs from issue to the waiting consumer at d = 128, 16 KB
-        0.8–0.9 µs at d = 64 (ping-pong, two stages); fitted: 1130 ns.
-    copy_gbs: bytes per ns one SM's copies move from L2 when all SMs copy (the copy engine's
-        share), shared by the copies in flight. Two stages at d = 128 move 64 KB per block in
-        1.77–1.88 µs per SM measured: latency, not bandwidth, sets the ring's pace; fitted:
-        128 B/ns (the rows cannot pin it further).
+        fitted (77 ns): the timelines' stamps resolve ~20 ns.
+    softmax_ops_per_clk: FP32 operations per SM clock for the softmax (SOFTMAX_OPS per score,
+        MASK_OPS more on a masked step, the rescale's one per element of O), shared by the
+        softmaxes running at once; fitted: 52.5 per clock.
+    kv_latency_ns, copy_gbs: a K or V copy takes its bytes at `copy_gbs` per SM, shared by the
+        copies in flight, then `kv_latency_ns` to its barrier. The plain loop's copies at
+        d = 128 record 3.0–3.1 µs from issue to the consumer with three in flight, ping-pong's
+        1.3–1.7 µs with two; one warpgroup alone per SM (block_n 64, three stages at d = 128:
+        131,436 bytes of shared memory, one CTA) takes 1.14 ms on the H100 for 4 × 16 × 4096
+        (hopper-forward-NVIDIA-H100-80GB-HBM3-2026-11-22.json), ≈ 550 ns per block of 32 KB of
+        K and V; fitted: 92 B/ns and 755 ns.
+    softmax_ns: a softmax's own latency beside its work (its row reductions' shuffles), on no
+        shared unit. Per 64 keys the rows' slopes in N measure 940–965 ns with 64-key blocks
+        at d = 128 ([2, 64, 3, 1, 1]) against 808–836 ns with 128-key ones ([2, 128, 2, 1, 1]):
+        a cost per block, not per key; fitted: 60 ns.
+    barrier_ns: a consumer's wait on an mbarrier however early the arrival: the timelines' V
+        waits record 69–119 ns per block where V had landed before (pipelined and ping-pong at
+        d = 128: 69–76 ns), the turns 62–102 ns; fitted: 55 ns.
+    mma_drag: share of the SFU's and FP32 units' rate lost while products run on the SM (the
+        products' operands and accumulators pass through the same register files). The
+        timelines' ping-pong softmax at d = 128 records 832–850 ns per block with the tensor
+        cores busy through most of it, the plain loop's 698 ns with its rescale and with none
+        of its own products beside it; fitted: 0.51.
+    blocking_issue: a product's issue returns once the product has the tensor cores. The plain
+        loop at d = 128 (the timelines, block 10): both warpgroups wait for the same K; the
+        first's S is issued as K lands and done 276 ns later, the second's issue returns only
+        then (314 ns after K) and its S is done 277 ns after that.
     """
 
-    tensor: float = 1.0
-    mma_latency_ns: float = 52.0
-    softmax_ops_per_clk: float = 37.6
-    kv_latency_ns: float = 1130.0
-    copy_gbs: float = 128.0
+    tensor: float = 0.8234415260101751
+    mma_latency_ns: float = 65.32161095837878
+    softmax_ops_per_clk: float = 61.56645431334183
+    kv_latency_ns: float = 810.667637438341
+    copy_gbs: float = 107.14514379098202
+    softmax_ns: float = 38.18553226524256
+    barrier_ns: float = 64.23346962651479
+    mma_drag: float = 0.6280997641071945
+    blocking_issue: bool = True
 
 
 TERMS = Fa3Terms()
@@ -152,6 +182,11 @@ def costs(
         copy_latency=terms.kv_latency_ns,
         q_latency=eff.dram_latency_ns,
         rescale=BLOCK_M * d / fp32,
+        mask_alu=MASK_OPS * BLOCK_M * bn / fp32,
+        softmax_ns=terms.softmax_ns,
+        blocking_issue=terms.blocking_issue,
+        barrier_ns=terms.barrier_ns,
+        mma_drag=terms.mma_drag,
     )
 
 
@@ -253,7 +288,7 @@ class Fa3Result:
 
 
 @functools.lru_cache(maxsize=4096)
-def _sm_time(c: Costs, cfg: Fa3Config, tiles: tuple[int, ...], resident: int) -> float:
+def _sm_time(c: Costs, cfg: Fa3Config, tiles: tuple[Tile, ...], resident: int) -> float:
     """Time for each of the SM's `resident` CTAs to run `tiles` (the same list for each);
     remembered, as one sweep asks for the same short runs again and again."""
     sm = SM(
@@ -268,27 +303,23 @@ def _sm_time(c: Costs, cfg: Fa3Config, tiles: tuple[int, ...], resident: int) ->
     return max(sm.ends)
 
 
-def _linear(c: Costs, cfg: Fa3Config, n_max: int, tiles: int, resident: int) -> tuple[float, float]:
-    """(a, b): `tiles` consecutive tiles of n blocks take a + b·n, from two short runs."""
+def _linear(
+    c: Costs, cfg: Fa3Config, n_max: int, tiles: int, resident: int, masked: bool, half: bool
+) -> np.ndarray:
+    """(a, b, m, h): `tiles` consecutive tiles of n blocks, k of them masked, the last a half
+    step or not (h), take a + b·n + m·k + h·half, from a few short runs of the SM."""
     hi = min(n_max, FIT_BLOCKS)
     lo = max(1, hi // 2)
-    t_hi = _sm_time(c, cfg, (hi,) * tiles, resident)
-    if hi == lo:
-        return t_hi, 0.0
-    t_lo = _sm_time(c, cfg, (lo,) * tiles, resident)
-    b = (t_hi - t_lo) / (hi - lo)
-    return t_hi - b * hi, b
 
+    def run(n: int, k: int = 0, h: int = 0) -> float:
+        return _sm_time(c, cfg, ((n, k, h),) * tiles, resident)
 
-def _first_free(cost: np.ndarray, slots: int) -> np.ndarray:
-    """Each slot's busy time when tiles (in order, with these costs) go, `slots` at a time, to
-    the slots free first (list scheduling, one wave at a time)."""
-    free = np.zeros(slots)
-    for at in range(0, cost.size, slots):
-        chunk = cost[at : at + slots]
-        order = np.argsort(free, kind="stable")[: chunk.size]
-        free[order] += chunk
-    return free
+    t_hi = run(hi)
+    b = (t_hi - run(lo)) / (hi - lo) if hi > lo else 0.0
+    k = min(hi, 2)
+    m = (run(hi, k) - t_hi) / k if masked else 0.0
+    h = run(hi, 1, 1) - run(hi, 1) if half else 0.0
+    return np.array([t_hi - b * hi, b, m, h])
 
 
 def simulate_fa3(
@@ -346,24 +377,26 @@ def simulate_with_terms(
     eff = gpu.efficiency
     resident = cfg.resident(problem.head_dim, ELEMENT_BYTES[dtype])
     slots = gpu.sms * resident
-    a1, b1 = _linear(c, cfg, int(steps.max()), 1, resident)
-    tile_cost = a1 + b1 * steps
+    masked, half = tile_masks(cfg, rows, problem.seq_q, problem.seq_k, problem.causal)
+    shape = np.stack([np.ones(n_tiles), steps, masked, half])  # (4, tiles)
+    n_max, any_masked, any_half = int(steps.max()), bool(masked.any()), bool(half.any())
+    tile_fit = _linear(c, cfg, n_max, 1, resident, any_masked, any_half)
+    tile_cost = tile_fit @ shape
     if cfg.persistent:
-        a2, b2 = _linear(c, cfg, int(steps.max()), 2, resident)
-        further = (a2 + b2 * steps) - tile_cost  # a tile after another in the same program
+        # a tile after another in the same program
+        further = _linear(c, cfg, n_max, 2, resident, any_masked, any_half) @ shape - tile_cost
         if problem.causal:
-            share = _assigned(steps + 1.0, programs)
+            host = fa3_grid.host_costs(steps, half)
+            busy_program = fa3_grid.scheduled_busy(tile_cost, further, host, programs)
+            share = fa3_grid.owners(host, programs, count=programs * shown_tiles)
         else:
             share = np.arange(n_tiles) % programs
-        first = np.zeros(n_tiles, dtype=bool)
-        first[np.unique(share, return_index=True)[1]] = True
-        per_tile = np.where(first, tile_cost, further)
-        busy_program = np.bincount(share, weights=per_tile, minlength=programs)
+            busy_program = np.bincount(share, weights=further, minlength=programs)
+            busy_program[: min(programs, n_tiles)] += (tile_cost - further)[:programs]
         busy_slot: np.ndarray = np.bincount(np.arange(programs) % slots, weights=busy_program)
         order = [np.flatnonzero(share == program).astype(np.int64)]
     else:
-        gap = eff.cta_dispatch_ns
-        busy_slot = _first_free(tile_cost + gap, slots) - gap
+        busy_slot = fa3_grid.first_free(tile_cost, slots, eff.cta_dispatch_ns)
         order = [np.array([program], dtype=np.int64)]
     makespan = float(busy_slot.max()) + eff.cold_start_ns
     elem = ELEMENT_BYTES[dtype]
@@ -386,7 +419,7 @@ def simulate_with_terms(
         "loader": min(1.0, copy_ns / span),
     }
 
-    shown = [int(n) for n in steps[order[0][:shown_tiles]]]
+    shown = [(int(steps[t]), int(masked[t]), int(half[t])) for t in order[0][:shown_tiles].tolist()]
     sm = SM(
         c,
         cfg.consumers,
@@ -404,8 +437,6 @@ def simulate_with_terms(
         notes.append(f"{cfg.ctas} CTAs per SM do not fit in shared memory: {resident} at once")
     if dtype == "fp8":
         notes.append("fp8 (e4m3) is a simulated what-if: flashscope's kernel runs fp16 and bf16")
-    if problem.causal:
-        notes.append("causal: masks' extra FP32 work and the kernel's half steps left out")
     return Fa3Result(
         problem=problem,
         config=cfg,
@@ -416,7 +447,7 @@ def simulate_with_terms(
         tiles=n_tiles,
         programs=programs,
         busy=busy,
-        tile_ns=(a1, b1),
+        tile_ns=(float(tile_fit[0]), float(tile_fit[1])),
         hbm_floor_ns=floor,
         program=program,
         intervals=intervals,
@@ -433,16 +464,3 @@ def simulate_with_terms(
         explanation=explain(c, cfg, d),
         notes=notes,
     )
-
-
-def _assigned(cost: np.ndarray, programs: int) -> np.ndarray:
-    """The program each tile goes to when tiles, in launch order, go to the program free first
-    (the kernel's host schedule for persistent causal launches, one wave at a time)."""
-    free = np.zeros(programs)
-    owner = np.empty(cost.size, dtype=np.int64)
-    for at in range(0, cost.size, programs):
-        chunk = cost[at : at + programs]
-        order = np.argsort(free, kind="stable")[: chunk.size]
-        owner[at : at + chunk.size] = order
-        free[order] += chunk
-    return owner

@@ -110,6 +110,39 @@ def tile_steps(cfg: Fa3Config, rows: int, n_q: int, n_k: int, causal: bool) -> n
     return steps
 
 
+def tile_masks(
+    cfg: Fa3Config, rows: int, n_q: int, n_k: int, causal: bool
+) -> tuple[np.ndarray, np.ndarray]:
+    """Of every tile in launch order (`tile_steps`' order): its masked steps (the causal
+    diagonal's, or the key block N_k does not fill; pipelined, the first step's as well) and
+    whether its last step is a half step (the kernel's HALF: unpipelined causal tiles whose
+    block_n does not divide their rows compute a last step that sees no key past its block's
+    first half over that half alone)."""
+    steps = tile_steps(cfg, rows, n_q, n_k, causal)
+    if not causal:
+        edge = int(n_k % cfg.block_n != 0)
+        # pipelined, the first step's softmax is the masked one too (its own code path)
+        lead = edge * int(cfg.pipeline and n_k >= cfg.block_n)
+        masked = np.full(steps.size, edge + lead, dtype=np.int64)
+        return masked, np.zeros(steps.size, dtype=np.int64)
+    n_mb = cdiv(n_q, cfg.tile_m)
+    t = np.arange(rows * n_mb)
+    band = cfg.band or rows
+    first = t // (band * n_mb) * band
+    size = np.minimum(band, rows - first)
+    rank = (t - first * n_mb) // size
+    m0 = n_q - (rank + 1) * cfg.tile_m
+    hi = np.clip(np.minimum(n_k, m0 + cfg.tile_m + n_k - n_q), 0, None)
+    full = np.minimum(np.clip(m0 + n_k - n_q + 1, 0, None) // cfg.block_n, hi // cfg.block_n)
+    masked = (steps - full + (full >= 1) * int(cfg.pipeline)).astype(np.int64)
+    half = np.zeros(steps.size, dtype=np.int64)
+    if not cfg.pipeline and cfg.tile_m % cfg.block_n != 0:
+        half = ((full < steps) & (hi - (steps - 1) * cfg.block_n <= cfg.block_n // 2)).astype(
+            np.int64
+        )
+    return masked, half
+
+
 def interval_problems(intervals: list[dict[str, Any]], consumers: int) -> list[str]:
     """What is wrong with a warpgroup timeline (empty when it keeps the schema): each interval a
     dict of exactly INTERVAL_KEYS; role loader with warpgroup −1 and a load phase, or consumer

@@ -3,8 +3,10 @@
 The SM has four shared units. The tensor cores run the products of all warpgroups one at a time
 in the order they were issued (a wgmma is a few instructions issued at once, each long on the
 tensor cores, so the pipes see them in issue order): products issued together share the rate,
-the first issued finishing first. The copies in flight, the SFU and the FP32 units serve their
-jobs by processor sharing (k jobs at once each run at 1/k of the unit's rate):
+the first issued finishing first, and a warpgroup's issue returns only once its product has
+the tensor cores (`Costs.blocking_issue`). The copies in flight, the SFU and the FP32 units serve
+their jobs by processor sharing (k jobs at once each run at 1/k of the unit's rate); while any
+product runs, the SFU and FP32 units lose `Costs.mma_drag` of their rate:
 
     tensor  the warpgroup products (wgmma)
     sfu     the exponentials (exp2 on the special-function unit)
@@ -12,26 +14,32 @@ jobs by processor sharing (k jobs at once each run at 1/k of the unit's rate):
     copy    the copy engine's share of the L2 → SM bandwidth (TMA loads, O's store)
 
 Agents are generators (`_loader`, `_consumer`) that yield what they do next: wait for a
-barrier count, use a unit (blocking), issue work to a unit (asynchronous, returns a job) or
-wait for a job. The barriers are the kernel's (kernels/hopper_forward.py): Q ready and freed per
-consumer, K and V ready and freed per ring step (a step's slot is refilled once every consumer
-has freed the step `stages` earlier), and the ping-pong turn per consumer. Each agent records
-its phases as intervals of the schema in `simulator/timing/fa3.py` (`PHASES`).
+barrier count, use a unit (blocking), issue work to a unit (asynchronous, returns a job), wait
+for a job, or pause for a latency of its own (`sleep`). The barriers are the kernel's
+(kernels/hopper_forward.py): Q ready and freed per consumer, K and V ready and freed per ring
+step (a step's slot is refilled once every consumer has freed the step `stages` earlier), and
+the ping-pong turn per consumer; each wait of a consumer lasts at least `Costs.barrier_ns`. Each
+agent records its phases as intervals of the schema in `simulator/timing/fa3.py` (`PHASES`), at
+the kernel's stamps: an S from its issue's return, a copy until a consumer sees it land.
 
-Work is in nanoseconds at a unit's full rate; `Costs` holds it per block (`fa3.costs`).
+Work is in nanoseconds at a unit's full rate; `Costs` holds it per block (`fa3.costs`). A tile
+is its key blocks, or (blocks, masked, half): its last `masked` steps carry the mask's FP32
+work, and with `half` its last step computes half a block (the copies stay whole).
 Pure Python over the events of one SM (a few per block and warpgroup), bounded by the caller:
-the grid's time is extrapolated from short runs (`fa3.simulate_fa3`).
+the grid's time is extrapolated from short runs (`fa3.simulate_fa3`). One module past 400
+lines: the event loop and the agents share the SM's state and are read together.
 """
 
 from __future__ import annotations
 
 import heapq
 from collections import deque
-from collections.abc import Generator
+from collections.abc import Generator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 UNITS = ("tensor", "sfu", "alu", "copy")
+Tile = tuple[int, int, int]  # key blocks, masked last steps, whether the last step is half
 
 
 @dataclass(frozen=True)
@@ -51,6 +59,11 @@ class Costs:
     copy_latency: float  # ns from a copy's last byte to its barrier
     q_latency: float  # ns, the same for Q (a first touch, from DRAM)
     rescale: float = 0.0  # O's rescale by α (alu): after P_{j−1}V_{j−1} is done when pipelined
+    mask_alu: float = 0.0  # a masked step's extra FP32 work (column indices, compare, select)
+    softmax_ns: float = 0.0  # a softmax's own latency (its row reductions), on no shared unit
+    blocking_issue: bool = False  # a product's issue returns when it reaches the tensor cores
+    barrier_ns: float = 0.0  # a consumer's wait on an mbarrier, however early the arrival
+    mma_drag: float = 0.0  # share of the FP32 and SFU rate lost while products run on the SM
 
 
 @dataclass
@@ -61,6 +74,7 @@ class _Job:
     latency: float
     done: bool = False
     waiters: list[Any] = field(default_factory=list)
+    starters: list[Any] = field(default_factory=list)  # resumed when the job reaches its unit
 
 
 @dataclass
@@ -79,7 +93,7 @@ class SM:
         stages: int,
         pipeline: bool,
         pingpong: bool,
-        programs: list[list[int]],
+        programs: Sequence[Sequence[int | Tile]],
         record: int | None = 0,
         max_intervals: int = 100_000,
     ) -> None:
@@ -96,9 +110,11 @@ class SM:
         self.barriers: dict[tuple[Any, ...], _Barrier] = {}
         self.record, self.max_intervals = record, max_intervals
         self.intervals: list[dict[str, Any]] = []
+        self.landed: dict[tuple[Any, ...], tuple[str, int, int, float]] = {}
         self.truncated = False
         self.ends: list[float] = [0.0] * len(programs)
-        for p, tiles in enumerate(programs):
+        for p, spec in enumerate(programs):
+            tiles: list[Tile] = [(t, 0, 0) if isinstance(t, int) else t for t in spec]
             self.ready.append((self._loader(p, tiles), None))
             for w in range(consumers):
                 self.ready.append((self._consumer(p, w, tiles), None))
@@ -132,11 +148,17 @@ class SM:
                 b.waiters.append((cmd[2], agent))
         elif kind in ("use", "issue"):  # (kind, unit, work, owner, latency)
             job = _Job(cmd[2], cmd[1], cmd[3], cmd[4])
-            self.queues[cmd[1]].setdefault(cmd[3], []).append(job)
+            queue = self.queues[cmd[1]].setdefault(cmd[3], [])
+            queue.append(job)
             if kind == "use":
                 job.waiters.append(agent)
+            elif cmd[1] == "tensor" and self.c.blocking_issue and len(queue) > 1:
+                job.starters.append((agent, job))
             else:
                 self.ready.append((agent, job))
+        elif kind == "sleep":  # ("sleep", ns)
+            heapq.heappush(self.timers, (self.t + cmd[1], self.seq, agent))
+            self.seq += 1
         elif kind == "join":  # ("join", job)
             job = cmd[1]
             if job.done:
@@ -146,7 +168,10 @@ class SM:
         else:
             raise ValueError(f"unknown command {kind!r}")
 
-    def _finish(self, job: _Job) -> None:
+    def _finish(self, job: _Job | Generator[Any, Any, None]) -> None:
+        if not isinstance(job, _Job):  # a sleeping agent
+            self.ready.append((job, None))
+            return
         job.done = True
         for agent in job.waiters:
             self.ready.append((agent, None))
@@ -161,28 +186,34 @@ class SM:
             if self.truncated:
                 return self
             nxt, heads = float("inf"), []
+            drag = self.c.mma_drag if self.queues["tensor"] else 0.0
             for unit, queues in self.queues.items():
                 active = [q[0] for q in queues.values() if q]
                 if active:
-                    k = len(active)
-                    nxt = min(nxt, self.t + min(j.work for j in active) * k)
-                    heads.append((unit, active, k))
+                    rate = 1.0 / len(active)
+                    if unit in ("alu", "sfu"):
+                        rate *= 1.0 - drag
+                    nxt = min(nxt, self.t + min(j.work for j in active) / rate)
+                    heads.append((unit, active, rate))
             if self.timers:
                 nxt = min(nxt, self.timers[0][0])
             if nxt == float("inf"):
                 return self
             dt = nxt - self.t
-            for unit, active, k in heads:
+            for unit, active, rate in heads:
                 self.busy[unit] += dt
                 for j in active:
-                    j.work -= dt / k
+                    j.work -= dt * rate
             self.t = nxt
             for unit, active, _ in heads:
                 for j in active:
                     if j.work <= 1e-9:
                         queue = self.queues[unit][j.owner]
                         queue.pop(0)
-                        if not queue:
+                        if queue:
+                            self.ready.extend(queue[0].starters)
+                            queue[0].starters = []
+                        else:
                             del self.queues[unit][j.owner]
                         if j.latency > 0:
                             heapq.heappush(self.timers, (self.t + j.latency, self.seq, j))
@@ -217,6 +248,9 @@ class SM:
     ) -> Generator[Any, Any, None]:
         start = self.t
         yield ("wait", key, count)
+        if self.c.barrier_ns > 0:
+            yield ("sleep", self.c.barrier_ns)
+        self._seen_copy(key)
         if self.t > start:
             self._log(p, "consumer", w, phase, tile, block, start)
 
@@ -230,10 +264,21 @@ class SM:
         block: int,
         start: float,
     ) -> Generator[Any, Any, None]:
-        """Waits for a copy the loader issued (its own agent: the loader goes on issuing)."""
+        """Waits for a copy the loader issued (its own agent: the loader goes on issuing). The
+        copy is logged once a consumer sees it (`_seen_copy`), as the kernel's stamps time it:
+        the copy engine signals only the barrier."""
         yield ("join", job)
-        self._log(p, "loader", -1, phase, tile, block, start)
+        if p == self.record:
+            self.landed[ready] = (phase, tile, block, start)
         self._arrive(ready)
+
+    def _seen_copy(self, key: tuple[Any, ...]) -> None:
+        """A consumer got past the barrier `key`: the copy behind it, if not yet seen, is logged
+        from its issue to now."""
+        copy = self.landed.pop(key, None)
+        if copy is not None:
+            phase, tile, block, start = copy
+            self._log(key[0], "loader", -1, phase, tile, block, start)
 
     def _copy(
         self,
@@ -252,10 +297,10 @@ class SM:
         job = yield ("issue", "copy", nbytes / self.c.copy_rate, ("copy", self.seq), latency)
         self.ready.append((self._landing(p, job, ready, phase, tile, block, start), None))
 
-    def _loader(self, p: int, tiles: list[int]) -> Generator[Any, Any, None]:
+    def _loader(self, p: int, tiles: list[Tile]) -> Generator[Any, Any, None]:
         c = self.c
         g = 0
-        for i, n in enumerate(tiles):
+        for i, (n, _, _) in enumerate(tiles):
             for w in range(self.consumers):
                 yield ("wait", (p, "q_empty", w), i)
                 yield from self._copy(p, c.q_bytes, c.q_latency, (p, "q_ready", w), "load_q", i, -1)
@@ -272,9 +317,24 @@ class SM:
                 )
                 g += 1
 
-    def _product(self, p: int, w: int, work: float) -> Generator[Any, Any, Any]:
+    def _product(self, work: float) -> Generator[Any, Any, Any]:
         # One queue for the SM: products run one at a time in the order they were issued.
         job = yield ("issue", "tensor", work, "issued", self.c.mma_latency)
+        return job
+
+    def _scores(
+        self, p: int, w: int, g: int, work: float, tile: int, block: int
+    ) -> Generator[Any, Any, Any]:
+        """Wait for K of ring step g and issue S on it: logged as wait_k up to the issue's return
+        (the kernel stamps S once issued)."""
+        start = self.t
+        yield ("wait", (p, "k_ready", g), 1)
+        if self.c.barrier_ns > 0:
+            yield ("sleep", self.c.barrier_ns)
+        job = yield from self._product(work)
+        self._seen_copy((p, "k_ready", g))
+        if self.t > start:
+            self._log(p, "consumer", w, "wait_k", tile, block, start)
         return job
 
     def _seen(
@@ -283,16 +343,23 @@ class SM:
         yield ("join", job)
         self._log(p, "consumer", w, phase, tile, block, start)
 
-    def _softmax(self, p: int, w: int, tile: int, block: int) -> Generator[Any, Any, None]:
+    def _softmax(
+        self, p: int, w: int, tile: int, block: int, part: float, masked: bool
+    ) -> Generator[Any, Any, None]:
         # Pipelined, O is rescaled only once the product into it is done (`_rescale`); the
         # plain loop rescales inside its softmax (the kernel stamps both as one phase).
         # The exponentials (SFU) and the FP32 work issue from the same warps to different
-        # pipes, interleaved: they run side by side, the softmax lasting the longer of the two.
+        # pipes, interleaved: they run side by side, the softmax lasting the longer of the two,
+        # then its own latency (the row reductions' shuffles, on no shared unit).
+        c = self.c
         start = self.t
-        alu = self.c.alu + (0.0 if self.pipeline else self.c.rescale)
+        alu = part * c.alu + (c.mask_alu * part if masked else 0.0)
+        alu += 0.0 if self.pipeline else c.rescale
         job = yield ("issue", "alu", alu, (p, w), 0.0)
-        yield ("use", "sfu", self.c.exp, (p, w), 0.0)
+        yield ("use", "sfu", part * c.exp, (p, w), 0.0)
         yield ("join", job)
+        if c.softmax_ns > 0:
+            yield ("sleep", c.softmax_ns)
         self._log(p, "consumer", w, "softmax", tile, block, start)
 
     def _rescale(self, p: int, w: int, tile: int, block: int) -> Generator[Any, Any, None]:
@@ -310,37 +377,40 @@ class SM:
         if self.pingpong:
             self._arrive((p, "turn", (w + 1) % self.consumers))
 
-    def _consumer(self, p: int, w: int, tiles: list[int]) -> Generator[Any, Any, None]:
+    def _consumer(self, p: int, w: int, tiles: list[Tile]) -> Generator[Any, Any, None]:
         c = self.c
         if self.pipeline and w == self.consumers - 1:
             self._pass(p, w)  # round 0 starts at the first warpgroup
         g = 0
         store = None
-        for i, n in enumerate(tiles):
+        for i, (n, masked, half) in enumerate(tiles):
+            first_masked = n - masked  # the tile's masked steps are its last ones
+
+            def part(j: int, n: int = n, half: int = half) -> float:
+                return 0.5 if half and j == n - 1 else 1.0
+
             # The wait for the tile's Q shows as wait_k of block −1 (a per-tile phase).
             yield from self._wait(p, w, (p, "q_ready", w), i + 1, "wait_k", i, -1)
             r0 = g + i
             if self.pipeline:
                 yield from self._turn(p, w, r0, i, 0)
-                yield from self._wait(p, w, (p, "k_ready", g), 1, "wait_k", i, 0)
+                s = yield from self._scores(p, w, g, c.qk, i, 0)
                 start = self.t
-                s = yield from self._product(p, w, c.qk)
                 self._pass(p, w)
                 yield from self._seen(p, w, s, "qk", i, 0, start)
                 self._arrive((p, "k_free", g))
-                yield from self._softmax(p, w, i, 0)
+                yield from self._softmax(p, w, i, 0, 1.0, first_masked <= 0)
                 for j in range(1, n):
                     yield from self._turn(p, w, r0 + j, i, j)
-                    yield from self._wait(p, w, (p, "k_ready", g + j), 1, "wait_k", i, j)
+                    s = yield from self._scores(p, w, g + j, c.qk, i, j)
                     s_start = self.t
-                    s = yield from self._product(p, w, c.qk)
                     yield from self._wait(p, w, (p, "v_ready", g + j - 1), 1, "wait_v", i, j - 1)
                     o_start = self.t
-                    o = yield from self._product(p, w, c.pv)
+                    o = yield from self._product(c.pv)
                     self._pass(p, w)
                     yield from self._seen(p, w, s, "qk", i, j, s_start)
                     self._arrive((p, "k_free", g + j))
-                    yield from self._softmax(p, w, i, j)
+                    yield from self._softmax(p, w, i, j, 1.0, j >= first_masked)
                     yield from self._seen(p, w, o, "pv", i, j - 1, o_start)
                     self._arrive((p, "v_free", g + j - 1))
                     yield from self._rescale(p, w, i, j)
@@ -349,21 +419,20 @@ class SM:
                 yield from self._wait(p, w, (p, "v_ready", last), 1, "wait_v", i, n - 1)
                 yield from self._turn(p, w, r0 + n, i, n - 1)
                 start = self.t
-                o = yield from self._product(p, w, c.pv)
+                o = yield from self._product(c.pv)
                 self._pass(p, w)
                 yield from self._seen(p, w, o, "pv", i, n - 1, start)
                 self._arrive((p, "v_free", last))
             else:
                 for j in range(n):
-                    yield from self._wait(p, w, (p, "k_ready", g + j), 1, "wait_k", i, j)
+                    s = yield from self._scores(p, w, g + j, part(j) * c.qk, i, j)
                     start = self.t
-                    s = yield from self._product(p, w, c.qk)
                     yield from self._seen(p, w, s, "qk", i, j, start)
                     self._arrive((p, "k_free", g + j))
-                    yield from self._softmax(p, w, i, j)
+                    yield from self._softmax(p, w, i, j, part(j), j >= first_masked)
                     yield from self._wait(p, w, (p, "v_ready", g + j), 1, "wait_v", i, j)
                     start = self.t
-                    o = yield from self._product(p, w, c.pv)
+                    o = yield from self._product(part(j) * c.pv)
                     yield from self._seen(p, w, o, "pv", i, j, start)
                     self._arrive((p, "v_free", g + j))
                 self._arrive((p, "q_empty", w))

@@ -16,6 +16,7 @@ from flashscope.simulator.calibrate.fa3_rows import (
     group,
     held_out,
     measured_rows,
+    variant_rows,
 )
 from flashscope.simulator.calibrate.fa3_timelines import compare_phases, recorded
 from flashscope.simulator.timing.fa3 import Fa3Config
@@ -23,12 +24,14 @@ from flashscope.simulator.timing.fa3 import Fa3Config
 RESULTS = Path(__file__).resolve().parents[3] / "benchmarks" / "results"
 H100 = RESULTS / "hopper-forward-NVIDIA-H100-80GB-HBM3-2026-11-22.json"
 TIMELINES = RESULTS / "warpgroups-timelines-NVIDIA-H100-80GB-HBM3-2026-11-26.json"
+VARIANTS = RESULTS / "warpgroups-NVIDIA-H100-80GB-HBM3-2026-11-26.json"
 RECORD = RESULTS / "fa3-model-2026-11-26.json"
 # What the shipped terms reach (docs/timing-model.md); a change that worsens them fails here.
-HELD_OUT_MAPE = 0.14
-RANKING = 0.56
+HELD_OUT_MAPE = 0.09
+RANKING = 0.80
 # A steady block's softmax, S and P·V phases and the K/V copies, model against recorded.
-PHASE_TOLERANCE = 1.1  # loose: the plain loop's S is modelled at twice its recorded length
+PHASE_TOLERANCE = 0.5  # the plain loop's S is modelled 1.5 times its recorded length
+LAUNCH_TOLERANCE = 0.06  # and the recorded launches' times
 
 
 @pytest.fixture(scope="module")
@@ -82,7 +85,36 @@ def test_the_timelines_phases_are_near_the_recorded_ones():
         for phase in ("qk", "softmax", "pv", "load_k", "load_v"):
             m, s = cmp["measured"][phase], cmp["model"][phase]
             assert abs(s - m) <= PHASE_TOLERANCE * m, (cmp["variant"], phase, m, s)
-        assert cmp["model_ms"] == pytest.approx(cmp["measured_ms"], rel=0.25)
+        assert cmp["model_ms"] == pytest.approx(cmp["measured_ms"], rel=LAUNCH_TOLERANCE)
+
+
+def _variants(head_dim: int, causal: bool) -> dict[int, dict[str, dict]]:
+    """The variants timed side by side (warpgroups-*.json), by length, with the model's time."""
+    rows = [
+        r
+        for r in variant_rows([VARIANTS])
+        if r["head_dim"] == head_dim and r["causal"] == causal and r["dtype"] == "fp16"
+    ]
+    out = compare(rows)
+    by_n: dict[int, dict[str, dict]] = {}
+    for r in out["rows"]:
+        by_n.setdefault(r["seq_len"], {})[r["variant"]] = r
+    return by_n
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_pingpong_ranks_ahead_of_the_plain_loop_where_measured(causal):
+    """At d = 128 the ping-pong variants mostly measure 10–24% faster than the plain loop (one
+    warpgroup's softmax under the other's products, the products one at a time): the model
+    orders every pair that differs by more than 10% the same way."""
+    pairs = 0
+    for n, v in _variants(128, causal).items():
+        for pp in ("pingpong", "persistent-pingpong"):
+            fast, slow = v[pp], v["plain"]
+            if slow["ms"] > 1.1 * fast["ms"]:
+                pairs += 1
+                assert slow["model_ms"] > fast["model_ms"], (n, pp)
+    assert pairs >= 3
 
 
 def test_the_model_stays_near_the_measured_h100_rows():

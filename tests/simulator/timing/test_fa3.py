@@ -3,6 +3,8 @@ keep, the interval schema and the fp8 what-if."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from flashscope.simulator.core import hardware
@@ -16,6 +18,7 @@ from flashscope.simulator.timing.fa3 import (
     simulate_fa3,
     tile_steps,
 )
+from flashscope.simulator.timing.fa3_sm import SM, Costs
 
 H100 = hardware.from_name("h100")
 KEYS = {"role", "warpgroup", "phase", "tile", "block", "start_ns", "end_ns"}
@@ -29,7 +32,8 @@ def problem(**kw) -> AttentionProblem:
 def test_one_block_is_the_sum_of_its_phases():
     """One tile of one key block, one warpgroup: the copies of Q, K and V share the bandwidth
     (the same size here, so their bytes arrive together), then S, the softmax (its FP32 work and its
-    exponentials side by side), P·V, the epilogue and O's store run one after another."""
+    exponentials side by side, then its own latency), P·V, the epilogue and O's store run one
+    after another; each of the three waits (Q, K, V) lasts a barrier's round trip at least."""
     cfg = Fa3Config(consumers=1, block_n=64, pipeline=False)
     p = AttentionProblem(seq_q=64, head_dim=64)
     c = costs(p, cfg, H100, "fp16")
@@ -37,9 +41,10 @@ def test_one_block_is_the_sum_of_its_phases():
     q_lands = 3 * c.q_bytes / c.copy_rate + c.q_latency
     k_lands = 3 * c.kv_bytes / c.copy_rate + c.copy_latency
     cta = (
-        max(q_lands, k_lands)
+        max(q_lands + c.barrier_ns, k_lands) + c.barrier_ns
         + c.qk + c.mma_latency
-        + max(c.alu + c.rescale, c.exp)
+        + max(c.alu + c.rescale, c.exp) + c.softmax_ns
+        + c.barrier_ns
         + c.pv + c.mma_latency
         + c.epilogue + c.o_bytes / c.copy_rate
     )  # fmt: skip
@@ -47,7 +52,8 @@ def test_one_block_is_the_sum_of_its_phases():
     assert r.tiles == 1 and r.programs == 1
     assert r.time_ns == pytest.approx(H100.efficiency.cold_start_ns + cta, rel=1e-9)
     phases = [iv["phase"] for iv in r.intervals if iv["role"] == "consumer"]
-    assert phases == ["wait_k", "wait_k", "qk", "softmax", "pv", "epilogue"]  # Q, then K
+    # Q, then K; V had landed, its wait is the barrier's round trip
+    assert phases == ["wait_k", "wait_k", "qk", "softmax", "wait_v", "pv", "epilogue"]
 
 
 def test_intervals_follow_the_schema():
@@ -192,3 +198,90 @@ def test_bad_configurations_are_refused():
         simulate_fa3(problem(dtype="fp32"), Fa3Config(), H100)
     with pytest.raises(ValueError, match="program"):
         simulate_fa3(problem(seq_q=256, batch=1, heads=1), Fa3Config(), H100, program=5)
+
+
+# --- the SM's terms, each on hand-made costs (independent of the fitted values) ----------
+
+
+def sm_costs(**kw) -> Costs:
+    """One warpgroup's block at d = 128, 128 keys on the H100 (the model's own work) with the
+    terms of this test set apart: no latencies and copies at once unless asked for."""
+    c = costs(problem(), Fa3Config(), H100, "fp16")
+    base = {"mma_latency": 0.0, "copy_latency": 0.0, "q_latency": 0.0, "softmax_ns": 0.0,
+            "copy_rate": 1e12,
+            "barrier_ns": 0.0, "mma_drag": 0.0, "blocking_issue": False}  # fmt: skip
+    return dataclasses.replace(c, **{**base, **kw})
+
+
+def run_sm(c: Costs, consumers: int, tiles, pipeline: bool = False, pingpong: bool = False) -> SM:
+    return SM(c, consumers, 2, pipeline, pingpong, [list(tiles)], record=0).run()
+
+
+def phase(sm: SM, name: str, wg: int | None = None) -> list[dict]:
+    return [iv for iv in sm.intervals if iv["phase"] == name and wg in (None, iv["warpgroup"])]
+
+
+def test_products_issued_at_once_share_the_tensor_cores():
+    """Two warpgroups' S products issued together take the tensor cores one after the other
+    (recorded, plain loop at d = 128: 276 ns for the first S, the second done 591 ns after K
+    landed): the second is done one product later than a lone one, and with the issue
+    blocking, its recorded S starts when the first is done."""
+    for blocking in (False, True):
+        c = sm_costs(blocking_issue=blocking)
+        one, two = run_sm(c, 1, [1]), run_sm(c, 2, [1])
+        s1 = phase(one, "qk", 0)[0]
+        s2 = sorted(phase(two, "qk"), key=lambda iv: iv["end_ns"])
+        assert s2[0]["end_ns"] == pytest.approx(s1["end_ns"])
+        assert s2[1]["end_ns"] == pytest.approx(s1["end_ns"] + c.qk)
+        assert max(two.ends) > max(one.ends) + c.qk - 1e-6
+        if blocking:
+            assert s2[1]["start_ns"] == pytest.approx(s2[0]["end_ns"])
+            assert s2[1]["end_ns"] - s2[1]["start_ns"] == pytest.approx(c.qk)
+
+
+def test_a_masked_step_costs_the_masks_work_and_a_half_step_half_a_block():
+    c = sm_costs(mask_alu=200.0)
+    whole = max(run_sm(c, 1, [(4, 0, 0)]).ends)
+    masked = max(run_sm(c, 1, [(4, 2, 0)]).ends)
+    half = max(run_sm(c, 1, [(4, 1, 1)]).ends)
+    assert masked == pytest.approx(whole + 2 * 200.0)
+    # the half step is half of a masked step's S, softmax (the mask's work too) and P·V
+    soft = max(c.alu + 200.0 + c.rescale, c.exp)
+    soft_half = max((c.alu + 200.0) / 2 + c.rescale, c.exp / 2)
+    saved = (c.qk + c.pv) / 2 + soft - soft_half
+    assert half == pytest.approx(whole + 200.0 - saved)
+
+
+def test_the_softmax_and_barrier_latencies_add_to_a_lone_warpgroup():
+    base = max(run_sm(sm_costs(), 1, [4]).ends)
+    soft = run_sm(sm_costs(softmax_ns=100.0), 1, [4])
+    assert max(soft.ends) == pytest.approx(base + 4 * 100.0)
+    assert all(iv["end_ns"] - iv["start_ns"] >= 100.0 for iv in phase(soft, "softmax"))
+    # every wait of a consumer lasts the barrier's round trip, data there or not: Q, then K and
+    # V of each of the 4 steps
+    bar = run_sm(sm_costs(barrier_ns=50.0), 1, [4])
+    assert max(bar.ends) == pytest.approx(base + 9 * 50.0)
+    assert len(phase(bar, "wait_v")) == 4
+
+
+def test_products_slow_the_softmax_beside_them():
+    """A pipelined softmax runs under the warpgroup's own P·V: with mma_drag it runs slower
+    while the product is on the tensor cores."""
+    free = run_sm(sm_costs(), 1, [4], pipeline=True)
+    dragged = run_sm(sm_costs(mma_drag=0.5), 1, [4], pipeline=True)
+    assert max(dragged.ends) > max(free.ends)
+    assert max(dragged.ends) < max(run_sm(sm_costs(alu=2 * sm_costs().alu), 1, [4],
+                                          pipeline=True).ends) + 1e-6  # fmt: skip
+
+
+def test_a_copy_is_logged_until_a_consumer_sees_it():
+    """As the kernel's stamps time it: from the loader's issue to the first consumer past its
+    barrier (the copy engine signals only the barrier), so a copy that lands early lasts until
+    a consumer comes for it."""
+    sm = run_sm(sm_costs(copy_latency=300.0, copy_rate=100.0), 1, [6])
+    loads = {iv["block"]: iv for iv in phase(sm, "load_v")}
+    pvs = {iv["block"]: iv for iv in phase(sm, "pv")}
+    waits = {iv["block"]: iv for iv in phase(sm, "wait_v")}
+    for j, load in loads.items():
+        seen = waits[j]["end_ns"] if j in waits else pvs[j]["start_ns"]
+        assert load["end_ns"] == pytest.approx(seen)
