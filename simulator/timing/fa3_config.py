@@ -71,8 +71,10 @@ class Fa3Config:
         return BLOCK_M * self.consumers
 
     def shared_bytes(self, head_dim: int, elem: int = 2) -> int:
-        """Q's and O's stages, the K/V ring and the mbarriers (the kernel's count)."""
-        q_and_o = 2 * self.tile_m * head_dim * elem
+        """Q's and O's stages, the K/V ring and the mbarriers (the kernel's count: past 128
+        columns a program of one tile, not persistent, sends O out through Q's stage)."""
+        o_in_q = head_dim > 128 and not self.persistent
+        q_and_o = (1 if o_in_q else 2) * self.tile_m * head_dim * elem
         kv = 2 * self.stages * self.block_n * head_dim * elem
         return q_and_o + kv + 8 * (3 * self.consumers + 4 * self.stages)
 

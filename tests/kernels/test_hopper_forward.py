@@ -228,6 +228,18 @@ def test_a_call_that_does_not_qualify_says_why(change: dict, reason: str) -> Non
     assert reason in supports(*_qkv(**change), cfg)
 
 
+def test_the_fa3_model_counts_the_kernels_shared_memory() -> None:
+    from flashscope.simulator.timing.fa3_config import Fa3Config
+
+    for entry in ([2, 128, 2, 1, 1], [3, 64, 3, 0, 1], [2, 64, 2, 1, 1, 1], [1, 64, 2, 1, 1, 0, 1],
+                  [2, 64, 2, 1, 1, 0, 1, 8]):  # fmt: skip
+        ws = WsConfig.from_list(entry)
+        model = Fa3Config(ws.consumers, ws.block_n, ws.stages, ws.pipeline, ws.ctas, ws.pingpong,
+                          ws.persistent, ws.band)  # fmt: skip
+        for d in (64, 128, 256):
+            assert model.shared_bytes(d) == ws.shared_bytes(d), (entry, d)
+
+
 def test_head_dims_past_128_fit_where_o_leaves_through_qs_stage() -> None:
     """At 256 columns two warpgroups' Q and two K/V stages fit only if O reuses Q's stage, which
     a program of one tile (not persistent) can do; persistent, one warpgroup fits."""
