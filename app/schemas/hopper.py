@@ -94,6 +94,7 @@ def check_hopper(p: HopperParams, s: Settings) -> list[dict[str, Any]]:
         allowed = [d for d in HEAD_DIMS if d <= s.simulate_max_head_dim]
         msg = f"head_dim must be one of {', '.join(map(str, allowed))}, got {p.head_dim}"
         errs.append(limit_error("head_dim", msg, p.head_dim, allowed))
+        return errs  # the protocol's heads (2048 / head_dim) need a head_dim to divide by
     batch, heads = p.problem_sizes()
     for field, value, limit in (
         ("seq", p.seq, s.simulate_max_seq),

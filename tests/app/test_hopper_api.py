@@ -114,6 +114,9 @@ def test_bad_queries_name_the_field_and_the_limit(client):
     errs = _errors(client.get("/api/hopper", params={"gpu": "a100-80gb", "head_dim": 96}))
     assert errs["gpu"]["limit"] == ["h100-sxm", "h100-pcie", "h200"]
     assert errs["head_dim"]["limit"] == [64, 128]
+    for head_dim in (0, -64, 4096):  # the protocol's heads divide by it: refused before that
+        errs = _errors(client.get("/api/hopper", params={"head_dim": head_dim}))
+        assert errs["head_dim"]["limit"] == [64, 128], head_dim
     errs = _errors(client.get("/api/hopper", params={"seq": 65537, "batch": 65}))
     assert errs["seq"]["limit"] == 65536 and errs["batch"]["limit"] == 64
     errs = _errors(client.get("/api/hopper", params={"consumers": 1}))
