@@ -95,19 +95,28 @@ class Fa3Config:
         return max(1, min(self.ctas, SHARED_PER_SM // (self.shared_bytes(head_dim, elem) + 1024)))
 
 
-def tile_steps(cfg: Fa3Config, rows: int, n_q: int, n_k: int, causal: bool) -> np.ndarray:
-    """Key blocks of every tile in launch order (the kernel's `_tile` on the host): tiles go
-    head by head; causal ones in bands of `band` (batch, head) rows, heaviest first."""
+def causal_bounds(cfg: Fa3Config, rows: int, n_q: int, n_k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Of every causal tile in launch order (head by head, in bands of `band` (batch, head) rows,
+    heaviest first): its first query row m0 (negative where the top tile starts above row 0)
+    and the key it sees up to, hi."""
     n_mb = cdiv(n_q, cfg.tile_m)
     t = np.arange(rows * n_mb)
-    if not causal:
-        return np.full(t.size, max(cdiv(n_k, cfg.block_n), 1), dtype=np.int64)
     band = cfg.band or rows
     first = t // (band * n_mb) * band
     size = np.minimum(band, rows - first)
     rank = (t - first * n_mb) // size
     m0 = n_q - (rank + 1) * cfg.tile_m
     hi = np.clip(np.minimum(n_k, m0 + cfg.tile_m + n_k - n_q), 0, None)
+    return m0, hi
+
+
+def tile_steps(cfg: Fa3Config, rows: int, n_q: int, n_k: int, causal: bool) -> np.ndarray:
+    """Key blocks of every tile in launch order (the kernel's `_tile` on the host): tiles go
+    head by head; causal ones in bands of `band` (batch, head) rows, heaviest first."""
+    if not causal:
+        tiles = rows * cdiv(n_q, cfg.tile_m)
+        return np.full(tiles, max(cdiv(n_k, cfg.block_n), 1), dtype=np.int64)
+    _, hi = causal_bounds(cfg, rows, n_q, n_k)
     steps: np.ndarray = np.maximum(-(-hi // cfg.block_n), 1).astype(np.int64)
     return steps
 
@@ -127,14 +136,7 @@ def tile_masks(
         lead = edge * int(cfg.pipeline and n_k >= cfg.block_n)
         masked = np.full(steps.size, edge + lead, dtype=np.int64)
         return masked, np.zeros(steps.size, dtype=np.int64)
-    n_mb = cdiv(n_q, cfg.tile_m)
-    t = np.arange(rows * n_mb)
-    band = cfg.band or rows
-    first = t // (band * n_mb) * band
-    size = np.minimum(band, rows - first)
-    rank = (t - first * n_mb) // size
-    m0 = n_q - (rank + 1) * cfg.tile_m
-    hi = np.clip(np.minimum(n_k, m0 + cfg.tile_m + n_k - n_q), 0, None)
+    m0, hi = causal_bounds(cfg, rows, n_q, n_k)
     full = np.minimum(np.clip(m0 + n_k - n_q + 1, 0, None) // cfg.block_n, hi // cfg.block_n)
     masked = (steps - full + (full >= 1) * int(cfg.pipeline)).astype(np.int64)
     half = np.zeros(steps.size, dtype=np.int64)
