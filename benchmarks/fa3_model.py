@@ -28,35 +28,26 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.simulator_speed import fa3_problems
 from flashscope.simulator.calibrate import fa3_fit
 from flashscope.simulator.calibrate.fa3_rows import all_rows, compare, result_paths
 from flashscope.simulator.calibrate.fa3_timelines import compare_phases, recorded
-from flashscope.simulator.core.problem import AttentionProblem
 from flashscope.simulator.timing import fa3
-from flashscope.simulator.timing.fa3 import TERMS, Fa3Config, Fa3Terms
+from flashscope.simulator.timing.fa3 import TERMS, Fa3Terms
 
 
 def cold_ms(terms: Fa3Terms) -> dict[str, float]:
-    """Milliseconds to simulate one configuration with nothing remembered (best of three)."""
-    configs = {
-        "d64_2x128_pipelined": (64, Fa3Config(2, 128, 2, True)),
-        "d128_2x128_pipelined": (128, Fa3Config(2, 128, 2, True)),
-        "d64_3x128_pingpong_persistent": (
-            64,
-            Fa3Config(3, 128, 2, True, pingpong=True, persistent=True),
-        ),
-    }
+    """Milliseconds to simulate one configuration with nothing remembered (best of three), for
+    the FA-3 cases of benchmarks/simulator_speed.py."""
     out = {}
-    for name, (d, cfg) in configs.items():
-        for causal in (False, True):
-            p = AttentionProblem(seq_q=16384, head_dim=d, heads=2048 // d, causal=causal)
-            runs = []
-            for _ in range(3):
-                fa3._sm_time.cache_clear()
-                t0 = time.perf_counter()
-                fa3.simulate_with_terms(p, cfg, "h100-sxm", terms)
-                runs.append((time.perf_counter() - t0) * 1e3)
-            out[f"{name}{'_causal' if causal else ''}"] = min(runs)
+    for name, p, cfg in fa3_problems():
+        runs = []
+        for _ in range(3):
+            fa3._sm_time.cache_clear()
+            t0 = time.perf_counter()
+            fa3.simulate_with_terms(p, cfg, "h100-sxm", terms)
+            runs.append((time.perf_counter() - t0) * 1e3)
+        out[name] = min(runs)
     return out
 
 

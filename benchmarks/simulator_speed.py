@@ -93,23 +93,29 @@ def count_cases() -> dict[str, Callable[[], object]]:
     return cases
 
 
+FA3_CONFIGS = {  # (head_dim, configuration) timed at N = 16384, heads × d = 2048
+    "d64_2x128_pipelined": (64, Fa3Config(2, 128, 2, True)),
+    "d128_2x128_pipelined": (128, Fa3Config(2, 128, 2, True)),
+    "d64_3x128_pingpong_persistent": (
+        64,
+        Fa3Config(3, 128, 2, True, pingpong=True, persistent=True),
+    ),
+}
+
+
+def fa3_problems() -> list[tuple[str, AttentionProblem, Fa3Config]]:
+    """(name, problem, configuration) of each FA-3 case, full and causal."""
+    return [
+        (f"{name}{'_causal' if causal else ''}",
+         AttentionProblem(seq_q=16384, head_dim=d, heads=2048 // d, causal=causal), cfg)
+        for name, (d, cfg) in FA3_CONFIGS.items() for causal in (False, True)
+    ]  # fmt: skip
+
+
 def fa3_cases() -> dict[str, Callable[[], object]]:
-    cases: dict[str, Callable[[], object]] = {}
-    configs = {
-        "d64_2x128_pipelined": (64, Fa3Config(2, 128, 2, True)),
-        "d128_2x128_pipelined": (128, Fa3Config(2, 128, 2, True)),
-        "d64_3x128_pingpong_persistent": (
-            64,
-            Fa3Config(3, 128, 2, True, pingpong=True, persistent=True),
-        ),
+    return {
+        name: lambda p=p, c=cfg: simulate_fa3(p, c, "h100-sxm") for name, p, cfg in fa3_problems()
     }
-    for name, (d, cfg) in configs.items():
-        for causal in (False, True):
-            p = AttentionProblem(seq_q=16384, head_dim=d, heads=2048 // d, causal=causal)
-            cases[f"{name}{'_causal' if causal else ''}"] = lambda p=p, c=cfg: simulate_fa3(
-                p, c, "h100-sxm"
-            )
-    return cases
 
 
 def main() -> int:
