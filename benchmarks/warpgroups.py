@@ -23,10 +23,8 @@ Writes one JSON with the device, date, versions and every raw figure.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import sys
-import time
 from functools import partial
 from pathlib import Path
 
@@ -39,13 +37,7 @@ from benchmarks.attention import flops
 from benchmarks.hostinfo import gpu_header
 from flashscope.kernels.hopper_forward import WsConfig, launch_forward_ws, supports
 from flashscope.kernels.timing import input_sets, median_ms, tensor_bytes
-from flashscope.kernels.warpgroups import (
-    busy_fractions,
-    new_recording,
-    program_tiles,
-    stamps_of,
-    timeline_intervals,
-)
+from flashscope.kernels.warpgroups import record_and_time, recorded_programs
 
 W = WsConfig
 VARIANTS = {
@@ -119,36 +111,15 @@ def record(n: int) -> list[dict]:
         cfg = VARIANTS[d][name]
         b, h = protocol(n, d)
         q, k, v = inputs(b, h, n, d, 1)[0]
-        plain = launch_forward_ws(q, k, v, causal, d**-0.5, cfg)
-        branch = new_recording(q, cfg, detail=2, steps=96, tiles=4)  # the default: branches
-        rec = dataclasses.replace(branch, mode=1)  # stamps as masked stores, for comparison
-        t0 = time.perf_counter()
-        recorded = launch_forward_ws(q, k, v, causal, d**-0.5, cfg, record=branch)
-        torch.cuda.synchronize()
-        first_run_s = time.perf_counter() - t0  # the recorded variant compiles here
-        same = all(torch.equal(a, b) for a, b in zip(plain, recorded, strict=True))
-        call = partial(launch_forward_ws, q, k, v, causal, d**-0.5, cfg)
-        plain_ms = median_ms([call])
-        rec_ms = median_ms([partial(call, record=rec)])
-        branch_ms = median_ms([partial(call, record=branch)])
-        stamps = stamps_of(branch, cfg)  # of the last timed run
-        programs = []
-        for p in (0, 1):
-            tiles = program_tiles(cfg, b * h, n, n, causal, sms, p)
-            iv = timeline_intervals(stamps, tiles, p)
-            programs.append({"program": p, "tile_steps": tiles[: stamps.tiles],
-                             "ns_per_cycle": stamps.ns_per_cycle(p), "intervals": iv,
-                             "busy": busy_fractions(iv)})  # fmt: skip
-        span_ms = stamps.span_ns() * 1e-6
+        stamps, figures = record_and_time(q, k, v, causal, cfg, detail=2, steps=96, tiles=4)
+        programs = recorded_programs(stamps, b * h, n, n, causal, sms, (0, 1))
         row = {"variant": name, "config": cfg.as_list(), "head_dim": d, "seq": n, "batch": b,
-               "heads": h, "causal": causal, "dtype": "fp16", "same_output": same,
-               "plain_ms": plain_ms, "recorded_ms": rec_ms, "recorded_branch_ms": branch_ms,
-               "overhead": branch_ms / plain_ms - 1, "overhead_masked": rec_ms / plain_ms - 1,
-               "span_ms": span_ms, "span_vs_plain": span_ms / plain_ms - 1,
-               "first_run_s": first_run_s, "programs": programs}  # fmt: skip
+               "heads": h, "causal": causal, "dtype": "fp16", **figures,
+               "programs": programs}  # fmt: skip
         print(
-            f"recorded {name} d={d} causal={causal} same={same} plain {plain_ms:.4f} "
-            f"rec {rec_ms:.4f} branch {branch_ms:.4f} span {span_ms:.4f} ms",
+            f"recorded {name} d={d} causal={causal} same={figures['same_output']} plain "
+            f"{figures['plain_ms']:.4f} rec {figures['recorded_ms']:.4f} branch "
+            f"{figures['recorded_branch_ms']:.4f} span {figures['span_ms']:.4f} ms",
             flush=True,
         )
         out.append(row)

@@ -24,6 +24,10 @@ say where each is taken):
 
 A copy's interval runs from the loader's issue to the first consumer that saw it land: the copy
 engine signals only the barrier, so the landing itself is not stamped.
+
+`record_and_time` (GPU) runs one configuration plain and recorded and times both (the
+recording's overhead); `recorded_programs` decodes the stamps of chosen programs. The benchmark
+(benchmarks/warpgroups.py) and the live run of /hopper (app/runs/jobs.py) both use them.
 """
 
 from __future__ import annotations
@@ -226,3 +230,70 @@ def warpgroup_timeline(q, k, v, causal: bool, cfg: WsConfig, *, detail: int = 2,
         rec.buffer.fill_(-1)
         launch_forward_ws(q, k, v, causal, q.shape[3] ** -0.5, cfg, record=rec)
     return stamps_of(rec, cfg)
+
+
+def recorded_programs(
+    stamps: Stamps, rows: int, n_q: int, n_k: int, causal: bool, sms: int,
+    programs: tuple[int, ...] = (0, 1),
+) -> list[dict]:  # fmt: skip
+    """Of each of `programs` (recorded in detail): its tiles' key blocks, its clock against the
+    global timer, its intervals (`timeline_intervals`) and busy fractions."""
+    out = []
+    for p in programs:
+        tiles = program_tiles(stamps.cfg, rows, n_q, n_k, causal, sms, p)
+        iv = timeline_intervals(stamps, tiles, p)
+        out.append({"program": p, "tile_steps": tiles[: stamps.tiles],
+                    "ns_per_cycle": stamps.ns_per_cycle(p), "intervals": iv,
+                    "busy": busy_fractions(iv)})  # fmt: skip
+    return out
+
+
+def record_and_time(
+    q, k, v, causal: bool, cfg: WsConfig, *, detail: int = 2, steps: int = 96, tiles: int = 4,
+    masked: bool = True, progress=None,
+) -> tuple[Stamps, dict]:  # fmt: skip
+    """Run `cfg` plain and recorded (GPU only): (the stamps of the last recorded run, figures).
+
+    The figures: whether the recorded output equals the plain one bit for bit (`same_output`),
+    do_bench's median of the plain kernel (`plain_ms`) and of the recorded one, each stamp
+    behind a branch as shipped (`recorded_branch_ms`; `overhead` = its ratio less one), and with
+    `masked` also each stamp as a masked store (`recorded_ms`, `overhead_masked`), the launch's
+    span by the global timer (`span_ms`, `span_vs_plain`), and the first recorded run's wall
+    time, its compilation included (`first_run_s`). `progress(message)` hears each stage."""
+    import dataclasses
+    import time
+    from functools import partial
+
+    import torch
+
+    from flashscope.kernels.hopper_forward import launch_forward_ws
+    from flashscope.kernels.timing import median_ms
+
+    say = progress or (lambda _: None)
+    scale = q.shape[3] ** -0.5
+    say("compiling and running the plain kernel")
+    plain = launch_forward_ws(q, k, v, causal, scale, cfg)
+    branch = new_recording(q, cfg, detail=detail, steps=steps, tiles=tiles)
+    say("compiling and running the recorded kernel")
+    t0 = time.perf_counter()
+    recorded = launch_forward_ws(q, k, v, causal, scale, cfg, record=branch)
+    torch.cuda.synchronize()
+    first_run_s = time.perf_counter() - t0
+    same = all(torch.equal(a, b) for a, b in zip(plain, recorded, strict=True))
+    call = partial(launch_forward_ws, q, k, v, causal, scale, cfg)
+    say("timing the plain kernel (do_bench, median)")
+    plain_ms = median_ms([call])
+    figures: dict = {"same_output": same, "plain_ms": plain_ms}
+    if masked:
+        rec = dataclasses.replace(branch, mode=1)  # the same buffer, stamps as masked stores
+        figures["recorded_ms"] = median_ms([partial(call, record=rec)])
+    say("timing the recorded kernel (do_bench, median)")
+    branch_ms = median_ms([partial(call, record=branch)])
+    stamps = stamps_of(branch, cfg)  # of the last timed run
+    span_ms = stamps.span_ns() * 1e-6
+    figures["recorded_branch_ms"] = branch_ms
+    figures["overhead"] = branch_ms / plain_ms - 1
+    if masked:
+        figures["overhead_masked"] = figures["recorded_ms"] / plain_ms - 1
+    figures.update(span_ms=span_ms, span_vs_plain=span_ms / plain_ms - 1, first_run_s=first_run_s)
+    return stamps, figures
