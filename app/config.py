@@ -185,6 +185,12 @@ class Settings(BaseSettings):
     runs_max_seq_cpu: int = Field(
         256, ge=1, description="Largest N of a run in Triton's interpreter (no GPU)."
     )
+    runs_max_seq_warpgroups: int = Field(
+        16384,
+        ge=1,
+        description="Largest N of a recorded warpgroup timeline (what warpgroups: /hopper's "
+        "live recording, an H100 or H200 only).",
+    )
     runs_max_cache_cpu: int = Field(
         4096, ge=1, description="Largest KV cache of a decode run in Triton's interpreter."
     )

@@ -4,6 +4,8 @@ what-if. Runs in a compute worker (app/compute/tasks.py); the measured side come
 shipped dataset (app/datasets.py `Warpgroups`), matched here.
 
 Both timelines keep the interval schema of simulator/timing/fa3_config.py; the page draws them.
+A live recording of the same launch on the server's GPU (a finished run of what warpgroups,
+app/runs/jobs.py) takes the shipped one's place when the route passes it.
 """
 
 from __future__ import annotations
@@ -289,10 +291,56 @@ def _variant_rows(p: HopperParams, doc: dict[str, Any] | None) -> list[dict[str,
     return out
 
 
-def response(p: HopperParams, doc: dict[str, Any] | None) -> dict[str, Any]:
-    """The body of GET /api/hopper (see docs/api.md)."""
+def live_timeline(wg: dict[str, Any]) -> dict[str, Any] | None:
+    """A live run's recording (app/runs/jobs.py, what warpgroups) as `measured.timeline` has the
+    shipped ones: program 0's intervals, with the run's device and the recording's overhead."""
+    prog = next((x for x in wg.get("programs", []) if x.get("program") == 0), None)
+    if prog is None:
+        return None
+    return {
+        "variant": "live",
+        "live": True,
+        "device": wg.get("device"),
+        "config": wg.get("config"),
+        **{k: wg.get(k) for k in ("head_dim", "causal", "seq", "batch", "heads", "dtype")},
+        **{k: wg.get(k) for k in ("plain_ms", "recorded_branch_ms", "overhead", "span_ms")},
+        "same_output": wg.get("same_output"),
+        "program": 0,
+        "tile_steps": prog.get("tile_steps"),
+        "ns_per_cycle": prog.get("ns_per_cycle"),
+        "busy": prog.get("busy"),
+        "intervals": prog.get("intervals", []),
+        "notes": [],
+    }
+
+
+def _with_live(measured: dict[str, Any], live: dict[str, Any] | None) -> None:
+    """Put a live recording (the route's `live_recording`) in place of the shipped timeline, or
+    say why it is not shown (`measured.live`)."""
+    if live is None:
+        return
+    timeline = live_timeline(live["warpgroups"]) if live.get("warpgroups") else None
+    if timeline is None:
+        why = live.get("why") or "the live recording has no program 0"
+        measured["live"] = {"run": live["run"], "why": why}
+        return
+    measured["live"] = {"run": live["run"], "device": timeline["device"],
+                        "finished": live.get("finished"), "why": None}  # fmt: skip
+    measured["timeline"] = timeline
+    measured["timeline_why"] = None
+
+
+def response(
+    p: HopperParams,
+    doc: dict[str, Any] | None,
+    live: dict[str, Any] | None = None,
+    record: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The body of GET /api/hopper (see docs/api.md); `live`: the route's finished live
+    recording of this launch; `record`: whether this server can record it."""
     gpu = hardware.from_name(p.gpu_key())
     measured = measured_side(p, gpu.key, doc)
+    _with_live(measured, live)
     rec = measured.get("timeline")
     if rec and rec.get("tile_steps"):
         shown = min(4, len(rec["tile_steps"]))
@@ -317,6 +365,16 @@ def response(p: HopperParams, doc: dict[str, Any] | None) -> dict[str, Any]:
             "source": "measured",
             "note": mtime["label"],
         })  # fmt: skip
+    if rec and rec.get("live") and rec.get("plain_ms"):
+        flops = sim.tflops * 1e12 * sim.time_ns * 1e-9  # the model's useful work, per launch
+        compare.append({
+            "algo": "fa3",
+            "label": "FA-3 (measured live)",
+            "time_us": rec["plain_ms"] * 1e3,
+            "tflops": flops / (rec["plain_ms"] * 1e-3) / 1e12,
+            "source": "measured",
+            "note": f"recorded live on {rec['device']}: the plain kernel, do_bench's median",
+        })  # fmt: skip
     fp8: dict[str, Any] = {"errors": precision_errors(
         PRECISION_N, PRECISION_N, p.head_dim, p.causal, block_m=fa3.BLOCK_M, block_n=p.block_n
     )}  # fmt: skip
@@ -340,4 +398,6 @@ def response(p: HopperParams, doc: dict[str, Any] | None) -> dict[str, Any]:
         "compare": compare,
         "fp8": fp8,
         "figures": {"explanation": explanation_figure(sim.explanation)},
+        "record": record
+        or {"available": False, "why": "not asked", "device": None, "request": None},
     }

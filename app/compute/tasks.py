@@ -22,7 +22,7 @@ serialised here as FastAPI would have done it in the server, so the server only 
     compare            {folder, dataset, id, timeline_ctas} → GET /api/compare (dataset: its
                                                           key, datasets.dataset_key)
     compare.dataset    {entries, measured, env, gpu, left_out} → POST /api/compare/dataset
-    hopper             {params, folder}                → GET /api/hopper (app/compute/hopper.py;
+    hopper             {params, folder, record, live}  → GET /api/hopper (app/compute/hopper.py;
                                                          the worker reads the warpgroup data)
 
 A ValueError is the request's fault (the route answers 422); `DoesNotFit` (a ValueError too)
@@ -386,7 +386,7 @@ def hopper(payload: dict[str, Any], state: dict[str, Any]) -> bytes:
     if state.get("warpgroups_folder") != folder:
         state["warpgroups_folder"], state["warpgroups"] = folder, Warpgroups(folder)
     doc = state["warpgroups"].all().get(params.gpu_key())
-    return _json(hopper_response(params, doc))
+    return _json(hopper_response(params, doc, payload.get("live"), payload.get("record")))
 
 
 TASKS: dict[str, Callable[[dict[str, Any], dict[str, Any]], Any]] = {

@@ -39,6 +39,25 @@ async def backend_of(state: Any) -> tuple[str, str | None]:
     return state.backend  # type: ignore[no-any-return]
 
 
+def _capability() -> str:
+    from flashscope.kernels.device import has_cuda
+
+    if not has_cuda():
+        return ""
+    import torch
+
+    major, minor = torch.cuda.get_device_capability(0)
+    return f"{major}.{minor}"
+
+
+async def capability_of(state: Any) -> str | None:
+    """The GPU's compute capability ("9.0"), probed once like the backend; None without a GPU
+    that torch can see."""
+    if getattr(state, "capability", None) is None:
+        state.capability = await run_in_threadpool(_capability)
+    return state.capability or None
+
+
 @router.get("/api/health", response_model=Health)
 async def health(request: Request) -> Health:
     backend, gpu = await backend_of(request.app.state)

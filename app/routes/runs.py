@@ -19,6 +19,7 @@ from flashscope.app.config import Settings
 from flashscope.app.deps import SettingsDep
 from flashscope.app.middleware.errors import refuse
 from flashscope.app.middleware.identity import address_key, client_key
+from flashscope.app.routes.health import backend_of, capability_of
 from flashscope.app.runs.queue import FINAL, QueueFull, Run, RunQueue
 from flashscope.app.schemas.trace import RunRequest, check_run_request
 
@@ -84,7 +85,12 @@ def submit(queue: RunQueue, body: RunRequest, request: Request) -> tuple[Run, bo
 @router.post("/api/runs", status_code=202)
 async def submit_run(body: RunRequest, request: Request, settings: SettingsDep) -> Any:
     """Queue a run of flashscope's kernel; identical requests share one run."""
-    errs = check_run_request(body, settings, await request.app.state.runs.ready())
+    backend = await request.app.state.runs.ready()
+    capability, gpu = None, None
+    if body.what == "warpgroups" and backend == "cuda":  # only some GPUs record warpgroups
+        capability = await capability_of(request.app.state)
+        gpu = (await backend_of(request.app.state))[1]
+    errs = check_run_request(body, settings, backend, capability, gpu)
     if errs:
         raise refuse(errs)
     queue = await _queue(request)

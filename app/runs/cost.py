@@ -7,13 +7,15 @@ A run does not always compute the problem its request names (app/runs/jobs.py, c
                   on the kernels, and the simulator's trace of that head beside it
     time          the whole problem, several calls over (GPU only: on the CPU timing is refused
     timeline      in the result and the kernels never run)
+    warpgroups    the whole problem, plain and recorded (an H100 or H200 only)
 
 The figures (`RunCost`):
 
     flops              FLOPs of one call of the kernels on what the run computes (the papers'
                        4·B·H·Nq·Nk·d, halved when causal, × 2.5 backward)
     device_bytes       its tensors: Q, K, V, O (+ dO, dQ, dK, dV and autograd's copies for the
-                       backward: three times the forward's)
+                       backward: three times the forward's; a warpgroup run's recording buffer,
+                       one region of stamps per program and warpgroup, RECORD_BYTES_PER_ROLE)
     interpreter_steps  tile steps the kernels take, one (query block, key block) pair each: what
                        Triton's interpreter pays for, about 10 ms a step on a laptop core whatever
                        the tile size (the forward: the visible tiles; the backward: its forward,
@@ -43,6 +45,11 @@ from flashscope.simulator.timing.kernelplan import useful_flops
 
 ALGO = {"fwd": "fa2", "bwd": "fa2-bwd", "decode": "decode"}
 BACKWARD_PASSES = 3  # forward (for the log-sum-exp), dK/dV kernel, dQ kernel
+# A warpgroup run's stamps per (program, warpgroup): int64, 96 ring steps of 9 events, 4 tiles of
+# 8 and a header of 4 (app/runs/jobs.py WARPGROUP_RECORDING, kernels/hopper_forward.py
+# `record_size`; tests/app/test_runs_warpgroups.py holds the three to each other).
+RECORD_BYTES_PER_ROLE = 8 * (96 * 9 + 4 * 8 + 4)
+WARPGROUP_ROWS = 64  # query rows of one consumer warpgroup
 
 
 @dataclass(frozen=True)
@@ -77,7 +84,9 @@ def _problem(r: Any, whole: bool) -> AttentionProblem:
 def run_cost(r: Any, backend: str) -> RunCost:
     """The cost of a RunRequest (app/schemas/trace.py) whose fields are valid, on `backend`."""
     checks = r.what in ("trace", "both")
-    computes = r.what in ("time", "timeline") or (r.what == "both" and backend == "cuda")
+    computes = r.what in ("time", "timeline", "warpgroups") or (
+        r.what == "both" and backend == "cuda"
+    )
     if backend != "cuda" and not checks:
         computes = False  # time on the CPU: refused in the result, nothing runs
     p = _problem(r, whole=computes)
@@ -94,6 +103,9 @@ def run_cost(r: Any, backend: str) -> RunCost:
     q_side = p.batch * p.heads * p.seq_q * p.head_dim
     kv_side = p.batch * p.kv_heads * p.seq_k * p.head_dim
     tensors = 2 * (q_side + kv_side) * DTYPE_BYTES[p.dtype]
+    if r.what == "warpgroups" and computes:  # a program per tile at most, and its stamps
+        programs = p.batch * p.heads * -(-p.seq_q // (WARPGROUP_ROWS * r.consumers))
+        tensors += programs * (r.consumers + 1) * RECORD_BYTES_PER_ROLE
     ran = computes or checks
     return RunCost(
         heads=p.batch * p.heads,

@@ -21,6 +21,13 @@ the worker, never in the server. What a run does:
               (app/runs/checks.py). Without a GPU these run in Triton's interpreter.
     timeline  fwd on a GPU: when and on which SM each program of the forward ran
               (flashscope.kernels.timeline), beside the engine's schedule of the same launch.
+    warpgroups  fwd on an H100 or H200: the Gluon forward of the request's variant (consumers,
+              pipeline, pingpong, persistent, block_n, stages) run with its recording on
+              (flashscope.kernels.warpgroups): programs 0 and 1 stamp every phase of each
+              warpgroup, decoded into the intervals /hopper draws; and the same kernel timed
+              plain and recorded (do_bench), so the result says what the recording cost.
+              Anywhere else the run fails with the reason (the route refuses it up front where
+              it knows the GPU).
 """
 
 from __future__ import annotations
@@ -42,6 +49,16 @@ PREDICTS = (
     "call's kernels runs); span_us adds the gaps between kernels, call_us the host's whole "
     "call (Python, launches, autograd)"
 )
+NEEDS_HOPPER = "a warpgroup timeline needs an H100 or H200"
+NO_GPU_HERE = (
+    "this server has no GPU (the Gluon forward has no interpreter path, and the recording reads "
+    "the SM's clock)"
+)
+# What a live recording stamps, as benchmarks/warpgroups.py records the shipped timelines:
+# programs 0 and 1 in detail, their first 96 ring steps and 4 tiles.
+WARPGROUP_RECORDING = {"detail": 2, "steps": 96, "tiles": 4}
+WARPGROUP_PROGRAMS = (0, 1)
+WS_FIELDS = ("consumers", "block_n", "stages", "pipeline", "ctas", "pingpong", "persistent")
 SPAN_PASSES = 10  # profiled calls whose GPU span gives the median
 CALL_PASSES = 20  # whole calls timed on the host clock
 
@@ -282,6 +299,89 @@ def _timeline(config: dict[str, Any], seed: int, progress: Progress) -> dict[str
     }
 
 
+def ws_config(job: dict[str, Any]) -> Any:
+    """The Gluon forward's configuration (kernels/hopper_forward.py `WsConfig`) of a run."""
+    from flashscope.kernels.hopper_forward import WsConfig
+
+    return WsConfig(
+        int(job.get("consumers", 2)),
+        int(job["block_n"]),
+        int(job["stages"]),
+        bool(job.get("pipeline", True)),
+        pingpong=bool(job.get("pingpong", False)),
+        persistent=bool(job.get("persistent", False)),
+    )
+
+
+def _record(
+    job: dict[str, Any], cfg: Any, seed: int, progress: Progress
+) -> tuple[Any, dict[str, Any], dict[str, Any]]:
+    """The GPU part of a warpgroup run: on an H100 or H200 (else ValueError, with the reason),
+    the request's problem on random inputs, run plain and recorded, and timed both ways
+    (flashscope.kernels.warpgroups `record_and_time`). Returns (stamps, figures, the GPU's
+    device, capability and SMs)."""
+    from flashscope.kernels.device import interpreting
+
+    if interpreting():
+        raise ValueError(f"{NEEDS_HOPPER}: {NO_GPU_HERE}")
+    import torch
+
+    from flashscope.kernels.hopper_forward import supports
+    from flashscope.kernels.measure import TORCH_DTYPES
+    from flashscope.kernels.warpgroups import record_and_time
+    from flashscope.simulator.calibrate.validation import problem_of
+
+    name = torch.cuda.get_device_name()
+    major, minor = torch.cuda.get_device_capability()
+    if major != 9:
+        raise ValueError(f"{NEEDS_HOPPER}: this GPU, {name}, is compute capability {major}.{minor}")
+    p = problem_of(_config(job))
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    shape_q = (p.batch, p.heads, p.seq_q, p.head_dim)
+    shape_kv = (p.batch, p.kv_heads, p.seq_k, p.head_dim)
+    q, k, v = (
+        torch.randn(s, generator=gen, device="cuda").to(TORCH_DTYPES[p.dtype])
+        for s in (shape_q, shape_kv, shape_kv)
+    )
+    why = supports(q, k, v, cfg)
+    if why is not None:
+        raise ValueError(f"the Hopper forward {why}")
+    stamps, figures = record_and_time(
+        q, k, v, p.causal, cfg, masked=False, progress=progress, **WARPGROUP_RECORDING
+    )
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    return stamps, figures, {"device": name, "capability": f"{major}.{minor}", "sms": sms}
+
+
+def _warpgroups(job: dict[str, Any], seed: int, progress: Progress) -> dict[str, Any]:
+    """A warpgroup run (see the module docstring): the recording decoded, program by program,
+    into the intervals of the shipped timelines' schema, and the recording's overhead."""
+    from flashscope.kernels.warpgroups import recorded_programs
+
+    cfg = ws_config(job)
+    stamps, figures, gpu = _record(job, cfg, seed, progress)
+    progress("decoding the stamps into each warpgroup's phases")
+    batch, heads, seq = int(job.get("batch", 1)), int(job.get("heads", 1)), int(job["seq"])
+    seq_k = int(job.get("seq_k") or seq)
+    causal = bool(job.get("causal", False))
+    shown = tuple(p for p in WARPGROUP_PROGRAMS if p < stamps.raw.shape[0])
+    programs = recorded_programs(stamps, batch * heads, seq, seq_k, causal, gpu["sms"], shown)
+    return {
+        **gpu,
+        "config": {f: getattr(cfg, f) for f in WS_FIELDS},
+        "head_dim": int(job["head_dim"]),
+        "causal": causal,
+        "seq": seq,
+        "seq_k": seq_k,
+        "batch": batch,
+        "heads": heads,
+        "dtype": job.get("dtype", "fp16"),
+        **figures,
+        "recorded": dict(WARPGROUP_RECORDING),
+        "programs": programs,
+    }
+
+
 def execute(job: dict[str, Any], device: str, progress: Progress) -> dict[str, Any]:
     """Run one live run (see the module docstring); raises on a kernel error."""
     from flashscope.kernels.device import describe, interpreting
@@ -308,6 +408,7 @@ def execute(job: dict[str, Any], device: str, progress: Progress) -> dict[str, A
         "gradients": None,
         "decode": None,
         "timeline": None,
+        "warpgroups": None,
     }
     if on_gpu:
         from flashscope.kernels.sweep import environment
@@ -338,6 +439,8 @@ def execute(job: dict[str, Any], device: str, progress: Progress) -> dict[str, A
         if not on_gpu:
             raise ValueError("a measured timeline needs a GPU: the interpreter has no clock")
         out["timeline"] = _timeline(config, seed, progress)
+    if what == "warpgroups":
+        out["warpgroups"] = _warpgroups(job, seed, progress)
     progress("done")
     return out
 

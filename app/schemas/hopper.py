@@ -42,6 +42,14 @@ class HopperParams(BaseModel):
     persistent: bool = Field(False, description="One program per CTA slot, looping over tiles.")
     block_n: int = Field(128, description="Keys per step: 64, 128 or 256.")
     stages: int = Field(2, ge=1, description="Slots of the K/V ring: 2 to 4.")
+    run: str | None = Field(
+        None,
+        min_length=1,
+        max_length=64,
+        pattern=r"^[0-9a-f]+$",
+        description="A finished live recording of this configuration (POST /api/runs, what "
+        "warpgroups) to show in place of the shipped one.",
+    )
 
     def problem_sizes(self) -> tuple[int, int]:
         """(batch, heads), the protocol's where left out."""
@@ -78,6 +86,16 @@ class HopperParams(BaseModel):
             "pingpong": self.pingpong,
             "persistent": self.persistent,
         }
+
+    def run_request(self) -> dict[str, Any]:
+        """The POST /api/runs body that records this launch live on the server's GPU (what
+        warpgroups); fp8 has none (the kernel runs fp16 and bf16)."""
+        batch, heads = self.problem_sizes()
+        return {"mode": "fwd", "what": "warpgroups", "batch": batch, "heads": heads,
+                "seq": self.seq, "head_dim": self.head_dim, "causal": self.causal,
+                "dtype": self.dtype, "block_n": self.block_n, "stages": self.stages,
+                "consumers": self.consumers, "pipeline": self.pipeline,
+                "pingpong": self.pingpong, "persistent": self.persistent}  # fmt: skip
 
 
 def check_hopper(p: HopperParams, s: Settings) -> list[dict[str, Any]]:

@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from flashscope.app.config import Settings
 from flashscope.app.middleware.errors import limit_error, value_error
 from flashscope.app.runs.cost import budget_errors
+from flashscope.app.runs.jobs import NEEDS_HOPPER, NO_GPU_HERE
 from flashscope.app.schemas.head_dim import DESCRIPTION as HEAD_DIM
 from flashscope.app.schemas.head_dim import head_dim_errors
 from flashscope.app.schemas.simulate import RegisterCap
@@ -20,6 +21,7 @@ from flashscope.simulator.core.problem import (
 )
 from flashscope.simulator.core.trace import PHASES, TRACE_VERSION
 from flashscope.simulator.teach.algorithms import ALGORITHMS
+from flashscope.simulator.timing.fa3_config import SHARED_PER_CTA, Fa3Config
 
 Algo = Literal["naive", "fa1", "fa2", "fa2-bwd", "decode"]
 Dtype = Literal["fp32", "fp16", "bf16"]
@@ -340,10 +342,12 @@ class RunRequest(BaseModel):
         description="fwd, bwd, or decode (Flash-Decoding: heads = the group of query heads of "
         "one K/V head, seq = new tokens, seq_k = the cache).",
     )
-    what: Literal["time", "trace", "both", "timeline"] = Field(
+    what: Literal["time", "trace", "both", "timeline", "warpgroups"] = Field(
         "time",
         description="time (GPU), trace (the kernel against the simulator on the same inputs), "
-        "both, or timeline (GPU, fwd: each program's start, end and SM).",
+        "both, timeline (GPU, fwd: each program's start, end and SM), or warpgroups (an H100 "
+        "or H200, fwd: the Gluon forward's warpgroups recorded phase by phase, and the "
+        "recording's overhead).",
     )
     route: Literal["tiles", "default"] = Field(
         "tiles",
@@ -351,13 +355,28 @@ class RunRequest(BaseModel):
         "picks on its own (tuned tiles, or the Gluon forward on Hopper). Timing only.",
     )
     splits: int | None = Field(None, ge=1, description="decode: KV splits (default: the rule).")
+    consumers: int = Field(
+        2, ge=1, le=3, description="warpgroups: consumer warpgroups of 64 query rows each."
+    )
+    pipeline: bool = Field(
+        True, description="warpgroups: S of the next block issued before this block's P·V."
+    )
+    pingpong: bool = Field(False, description="warpgroups: the consumers take turns.")
+    persistent: bool = Field(False, description="warpgroups: one program per SM, over tiles.")
     seed: int = Field(0, ge=0, le=2**32 - 1)
 
 
-def check_run_request(r: RunRequest, s: Settings, backend: str) -> list[dict[str, Any]]:
+def check_run_request(
+    r: RunRequest,
+    s: Settings,
+    backend: str,
+    capability: str | None = None,
+    gpu: str | None = None,
+) -> list[dict[str, Any]]:
     """Errors for a run beyond the server's limits on this backend (empty when all is well):
     each field's own bound, then what the run would compute against the backend's budgets
-    (app/runs/cost.py), all before any work starts."""
+    (app/runs/cost.py), all before any work starts. `capability` ("9.0") and `gpu` (its name):
+    the server's GPU where known, for the runs only some GPUs can do."""
     errs: list[dict[str, Any]] = []
     where = "body"
     for field in ("block_m", "block_n", "warps"):
@@ -393,7 +412,10 @@ def check_run_request(r: RunRequest, s: Settings, backend: str) -> list[dict[str
             )
         )
     errs += _mode_errors(r, s, backend)
-    if backend == "cpu":
+    errs += warpgroup_errors(r, backend, capability, gpu)
+    if r.what == "warpgroups":
+        limit, why = s.runs_max_seq_warpgroups, "for a recorded warpgroup timeline"
+    elif backend == "cpu":
         limit, why = s.runs_max_seq_cpu, "in Triton's interpreter (no GPU here)"
     elif r.what in ("trace", "both"):
         limit, why = s.runs_max_seq_trace, "for an instrumented trace"
@@ -447,4 +469,58 @@ def _mode_errors(r: RunRequest, s: Settings, backend: str) -> list[dict[str, Any
              cache, limit)  # fmt: skip
     if r.splits is not None and r.splits > s.max_splits:
         over("splits", f"splits must be ≤ {s.max_splits}, got {r.splits}", r.splits, s.max_splits)
+    return errs
+
+
+WARPGROUP_FIELDS = {"consumers": 2, "pipeline": True, "pingpong": False, "persistent": False}
+WARPGROUP_HEAD_DIMS = (40, 256)  # the Gluon forward's head_dim, a multiple of 8 (padded up)
+
+
+def warpgroup_errors(
+    r: RunRequest, backend: str, capability: str | None, gpu: str | None
+) -> list[dict[str, Any]]:
+    """What a recorded warpgroup timeline (what warpgroups) needs: an H100 or H200, the forward,
+    and a configuration of the Gluon forward (kernels/hopper_forward.py `WsConfig`, `supports`);
+    other runs leave its fields at their defaults."""
+    errs: list[dict[str, Any]] = []
+    where = "body"
+    if r.what != "warpgroups":
+        for field, default in WARPGROUP_FIELDS.items():
+            if getattr(r, field) != default:
+                msg = f"{field} belongs to what warpgroups (the Gluon forward's variant)"
+                errs.append(value_error(field, msg, getattr(r, field), where))
+        return errs
+    if backend != "cuda":
+        errs.append(value_error("what", f"{NEEDS_HOPPER}: {NO_GPU_HERE}", r.what, where))
+    elif capability is not None and not capability.startswith("9."):
+        named = f"this server's GPU, {gpu}," if gpu else "this server's GPU"
+        here = f"{named} is compute capability {capability}"
+        errs.append(value_error("what", f"{NEEDS_HOPPER}: {here}", r.what, where))
+    if r.mode != "fwd":
+        errs.append(value_error("mode", "a warpgroup timeline records the forward: mode must "
+                                "be fwd", r.mode, where))  # fmt: skip
+    if r.dtype not in ("fp16", "bf16"):
+        errs.append(limit_error("dtype", f"the Hopper forward runs fp16 and bf16, got {r.dtype}",
+                                r.dtype, ["fp16", "bf16"], where))  # fmt: skip
+    lo, hi = WARPGROUP_HEAD_DIMS
+    if not lo <= r.head_dim <= hi:
+        msg = f"the Hopper forward takes a head_dim from {lo} to {hi}, got {r.head_dim}"
+        errs.append(limit_error("head_dim", msg, r.head_dim, [lo, hi], where))
+    if r.block_n not in (64, 128, 256):
+        msg = f"block_n must be 64, 128 or 256 for the Hopper forward, got {r.block_n}"
+        errs.append(limit_error("block_n", msg, r.block_n, [64, 128, 256], where))
+    if not 2 <= r.stages <= 4:
+        msg = f"stages must be from 2 to 4 for the Hopper forward, got {r.stages}"
+        errs.append(limit_error("stages", msg, r.stages, [2, 4], where))
+    if r.pingpong and (r.consumers < 2 or not r.pipeline):
+        why = "pingpong needs pipeline and two or more consumers"
+        errs.append(value_error("pingpong", why, r.pingpong, where))
+    if errs:
+        return errs
+    cfg = Fa3Config(r.consumers, r.block_n, r.stages, r.pipeline, 1, pingpong=r.pingpong,
+                    persistent=r.persistent)  # fmt: skip
+    padded = 64 if r.head_dim <= 64 else 128 if r.head_dim <= 128 else 256
+    why_not = cfg.fits(padded)
+    if why_not is not None:
+        errs.append(limit_error("stages", why_not, r.stages, SHARED_PER_CTA, where))
     return errs

@@ -6,6 +6,7 @@ Marked `gpu`: skipped without a CUDA device. On a GPU machine:
 
 from __future__ import annotations
 
+import contextlib
 import time
 
 import pytest
@@ -59,3 +60,49 @@ def test_runs_finish_under_the_default_memory_cap(body: dict) -> None:
             assert all(g["within"] for g in result["gradients"]["gradients"]), result["gradients"]
         if body["mode"] == "decode":
             assert all(s["within"] for s in result["decode"]["per_split"])
+
+
+def test_a_live_warpgroup_recording_is_shown_on_hopper() -> None:
+    """/hopper's *Record on this GPU* end to end on an H100 or H200: the body the page posts,
+    the run through the queue, its intervals and overhead, and the twin showing it."""
+    if torch.cuda.get_device_capability(0)[0] != 9:
+        pytest.skip("records on an H100 or H200 only")
+    settings = Settings(runs_devices=["cuda:0"])
+    params = {"gpu": "h100-sxm", "head_dim": 128, "seq": 4096}  # the page's defaults
+    with TestClient(create_app(settings)) as client:
+        from flashscope.simulator.core import hardware
+
+        with contextlib.suppress(ValueError):  # a Hopper without a preset: the default's
+            params["gpu"] = hardware.resolve(torch.cuda.get_device_name(0))
+        record = client.get("/api/hopper", params=params).json()["record"]
+        assert record["available"], record["why"]
+        r = client.post("/api/runs", json={**record["request"], "seed": int(time.time()) % 1000})
+        assert r.status_code == 202, r.text
+        run = _finished(client, r.json()["id"])
+        assert run["state"] == "done", run.get("error")
+        wg = run["result"]["warpgroups"]
+        assert wg["same_output"] and wg["capability"].startswith("9.")
+        # the recording's cost: the shipped H100 dataset measured −3.5 to +6.4 %
+        ratio = wg["recorded_branch_ms"] / wg["plain_ms"]
+        assert 0.8 < ratio < 1.5, (wg["plain_ms"], wg["recorded_branch_ms"])
+        assert wg["overhead"] == pytest.approx(ratio - 1)
+        for prog in wg["programs"]:
+            iv = prog["intervals"]
+            assert iv and prog["tile_steps"], prog["program"]
+            assert all(0 <= x["start_ns"] <= x["end_ns"] for x in iv)
+            # in order: the loader first, then each consumer, each row by start time
+            keys = [(x["role"] != "loader", x["warpgroup"], x["start_ns"]) for x in iv]
+            assert keys == sorted(keys)
+            assert {"qk", "softmax", "pv", "load_k", "load_v"} <= {x["phase"] for x in iv}
+            # a consumer's products of one block come in order: S = QKᵀ, then P·V
+            for c in range(2):
+                qk = min(x["start_ns"] for x in iv if x["warpgroup"] == c and x["phase"] == "qk")
+                pv = min(x["start_ns"] for x in iv if x["warpgroup"] == c and x["phase"] == "pv")
+                assert qk < pv
+            # the program's span is a part of the launch's, which is near the plain time
+            assert max(x["end_ns"] for x in iv) * 1e-6 <= wg["span_ms"] * 1.01
+        assert 0.5 < wg["span_ms"] / wg["plain_ms"] < 2.0
+        shown = client.get("/api/hopper", params={**params, "run": run["id"]}).json()
+        timeline = shown["measured"]["timeline"]
+        assert timeline["live"] and timeline["device"] == torch.cuda.get_device_name(0)
+        assert timeline["intervals"] == wg["programs"][0]["intervals"]
