@@ -369,7 +369,7 @@ def response(
         flops = sim.tflops * 1e12 * sim.time_ns * 1e-9  # the model's useful work, per launch
         compare.append({
             "algo": "fa3",
-            "label": "FA-3 (measured live)",
+            "label": "FA-3 (live)",
             "time_us": rec["plain_ms"] * 1e3,
             "tflops": flops / (rec["plain_ms"] * 1e-3) / 1e12,
             "source": "measured",

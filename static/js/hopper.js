@@ -1,7 +1,10 @@
 // FlashAttention-3 on Hopper: one CTA's warpgroups as a Gantt, the FA-3 model above the
 // kernel's recorded timeline. GET /api/hopper computes both sides; stepping moves a cursor
 // through the model's events (and to the same event in the recording) and says what runs then.
+// On an H100 or H200 server the launch can be recorded live (hopper_live.js); the finished run's
+// id goes into the URL (`run`), and the twin shows its recording in place of the shipped one.
 
+import { costText, liveSummary, mountRecord } from "./hopper_live.js";
 import { react } from "./plot.js";
 import { onApply } from "./registry.js";
 import { urlHasStep } from "./step_prompt.js";
@@ -10,12 +13,14 @@ import { jsonSource, mountView } from "./view.js";
 const DEFAULTS = {
   gpu: "h100-sxm", head_dim: 128, consumers: 2, dtype: "fp16", seq: 4096,
   pingpong: true, pipeline: true, causal: false, persistent: false, block_n: 128, stages: 2,
-  whole: false, step: 0,
+  whole: false, run: "", step: 0,
 };
 const SELECTS = ["gpu", "head_dim", "consumers", "dtype"];
 const NUMERIC = new Set(["head_dim", "consumers", "seq"]);
 const CHECKS = ["pingpong", "pipeline", "causal", "persistent", "whole"];
 const VIEW_ONLY = new Set(["step", "whole"]); // not sent to the server
+// What a live recording (`run`) is of: changing one of these shows the shipped recording again.
+const RECORDED = [...SELECTS, "seq", "pingpong", "pipeline", "causal", "persistent"];
 
 // The phases' colours: copies in blues, waits pale, the tensor cores' products green, the
 // softmax (exp2 on the SFU) orange.
@@ -47,11 +52,13 @@ function fillForm(p) {
 }
 
 function readForm(p) {
+  const before = RECORDED.map((f) => String(p[f]));
   for (const f of [...SELECTS, "seq"]) {
     const raw = form.elements[f].value.trim();
     p[f] = NUMERIC.has(f) ? (raw === "" ? NaN : Number(raw)) : raw;
   }
   for (const f of CHECKS) p[f] = form.elements[f].checked;
+  if (RECORDED.some((f, i) => String(p[f]) !== before[i])) p.run = "";
 }
 
 // A toggle applies at once; ping-pong needs pipelining, so each follows the other.
@@ -189,6 +196,14 @@ function cursorShape(t, axis) {
   };
 }
 
+// A finished live recording of the launch on screen: its run into the URL, and the twin again.
+const record = mountRecord({
+  recorded(runId) {
+    view.params.run = runId;
+    view.reload();
+  },
+});
+
 const view = mountView({
   name: "hopper",
   defaults: DEFAULTS,
@@ -204,6 +219,7 @@ const view = mountView({
     view.hopper = { sim, meas, consumers, body };
     view.traces = [...barTraces(sim, "", true), ...(meas ? barTraces(meas, "2", false) : [])];
     renderStatic(body);
+    record.show(body);
     const total = sim.intervals.length;
     const step = opening ? openingStep(sim.intervals, consumers) : view.params.step | 0;
     opening = false;
@@ -234,7 +250,7 @@ function renderStep(k) {
     ? measuredWhy(body.measured)
     : match
       ? narrate(meas.intervals, match, tm)
-      : `the recording has no ${what(ev)} for ${rowOf(ev)}.`;
+      : `the recording has no ${what(ev).replace(/^(the|a) /, "")} for ${rowOf(ev)}.`;
   const labels = rows(consumers);
   const yaxis = (domain) => ({
     domain, type: "category", categoryorder: "array", categoryarray: labels, autorange: "reversed",
@@ -256,12 +272,19 @@ function renderStep(k) {
     annotations: [
       { text: `<b>simulated</b>: FA-3 model, ${body.gpu_name} (µs from the program's start)`, xref: "paper", yref: "paper", x: 0, y: 1.07, showarrow: false, xanchor: "left", font: { size: 12 } },
       {
-        text: meas ? `<b>measured</b>: recorded on ${body.measured.device}, ${body.measured.date} (µs)` : `<b>measured</b>: ${missing(body)}`,
+        text: meas ? `<b>measured</b>: ${measuredLabel(body)}` : `<b>measured</b>: ${missing(body)}`,
         xref: "paper", yref: "paper", x: 0, y: meas ? 0.5 : 0.3, showarrow: false, xanchor: "left", font: { size: 12, color: meas ? "#111827" : "#b91c1c" },
       },
     ],
   };
   react("gantt", view.traces, layout);
+}
+
+/** Where the measured Gantt comes from: a live recording on this server, or a shipped one. */
+function measuredLabel(body) {
+  const rec = body.measured.timeline;
+  if (rec.live) return `recorded live on ${rec.device} (µs), ${costText(rec)}`;
+  return `recorded on ${body.measured.device}, ${body.measured.date} (µs)`;
 }
 
 /** Why the measured side is empty, in a few words (the readout and the Gantt's label). */
@@ -296,22 +319,28 @@ function renderStatic(body) {
   const sim = body.simulated;
   const m = body.measured;
   $("time-sim").textContent = `${fmtMs(sim.time_us)} · ${sim.tflops.toFixed(0)} TFLOP/s${sim.dtype === "fp8" ? " (fp8 what-if)" : ""}`;
-  $("time-measured").textContent = m.time
-    ? `${fmtMs(m.time.ms * 1e3)} · ${m.time.label}`
-    : `none: ${missing(body)}`;
+  const live = m.timeline && m.timeline.live ? m.timeline : null;
+  $("time-measured").textContent = live
+    ? `${fmtMs(live.plain_ms * 1e3)} · measured live on ${live.device}`
+    : m.time
+      ? `${fmtMs(m.time.ms * 1e3)} · ${m.time.label}`
+      : `none: ${missing(body)}`;
   $("busy-tensor").textContent = pct(sim.busy.tensor);
   $("busy-sfu").textContent = pct(sim.busy.sfu);
   const c = sim.config;
   const cfg = `${c.consumers} consumers, block_n ${c.block_n}, ${c.stages} stages`;
-  if (!m.available) {
-    $("measured-source").textContent = `${cfg}. ${measuredWhy(m)}`;
+  const notShown = m.live && m.live.why ? ` The live recording is not shown: ${m.live.why}.` : "";
+  if (live) {
+    $("measured-source").textContent = `${cfg}. Measured side: ${liveSummary(live)}; run ${m.live.run}.`;
+  } else if (!m.available) {
+    $("measured-source").textContent = `${cfg}. ${measuredWhy(m)}${notShown}`;
   } else {
     const v = m.versions;
     const rec = m.timeline;
     const recText = rec
       ? ` Recorded variant '${rec.variant}' at N = ${rec.seq}: plain kernel ${rec.plain_ms.toFixed(3)} ms, the recording cost ${(100 * rec.overhead).toFixed(1)} %${rec.notes.length ? ` (${rec.notes.join("; ")})` : ""}.`
       : ` ${measuredWhy(m)}`;
-    $("measured-source").textContent = `${cfg}. Measured side: ${m.device}, ${m.date} (torch ${v.torch}, Triton ${v.triton}).${recText}`;
+    $("measured-source").textContent = `${cfg}. Measured side: ${m.device}, ${m.date} (torch ${v.torch}, Triton ${v.triton}).${recText}${notShown}`;
   }
   renderKey();
   renderBusy(body);
@@ -386,9 +415,9 @@ function renderFp8(body) {
 
 function variantLink(v) {
   const c = v.config;
-  const p = { ...view.params, consumers: c.consumers, pingpong: c.pingpong, pipeline: c.pipeline, persistent: c.persistent, block_n: c.block_n, stages: c.stages, step: 0 };
+  const p = { ...view.params, consumers: c.consumers, pingpong: c.pingpong, pipeline: c.pipeline, persistent: c.persistent, block_n: c.block_n, stages: c.stages, run: "", step: 0 };
   const q = new URLSearchParams();
-  for (const [k, val] of Object.entries(p)) q.set(k, typeof val === "boolean" ? (val ? "1" : "0") : String(val));
+  for (const [k, val] of Object.entries(p)) if (val !== "") q.set(k, typeof val === "boolean" ? (val ? "1" : "0") : String(val));
   return `?${q}`;
 }
 

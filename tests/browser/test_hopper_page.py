@@ -8,6 +8,7 @@ from urllib.parse import parse_qsl, urlsplit
 
 import pytest
 
+from ..app.servers import flashscope_server
 from .conftest import screenshot
 
 pytestmark = pytest.mark.browser
@@ -129,3 +130,60 @@ def test_no_sideways_scroll_on_a_phone(browser, live_server):
     assert page.locator("#gantt").bounding_box()["width"] > 0.6 * 390
     assert errors == []
     context.close()
+
+
+def test_record_on_this_gpu_is_disabled_on_a_cpu_server_with_the_reason(page, live_server):
+    page.goto(f"{live_server}/hopper")
+    _ready(page)
+    button = page.locator("#record-live")
+    why = "needs an H100 or H200: this server has no GPU"
+    page.locator("#record-status").filter(has_text=why).wait_for(timeout=LOAD_MS)
+    assert button.is_disabled() and button.inner_text() == "Record on this GPU"
+    assert why in (button.get_attribute("title") or "")
+    # a link to a live recording the server does not have: the shipped one, and why
+    page.goto(f"{live_server}/hopper?run=abc123")
+    _ready(page)
+    status = page.locator("#record-status").inner_text()
+    assert "no longer has this live recording" in status
+    label = page.evaluate("() => document.getElementById('gantt').layout.annotations[1].text")
+    assert "recorded on NVIDIA H100 80GB HBM3" in label and "live" not in label
+    assert _params(page)["run"] == "abc123"
+    # another configuration is not the recording's: the run leaves the URL
+    page.locator("input[name=causal]").check()
+    page.wait_for_function("() => !new URL(location.href).searchParams.has('run')")
+    assert _params(page)["causal"] == "1"
+    assert page.log.console_errors == [] and page.log.page_errors == []
+
+
+def test_a_live_recording_replaces_the_shipped_one_and_stays_in_the_url(page):
+    """On a server whose run queue has a GPU (its kernel call a stand-in,
+    tests/app/fake_hopper_jobs.py): the button records the launch on screen and the measured
+    Gantt becomes that recording, labelled with its device and cost."""
+    env = {"FLASHSCOPE_RUNS_EXECUTOR": "tests.app.fake_hopper_jobs:execute",
+           "FLASHSCOPE_RUNS_DEVICES": '["cuda:0"]'}  # fmt: skip
+    query = "head_dim=64&seq=1024&consumers=1&pipeline=0&pingpong=0"
+    with flashscope_server(env) as base:
+        page.goto(f"{base}/hopper?{query}")
+        _ready(page)
+        button = page.locator("#record-live")
+        assert button.is_enabled(), page.locator("#record-status").inner_text()
+        button.click()
+        page.wait_for_function("() => new URL(location.href).searchParams.has('run')",
+                               timeout=LOAD_MS)  # fmt: skip
+        run = _params(page)["run"]
+        page.locator("#record-status").filter(has_text=f"run {run}").wait_for(timeout=LOAD_MS)
+        device = "recorded live on NVIDIA H100 80GB HBM3"
+        assert device in page.locator("#record-status").inner_text()
+        label = page.evaluate("() => document.getElementById('gantt').layout.annotations[1].text")
+        assert device in label
+        assert "+10.0 % time with the recording on" in label
+        source = page.locator("#measured-source").inner_text()
+        assert "plain kernel 0.010 ms, recorded 0.011 ms (+10.0 %" in source
+        assert "measured live" in page.locator("#time-measured").inner_text()
+        # the recording's loader and consumer rows, as the stand-in's stamps say
+        assert sorted(_rows(page, "y2")) == ["consumer 0", "loader"]
+        # the link reopens it
+        page.goto(page.url)
+        _ready(page)
+        page.locator("#record-status").filter(has_text=f"run {run}").wait_for(timeout=LOAD_MS)
+        assert page.log.console_errors == [] and page.log.page_errors == []
