@@ -40,6 +40,14 @@ def fake_gpu():
         yield c
 
 
+@pytest.fixture
+def cpu_client():
+    """A server without a GPU (so on a GPU machine too)."""
+    settings = Settings(runs_devices=["cpu"], runs_executor="tests.app.fake_hopper_jobs:execute")
+    with TestClient(create_app(settings)) as c:
+        yield c
+
+
 @pytest.mark.parametrize(
     ("change", "field", "limit"),
     [
@@ -77,14 +85,14 @@ def test_the_seq_limit_is_a_setting():
         assert "≤ 1024 for a recorded warpgroup timeline" in r.json()["detail"][0]["msg"]
 
 
-def test_the_variants_fields_belong_to_warpgroup_runs(client):
-    r = client.post("/api/runs", json={"seq": 32, "what": "trace", "persistent": True})
+def test_the_variants_fields_belong_to_warpgroup_runs(cpu_client):
+    r = cpu_client.post("/api/runs", json={"seq": 32, "what": "trace", "persistent": True})
     assert r.status_code == 422
     assert r.json()["detail"][0]["field"] == "persistent"
 
 
-def test_without_a_gpu_a_recording_is_refused_up_front(client):
-    r = client.post("/api/runs", json=BODY)
+def test_without_a_gpu_a_recording_is_refused_up_front(cpu_client):
+    r = cpu_client.post("/api/runs", json=BODY)
     assert r.status_code == 422, r.text
     (err,) = [e for e in r.json()["detail"] if e["field"] == "what"]
     assert err["msg"].startswith("a warpgroup timeline needs an H100 or H200: this server has no")
@@ -106,7 +114,10 @@ def test_a_gpu_that_is_not_a_hopper_is_refused_naming_it():
         assert client.app.state.runs._queue is None
 
 
-def test_the_executor_without_a_gpu_answers_why_not_a_traceback():
+def test_the_executor_without_a_gpu_answers_why_not_a_traceback(monkeypatch):
+    from flashscope.kernels import device
+
+    monkeypatch.setattr(device, "interpreting", lambda: True)  # as on a server without a GPU
     with pytest.raises(ValueError, match=r"^a warpgroup timeline needs an H100 or H200: this "):
         jobs.execute(dict(fake.JOB), "cpu", lambda _: None)
 
@@ -125,6 +136,9 @@ def test_the_executor_on_a_gpu_that_is_not_a_hopper_names_it(monkeypatch):
 
 
 def test_the_executor_decodes_the_stamps_into_each_warpgroups_phases(monkeypatch):
+    from flashscope.kernels import device
+
+    monkeypatch.setattr(device, "interpreting", lambda: True)  # no GPU is asked anything
     monkeypatch.setattr(jobs, "_record", fake.fake_record)
     said: list[str] = []
     out = jobs.execute(dict(fake.JOB), "cpu", said.append)
@@ -190,8 +204,8 @@ def test_a_recording_is_queued_run_and_shown_on_hopper_in_place_of_the_shipped_o
     assert bad.status_code == 422 and bad.json()["detail"][0]["field"] == "run"
 
 
-def test_hopper_says_why_it_cannot_record(client, fake_gpu):
-    cpu = client.get("/api/hopper").json()["record"]
+def test_hopper_says_why_it_cannot_record(cpu_client, fake_gpu):
+    cpu = cpu_client.get("/api/hopper").json()["record"]
     assert cpu["available"] is False and "needs an H100 or H200" in cpu["why"]
     fp8 = fake_gpu.get("/api/hopper", params={**HOPPER, "dtype": "fp8"}).json()["record"]
     assert fp8["available"] is False and "fp8 is a what-if" in fp8["why"]
