@@ -1,0 +1,621 @@
+"""A warp-specialized FlashAttention backward for Hopper, written in Gluon.
+
+Why a second backward: the Triton backward (`kernels/backward.py`) holds dK, dV, Sᵀ, dPᵀ and
+the operands of five products in one thread's registers and spills at head_dim 128, which is
+why its five-product (atomic dQ) route loses to recomputing dQ in a kernel of its own. Here the
+work of one key block is split between warpgroups, after FlashAttention-3's backward:
+
+- one *loader* warp copies the block's K and V once, then, step by step, each query block's Q
+  and dO into a ring of shared-memory stages with the tensor-memory copy engine;
+- CONSUMERS warpgroups each own 64 of the block's keys (the block has 64·CONSUMERS) and keep
+  their dK and dV in fp32 registers. Per query block of BLOCK_M rows a warpgroup issues
+  Sᵀ = K Qᵀ and dPᵀ = V dOᵀ together (asynchronous wgmma, both operands in shared memory),
+  rebuilds Pᵀ = exp(Sᵀ − LSE) from the forward's log-sum-exp while dPᵀ is on the tensor cores,
+  then issues dV += Pᵀ dO and, with dSᵀ = Pᵀ ∘ (dPᵀ − D), dK += dSᵀ Q (Pᵀ and dSᵀ from
+  registers); it writes dSᵀ to shared memory and issues its share of dQ, dS K over its own keys,
+  which it adds into an fp32 buffer with relaxed atomics. The warpgroups never wait for each
+  other: one's exponentials run under another's products.
+- the loader gives its registers up to the consumers (`warp_specialize`'s budgets).
+
+A last pass scales and casts dQ (as the Triton backward's atomic route does). Five products per
+tile pair, as the FlashAttention-2 paper counts them.
+
+Limits (`supports` says why a call does not qualify; the Triton backward runs everything else):
+a Hopper GPU, fp16 or bf16, head_dim 64 or 128, inputs that flatten to (B·H·N, d) with rows on
+16-byte boundaries. Any N_q and N_k: a last key block that N_k does not fill masks its keys and
+stores only its own rows; a last query block that N_q does not fill reads no LSE or D past N_q
+(its P is zero there) and adds nothing past it. Causal is aligned bottom-right as in the
+forward; grouped-query attention sums the group's query heads into one dK/dV on chip. Rows that
+saw no key (LSE = −∞) get zero gradients. As the forward's Gluon kernel, there is no
+interpreter path: CI compiles it for sm_90a on the CPU and the GPU tests run it.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from functools import lru_cache
+
+import torch
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import (
+    fence_async_shared,
+    mbarrier,
+    tma,
+    warpgroup_mma,
+    warpgroup_mma_wait,
+)
+
+from flashscope.kernels.config import bwd_ws_entry, table_key
+from flashscope.kernels.device import interpreting
+from flashscope.kernels.fastlaunch import launch
+from flashscope.kernels.hopper_forward import (
+    _GL_DTYPES,
+    LOADER_REGS,
+    REGS_PER_SM,
+    SHARED_LIMIT,
+    _hopper,
+    _Sm90Target,
+)
+from flashscope.kernels.launch import LOG2E, flat_rows, gpu_name, output
+from flashscope.simulator.timing.kernelplan import tuned_keys
+
+_LOADER_REGS = gl.constexpr(LOADER_REGS)
+KEYS_PER_CONSUMER = 64  # one warpgroup's rows of a wgmma
+
+
+@dataclass(frozen=True)
+class BwdConfig:
+    """One launch of the warp-specialized backward.
+
+    consumers: warpgroups per program, each owning 64 keys (the key block is 64·consumers);
+    block_m: query rows per step; stages: depth of the Q/dO ring.
+    """
+
+    consumers: int = 2
+    block_m: int = 64
+    stages: int = 2
+
+    def __post_init__(self) -> None:
+        if self.consumers not in (1, 2):
+            raise ValueError(f"consumers must be 1 or 2, got {self.consumers!r}")
+        if self.block_m not in (64, 128):
+            raise ValueError(f"block_m must be 64 or 128, got {self.block_m!r}")
+        if self.stages not in (1, 2, 3):
+            raise ValueError(f"stages must be 1, 2 or 3, got {self.stages!r}")
+
+    @property
+    def block_n(self) -> int:
+        return KEYS_PER_CONSUMER * self.consumers
+
+    def as_list(self) -> list[int]:
+        return [self.consumers, self.block_m, self.stages]
+
+    def registers(self) -> tuple[int, int]:
+        """(registers per thread at launch, per consumer thread once the loader's warpgroup
+        has given its own up)."""
+        warps = 4 * (self.consumers + 1)
+        launch_regs = min(REGS_PER_SM // (32 * warps) // 8 * 8, 248)
+        consumer = (launch_regs * warps - LOADER_REGS * 4) // (4 * self.consumers) // 8 * 8
+        return launch_regs, min(consumer, 256)
+
+    def shared_bytes(self, head_dim: int, elem: int = 2) -> int:
+        """K and V of the block, the Q/dO ring with each step's LSE and D (fp32), two buffers
+        of the block's dSᵀ, and the mbarriers."""
+        kv = 2 * self.block_n * head_dim * elem
+        ring = self.stages * self.block_m * (2 * head_dim * elem + 2 * 4)
+        ds = 2 * self.block_n * self.block_m * elem
+        return kv + ring + ds + 8 * (5 + 2 * self.stages)
+
+
+# The configurations benchmarks/hopper_backward.py times per head_dim (and the tuned table picks
+# from): two warpgroups of 64 keys; at 64, query blocks of 64 or 128 rows; at 128, a ring of 2 or
+# 3 stages (the registers leave no room for 128-row query blocks).
+CANDIDATES = {
+    64: (BwdConfig(2, 64, 2), BwdConfig(2, 128, 2)),
+    128: (BwdConfig(2, 64, 2), BwdConfig(2, 64, 3)),
+}
+
+
+# Gluon kernels keep compact argument lists, as Triton's own tutorials do.
+# fmt: off
+@gluon.jit
+def _steps(j, N_Q, N_K, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, CAUSAL: gl.constexpr):
+    """Key block j's query blocks, per query head: (first, first unmasked, end). Causal
+    (bottom-right: key c visible to row r iff c ≤ r + N_K − N_Q), blocks before `first` see no
+    key of the block and blocks from `first` to `unmasked` cross the diagonal; not causal,
+    every block is unmasked (the key edge is the caller's)."""
+    n_qb = gl.cdiv(N_Q, BLOCK_M)
+    if CAUSAL:
+        off = N_K - N_Q
+        k0 = j * BLOCK_N
+        first = gl.minimum(gl.maximum(k0 - off, 0) // BLOCK_M, n_qb)
+        unmasked = gl.minimum(gl.maximum(gl.cdiv(k0 + BLOCK_N - 1 - off, BLOCK_M), first), n_qb)
+    else:
+        first = 0
+        unmasked = 0
+    return first, unmasked, n_qb
+
+
+@gluon.jit
+def _loader(args, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
+            CAUSAL: gl.constexpr):
+    """One warp: the block's K and V, then Q and dO of every step into the ring."""
+    (q_desc, k_desc, v_desc, do_desc, k_smem, v_smem, q_smem, do_smem, lse_smem, delta_smem,
+     kv_ready, q_ready, q_empty, LSE, DELTA, N_Q, N_K, H, GROUP) = args
+    rows_layout: gl.constexpr = gl.BlockedLayout([BLOCK_M // 32], [32], [1], [0])
+    j = gl.program_id(0)
+    bkv = gl.program_id(1)
+    h_kv = H // GROUP
+    kv_row = bkv * N_K + j * BLOCK_N
+    KV_BYTES: gl.constexpr = k_desc.block_type.nbytes + v_desc.block_type.nbytes
+    STEP_BYTES: gl.constexpr = q_desc.block_type.nbytes + do_desc.block_type.nbytes
+    mbarrier.expect(kv_ready, KV_BYTES)
+    tma.async_copy_global_to_shared(k_desc, [kv_row, 0], kv_ready, k_smem)
+    tma.async_copy_global_to_shared(v_desc, [kv_row, 0], kv_ready, v_smem)
+    first, _, n_qb = _steps(j, N_Q, N_K, BLOCK_M, BLOCK_N, CAUSAL)
+    s = 0
+    for g in range(GROUP):
+        q_row0 = ((bkv // h_kv) * H + (bkv % h_kv) * GROUP + g) * N_Q
+        for qb in range(first, n_qb):
+            slot = s % STAGES
+            mbarrier.wait(q_empty.index(slot), ((s // STAGES) & 1) ^ 1)
+            mbarrier.expect(q_ready.index(slot), STEP_BYTES)
+            row = q_row0 + qb * BLOCK_M
+            tma.async_copy_global_to_shared(q_desc, [row, 0], q_ready.index(slot),
+                                            q_smem.index(slot))
+            tma.async_copy_global_to_shared(do_desc, [row, 0], q_ready.index(slot),
+                                            do_smem.index(slot))
+            # the block's LSE (log2 domain; +∞ for a row that saw no key, or past N_q, so that
+            # its P is 0) and D, for the consumers to read when they need them
+            within = qb * BLOCK_M + gl.arange(0, BLOCK_M, layout=rows_layout)
+            inside = within < N_Q
+            lse = gl.load(LSE + q_row0 + within, mask=inside, other=float("inf"))
+            lse = gl.where(lse == float("-inf"), float("inf"), lse * 1.4426950408889634)
+            lse_smem.index(slot).store(lse)
+            delta_smem.index(slot).store(gl.load(DELTA + q_row0 + within, mask=inside, other=0.0))
+            mbarrier.arrive(q_ready.index(slot), count=1)
+            s += 1
+
+
+@gluon.jit
+def _issue(k_c, q_smem, q_ready, s, s_layout: gl.constexpr, BLOCK_M: gl.constexpr,
+           STAGES: gl.constexpr):
+    """Issue Sᵀ = K Qᵀ of ring step s (asynchronous), once its Q and dO landed."""
+    slot = s % STAGES
+    mbarrier.wait(q_ready.index(slot), (s // STAGES) & 1)
+    zero = gl.zeros([64, BLOCK_M], gl.float32, s_layout)
+    return warpgroup_mma(k_c, q_smem.index(slot).permute((1, 0)), zero, use_acc=False,
+                         is_async=True)
+
+
+@gluon.jit
+def _step(dk, dv, st, s, qb, q_row0, key0, masked, ctx, s_layout: gl.constexpr,
+          dq_layout: gl.constexpr, op_layout: gl.constexpr, HEAD_DIM: gl.constexpr,
+          BLOCK_M: gl.constexpr, STAGES: gl.constexpr, Q_EDGE: gl.constexpr, C: gl.constexpr,
+          CONSUMERS: gl.constexpr, ROW_SPLIT: gl.constexpr, NEXT: gl.constexpr):
+    """Ring step s, query block qb, against warpgroup C's 64 keys from key0, its Sᵀ already
+    computed (st): dPᵀ = V dOᵀ runs while Pᵀ is rebuilt. `masked`: hide key c from row r unless
+    c ≤ r + off and c < N_K. NEXT: issue the next step's Sᵀ before waiting for this step's dQ,
+    so that it runs on the tensor cores while this step's dQ is added (returned with dK and
+    dV). (The next dPᵀ too would not fit the registers beside dK, dV and dQ at head_dim 128.)"""
+    (k_c, v_c, k_all, ds_smem, q_smem, do_smem, lse_smem, delta_smem, q_ready, q_empty, ds_ready,
+     ds_free, DQ, qk_scale2, bounds) = ctx
+    dtype: gl.constexpr = k_all.dtype
+    KEYS: gl.constexpr = 64
+    off, n_q, n_k = bounds
+    slot = s % STAGES
+    zero = gl.zeros([KEYS, BLOCK_M], gl.float32, s_layout)
+    dpt = warpgroup_mma(v_c, do_smem.index(slot).permute((1, 0)), zero, use_acc=False,
+                        is_async=True)
+    m0 = qb * BLOCK_M
+    cols = m0 + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, s_layout))
+    lse2 = lse_smem.index(slot).load(gl.SliceLayout(0, s_layout))
+    pt = gl.exp2(st * qk_scale2 - lse2[None, :])
+    if masked:
+        rows = key0 + gl.arange(0, KEYS, layout=gl.SliceLayout(1, s_layout))
+        keep = (rows[:, None] <= cols[None, :] + off) & (rows < n_k)[:, None]
+        pt = gl.where(keep, pt, 0.0)
+    dpt = warpgroup_mma_wait(0, deps=(dpt,))
+    delta = delta_smem.index(slot).load(gl.SliceLayout(0, s_layout))
+    ds16 = (pt * (dpt - delta[None, :])).to(dtype)
+    p16 = pt.to(dtype)
+    dv = warpgroup_mma(gl.convert_layout(p16, op_layout), do_smem.index(slot), dv, is_async=True)
+    dk = warpgroup_mma(gl.convert_layout(ds16, op_layout), q_smem.index(slot), dk, is_async=True)
+    # dSᵀ of the warpgroup's keys into the step's buffer (two, in turn); once every warpgroup's
+    # is in, dQ of the step is dS K over the whole key block: each warpgroup takes a share (its
+    # 64 query rows where the block has 64 per warpgroup, else its columns) and adds it into
+    # the fp32 buffer
+    buf = s % 2
+    mbarrier.wait(ds_free.index(buf), ((s // 2) & 1) ^ 1)  # a fresh barrier counts as freed
+    ds_smem.index(buf).slice(C * KEYS, KEYS).store(ds16)
+    fence_async_shared()
+    mbarrier.arrive(ds_ready.index(buf), count=1)
+    mbarrier.wait(ds_ready.index(buf), (s // 2) & 1)
+    ds = ds_smem.index(buf).permute((1, 0))  # (BLOCK_M, BLOCK_N)
+    DQ_M: gl.constexpr = KEYS if ROW_SPLIT else BLOCK_M
+    DQ_N: gl.constexpr = HEAD_DIM if ROW_SPLIT else HEAD_DIM // CONSUMERS
+    if ROW_SPLIT:
+        a = ds.slice(C * KEYS, KEYS)
+        b = k_all
+        row0 = m0 + C * KEYS
+        col0 = 0
+    else:
+        a = ds
+        b = k_all.slice(C * DQ_N, DQ_N, dim=1)
+        row0 = m0
+        col0 = C * DQ_N
+    dv, dk = warpgroup_mma_wait(0, deps=(dv, dk))
+    mbarrier.arrive(q_empty.index(slot), count=1)
+    dq = warpgroup_mma(a, b, gl.zeros([DQ_M, DQ_N], gl.float32, dq_layout), use_acc=False,
+                       is_async=True)
+    if NEXT:
+        st = _issue(k_c, q_smem, q_ready, s + 1, s_layout, BLOCK_M, STAGES)
+        dq = warpgroup_mma_wait(1, deps=(dq,))
+    else:
+        dq = warpgroup_mma_wait(0, deps=(dq,))
+    mbarrier.arrive(ds_free.index(buf), count=1)
+    r = row0 + gl.arange(0, DQ_M, layout=gl.SliceLayout(1, dq_layout))
+    c = col0 + gl.arange(0, DQ_N, layout=gl.SliceLayout(0, dq_layout))
+    ptrs = DQ + (q_row0 + r).to(gl.int64)[:, None] * HEAD_DIM + c[None, :]
+    if Q_EDGE:
+        gl.atomic_add(ptrs, dq, mask=(r < n_q)[:, None], sem="relaxed")
+    else:
+        gl.atomic_add(ptrs, dq, sem="relaxed")
+    if NEXT:
+        # (waited here, not at the next step: an accumulator still in flight across the loop's
+        # back edge gets copied, and ptxas then serializes every wgmma of the kernel)
+        st = warpgroup_mma_wait(0, deps=(st,))
+        return dk, dv, st
+    else:
+        return dk, dv
+
+
+@gluon.jit
+def _consumer(args, C: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr,
+              BLOCK_N: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
+              Q_EDGE: gl.constexpr, KEY_EDGE: gl.constexpr, CONSUMERS: gl.constexpr):
+    """Warpgroup C: keys [64·C, 64·C + 64) of the block through every step (the group's query
+    heads in turn, each over the query blocks that see the block), then their dK (scaled) and
+    dV."""
+    (k_smem, v_smem, q_smem, do_smem, lse_smem, delta_smem, ds_smem, kv_ready, q_ready, q_empty,
+     ds_ready, ds_free, DQ, DK, DV, qk_scale2, scale, N_Q, N_K, H, GROUP) = args
+    s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                       instr_shape=[16, BLOCK_M, 16])
+    o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                       instr_shape=[16, HEAD_DIM, 16])
+    ROW_SPLIT: gl.constexpr = BLOCK_M == 64 * CONSUMERS  # (`_step`: how dQ is shared)
+    DQ_N: gl.constexpr = HEAD_DIM if ROW_SPLIT else HEAD_DIM // CONSUMERS
+    dq_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                        instr_shape=[16, DQ_N, 16])
+    op_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
+    dtype: gl.constexpr = k_smem.dtype
+    KEYS: gl.constexpr = 64
+    j = gl.program_id(0)
+    bkv = gl.program_id(1)
+    h_kv = H // GROUP
+    key0 = j * BLOCK_N + C * KEYS  # the warpgroup's first key within the head
+    k_c = k_smem.slice(C * KEYS, KEYS)
+    v_c = v_smem.slice(C * KEYS, KEYS)
+    dk = gl.zeros([KEYS, HEAD_DIM], gl.float32, o_layout)
+    dv = gl.zeros([KEYS, HEAD_DIM], gl.float32, o_layout)
+    first, unmasked, n_qb = _steps(j, N_Q, N_K, BLOCK_M, BLOCK_N, CAUSAL)
+    # Steps that need a mask: causal, the query blocks crossing the diagonal; not causal, every
+    # step of a last key block that N_K does not fill (keys hidden past N_K alone).
+    if CAUSAL:
+        off = N_K - N_Q
+        edge = False
+    else:
+        off = N_K + N_Q
+        edge = KEY_EDGE and (j + 1) * BLOCK_N > N_K
+    ctx = (k_c, v_c, k_smem, ds_smem, q_smem, do_smem, lse_smem, delta_smem, q_ready, q_empty,
+           ds_ready, ds_free, DQ, qk_scale2, (off, N_Q, N_K))
+    per_head = n_qb - first
+    total = GROUP * per_head
+    mbarrier.wait(kv_ready, 0)
+    if total > 0:
+        st = _issue(k_c, q_smem, q_ready, 0, s_layout, BLOCK_M, STAGES)
+        st = warpgroup_mma_wait(0, deps=(st,))
+        for s in range(total - 1):
+            g = s // per_head
+            qb = first + s - g * per_head
+            q_row0 = ((bkv // h_kv) * H + (bkv % h_kv) * GROUP + g) * N_Q
+            dk, dv, st = _step(dk, dv, st, s, qb, q_row0, key0,
+                                    edge or qb < unmasked, ctx, s_layout, dq_layout, op_layout,
+                                    HEAD_DIM, BLOCK_M, STAGES, Q_EDGE, C, CONSUMERS, ROW_SPLIT,
+                                    True)
+        s = total - 1
+        q_row0 = ((bkv // h_kv) * H + (bkv % h_kv) * GROUP + GROUP - 1) * N_Q
+        dk, dv = _step(dk, dv, st, s, n_qb - 1, q_row0, key0, edge or n_qb - 1 < unmasked,
+                       ctx, s_layout, dq_layout, op_layout, HEAD_DIM, BLOCK_M, STAGES, Q_EDGE, C,
+                       CONSUMERS, ROW_SPLIT, False)
+    # dK and dV of the warpgroup's keys; a block that N_K does not fill stores its own rows only
+    r = gl.arange(0, KEYS, layout=gl.SliceLayout(1, o_layout))
+    c = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, o_layout))
+    rows = (bkv * N_K + key0 + r).to(gl.int64)
+    offs = rows[:, None] * HEAD_DIM + c[None, :]
+    if KEY_EDGE:
+        inside = ((key0 + r) < N_K)[:, None]
+        gl.store(DK + offs, (dk * scale).to(dtype), mask=inside)
+        gl.store(DV + offs, dv.to(dtype), mask=inside)
+    else:
+        gl.store(DK + offs, (dk * scale).to(dtype))
+        gl.store(DV + offs, dv.to(dtype))
+
+
+@gluon.jit
+def _attn_bwd_ws(q_desc, k_desc, v_desc, do_desc, LSE, DELTA, DQ, DK, DV, qk_scale2, scale, H,
+                 GROUP, N_Q, N_K, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr,
+                 CONSUMERS: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
+                 Q_EDGE: gl.constexpr, KEY_EDGE: gl.constexpr, CONSUMER_REGS: gl.constexpr):
+    """Program (j, b · H_kv + h_kv): key block j of that K/V head, over every query head of
+    its group."""
+    BLOCK_N: gl.constexpr = 64 * CONSUMERS
+    dtype: gl.constexpr = q_desc.dtype
+    k_smem = gl.allocate_shared_memory(dtype, [BLOCK_N, HEAD_DIM], k_desc.layout)
+    v_smem = gl.allocate_shared_memory(dtype, [BLOCK_N, HEAD_DIM], v_desc.layout)
+    q_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_M, HEAD_DIM], q_desc.layout)
+    do_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_M, HEAD_DIM], do_desc.layout)
+    row_layout: gl.constexpr = gl.SwizzledSharedLayout(vec=1, per_phase=1, max_phase=1, order=[0])
+    lse_smem = gl.allocate_shared_memory(gl.float32, [STAGES, BLOCK_M], row_layout)
+    delta_smem = gl.allocate_shared_memory(gl.float32, [STAGES, BLOCK_M], row_layout)
+    ds_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, BLOCK_M], dtype)
+    ds_smem = gl.allocate_shared_memory(dtype, [2, BLOCK_N, BLOCK_M], ds_layout)
+    ds_ready = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    ds_free = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    kv_ready = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    q_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    q_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    mbarrier.init(kv_ready, count=1)
+    for s in gl.static_range(STAGES):
+        mbarrier.init(q_ready.index(s), count=2)  # the copies' bytes, and LSE and D stored
+        mbarrier.init(q_empty.index(s), count=CONSUMERS)
+    for b in gl.static_range(2):
+        mbarrier.init(ds_ready.index(b), count=CONSUMERS)
+        mbarrier.init(ds_free.index(b), count=CONSUMERS)
+
+    shared = (k_smem, v_smem, q_smem, do_smem, lse_smem, delta_smem, ds_smem, kv_ready, q_ready,
+              q_empty, ds_ready, ds_free, DQ, DK, DV, qk_scale2, scale, N_Q, N_K, H, GROUP)
+    loads = (q_desc, k_desc, v_desc, do_desc, k_smem, v_smem, q_smem, do_smem, lse_smem,
+             delta_smem, kv_ready, q_ready, q_empty, LSE, DELTA, N_Q, N_K, H, GROUP)
+    if CONSUMERS == 1:
+        gl.warp_specialize([(_consumer, (shared, 0, HEAD_DIM, BLOCK_M, BLOCK_N, STAGES, CAUSAL,
+                                         Q_EDGE, KEY_EDGE, CONSUMERS)),
+                            (_loader, (loads, BLOCK_M, BLOCK_N, STAGES, CAUSAL))],
+                           [1], [_LOADER_REGS])
+    else:
+        gl.warp_specialize([(_consumer, (shared, 0, HEAD_DIM, BLOCK_M, BLOCK_N, STAGES, CAUSAL,
+                                         Q_EDGE, KEY_EDGE, CONSUMERS)),
+                            (_consumer, (shared, 1, HEAD_DIM, BLOCK_M, BLOCK_N, STAGES, CAUSAL,
+                                         Q_EDGE, KEY_EDGE, CONSUMERS)),
+                            (_loader, (loads, BLOCK_M, BLOCK_N, STAGES, CAUSAL))],
+                           [4, 1], [CONSUMER_REGS, _LOADER_REGS])
+# fmt: on
+
+
+def supports(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cfg: BwdConfig) -> str | None:
+    """None when this kernel can run the backward of the call with `cfg`, else why not."""
+    if q.dtype not in _GL_DTYPES:
+        return f"needs fp16 or bf16, got {q.dtype}"
+    d = q.shape[3]
+    if d not in (64, 128):
+        return f"needs head_dim 64 or 128, got {d}"
+    need = cfg.shared_bytes(d)
+    if need > SHARED_LIMIT:
+        return f"needs {need} bytes of shared memory per CTA with {cfg} at head_dim {d}"
+    if not all(flat_rows(x) and x.stride(3) == 1 for x in (q, k, v)):
+        return "needs inputs that flatten to (B·H·N, d)"
+    if not all(x.stride(2) % 8 == 0 and x.data_ptr() % 16 == 0 for x in (q, k, v)):
+        return "needs rows that start on 16-byte boundaries (the copy engine's alignment)"
+    if not q.is_cuda or not _hopper(q.device.index or 0):
+        return "needs a Hopper GPU (compute capability 9.x)"
+    return None
+
+
+@lru_cache
+def _layout(rows: int, d: int, dtype: torch.dtype):
+    return gl.NVMMASharedLayout.get_default_for([rows, d], _GL_DTYPES[dtype])
+
+
+def _descriptor(x: torch.Tensor, rows: int):
+    """A descriptor of x flattened to (B·H·N, d), moved in (rows, d) tiles."""
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+    n, d = x.shape[0] * x.shape[1] * x.shape[2], x.shape[3]
+    return TensorDescriptor(x, [n, d], [x.stride(2), 1], [rows, d], _layout(rows, d, x.dtype))
+
+
+def _arguments(q, k, v, do, lse, delta, dq_acc, dk, dv, causal: bool, scale: float,
+               cfg: BwdConfig) -> tuple:  # fmt: skip
+    """The kernel's (positional arguments, constexprs, launch options)."""
+    h, n_q, n_k = q.shape[1], q.shape[2], k.shape[2]
+    launch_regs, consumer_regs = cfg.registers()
+    args = (
+        _descriptor(q, cfg.block_m),
+        _descriptor(k, cfg.block_n),
+        _descriptor(v, cfg.block_n),
+        _descriptor(do, cfg.block_m),
+        lse,
+        delta,
+        dq_acc,
+        dk,
+        dv,
+        scale * LOG2E,
+        scale,
+        h,
+        h // k.shape[1],
+        n_q,
+        n_k,
+    )
+    constexprs = dict(
+        HEAD_DIM=q.shape[3],
+        BLOCK_M=cfg.block_m,
+        CONSUMERS=cfg.consumers,
+        STAGES=cfg.stages,
+        CAUSAL=causal,
+        Q_EDGE=n_q % cfg.block_m != 0,
+        KEY_EDGE=n_k % cfg.block_n != 0,
+        CONSUMER_REGS=consumer_regs,
+    )
+    return args, constexprs, {"num_warps": 4, "maxnreg": launch_regs}
+
+
+def _grid(k: torch.Tensor, cfg: BwdConfig) -> tuple[int, int]:
+    return (-(-k.shape[2] // cfg.block_n), k.shape[0] * k.shape[1])
+
+
+def launch_backward_ws(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    o: torch.Tensor,
+    lse: torch.Tensor,
+    do: torch.Tensor,
+    causal: bool,
+    scale: float,
+    cfg: BwdConfig,
+    *,
+    dlse: torch.Tensor | None = None,
+    checked: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """dQ (like q), dK and dV (like k) by the warp-specialized kernel; ValueError where it
+    cannot run them (`checked`: the caller has had `supports` pass)."""
+    from flashscope.kernels.backward import preprocess
+
+    why = None if checked else supports(q, k, v, cfg)
+    if why is None and not (flat_rows(do) and do.stride(3) == 1 and do.stride(2) % 8 == 0):
+        do = do.contiguous()
+    if why is not None:
+        raise ValueError(f"the warp-specialized backward {why}")
+    if do.data_ptr() % 16 != 0:
+        do = do.clone()
+    delta = preprocess(o, do, dlse)
+    dq_acc = torch.zeros(q.shape, dtype=torch.float32, device=q.device)
+    dk = output(k.shape, k.dtype, k.device)
+    dv = output(v.shape, v.dtype, v.device)
+    args, constexprs, options = _arguments(
+        q, k, v, do, lse, delta, dq_acc, dk, dv, causal, scale, cfg
+    )
+    launch(_attn_bwd_ws, _grid(k, cfg), args, constexprs, options)
+    return (dq_acc * scale).to(q.dtype), dk, dv
+
+
+def tuned_config(gpu: str, head_dim: int, causal: bool, seq_len: int) -> BwdConfig | None:
+    """The configuration `gpu`'s tuned table routes (head_dim, mask, length bucket) to, where
+    this kernel beat the Triton backward there; else None."""
+    keys = tuned_keys(table_key("bwd", 16, head_dim, causal), seq_len)
+    entry = next((e for e in (bwd_ws_entry(gpu, k) for k in keys) if e is not None), None)
+    return None if entry is None else BwdConfig(*entry)
+
+
+def tuned(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool) -> BwdConfig | None:
+    """The tuned configuration for the backward of this call where the table routes it here and
+    it qualifies (`supports`); else None. FLASHSCOPE_WS_BWD=0 in the environment keeps every
+    backward on Triton."""
+    if interpreting() or not q.is_cuda or os.environ.get("FLASHSCOPE_WS_BWD") == "0":
+        return None
+    if q.dtype not in _GL_DTYPES or q.shape[3] not in (64, 128):
+        return None
+    cfg = tuned_config(gpu_name(), q.shape[3], causal, max(q.shape[2], k.shape[2]))
+    return cfg if cfg is not None and supports(q, k, v, cfg) is None else None
+
+
+def compile_sm90(
+    cfg: BwdConfig,
+    head_dim: int,
+    causal: bool,
+    dtype: torch.dtype = torch.float16,
+    edges: bool = False,
+):
+    """Compile the kernel for an H100/H200 on any machine (CPU tensors stand in for the inputs;
+    nothing runs; `edges`: for lengths that fill neither tile): Triton's CompiledKernel."""
+    from triton.runtime import driver
+
+    if interpreting():
+        raise RuntimeError("compile_sm90 needs TRITON_INTERPRET unset (run it in a process apart)")
+    n = 2 * cfg.block_n * cfg.block_m - (7 if edges else 0)
+    q = torch.empty(1, 2, n, head_dim, dtype=dtype)
+    lse = torch.empty(1, 2, n)
+    acc = torch.empty(1, 2, n, head_dim)
+    args, constexprs, options = _arguments(q, q, q, q, lse, lse, acc, q, q, causal, 0.1, cfg)
+    saved = driver._active
+    driver.set_active(_Sm90Target())
+    try:
+        return _attn_bwd_ws.warmup(*args, **constexprs, **options, grid=(1,))
+    finally:
+        driver._active = saved
+
+
+def compile_report(configs: list[tuple[BwdConfig, int]], edges: bool = False) -> list[dict]:
+    """Per (configuration, head_dim) and causal: what the compiled kernel holds (its shared
+    memory, its registers and spill stack as cuobjdump reads them from the cubin, its products
+    and atomics in the PTX), and whether ptxas serialized its wgmma (its C7510-C7519 notes: an
+    accumulator read while in flight, or too few registers to keep products in flight)."""
+    import re
+    import subprocess
+    import tempfile
+    from pathlib import Path
+
+    import triton
+
+    tools = Path(triton.__file__).parent / "backends" / "nvidia" / "bin"
+    rows = []
+    for cfg, d in configs:
+        for causal in (False, True):
+            kernel = compile_sm90(cfg, d, causal, edges=edges)
+            with tempfile.TemporaryDirectory() as tmp:
+                cubin, ptx = Path(tmp) / "k.cubin", Path(tmp) / "k.ptx"
+                cubin.write_bytes(kernel.asm["cubin"])
+                ptx.write_text(kernel.asm["ptx"])
+                usage = subprocess.run(
+                    [tools / "cuobjdump", "--dump-resource-usage", cubin],
+                    capture_output=True,
+                    text=True,
+                    check=True,
+                ).stdout
+                notes = subprocess.run(
+                    [
+                        tools / "ptxas",
+                        "-v",
+                        "--gpu-name",
+                        "sm_90a",
+                        ptx,
+                        "-o",
+                        Path(tmp) / "again.cubin",
+                    ],
+                    capture_output=True,
+                    text=True,
+                    check=True,
+                ).stderr
+            found = dict(re.findall(r"(REG|STACK|LOCAL):(\d+)", usage))
+            rows.append(
+                {
+                    "config": cfg.as_list(),
+                    "head_dim": d,
+                    "causal": causal,
+                    "edges": edges,
+                    "shared": kernel.metadata.shared,
+                    "regs": int(found["REG"]),
+                    "stack": int(found["STACK"]),
+                    "local": int(found["LOCAL"]),
+                    "wgmma": kernel.asm["ptx"].count("wgmma.mma_async"),
+                    "atomics": kernel.asm["ptx"].count("atom.global"),
+                    "serialized": re.findall(r"\(C751\d\)[^\n]*", notes),
+                }
+            )
+    return rows
+
+
+if __name__ == "__main__":
+    import json
+    import sys
+
+    # The configurations given as JSON [[[consumers, block_m, stages], head_dim], …], or every
+    # candidate; "--edges" compiles for lengths that fill no tile.
+    given = [a for a in sys.argv[1:] if a != "--edges"]
+    if given:
+        wanted = [(BwdConfig(*c), d) for c, d in json.loads(given[0])]
+    else:
+        wanted = [(cfg, d) for d, cfgs in CANDIDATES.items() for cfg in cfgs]
+    json.dump(compile_report(wanted, "--edges" in sys.argv), sys.stdout)

@@ -1,0 +1,117 @@
+"""The warp-specialized Gluon backward on the CPU: its configurations, the reasons a call does not
+qualify, the tuned table's routing, and the kernel compiled for sm_90a (Gluon has no interpreter:
+its gradients are checked by the GPU tests, tests/kernels/test_gpu.py)."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from flashscope.kernels.backward import launch_backward
+from flashscope.kernels.config import TUNED_FILE
+from flashscope.kernels.forward import launch_forward
+from flashscope.kernels.hopper_backward import (
+    CANDIDATES,
+    LOADER_REGS,
+    REGS_PER_SM,
+    SHARED_LIMIT,
+    BwdConfig,
+    supports,
+    tuned,
+    tuned_config,
+)
+from flashscope.kernels.reference import attention_backward
+from flashscope.simulator.timing.kernelplan import SEQ_BUCKETS
+
+ROOT = Path(__file__).resolve().parents[2]
+H100 = "NVIDIA H100 80GB HBM3"
+
+
+@pytest.mark.parametrize("bad", [{"consumers": 3}, {"block_m": 32}, {"stages": 4}])
+def test_a_bad_configuration_is_refused_by_name(bad: dict) -> None:
+    with pytest.raises(ValueError, match=next(iter(bad))):
+        BwdConfig(**bad)
+
+
+@pytest.mark.parametrize("cfg", [c for cs in CANDIDATES.values() for c in cs], ids=str)
+def test_the_candidates_fit_one_sms_registers_and_shared_memory(cfg: BwdConfig) -> None:
+    launch, consumer = cfg.registers()
+    warps = 4 * (cfg.consumers + 1)
+    assert launch * 32 * warps <= REGS_PER_SM
+    assert consumer * 128 * cfg.consumers + LOADER_REGS * 128 <= launch * 32 * warps
+    assert consumer == 240  # what the dK and dV accumulators of 64 keys at d = 128 need
+    d = next(d for d, cs in CANDIDATES.items() if cfg in cs)
+    assert cfg.shared_bytes(d) <= SHARED_LIMIT
+    assert cfg.block_n == 64 * cfg.consumers
+
+
+def test_a_call_that_does_not_qualify_says_why() -> None:
+    cfg = BwdConfig()
+    q = torch.zeros(1, 2, 128, 128)
+    assert "fp16 or bf16" in supports(q, q, q, cfg)
+    q = q.half()
+    odd = torch.zeros(1, 2, 128, 96, dtype=torch.half)
+    assert "head_dim 64 or 128" in supports(odd, odd, odd, cfg)
+    assert "(B·H·N, d)" in supports(q.transpose(1, 2), q, q, cfg)
+    assert "Hopper GPU" in supports(q, q, q, cfg)  # CPU tensors
+    assert "shared memory" in supports(q, q, q, BwdConfig(2, 128, 3))  # 128 rows at d = 128
+
+
+def test_every_tuned_entry_is_a_candidate_and_routes_by_length() -> None:
+    table = json.loads(TUNED_FILE.read_text())["gpus"]
+    entries = {g: t.get("bwd-ws", {}) for g, t in table.items() if t.get("bwd-ws")}
+    assert entries, "no GPU's table routes a backward to the Gluon kernel"
+    for gpu, found in entries.items():
+        for key, entry in found.items():
+            mode, bits, d, mask, bucket = key.split("/")
+            assert (mode, bits, mask in ("full", "causal")) == ("bwd", "16", True), key
+            assert int(bucket.removeprefix("n")) in SEQ_BUCKETS, key
+            assert BwdConfig(*entry) in CANDIDATES[int(d.removeprefix("d"))], key
+            n = int(bucket.removeprefix("n"))
+            assert tuned_config(gpu, int(d[1:]), mask == "causal", n) == BwdConfig(*entry)
+    # a bucket the table leaves out stays on Triton: the shortest one, say
+    assert tuned_config(H100, 128, False, 1000) is None
+    assert tuned_config("a GPU with no table", 64, False, 16384) is None
+
+
+def test_no_call_on_the_cpu_is_routed_to_the_gluon_kernel(seed: int) -> None:
+    """On the CPU (the interpreter) the Triton backward runs whatever the table says."""
+    q, k, v, do = (torch.randn(1, 2, 64, 64, dtype=torch.float16) for _ in range(4))
+    assert tuned(q, k, v, False) is None
+    o, lse = launch_forward(q, k, v, False, 0.125)
+    got = launch_backward(q, k, v, o, lse, do, False, 0.125)
+    for g, r in zip(got, attention_backward(q, k, v, do, False, 0.125), strict=True):
+        assert torch.allclose(g.double(), r, atol=2e-2, rtol=2e-2), f"seed={seed}"
+
+
+def compiled_apart(wanted: list, *flags: str) -> list[dict]:
+    env = {**os.environ, "TRITON_INTERPRET": "0"}
+    out = subprocess.run(
+        [sys.executable, "-m", "flashscope.kernels.hopper_backward", json.dumps(wanted), *flags],
+        cwd=ROOT, env=env, capture_output=True, text=True, check=True, timeout=600,
+    )  # fmt: skip
+    return json.loads(out.stdout)
+
+
+def test_the_kernel_compiles_for_hopper_with_its_products_in_flight() -> None:
+    """Every candidate (one at random per head_dim, at lengths that fill no tile or not), causal
+    and not, compiles for sm_90a with its five products as wgmma, dQ's share as fp32 atomics, the
+    shared memory `shared_bytes` counts, and no note from ptxas that it serialized the products
+    (an accumulator read while in flight, or too few registers for products in flight)."""
+    wanted = [[random.choice(cs).as_list(), d] for d, cs in CANDIDATES.items()]
+    rows = compiled_apart(wanted, *random.choice([(), ("--edges",)]))
+    assert len(rows) == 2 * len(wanted)
+    for row in rows:
+        cfg = BwdConfig(*row["config"])
+        what = f"{row['config']} d={row['head_dim']} causal={row['causal']}"
+        assert row["serialized"] == [], f"{what}: {row['serialized']}"
+        assert row["wgmma"] > 0 and row["atomics"] > 0, what
+        need = cfg.shared_bytes(row["head_dim"])
+        assert need <= row["shared"] <= need + 1024, f"{what}: {row['shared']} vs {need}"
