@@ -123,6 +123,12 @@ def ws_entry(gpu: str, key: str) -> list[int] | None:
     return tuned_table().get(gpu, {}).get("ws", {}).get(key)
 
 
+def bwd_ws_entry(gpu: str, key: str) -> list[int] | None:
+    """The warp-specialized backward's configuration tuned for `key` ("bwd/16/d128/full/n16384"),
+    present only where it beat the Triton backward there."""
+    return tuned_table().get(gpu, {}).get("bwd-ws", {}).get(key)
+
+
 # What the interpreter runs: small tiles keep its per-program NumPy work short, and tiles of
 # unequal sides exercise the causal diagonal logic.
 INTERPRETER = {

@@ -398,3 +398,53 @@ def test_the_recorded_forward_computes_the_same_and_stamps_every_phase(seed: int
         # a product takes time; the program's intervals fit its lifetime by the global timer
         assert all(x["end_ns"] > x["start_ns"] for x in got if x["phase"] in ("qk", "pv")), what
         assert max(x["end_ns"] for x in got) <= stamps.span_ns() * 1.01, what
+
+
+@pytest.mark.parametrize("dtype", [F16, BF16], ids=["fp16", "bf16"])
+def test_gluon_backward_matches_the_reference(seed: int, dtype: torch.dtype, monkeypatch) -> None:
+    """The warp-specialized backward on a Hopper GPU, every candidate configuration, against the
+    float64 gradients: GQA, N_q ≠ N_k both ways (rows that see no key), lengths that fill no tile,
+    one query; outputs poisoned first, so an element it leaves unwritten fails."""
+    from flashscope.kernels.hopper_backward import CANDIDATES, launch_backward_ws, supports
+
+    if torch.cuda.get_device_capability()[0] != 9:
+        pytest.skip("the Gluon backward needs a Hopper GPU")
+    monkeypatch.setenv("FLASHSCOPE_POISON", "1")
+    shapes = [(2, 4, 4, 256, 256), (1, 8, 2, 384, 640), (1, 4, 1, 1000, 1000),
+              (2, 2, 2, 777, 2049), (1, 2, 2, 2049, 777), (1, 2, 1, 1, 129),
+              (1, 2, 2, 130, 70)]  # fmt: skip
+    for d, configs in CANDIDATES.items():
+        for cfg in configs:
+            for (b, h, hk, n_q, n_k), causal in [(s, c) for s in shapes for c in (False, True)]:
+                q, do = rand(b, h, n_q, d, dtype=dtype), rand(b, h, n_q, d, dtype=dtype)
+                k, v = rand(b, hk, n_k, d, dtype=dtype), rand(b, hk, n_k, d, dtype=dtype)
+                assert supports(q, k, v, cfg) is None
+                o, lse = launch_forward(q, k, v, causal, d**-0.5)
+                got = launch_backward_ws(q, k, v, o, lse, do, causal, d**-0.5, cfg)
+                ref = attention_backward(q, k, v, do, causal)
+                lowp = attention_backward(q, k, v, do, causal, dtype=dtype)
+                what = f"{cfg.as_list()} d={d} {(b, h, hk, n_q, n_k)} causal={causal} {dtype}"
+                for g, r, lp, name in zip(got, ref, lowp, ("dQ", "dK", "dV"), strict=True):
+                    assert_close(g, r, lp, f"{name} {what}", seed)
+
+
+def test_the_tuned_route_runs_the_gluon_backward(seed: int, monkeypatch) -> None:
+    """Where the tuned table names a configuration, a plain backward through autograd runs the
+    Gluon kernel (and gets the Triton kernel's gradients); FLASHSCOPE_WS_BWD=0 keeps Triton."""
+    from flashscope.kernels import hopper_backward
+
+    q, k, v, do = (rand(2, 4, 2048, 64) for _ in range(4))  # routed on an H100
+    cfg = hopper_backward.tuned(q, k, v, False)
+    if cfg is None:
+        pytest.skip("this GPU's tuned table routes no backward here to the Gluon kernel")
+    calls = []
+    real = hopper_backward.launch_backward_ws
+    monkeypatch.setattr(hopper_backward, "launch_backward_ws",
+                        lambda *a, **kw: calls.append(a[8]) or real(*a, **kw))  # fmt: skip
+    got = grads(q, k, v, do, False)
+    assert calls == [cfg]
+    monkeypatch.setenv("FLASHSCOPE_WS_BWD", "0")
+    triton_grads = grads(q, k, v, do, False)
+    assert calls == [cfg]
+    for g, t in zip(got, triton_grads, strict=True):
+        assert torch.allclose(g.float(), t.float(), atol=2e-2, rtol=2e-2)

@@ -1,0 +1,210 @@
+"""The warp-specialized Gluon backward (kernels/hopper_backward.py) against the Triton backward
+and sdpa-cudnn, on a Hopper GPU, in one process.
+
+Two parts, written to one JSON file (device, date, versions, raw passes):
+
+- check: dQ, dK, dV of awkward shapes (odd lengths, N_q ≠ N_k both ways, one query, GQA, fp16
+  and bf16) against the float64 reference, with the Triton backward's error on the same inputs
+  beside it; a row passes when every error is within twice Triton's (+1e-3);
+- time: the papers' protocol (batch × N = 16384, heads × d = 2048), N from 1024 to 16384,
+  d 64 and 128, causal or not, fp16 and bf16. Per row every implementation is timed in turn,
+  `--passes` times over (do_bench medians, L2-sized input rotation); the row's figure is the
+  median pass. The Gluon kernel runs with each candidate configuration.
+
+    python benchmarks/hopper_backward.py [--quick] [--out FILE]
+
+`--table` prints the tuned-table entries ("bwd-ws" section of kernels/tuned.json) of the
+buckets where a Gluon configuration beat the Triton backward by 2% or more in that result.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import math
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+SEQ_LENS = (1024, 2048, 4096, 8192, 16384)
+CHECK_SHAPES = [  # (batch, heads, kv_heads, n_q, n_k, d, causal)
+    (2, 4, 4, 256, 256, 128, False), (2, 4, 4, 256, 256, 128, True),
+    (1, 4, 2, 300, 300, 128, True), (1, 8, 2, 1000, 1000, 64, False),
+    (1, 3, 3, 777, 2049, 128, True), (1, 3, 3, 2049, 777, 128, True),
+    (1, 2, 1, 1000, 3001, 64, False), (2, 2, 2, 64, 64, 64, True),
+    (1, 2, 2, 130, 70, 128, False), (1, 2, 2, 1, 129, 128, True),
+    (1, 4, 1, 3001, 3001, 64, True),
+]  # fmt: skip
+WIN = 0.98  # a Gluon configuration is routed where it takes at most this share of Triton's time
+
+
+def check_rows(dtypes) -> list[dict]:
+    import torch
+
+    from flashscope.kernels.backward import launch_backward
+    from flashscope.kernels.forward import launch_forward
+    from flashscope.kernels.hopper_backward import CANDIDATES, launch_backward_ws, supports
+    from flashscope.kernels.reference import attention_backward
+
+    rows = []
+    for b, h, h_kv, n_q, n_k, d, causal in CHECK_SHAPES:
+        for dtype in dtypes:
+            torch.manual_seed(n_q * 31 + n_k)
+            q = torch.randn(b, h, n_q, d, device="cuda", dtype=dtype)
+            k, v = (torch.randn(b, h_kv, n_k, d, device="cuda", dtype=dtype) for _ in range(2))
+            do = torch.randn_like(q)
+            scale = 1 / math.sqrt(d)
+            o, lse = launch_forward(q, k, v, causal, scale)
+            ref = attention_backward(q, k, v, do, causal, scale)
+            tri = launch_backward(q, k, v, o, lse, do, causal, scale)
+            for cfg in CANDIDATES[d]:
+                if supports(q, k, v, cfg) is not None:
+                    continue
+                got = launch_backward_ws(q, k, v, o, lse, do, causal, scale, cfg)
+                row = {
+                    "shape": [b, h, h_kv, n_q, n_k, d],
+                    "causal": causal,
+                    "dtype": str(dtype).removeprefix("torch."),
+                    "config": cfg.as_list(),
+                }
+                for name, x, r, t in zip(("dq", "dk", "dv"), got, ref, tri, strict=True):
+                    row[name] = [(x.double() - r).abs().max().item(),
+                                 (t.double() - r).abs().max().item()]  # fmt: skip
+                row["finite"] = all(bool(torch.isfinite(x).all()) for x in got)
+                row["ok"] = row["finite"] and all(
+                    row[n][0] <= 2 * row[n][1] + 1e-3 for n in ("dq", "dk", "dv")
+                )
+                rows.append(row)
+                print(json.dumps(row), flush=True)
+    return rows
+
+
+def time_rows(dtypes, seq_lens, passes: int) -> list[dict]:
+    import torch
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    from flashscope.kernels.backward import launch_backward
+    from flashscope.kernels.forward import launch_forward
+    from flashscope.kernels.hopper_backward import CANDIDATES, launch_backward_ws, supports
+    from flashscope.kernels.timing import input_sets, median_ms
+
+    rows = []
+    for d in (64, 128):
+        for n in seq_lens:
+            for causal in (False, True):
+                for dtype in dtypes:
+                    b, h = 16384 // n, 2048 // d
+                    scale = 1 / math.sqrt(d)
+                    kinds: dict[str, list] = {"sdpa-cudnn": [], "triton": []}
+                    kinds.update({f"gluon{c.as_list()}": [] for c in CANDIDATES[d]})
+                    for _ in range(input_sets(4 * b * h * n * d * 2)):
+                        q, k, v = (torch.randn(b, h, n, d, device="cuda", dtype=dtype)
+                                   for _ in range(3))  # fmt: skip
+                        do = torch.randn_like(q)
+                        leaves = [x.detach().clone().requires_grad_() for x in (q, k, v)]
+                        with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+                            out = F.scaled_dot_product_attention(*leaves, is_causal=causal)
+                        kinds["sdpa-cudnn"].append(
+                            lambda out=out, leaves=leaves, do=do: torch.autograd.grad(
+                                out, leaves, do, retain_graph=True
+                            )
+                        )
+                        o, lse = launch_forward(q, k, v, causal, scale)
+                        args = (q, k, v, o, lse, do, causal, scale)
+                        kinds["triton"].append(lambda a=args: launch_backward(*a))
+                        for c in CANDIDATES[d]:
+                            if supports(q, k, v, c) is None:
+                                kinds[f"gluon{c.as_list()}"].append(
+                                    lambda a=args, c=c: launch_backward_ws(*a, c)
+                                )
+                    raw: dict[str, list[float]] = {k: [] for k, calls in kinds.items() if calls}
+                    for _ in range(passes):
+                        for kind in raw:
+                            raw[kind].append(median_ms(kinds[kind]))
+                    flops = 2.5 * 4 * b * h * n * n * d * (0.5 if causal else 1.0)
+                    ms = {k: sorted(v)[len(v) // 2] for k, v in raw.items()}
+                    row = {
+                        "d": d,
+                        "n": n,
+                        "causal": causal,
+                        "dtype": str(dtype).removeprefix("torch."),
+                        "ms": ms,
+                        "raw_ms": raw,
+                        "tflops": {k: round(flops / v / 1e9, 1) for k, v in ms.items()},
+                        "vs_cudnn": {k: round(ms["sdpa-cudnn"] / v, 3) for k, v in ms.items()},
+                    }
+                    rows.append(row)
+                    shown = ("d", "n", "causal", "dtype", "vs_cudnn")
+                    print(json.dumps({k: row[k] for k in shown}), flush=True)
+                    del kinds
+                    torch.cuda.empty_cache()
+    return rows
+
+
+def table(doc: dict) -> dict[str, list[int]]:
+    """The "bwd-ws" entries this result supports: per (d, mask, length bucket) the fastest
+    Gluon configuration, where it beats the Triton backward in every dtype measured by WIN."""
+    best: dict[str, tuple[float, list[int]]] = {}
+    for row in doc["time"]:
+        key = f"bwd/16/d{row['d']}/{'causal' if row['causal'] else 'full'}/n{row['n']}"
+        for kind, ms in row["ms"].items():
+            if kind.startswith("gluon"):
+                share = ms / row["ms"]["triton"]
+                prev = best.get(f"{key}|{kind}")
+                best[f"{key}|{kind}"] = (
+                    max(share, prev[0]) if prev else share,
+                    json.loads(kind[5:]),
+                )
+    out: dict[str, tuple[float, list[int]]] = {}
+    for key_kind, (share, cfg) in best.items():
+        key = key_kind.split("|")[0]
+        if share <= WIN and (key not in out or share < out[key][0]):
+            out[key] = (share, cfg)
+    return {k: v[1] for k, v in sorted(out.items())}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="fp16 only, N 2048 and 16384, 1 pass")
+    ap.add_argument("--passes", type=int, default=3)
+    ap.add_argument("--out", type=Path)
+    ap.add_argument("--table", type=Path, help="print the tuned-table entries of this result")
+    args = ap.parse_args(argv)
+    if args.table is not None:
+        print(json.dumps(table(json.loads(args.table.read_text())), indent=1))
+        return 0
+    import torch
+    import triton
+
+    if not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] != 9:
+        print("error: this benchmark needs a Hopper GPU (H100 or H200)", file=sys.stderr)
+        return 2
+    dtypes = [torch.float16] if args.quick else [torch.float16, torch.bfloat16]
+    doc = {
+        "what": "the Gluon backward against the Triton backward and sdpa-cudnn (one process)",
+        "device": torch.cuda.get_device_name(),
+        "date": datetime.date.today().isoformat(),
+        "torch": torch.__version__,
+        "triton": triton.__version__,
+        "protocol": "batch × N = 16384, heads × d = 2048; do_bench medians (L2 flushed, inputs "
+        "rotated past L2); row ms = median of the passes; TFLOP/s with 2.5 × 4·B·H·N²·d "
+        "(halved when causal)",
+        "check": check_rows(dtypes),
+        "time": time_rows(
+            dtypes, (2048, 16384) if args.quick else SEQ_LENS, 1 if args.quick else args.passes
+        ),
+    }
+    gpu = doc["device"].replace(" ", "-")
+    out = args.out or ROOT / "benchmarks" / "results" / f"hopper-backward-{gpu}-{doc['date']}.json"
+    out.write_text(json.dumps(doc, indent=1) + "\n")
+    print(f"wrote {out}")
+    return 0 if all(r["ok"] for r in doc["check"]) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
