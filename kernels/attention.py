@@ -16,6 +16,8 @@ import torch
 from flashscope.kernels.backward import launch_backward
 from flashscope.kernels.config import KernelConfig
 from flashscope.kernels.forward import launch_forward
+from flashscope.kernels.hopper_backward import launch_backward_ws
+from flashscope.kernels.hopper_backward import tuned as tuned_bwd
 from flashscope.kernels.inputs import check_attention, last_dim_contiguous
 
 
@@ -41,10 +43,19 @@ class _FlashAttention(torch.autograd.Function):
         q, k, v, o, lse = ctx.saved_tensors
         if do is None:
             do = torch.zeros_like(o)
-        dq, dk, dv = launch_backward(
-            q, k, v, o, lse, last_dim_contiguous(do), ctx.causal, ctx.scale, ctx.bwd_config,
-            dlse=dlse, use_tma=ctx.use_tma,
-        )  # fmt: skip
+        do = last_dim_contiguous(do)
+        # the warp-specialized Gluon backward where this GPU's tuned table found it faster, unless
+        # the caller chose tiles or the descriptor path
+        ws = None if ctx.bwd_config or ctx.use_tma is not None else tuned_bwd(q, k, v, ctx.causal)
+        if ws is not None:
+            dq, dk, dv = launch_backward_ws(
+                q, k, v, o, lse, do, ctx.causal, ctx.scale, ws, dlse=dlse, checked=True
+            )
+        else:
+            dq, dk, dv = launch_backward(
+                q, k, v, o, lse, do, ctx.causal, ctx.scale, ctx.bwd_config,
+                dlse=dlse, use_tma=ctx.use_tma,
+            )  # fmt: skip
         return dq, dk, dv, None, None, None, None, None
 
 

@@ -35,7 +35,6 @@ import torch
 import triton
 import triton.language as tl
 
-from flashscope.kernels import hopper_backward
 from flashscope.kernels.config import KernelConfig, route, table_key
 from flashscope.kernels.device import interpreting
 from flashscope.kernels.fastlaunch import launch
@@ -423,21 +422,12 @@ def launch_backward(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """dQ (like q), dK and dV (like k) for checked inputs; `dlse` is LSE's own gradient, if any.
 
-    A call that names none of the options below runs the warp-specialized Gluon backward
-    (flashscope.kernels.hopper_backward) where this GPU's tuned table found it faster.
-
     config: the dK/dV kernel (block_n keys per program, block_m query rows per step).
     dq_config: the separate dQ kernel (block_m rows per program, block_n keys per step).
     host_desc: descriptors made on the host (default: where the route and the shapes allow).
     band: rows of a causal grid ordered together (`forward.causal_order`; 1: row by row).
     """
     check_band(band)
-    if (config, dq_mode, dq_config, use_tma, host_desc, band) == (None, None, None, None, None, 1):
-        ws = hopper_backward.tuned(q, k, v, causal)  # the Gluon kernel, where it was faster
-        if ws is not None:
-            return hopper_backward.launch_backward_ws(
-                q, k, v, o, lse, do, causal, scale, ws, dlse=dlse, checked=True
-            )
     d_pad = pad_dim(q.shape[-1])
     n = max(q.shape[2], k.shape[2])
     mode = dq_mode or default_dq_mode(q.dtype, d_pad, causal, n)

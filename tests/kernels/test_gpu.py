@@ -431,7 +431,7 @@ def test_gluon_backward_matches_the_reference(seed: int, dtype: torch.dtype, mon
 def test_the_tuned_route_runs_the_gluon_backward(seed: int, monkeypatch) -> None:
     """Where the tuned table names a configuration, a plain backward through autograd runs the
     Gluon kernel (and gets the Triton kernel's gradients); FLASHSCOPE_WS_BWD=0 keeps Triton."""
-    from flashscope.kernels import hopper_backward
+    from flashscope.kernels import attention, hopper_backward
 
     q, k, v, do = (rand(2, 4, 2048, 64) for _ in range(4))  # routed on an H100
     cfg = hopper_backward.tuned(q, k, v, False)
@@ -439,7 +439,7 @@ def test_the_tuned_route_runs_the_gluon_backward(seed: int, monkeypatch) -> None
         pytest.skip("this GPU's tuned table routes no backward here to the Gluon kernel")
     calls = []
     real = hopper_backward.launch_backward_ws
-    monkeypatch.setattr(hopper_backward, "launch_backward_ws",
+    monkeypatch.setattr(attention, "launch_backward_ws",
                         lambda *a, **kw: calls.append(a[8]) or real(*a, **kw))  # fmt: skip
     got = grads(q, k, v, do, False)
     assert calls == [cfg]
