@@ -12,8 +12,20 @@ tile configuration, as bytes per thread per loop step plus bytes per thread per 
 least squares over rows of different sequence lengths, fitted on the datasets' fit subset
 only). The table (`data/compiled-kernels.json`) holds for the kernels as Triton 3.6 compiles
 them for sm_90 (the H100 and the H200 run the same binaries: their counts agree to the byte)
-at the sizes measured. A kernel or tile configuration without an entry (or any kernel on a
-GPU preset of another architecture, `ARCH_PRESETS`) takes an estimate from its tiles instead
+at the sizes measured.
+
+A kernel or tile configuration Nsight Compute never measured takes the compiler's own figures
+(`compiler_table`, `compiler_registers`: data/compiled-spills.json, written without a GPU by
+benchmarks/compile_spills.py): each configuration compiled for sm_90a by the Triton the
+measurements ran, its registers from the cubin and its local loads and stores from the SASS,
+per loop step, per query head a dK/dV CTA walks and per CTA. Launch by launch those figures
+are Nsight Compute's counts: every launch of the measured datasets compiled as it ran has its
+local bytes to the byte and its registers exactly
+(benchmarks/results/compiled-spills-oracle-2026-11-26.json). A key stands for one binary of
+its configuration (fp16, 8 heads, one length), so the table misses what the kernels' other
+specializations change (bf16, a single head, a length that fills no tile); the oracle file
+says how often that matters. Any kernel on a GPU preset of another architecture
+(`ARCH_PRESETS`), or a configuration neither table holds, takes an estimate from its tiles
 (`estimate`): the registers its live tiles ask for (`occupancy.register_demand`) beyond the
 255 a thread may hold are stored and reloaded in every loop step, at a fitted number of bytes
 per excess register. The estimate is the compiler's behaviour in the mean only: Nsight
@@ -53,6 +65,9 @@ from flashscope.simulator.core.problem import AttentionProblem, TileConfig
 from flashscope.simulator.timing.occupancy import MAX_REGS, pad_head_dim
 
 TABLE_PATH = Path(__file__).resolve().parents[1] / "data" / "compiled-kernels.json"
+# What the compiler says of every kernel configuration, measured or not (benchmarks/
+# compile_spills.py): registers and spills read from the sm_90a binaries' SASS, with no GPU
+COMPILER_PATH = Path(__file__).resolve().parents[1] / "data" / "compiled-spills.json"
 FORMAT = 1
 LOCAL_LOAD = "l1tex__t_bytes_pipe_lsu_mem_local_op_ld.sum"
 LOCAL_STORE = "l1tex__t_bytes_pipe_lsu_mem_local_op_st.sum"
@@ -89,33 +104,52 @@ class PerThread(NamedTuple):
 
 @dataclass(frozen=True)
 class LocalTraffic:
-    """Local-memory bytes of one thread: per loop step and per CTA (its set-up and epilogue)."""
+    """Local-memory bytes of one thread: per loop step, per CTA (its set-up and epilogue) and,
+    for the dK/dV kernel, per query head its CTA walks (each head's loop entries and masked
+    steps: `load_head`, `store_head`; in compiler-derived entries only, `compiler_table`, where
+    walking the heads of a group of 4 is what the binaries of grouped-query keys were read at)."""
 
     load_step: float
     load_cta: float
     store_step: float
     store_cta: float
+    load_head: float = 0.0
+    store_head: float = 0.0
 
     @classmethod
     def from_entry(cls, entry: dict[str, Any]) -> LocalTraffic:
-        """From one of the table file's (or `derive`'s) entries."""
-        return cls(*(float(entry[f]) for f in ("load_step", "load_cta", "store_step", "store_cta")))
+        """From one of the table files' (or `derive`'s) entries."""
+        fields = ("load_step", "load_cta", "store_step", "store_cta")
+        heads = (float(entry.get(f, 0.0)) for f in ("load_head", "store_head"))
+        return cls(*(float(entry[f]) for f in fields), *heads)
 
     @property
     def load(self) -> PerThread:
-        return PerThread(self.load_step, self.load_cta)
+        """Loads of a CTA that walks one head."""
+        return self.loads(1)
 
     @property
     def store(self) -> PerThread:
-        return PerThread(self.store_step, self.store_cta)
+        """Stores of a CTA that walks one head."""
+        return self.stores(1)
 
-    def totals(self, steps: float, ctas: int, threads: int) -> tuple[float, float]:
+    def loads(self, heads: int) -> PerThread:
+        return PerThread(self.load_step, self.load_cta + heads * self.load_head)
+
+    def stores(self, heads: int) -> PerThread:
+        return PerThread(self.store_step, self.store_cta + heads * self.store_head)
+
+    def totals(self, steps: float, ctas: int, threads: int, heads: int = 1) -> tuple[float, float]:
         """(loaded, stored) bytes of a launch of `ctas` CTAs running `steps` loop steps in all."""
-        return self.load.total(steps, ctas, threads), self.store.total(steps, ctas, threads)
+        load, store = self.loads(heads), self.stores(heads)
+        return load.total(steps, ctas, threads), store.total(steps, ctas, threads)
 
-    def bytes(self, iters: np.ndarray, threads: int) -> tuple[np.ndarray, np.ndarray]:
-        """(loaded, stored) bytes of every CTA of a launch with `iters` loop steps each."""
-        return self.load.bytes(iters, threads), self.store.bytes(iters, threads)
+    def bytes(
+        self, iters: np.ndarray, threads: int, heads: int = 1
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """(loaded, stored) bytes of every CTA of a launch with `iters` loop steps each, each
+        CTA walking `heads` query heads (dK/dV: the group)."""
+        return self.loads(heads).bytes(iters, threads), self.stores(heads).bytes(iters, threads)
 
 
 # Spills of a kernel the table has no entry for, estimated from its tiles (`estimate`): local
@@ -170,6 +204,8 @@ def key(launch: str, p: AttentionProblem, t: TileConfig, route: str | None = Non
     out += "/causal" if p.causal else "/full"
     if p.seq_q % INT_DIVISOR or (p.seq_k or p.seq_q) % INT_DIVISOR:
         out += "/ragged"  # Triton compiles lengths not divisible by 16 apart
+    if p.group > 1:
+        out += "/gqa"  # a group of 1 is a constant to Triton: grouped heads are another binary
     return out + (f"/r{t.maxnreg}" if t.maxnreg else "")
 
 
@@ -195,13 +231,47 @@ def register_table(path: Path = TABLE_PATH) -> dict[str, int]:
     return {k: int(v) for k, v in _document(path).get("registers", {}).items()}
 
 
+@functools.cache
+def compiler_table(path: Path = COMPILER_PATH) -> dict[str, LocalTraffic]:
+    """The compiler-derived spill entries (`COMPILER_PATH`): key → LocalTraffic.
+
+    Read from the SASS of each kernel configuration compiled for sm_90a with the Triton the
+    measurements ran (benchmarks/compile_spills.py): LDL/STL widths per loop step, per loop
+    entry and per CTA. Checked launch by launch against Nsight Compute's local bytes and
+    registers (benchmarks/results/compiled-spills-oracle-2026-11-26.json, docs/timing-model.md
+    "Register spills")."""
+    return {k: LocalTraffic.from_entry(e) for k, e in _document(path).get("kernels", {}).items()}
+
+
+@functools.cache
+def compiler_registers(path: Path = COMPILER_PATH) -> dict[str, int]:
+    """The compiler-derived register counts (cuobjdump's resource usage of each binary), the
+    same count Nsight Compute reports for every measured key."""
+    return {k: int(v) for k, v in _document(path).get("registers", {}).items()}
+
+
 def _sm90(gpu_key: str) -> bool:
     return gpu_key.removesuffix("+custom") in ARCH_PRESETS
 
 
+def measured(k: str) -> bool:
+    """Whether Nsight Compute measured key `k` (its registers; its spills where it spills)."""
+    return k in register_table() or k in table()
+
+
+def compiler_key(k: str) -> str:
+    """The compiler table's key for `k`: itself, or where the table lacks a grouped-query
+    binary, the same tiles without grouping (the nearest binary it holds)."""
+    return k if k in compiler_registers() else k.replace("/gqa", "")
+
+
 def lookup(k: str, gpu_key: str = "h100-sxm") -> LocalTraffic | None:
-    """The spill entry for key `k` on GPU preset `gpu_key` (a custom GPU counts as its base)."""
-    return table().get(k) if _sm90(gpu_key) else None
+    """The spill entry for key `k` on GPU preset `gpu_key` (a custom GPU counts as its base):
+    the measured one for a measured key, else the compiler's (None: it does not spill, or
+    nothing is known of it: `registers` says which)."""
+    if not _sm90(gpu_key):
+        return None
+    return table().get(k) if measured(k) else compiler_table().get(compiler_key(k))
 
 
 @functools.cache
@@ -223,8 +293,12 @@ def writeback(k: str, gpu_key: str = "h100-sxm") -> PerThread | None:
 
 
 def registers(k: str, gpu_key: str = "h100-sxm") -> int | None:
-    """The compiled register count for key `k` on `gpu_key` (None: not measured there)."""
-    return register_table().get(k) if _sm90(gpu_key) else None
+    """The compiled register count for key `k` on `gpu_key`: measured, else the compiler's
+    (None: neither knows the key, or another architecture)."""
+    if not _sm90(gpu_key):
+        return None
+    found = register_table().get(k)
+    return found if found is not None else compiler_registers().get(compiler_key(k))
 
 
 @dataclass(frozen=True)

@@ -285,7 +285,8 @@ def with_local_traffic(
     if traffic is None:
         return launch
     threads = 32 * tiles.warps
-    load, store = traffic.bytes(launch.iters, threads)
+    heads = p.group if launch.name == "bwd_dkdv" else 1  # query heads each dK/dV CTA walks
+    load, store = traffic.bytes(launch.iters, threads, heads)
     cols: dict[str, Any] = {"local_load": load, "local_store": store}
     back = compiled.writeback(k, gpu_key)
     if back is not None:
