@@ -287,11 +287,12 @@ MISS_CLASSES: tuple[MissClass, ...] = (
     MissClass(
         "spills-spread",
         "spilling kernels, spread tiles",
-        "kernels that spill registers to local memory, on spread tiles: the compiled-kernel "
-        "table has no entry for most of them, so the engine estimates their spills from the "
-        "registers their tiles ask for beyond the cap",
-        "the compiler's own spill decisions: the local bytes Nsight Compute counts scatter a "
-        "factor of two and more around the estimate from excess registers",
+        "kernels that spill registers to local memory, on spread tiles: Nsight Compute "
+        "measured none of them for the compiled-kernel table; their registers and spills are "
+        "the compiler's, read from the SASS (simulator/data/compiled-spills.json)",
+        _NOT_ISOLATED + "the local bytes are the compiler's; what a step that waits on its "
+        "reloads loses beyond their L1 and L2 time, and the spills' DRAM write-back, are not "
+        "modelled",
         lambda row: spills(row) and _spread(row),
     ),
     MissClass(
