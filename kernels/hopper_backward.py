@@ -55,8 +55,8 @@ from flashscope.kernels.hopper_forward import (
     LOADER_REGS,
     REGS_PER_SM,
     SHARED_LIMIT,
-    _hopper,
     _Sm90Target,
+    copy_engine_reason,
 )
 from flashscope.kernels.launch import LOG2E, flat_rows, gpu_name, output
 from flashscope.simulator.timing.kernelplan import tuned_keys
@@ -404,13 +404,7 @@ def supports(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cfg: BwdConfig) 
     need = cfg.shared_bytes(d)
     if need > SHARED_LIMIT:
         return f"needs {need} bytes of shared memory per CTA with {cfg} at head_dim {d}"
-    if not all(flat_rows(x) and x.stride(3) == 1 for x in (q, k, v)):
-        return "needs inputs that flatten to (B·H·N, d)"
-    if not all(x.stride(2) % 8 == 0 and x.data_ptr() % 16 == 0 for x in (q, k, v)):
-        return "needs rows that start on 16-byte boundaries (the copy engine's alignment)"
-    if not q.is_cuda or not _hopper(q.device.index or 0):
-        return "needs a Hopper GPU (compute capability 9.x)"
-    return None
+    return copy_engine_reason(q, k, v)
 
 
 @lru_cache

@@ -761,11 +761,17 @@ def supports(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cfg: WsConfig) -
     need = cfg.shared_bytes(pad_dim(d))
     if need > SHARED_LIMIT or cfg.ctas * (need + 1024) > SHARED_PER_SM:
         return f"needs {need} bytes of shared memory per CTA with {cfg} at head_dim {d}"
-    if not all(flat_rows(x) and x.stride(3) == 1 for x in (q, k, v)):
+    return copy_engine_reason(q, k, v)
+
+
+def copy_engine_reason(*xs: torch.Tensor) -> str | None:
+    """Why the copy engine on a Hopper GPU cannot move these (B, H, N, d) tensors as (B·H·N, d)
+    tiles, or None (the Gluon kernels' common condition)."""
+    if not all(flat_rows(x) and x.stride(3) == 1 for x in xs):
         return "needs inputs that flatten to (B·H·N, d)"
-    if not all(x.stride(2) % 8 == 0 and x.data_ptr() % 16 == 0 for x in (q, k, v)):
+    if not all(x.stride(2) % 8 == 0 and x.data_ptr() % 16 == 0 for x in xs):
         return "needs rows that start on 16-byte boundaries (the copy engine's alignment)"
-    if not q.is_cuda or not _hopper(q.device.index or 0):
+    if not xs[0].is_cuda or not _hopper(xs[0].device.index or 0):
         return "needs a Hopper GPU (compute capability 9.x)"
     return None
 
