@@ -267,16 +267,13 @@ def _time(config: dict[str, Any], seed: int, progress: Progress) -> dict[str, An
     }
 
 
-def _timeline(config: dict[str, Any], seed: int, progress: Progress) -> dict[str, Any]:
-    """When and where each program of the forward ran, and the engine's schedule beside it."""
+def _seeded_qkv(p: Any, seed: int) -> tuple[Any, Any, Any]:
+    """Q, K and V of problem `p` on the GPU, from `seed` (a run's inputs, as the timeline and
+    the warpgroup recording draw them)."""
     import torch
 
-    from flashscope.kernels.config import KernelConfig
     from flashscope.kernels.measure import TORCH_DTYPES
-    from flashscope.kernels.timeline import forward_timeline
-    from flashscope.simulator.calibrate.validation import problem_of
 
-    p = problem_of(config)
     gen = torch.Generator(device="cuda").manual_seed(seed)
     shape_q = (p.batch, p.heads, p.seq_q, p.head_dim)
     shape_kv = (p.batch, p.kv_heads, p.seq_k, p.head_dim)
@@ -284,6 +281,19 @@ def _timeline(config: dict[str, Any], seed: int, progress: Progress) -> dict[str
         torch.randn(s, generator=gen, device="cuda").to(TORCH_DTYPES[p.dtype])
         for s in (shape_q, shape_kv, shape_kv)
     )
+    return q, k, v
+
+
+def _timeline(config: dict[str, Any], seed: int, progress: Progress) -> dict[str, Any]:
+    """When and where each program of the forward ran, and the engine's schedule beside it."""
+    import torch
+
+    from flashscope.kernels.config import KernelConfig
+    from flashscope.kernels.timeline import forward_timeline
+    from flashscope.simulator.calibrate.validation import problem_of
+
+    p = problem_of(config)
+    q, k, v = _seeded_qkv(p, seed)
     cfg = KernelConfig(config["block_m"], config["block_n"], config["warps"], config["stages"])
     progress("running the timeline forward (global timer and SM of every program)")
     t = forward_timeline(q, k, v, p.causal, p.scale, config=cfg)
@@ -327,7 +337,6 @@ def _record(
     import torch
 
     from flashscope.kernels.hopper_forward import supports
-    from flashscope.kernels.measure import TORCH_DTYPES
     from flashscope.kernels.warpgroups import record_and_time
     from flashscope.simulator.calibrate.validation import problem_of
 
@@ -336,13 +345,7 @@ def _record(
     if major != 9:
         raise ValueError(f"{NEEDS_HOPPER}: this GPU, {name}, is compute capability {major}.{minor}")
     p = problem_of(_config(job))
-    gen = torch.Generator(device="cuda").manual_seed(seed)
-    shape_q = (p.batch, p.heads, p.seq_q, p.head_dim)
-    shape_kv = (p.batch, p.kv_heads, p.seq_k, p.head_dim)
-    q, k, v = (
-        torch.randn(s, generator=gen, device="cuda").to(TORCH_DTYPES[p.dtype])
-        for s in (shape_q, shape_kv, shape_kv)
-    )
+    q, k, v = _seeded_qkv(p, seed)
     why = supports(q, k, v, cfg)
     if why is not None:
         raise ValueError(f"the Hopper forward {why}")
