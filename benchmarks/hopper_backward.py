@@ -149,23 +149,18 @@ def time_rows(dtypes, seq_lens, passes: int) -> list[dict]:
 def table(doc: dict) -> dict[str, list[int]]:
     """The "bwd-ws" entries this result supports: per (d, mask, length bucket) the fastest
     Gluon configuration, where it beats the Triton backward in every dtype measured by WIN."""
-    best: dict[str, tuple[float, list[int]]] = {}
+    worst: dict[tuple[str, str], float] = {}  # (bucket, kind) → its largest share of Triton's
     for row in doc["time"]:
         key = f"bwd/16/d{row['d']}/{'causal' if row['causal'] else 'full'}/n{row['n']}"
         for kind, ms in row["ms"].items():
             if kind.startswith("gluon"):
                 share = ms / row["ms"]["triton"]
-                prev = best.get(f"{key}|{kind}")
-                best[f"{key}|{kind}"] = (
-                    max(share, prev[0]) if prev else share,
-                    json.loads(kind[5:]),
-                )
-    out: dict[str, tuple[float, list[int]]] = {}
-    for key_kind, (share, cfg) in best.items():
-        key = key_kind.split("|")[0]
-        if share <= WIN and (key not in out or share < out[key][0]):
-            out[key] = (share, cfg)
-    return {k: v[1] for k, v in sorted(out.items())}
+                worst[key, kind] = max(share, worst.get((key, kind), 0.0))
+    best: dict[str, tuple[float, str]] = {}
+    for (key, kind), share in worst.items():
+        if share <= WIN and (key not in best or share < best[key][0]):
+            best[key] = (share, kind)
+    return {k: json.loads(kind.removeprefix("gluon")) for k, (_, kind) in sorted(best.items())}
 
 
 def main(argv: list[str] | None = None) -> int:

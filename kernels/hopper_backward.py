@@ -6,15 +6,17 @@ why its five-product (atomic dQ) route loses to recomputing dQ in a kernel of it
 work of one key block is split between warpgroups, after FlashAttention-3's backward:
 
 - one *loader* warp copies the block's K and V once, then, step by step, each query block's Q
-  and dO into a ring of shared-memory stages with the tensor-memory copy engine;
+  and dO (with the tensor-memory copy engine) and its LSE and D into a ring of shared-memory
+  stages;
 - CONSUMERS warpgroups each own 64 of the block's keys (the block has 64·CONSUMERS) and keep
-  their dK and dV in fp32 registers. Per query block of BLOCK_M rows a warpgroup issues
-  Sᵀ = K Qᵀ and dPᵀ = V dOᵀ together (asynchronous wgmma, both operands in shared memory),
-  rebuilds Pᵀ = exp(Sᵀ − LSE) from the forward's log-sum-exp while dPᵀ is on the tensor cores,
-  then issues dV += Pᵀ dO and, with dSᵀ = Pᵀ ∘ (dPᵀ − D), dK += dSᵀ Q (Pᵀ and dSᵀ from
-  registers); it writes dSᵀ to shared memory and issues its share of dQ, dS K over its own keys,
-  which it adds into an fp32 buffer with relaxed atomics. The warpgroups never wait for each
-  other: one's exponentials run under another's products.
+  their dK and dV in fp32 registers. Per query block of BLOCK_M rows a warpgroup has Sᵀ = K Qᵀ
+  (issued a step ahead), issues dPᵀ = V dOᵀ and rebuilds Pᵀ = exp(Sᵀ − LSE) from the forward's
+  log-sum-exp (staged in shared memory by the loader) while dPᵀ is on the tensor cores, then
+  issues dV += Pᵀ dO and, with dSᵀ = Pᵀ ∘ (dPᵀ − D), dK += dSᵀ Q (Pᵀ and dSᵀ from registers);
+- dQ is shared: each warpgroup writes its dSᵀ to shared memory, and once every warpgroup's is in
+  each computes its share of dS K over the whole block (its rows or its columns) and adds it into
+  an fp32 buffer with relaxed atomics, while the next step's Sᵀ runs. The warpgroups meet at
+  that one barrier per step; one's exponentials can still run under another's products;
 - the loader gives its registers up to the consumers (`warp_specialize`'s budgets).
 
 A last pass scales and casts dQ (as the Triton backward's atomic route does). Five products per
@@ -34,7 +36,6 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from functools import lru_cache
 
 import torch
 from triton.experimental import gluon
@@ -55,8 +56,10 @@ from flashscope.kernels.hopper_forward import (
     LOADER_REGS,
     REGS_PER_SM,
     SHARED_LIMIT,
-    _Sm90Target,
+    _descriptor,
     copy_engine_reason,
+    cubin_resources,
+    warmup_sm90,
 )
 from flashscope.kernels.launch import LOG2E, flat_rows, gpu_name, output
 from flashscope.simulator.timing.kernelplan import tuned_keys
@@ -139,6 +142,13 @@ def _steps(j, N_Q, N_K, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, CAUSAL: gl
 
 
 @gluon.jit
+def _q_row(bkv, g, H, GROUP, N_Q):
+    """The flattened row of query head g (of K/V head bkv's group) where its queries start."""
+    h_kv = H // GROUP
+    return ((bkv // h_kv) * H + (bkv % h_kv) * GROUP + g) * N_Q
+
+
+@gluon.jit
 def _loader(args, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
             CAUSAL: gl.constexpr):
     """One warp: the block's K and V, then Q and dO of every step into the ring."""
@@ -147,7 +157,6 @@ def _loader(args, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.const
     rows_layout: gl.constexpr = gl.BlockedLayout([BLOCK_M // 32], [32], [1], [0])
     j = gl.program_id(0)
     bkv = gl.program_id(1)
-    h_kv = H // GROUP
     kv_row = bkv * N_K + j * BLOCK_N
     KV_BYTES: gl.constexpr = k_desc.block_type.nbytes + v_desc.block_type.nbytes
     STEP_BYTES: gl.constexpr = q_desc.block_type.nbytes + do_desc.block_type.nbytes
@@ -157,7 +166,7 @@ def _loader(args, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.const
     first, _, n_qb = _steps(j, N_Q, N_K, BLOCK_M, BLOCK_N, CAUSAL)
     s = 0
     for g in range(GROUP):
-        q_row0 = ((bkv // h_kv) * H + (bkv % h_kv) * GROUP + g) * N_Q
+        q_row0 = _q_row(bkv, g, H, GROUP, N_Q)
         for qb in range(first, n_qb):
             slot = s % STAGES
             mbarrier.wait(q_empty.index(slot), ((s // STAGES) & 1) ^ 1)
@@ -294,7 +303,6 @@ def _consumer(args, C: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constex
     KEYS: gl.constexpr = 64
     j = gl.program_id(0)
     bkv = gl.program_id(1)
-    h_kv = H // GROUP
     key0 = j * BLOCK_N + C * KEYS  # the warpgroup's first key within the head
     k_c = k_smem.slice(C * KEYS, KEYS)
     v_c = v_smem.slice(C * KEYS, KEYS)
@@ -320,13 +328,13 @@ def _consumer(args, C: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constex
         for s in range(total - 1):
             g = s // per_head
             qb = first + s - g * per_head
-            q_row0 = ((bkv // h_kv) * H + (bkv % h_kv) * GROUP + g) * N_Q
+            q_row0 = _q_row(bkv, g, H, GROUP, N_Q)
             dk, dv, st = _step(dk, dv, st, s, qb, q_row0, key0,
                                     edge or qb < unmasked, ctx, s_layout, dq_layout, op_layout,
                                     HEAD_DIM, BLOCK_M, STAGES, Q_EDGE, C, CONSUMERS, ROW_SPLIT,
                                     True)
         s = total - 1
-        q_row0 = ((bkv // h_kv) * H + (bkv % h_kv) * GROUP + GROUP - 1) * N_Q
+        q_row0 = _q_row(bkv, GROUP - 1, H, GROUP, N_Q)
         dk, dv = _step(dk, dv, st, s, n_qb - 1, q_row0, key0, edge or n_qb - 1 < unmasked,
                        ctx, s_layout, dq_layout, op_layout, HEAD_DIM, BLOCK_M, STAGES, Q_EDGE, C,
                        CONSUMERS, ROW_SPLIT, False)
@@ -405,19 +413,6 @@ def supports(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cfg: BwdConfig) 
     if need > SHARED_LIMIT:
         return f"needs {need} bytes of shared memory per CTA with {cfg} at head_dim {d}"
     return copy_engine_reason(q, k, v)
-
-
-@lru_cache
-def _layout(rows: int, d: int, dtype: torch.dtype):
-    return gl.NVMMASharedLayout.get_default_for([rows, d], _GL_DTYPES[dtype])
-
-
-def _descriptor(x: torch.Tensor, rows: int):
-    """A descriptor of x flattened to (B·H·N, d), moved in (rows, d) tiles."""
-    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
-
-    n, d = x.shape[0] * x.shape[1] * x.shape[2], x.shape[3]
-    return TensorDescriptor(x, [n, d], [x.stride(2), 1], [rows, d], _layout(rows, d, x.dtype))
 
 
 def _arguments(q, k, v, do, lse, delta, dq_acc, dk, dv, causal: bool, scale: float,
@@ -509,7 +504,7 @@ def tuned(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool) -> Bw
     backward on Triton."""
     if interpreting() or not q.is_cuda or os.environ.get("FLASHSCOPE_WS_BWD") == "0":
         return None
-    if q.dtype not in _GL_DTYPES or q.shape[3] not in (64, 128):
+    if q.dtype not in _GL_DTYPES:
         return None
     cfg = tuned_config(gpu_name(), q.shape[3], causal, max(q.shape[2], k.shape[2]))
     return cfg if cfg is not None and supports(q, k, v, cfg) is None else None
@@ -524,8 +519,6 @@ def compile_sm90(
 ):
     """Compile the kernel for an H100/H200 on any machine (CPU tensors stand in for the inputs;
     nothing runs; `edges`: for lengths that fill neither tile): Triton's CompiledKernel."""
-    from triton.runtime import driver
-
     if interpreting():
         raise RuntimeError("compile_sm90 needs TRITON_INTERPRET unset (run it in a process apart)")
     n = 2 * cfg.block_n * cfg.block_m - (7 if edges else 0)
@@ -533,12 +526,7 @@ def compile_sm90(
     lse = torch.empty(1, 2, n)
     acc = torch.empty(1, 2, n, head_dim)
     args, constexprs, options = _arguments(q, q, q, q, lse, lse, acc, q, q, causal, 0.1, cfg)
-    saved = driver._active
-    driver.set_active(_Sm90Target())
-    try:
-        return _attn_bwd_ws.warmup(*args, **constexprs, **options, grid=(1,))
-    finally:
-        driver._active = saved
+    return warmup_sm90(_attn_bwd_ws, args, constexprs, options)
 
 
 def compile_report(configs: list[tuple[BwdConfig, int]], edges: bool = False) -> list[dict]:
@@ -553,36 +541,22 @@ def compile_report(configs: list[tuple[BwdConfig, int]], edges: bool = False) ->
 
     import triton
 
-    tools = Path(triton.__file__).parent / "backends" / "nvidia" / "bin"
+    ptxas = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "ptxas"
     rows = []
     for cfg, d in configs:
         for causal in (False, True):
             kernel = compile_sm90(cfg, d, causal, edges=edges)
+            found = cubin_resources(kernel.asm["cubin"])
             with tempfile.TemporaryDirectory() as tmp:
-                cubin, ptx = Path(tmp) / "k.cubin", Path(tmp) / "k.ptx"
-                cubin.write_bytes(kernel.asm["cubin"])
+                ptx = Path(tmp) / "k.ptx"
                 ptx.write_text(kernel.asm["ptx"])
-                usage = subprocess.run(
-                    [tools / "cuobjdump", "--dump-resource-usage", cubin],
-                    capture_output=True,
-                    text=True,
-                    check=True,
-                ).stdout
+                again = Path(tmp) / "again.cubin"
                 notes = subprocess.run(
-                    [
-                        tools / "ptxas",
-                        "-v",
-                        "--gpu-name",
-                        "sm_90a",
-                        ptx,
-                        "-o",
-                        Path(tmp) / "again.cubin",
-                    ],
+                    [ptxas, "-v", "--gpu-name", "sm_90a", ptx, "-o", again],
                     capture_output=True,
                     text=True,
                     check=True,
                 ).stderr
-            found = dict(re.findall(r"(REG|STACK|LOCAL):(\d+)", usage))
             rows.append(
                 {
                     "config": cfg.as_list(),
@@ -590,9 +564,9 @@ def compile_report(configs: list[tuple[BwdConfig, int]], edges: bool = False) ->
                     "causal": causal,
                     "edges": edges,
                     "shared": kernel.metadata.shared,
-                    "regs": int(found["REG"]),
-                    "stack": int(found["STACK"]),
-                    "local": int(found["LOCAL"]),
+                    "regs": found["REG"],
+                    "stack": found["STACK"],
+                    "local": found["LOCAL"],
                     "wgmma": kernel.asm["ptx"].count("wgmma.mma_async"),
                     "atomics": kernel.asm["ptx"].count("atom.global"),
                     "serialized": re.findall(r"\(C751\d\)[^\n]*", notes),

@@ -1035,8 +1035,6 @@ def compile_sm90(
     Gluon calls, into interpreted ones): `python -m flashscope.kernels.hopper_forward` runs it
     apart.
     """
-    from triton.runtime import driver
-
     if interpreting():
         raise RuntimeError("compile_sm90 needs TRITON_INTERPRET unset (run it in a process apart)")
 
@@ -1046,12 +1044,40 @@ def compile_sm90(
     lse = torch.empty(1, 2, n)
     rec = Recording(torch.empty(1, dtype=torch.int64), 1, 1, 1, 1) if record else None
     args, constexprs, options = _arguments(q, q, q, q, lse, causal, 0.1, cfg, COMPILE_SMS, rec)
+    return warmup_sm90(_attn_fwd_ws, args, constexprs, options)
+
+
+def warmup_sm90(kernel, args: tuple, constexprs: dict, options: dict):
+    """Compile a Gluon `kernel` for these arguments for sm_90a, with no GPU present (Triton's
+    driver stood in for by `_Sm90Target` meanwhile): Triton's CompiledKernel."""
+    from triton.runtime import driver
+
     saved = driver._active
     driver.set_active(_Sm90Target())
     try:
-        return _attn_fwd_ws.warmup(*args, **constexprs, **options, grid=(1,))
+        return kernel.warmup(*args, **constexprs, **options, grid=(1,))
     finally:
         driver._active = saved
+
+
+def cubin_resources(cubin: bytes) -> dict[str, int]:
+    """A compiled kernel's registers per thread, spill stack and local bytes ("REG", "STACK",
+    "LOCAL") as cuobjdump reads them from its cubin."""
+    import re
+    import subprocess
+    import tempfile
+    from pathlib import Path
+
+    import triton
+
+    cuobjdump = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(cubin)
+        f.flush()
+        usage = subprocess.run(
+            [cuobjdump, "--dump-resource-usage", f.name], capture_output=True, text=True, check=True
+        ).stdout
+    return {k: int(v) for k, v in re.findall(r"(REG|STACK|LOCAL):(\d+)", usage)}
 
 
 SETMAXNREG = r"setmaxnreg\.\w+\.sync\.aligned\.u32\s+(\d+)"
@@ -1064,31 +1090,16 @@ def compile_report(
     recorded variant) holds (its registers and spill stack as cuobjdump reads them from the
     cubin, and the cycle-counter reads in its PTX)."""
     import re
-    import subprocess
-    import tempfile
-    from pathlib import Path
 
-    import triton
-
-    cuobjdump = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
     rows = []
     for cfg, d in configs:
         for causal in (False, True):
             ptx = (k := compile_sm90(cfg, d, causal, record=record, edges=edges)).asm["ptx"]
-            with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
-                f.write(k.asm["cubin"])
-                f.flush()
-                usage = subprocess.run(
-                    [cuobjdump, "--dump-resource-usage", f.name],
-                    capture_output=True,
-                    text=True,
-                    check=True,
-                ).stdout
-            found = dict(re.findall(r"(REG|STACK|LOCAL):(\d+)", usage))
+            found = cubin_resources(k.asm["cubin"])
             rows.append({
                 "config": cfg.as_list(), "head_dim": d, "causal": causal,
-                "shared": k.metadata.shared, "regs": int(found["REG"]),
-                "stack": int(found["STACK"]), "local": int(found["LOCAL"]),
+                "shared": k.metadata.shared, "regs": found["REG"],
+                "stack": found["STACK"], "local": found["LOCAL"],
                 "wgmma": ptx.count("wgmma.mma_async"),
                 "setmaxnreg": sorted({int(x) for x in re.findall(SETMAXNREG, ptx)}),
                 "registers": list(cfg.registers()), "clock_reads": ptx.count("%clock64"),
