@@ -6,7 +6,12 @@ the error of the same computation done by PyTorch in the input dtype, plus a sma
 
 from __future__ import annotations
 
+import json
+import os
 import random
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -49,3 +54,16 @@ def assert_close(
     assert err <= bound, (
         f"{what}: error {err:.3g} > bound {bound:.3g} (pytorch {base:.3g}), seed={seed}"
     )
+
+
+def compiled_apart(module: str, wanted: list, *flags: str) -> list[dict]:
+    """`python -m flashscope.kernels.<module>` in a process of its own (Triton's compiler, not its
+    interpreter, which this suite turns on): the compile report of each (configuration list,
+    head_dim) of a Gluon kernel."""
+    env = {**os.environ, "TRITON_INTERPRET": "0"}
+    out = subprocess.run(
+        [sys.executable, "-m", f"flashscope.kernels.{module}", json.dumps(wanted), *flags],
+        cwd=Path(__file__).resolve().parents[2], env=env, capture_output=True, text=True,
+        check=True, timeout=600,
+    )  # fmt: skip
+    return json.loads(out.stdout)

@@ -5,11 +5,7 @@ its gradients are checked by the GPU tests, tests/kernels/test_gpu.py)."""
 from __future__ import annotations
 
 import json
-import os
 import random
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -30,7 +26,8 @@ from flashscope.kernels.hopper_backward import (
 from flashscope.kernels.reference import attention_backward
 from flashscope.simulator.timing.kernelplan import SEQ_BUCKETS
 
-ROOT = Path(__file__).resolve().parents[2]
+from .conftest import compiled_apart
+
 H100 = "NVIDIA H100 80GB HBM3"
 
 
@@ -91,22 +88,13 @@ def test_no_call_on_the_cpu_is_routed_to_the_gluon_kernel(seed: int) -> None:
         assert torch.allclose(g.double(), r, atol=2e-2, rtol=2e-2), f"seed={seed}"
 
 
-def compiled_apart(wanted: list, *flags: str) -> list[dict]:
-    env = {**os.environ, "TRITON_INTERPRET": "0"}
-    out = subprocess.run(
-        [sys.executable, "-m", "flashscope.kernels.hopper_backward", json.dumps(wanted), *flags],
-        cwd=ROOT, env=env, capture_output=True, text=True, check=True, timeout=600,
-    )  # fmt: skip
-    return json.loads(out.stdout)
-
-
 def test_the_kernel_compiles_for_hopper_with_its_products_in_flight() -> None:
     """Every candidate (one at random per head_dim, at lengths that fill no tile or not), causal
     and not, compiles for sm_90a with its five products as wgmma, dQ's share as fp32 atomics, the
     shared memory `shared_bytes` counts, and no note from ptxas that it serialized the products
     (an accumulator read while in flight, or too few registers for products in flight)."""
     wanted = [[random.choice(cs).as_list(), d] for d, cs in CANDIDATES.items()]
-    rows = compiled_apart(wanted, *random.choice([(), ("--edges",)]))
+    rows = compiled_apart("hopper_backward", wanted, *random.choice([(), ("--edges",)]))
     assert len(rows) == 2 * len(wanted)
     for row in rows:
         cfg = BwdConfig(*row["config"])

@@ -5,12 +5,8 @@ interpreter: its numerics are checked by the GPU tests, tests/kernels/test_gpu.p
 from __future__ import annotations
 
 import json
-import os
 import random
-import subprocess
-import sys
 from itertools import product
-from pathlib import Path
 
 import pytest
 import torch
@@ -31,7 +27,8 @@ from flashscope.kernels.hopper_forward import (
 )
 from flashscope.simulator.timing.kernelplan import SEQ_BUCKETS
 
-ROOT = Path(__file__).resolve().parents[2]
+from .conftest import compiled_apart
+
 VALID = [
     WsConfig(c, n, s, pipe, ctas, pingpong=pp)
     for c, n, s, pipe, ctas, pp in product((1, 2, 3), (64, 128, 256), (2, 3, 4), (False, True),
@@ -255,7 +252,9 @@ def test_head_dims_past_128_fit_where_o_leaves_through_qs_stage() -> None:
 def test_lengths_that_fill_no_tile_compile_with_masked_edges() -> None:
     """N_q and N_k that are not multiples of the tiles compile (the masked last key block and the
     masked store of the top tile's straddling warpgroup) without spilling."""
-    rows = compiled_apart([([2, 128, 2, 1, 1, 1], 128), ([3, 128, 2, 0, 1], 64)], "--edges")
+    rows = compiled_apart(
+        "hopper_forward", [([2, 128, 2, 1, 1, 1], 128), ([3, 128, 2, 0, 1], 64)], "--edges"
+    )
     assert len(rows) == 4
     for row in rows:
         what = f"{row['config']} d={row['head_dim']} causal={row['causal']}"
@@ -268,7 +267,7 @@ def test_padded_head_dims_compile_without_spilling() -> None:
     256, two warpgroups whose O leaves through Q's stage and one persistent warpgroup."""
     wanted = [([2, 128, 2, 1, 1, 1, 1, 8], 80), ([2, 64, 3, 1, 1], 96), ([2, 64, 2, 1, 1], 256),
               ([1, 64, 2, 0, 1, 0, 1], 192)]  # fmt: skip
-    rows = compiled_apart(wanted, "--edges")
+    rows = compiled_apart("hopper_forward", wanted, "--edges")
     got = {(row["head_dim"], row["causal"]) for row in rows}
     assert got == {(d, causal) for d in (80, 96, 192, 256) for causal in (False, True)}
     for row in rows:
@@ -344,24 +343,15 @@ def test_the_interpreter_never_takes_the_gluon_kernel(monkeypatch) -> None:
     assert o.shape == q.shape and not o.isnan().any()
 
 
-def compiled_apart(wanted: list, *flags: str) -> list[dict]:
-    """`python -m flashscope.kernels.hopper_forward` in a process of its own (Triton's compiler,
-    not its interpreter): the compile report of each (configuration list, head_dim)."""
-    env = {**os.environ, "TRITON_INTERPRET": "0"}
-    out = subprocess.run(
-        [sys.executable, "-m", "flashscope.kernels.hopper_forward", json.dumps(wanted), *flags],
-        cwd=ROOT, env=env, capture_output=True, text=True, check=True, timeout=600,
-    )  # fmt: skip
-    return json.loads(out.stdout)
-
-
 @pytest.fixture(scope="module")
 def compiled() -> list[dict]:
     """Every configuration the tuned tables name, and a few more, compiled for sm_90a in a process
     of its own (Triton's compiler, not its interpreter)."""
     extra = [([3, 128, 2, 1, 1], 64), ([2, 64, 3, 1, 1], 128), ([3, 128, 2, 1, 1, 1], 64),
              ([2, 256, 2, 0, 1, 0, 1, 32], 64)]  # fmt: skip
-    return compiled_apart(extra + [(cfg.as_list(), d) for cfg, d in tuned_configs()])
+    return compiled_apart(
+        "hopper_forward", extra + [(cfg.as_list(), d) for cfg, d in tuned_configs()]
+    )
 
 
 def test_the_tuned_configurations_compile_for_hopper_without_spilling(compiled) -> None:
@@ -395,7 +385,9 @@ def test_the_recorded_variant_stamps_every_role_and_spills_nothing() -> None:
     """RECORD compiles the stamps in (the plain kernels read no clock: the test above); with two
     pipelined ping-pong consumers at d = 128, the lesson's configuration, they cost no local
     memory traffic (causal: at most a few scalars saved on the stack once per tile)."""
-    rows = compiled_apart([([2, 128, 2, 1, 1, 1], 128), ([2, 128, 2, 0, 1], 64)], "--record")
+    rows = compiled_apart(
+        "hopper_forward", [([2, 128, 2, 1, 1, 1], 128), ([2, 128, 2, 0, 1], 64)], "--record"
+    )
     assert len(rows) == 4
     for row in rows:
         what = f"{row['config']} d={row['head_dim']} causal={row['causal']}"
