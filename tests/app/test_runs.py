@@ -444,5 +444,10 @@ def test_a_run_cancelled_while_its_worker_starts_leaves_the_worker_to_start():
         worker = client.app.state.runs.get()._workers[0]
         pid = worker.proc.pid
         assert worker.proc.is_alive()  # not killed: the next run finds it started
-        done = _wait(client, client.post("/api/runs", json={"seed": 6}).json()["id"])
+        second = client.post("/api/runs", json={"seed": 6}).json()["id"]
+        # followed through its event stream, so that a slow poll on a loaded machine cannot
+        # leave it unwatched for the 0.3 s that cancel it
+        with client.stream("GET", f"/api/runs/{second}/events") as stream:
+            assert _first_event(stream)["state"] in ("queued", "running")
+            done = _wait(client, second)
         assert done["state"] == "done" and done["result"]["pid"] == pid
