@@ -115,13 +115,22 @@ class LocalTraffic:
     store_cta: float
     load_head: float = 0.0
     store_head: float = 0.0
+    stack: float = 0.0  # the binary's spill stack, bytes per thread (compiler entries; 0: unknown)
 
     @classmethod
     def from_entry(cls, entry: dict[str, Any]) -> LocalTraffic:
         """From one of the table files' (or `derive`'s) entries."""
         fields = ("load_step", "load_cta", "store_step", "store_cta")
-        heads = (float(entry.get(f, 0.0)) for f in ("load_head", "store_head"))
-        return cls(*(float(entry[f]) for f in fields), *heads)
+        extra = (float(entry.get(f, 0.0)) for f in ("load_head", "store_head", "stack"))
+        return cls(*(float(entry[f]) for f in fields), *extra)
+
+    def frame(self, heads: int = 1) -> float:
+        """Local bytes one thread keeps: the binary's spill stack where the compiler's entry
+        gives it, else what it stores in a loop step and once per CTA (each slot once)."""
+        if self.stack > 0:
+            return self.stack
+        st = self.stores(heads)
+        return max(0.0, st.step) + max(0.0, st.cta)
 
     @property
     def load(self) -> PerThread:

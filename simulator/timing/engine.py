@@ -34,10 +34,11 @@ launch, and its CTAs take the SMs' slots as that launch's CTAs leave them):
    chain · latency (plus, for bulk reduce-adds, what `bulk_read_ns` and the tile's transfer
    take beyond an iteration's work: the copy engine must have read the tile out of its
    shared-memory buffer before the next iteration's tile goes there; each reduce-add also
-   costs the warps `reduce_op_ns`). Before the loop: CTA set-up, the latency of the first load
-   and the edge bytes. c is the residency a full GPU has (CTAs per SM), or ⌈CTAs / SMs⌉
-   when the grid cannot fill every slot; the load latency here counts only compulsory misses
-   (see below), shared alike by the CTAs of one stream (they wait on the same first fetches).
+   costs the warps `reduce_op_ns`). Before the loop: CTA set-up, the tensor descriptors it
+   builds itself (`DESCRIPTOR_NS` each), the latency of the first load and the edge bytes.
+   c is the residency a full GPU has (CTAs per SM), or ⌈CTAs / SMs⌉ when the grid cannot
+   fill every slot; the load latency here counts only compulsory misses (see below), shared
+   alike by the CTAs of one stream (they wait on the same first fetches).
 3. Schedule in launch order as slots free up (`scheduler.py`): waves, the tail of the last
    wave and causal imbalance (light query blocks finish first) come out of it. A slot takes
    `cta_dispatch_ns` to pass from a CTA to the next, and the first wave's CTAs, which all start
@@ -69,8 +70,8 @@ Knowingly left out: DRAM
 demand is not resolved within a launch (a per-instant fluid warp was tried: perfectly fair
 sharing finishes a memory-bound wave in lockstep and then charges latency-bound stragglers,
 which real GPUs, whose CTAs finish staggered, largely overlap); capacity misses do not add
-latency (their bandwidth is charged); register spills beyond their L1 and L2 bytes and
-DRAM write-back (the local traffic `compiled.py` measured or estimated from the tiles) and a
+latency (their bandwidth is charged); register spills beyond their L1 and L2 bytes, their
+DRAM traffic (`spill_dram`: measured, or from the slots the resident threads keep) and a
 fitted `spill_penalty`; bank
 conflicts, instruction issue, TLB and DRAM page effects are not modelled; the power cap is
 one figure per launch (phases of different demand within it, and the budget concurrent
@@ -91,7 +92,13 @@ import numpy as np
 
 from flashscope.simulator.core.hardware import GPU, Efficiency
 from flashscope.simulator.core.problem import AttentionProblem, TileConfig
-from flashscope.simulator.timing.l2model import L2Split, compulsory_hits, split_traffic, streams
+from flashscope.simulator.timing.l2model import (
+    L2Split,
+    compulsory_hits,
+    hit_chance,
+    split_traffic,
+    streams,
+)
 from flashscope.simulator.timing.launch import Launch, Product
 from flashscope.simulator.timing.occupancy import (
     REG_UNIT,
@@ -106,6 +113,20 @@ from flashscope.simulator.timing.scheduler import list_schedule, share_tail, sm_
 from flashscope.simulator.timing.workload import Workload, build
 
 _PARTS = ("tensor", "sfu", "alu", "memory", "latency")
+# What a CTA waits for each tensor descriptor it builds on the device (`Launch.descriptors`):
+# written to global memory and fenced for the copy engine before the first tile's copy. Fitted
+# on the fit half of the users' sweep measured on an H100 (benchmarks/results/
+# validation-users-NVIDIA-H100-80GB-HBM3-2026-11-26.json), where forwards whose lengths fill no
+# whole tile (so each program builds its own four descriptors) ran 14–23% slower than the engine
+# predicted against 4% slower and 3% faster for whole tiles, causal or not (medians, forwards of
+# 64 rows or more that neither spill nor wait on the host). The fit half's mean |log error|
+# is flat from 700 to 1000 ns (0.2247–0.2250, 0.2332 without the term). The protocol's lengths
+# fill whole tiles: it has none. Both Hopper presets share the SM that builds them.
+DESCRIPTOR_NS = 800.0
+# Of the reloads of spilled lines L2 evicted, the share read back from DRAM (`spill_dram`):
+# fitted on the same fit half's DRAM bytes (MAPE 26.6%, 26.0%, 25.9%, 26.5% at 0.1, 0.25, 0.4,
+# 0.6); Nsight Compute's reads came to 0.2–0.9 of the loads of kernels past the L2.
+SPILL_RELOAD_DRAM = 0.4
 _BUSY_STEPS = 4  # fixed-point steps for the CTAs sharing the SM in their loops (_durations)
 
 
@@ -146,6 +167,39 @@ def spill_bytes(w: Launch, eff: Efficiency) -> np.ndarray:
     """Local-memory bytes each CTA moves through L2: every spill store (L1 writes through)
     and the share `spill_l1_miss` of its reloads that miss L1."""
     return w.local_store + eff.spill_l1_miss * w.local_load
+
+
+def spill_dram(
+    w: Launch, t: TileConfig, resident: int, capacity: float, exponent: float
+) -> tuple[float, float]:
+    """(bytes of spilled lines written back to DRAM, bytes of reloads read from DRAM) of launch
+    `w` run with tiles `t`, `resident` CTAs in flight at once.
+
+    Measured per compiled kernel where the table has its write-back (`local_writeback`, no
+    reloads from DRAM). Elsewhere from the local memory the resident threads keep: each thread
+    `local_frame` bytes of spill slots, rewritten step after step, so `resident` CTAs hold
+    F = frame × threads × resident distinct local bytes. While F fits in L2 the slots stay
+    there; past it a line is evicted dirty before its next store with the chance 1 − h,
+    h = `l2model.hit_chance`(F, capacity, exponent) (the L2 model's own curve), and every
+    such store reaches DRAM, and a share `SPILL_RELOAD_DRAM` of the reloads of evicted lines
+    is read back from it. Nsight Compute supports it (users' sweep on an H100, 2026-11-26,
+    benchmarks/results/validation-users-NVIDIA-H100-80GB-HBM3-2026-11-26.json; F from the
+    compiler's slots and the launch's occupancy): kernels whose F is under a tenth of the
+    usable L2 wrote back next to none of their spills (median 0.2% of their local bytes), those
+    past it 0.9–1 of their stores, and reloads from DRAM then came to 0.2–0.9 of their loads.
+    Launches of a few CTAs keep few slots (u111: 8 CTAs, 44 MB of stores, none written back).
+    """
+    back = float(w.local_writeback.sum())
+    if w.local_frame <= 0 or not math.isfinite(capacity):
+        return back, 0.0
+    threads = 32 * t.warps
+    footprint = np.array([w.local_frame * threads * resident])
+    h = float(hit_chance(footprint, capacity, exponent)[0])
+    if h >= 1.0:
+        return back, 0.0
+    write = float(w.local_store.sum()) * (1.0 - h)
+    read = float(w.local_load.sum()) * (1.0 - h) * SPILL_RELOAD_DRAM
+    return back + write, read
 
 
 def power_counts(w: Launch, eff: Efficiency) -> tuple[float, float]:
@@ -327,8 +381,11 @@ def _work(w: Launch, t: TileConfig, r: _Rates, loop_hit: np.ndarray, spills: boo
     # other warpgroups (on their own row slices, or in other CTAs) can fill.
     wait = w.iters * (w.chain * eff.mma_chain_ns * 1e-9) if w.chain else None
     reduce_write = w.reduce_write if w.chain and w.reduce_write.any() else None
-    # Before its loop a CTA waits (set-up, its first load's latency) without using the SM.
+    # Before its loop a CTA waits (set-up, its first load's latency, the tensor descriptors it
+    # builds itself) without using the SM.
     edge_wait = eff.cta_setup_ns * 1e-9 + np.where(w.edge_read > 0, eff.dram_latency_ns * 1e-9, 0.0)
+    if w.descriptors:
+        edge_wait = edge_wait + w.descriptors * DESCRIPTOR_NS * 1e-9
     return _Work(tensor, sfu, vector, loads, edge_bytes, w.iters * latency, edge_wait, w.iters,
                  wait, reduce_write, kind, along_m, drift)  # fmt: skip
 
@@ -586,13 +643,14 @@ def _run_launch(
     # another kernel, so do the offsets at which that kernel's slots freed: a small error).
     clock = clock_share(r.eff, *power_counts(w, r.eff), span) if power_cap else 1.0
     span /= clock
-    # spilled lines that leave L2 dirty (measured per compiled kernel and GPU)
-    writeback = float(w.local_writeback.sum())
+    # spilled lines that leave L2 dirty (measured per compiled kernel and GPU, else estimated
+    # from the slots the resident threads keep), and the reloads that miss L2 then
+    writeback, spill_read = spill_dram(w, t, min(n, slots), cap, gamma)
     # The DRAM time counts every write: a timed call starts on an L2 full of the dirty lines of
     # do_bench's flush (it zeroes a buffer), which its footprint pushes out in place of the
     # lines it leaves dirty. The bytes, as Nsight Compute counts them after a flush that only
     # reads, leave those lines out (`dirty_writes`).
-    dram = float(l2.dram_read.sum() + l2.dram_write.sum()) + writeback
+    dram = float(l2.dram_read.sum() + l2.dram_write.sum()) + writeback + spill_read
     # beside a concurrent launch, both launches' references pass through L2 together
     touched = l2.footprint + (carry.footprint if beside is not None and carry is not None else 0.0)
     written, dirty = dirty_writes(float(l2.dram_write.sum()), dirty, touched, cap)
@@ -621,7 +679,7 @@ def _run_launch(
         "start": _rescaled(start, first, stretch, clock),  # from the launch's first CTA start
         "end": _rescaled(end, first, stretch, clock),  # (both in place)
         "clock": clock,
-        "dram_read_bytes": float(l2.dram_read.sum()),
+        "dram_read_bytes": float(l2.dram_read.sum()) + spill_read,
         "dram_write_bytes": written + writeback,
         "l2_read_bytes": float(w.read_bytes.sum() + r.eff.spill_l1_miss * w.local_load.sum()),
         "l2_write_bytes": float(w.write_bytes.sum() + w.local_store.sum()),

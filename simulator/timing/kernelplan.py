@@ -159,6 +159,8 @@ def _dq_kernel(p: AttentionProblem, t: TileConfig) -> Launch:
         exps=tile(area),
         alu=tile(DQ_FP32 * area),
         edge_read=tile(2.0 * rows * d * e + 2 * rows * STATS_BYTES),
+        # dO and D, which the preprocess pass before it read and wrote
+        seen_read=tile(1.0 * rows * d * e + rows * STATS_BYTES),
         edge_write=tile(1.0 * rows * d * e),
         stream_read=tile(2.0 * d * vcols * e),
         kv_head=kv,
@@ -219,6 +221,11 @@ def _dkdv_kernel(p: AttentionProblem, t: TileConfig, atomic: bool) -> Launch:
         # then holds the whole tile's elementwise work: the PTX's count doubles)
         alu=tk(DKDV_FP32 * warpgroup_layout(bn, t.warps)[1] * cols * sr),
         edge_read=tk(2.0 * cols * d * e),
+        # after the dQ kernel (separate route) every input it reads the dQ kernel read: K and
+        # V, and its streams of Q, dO, LSE and D; on the atomic route dO and D, which the
+        # preprocess pass read and wrote before the accumulator's fill
+        seen_read=0.0 if atomic else tk(2.0 * cols * d * e),
+        stream_seen=(d * e + STATS_BYTES) / (2 * d * e + 2 * STATS_BYTES) if atomic else 1.0,
         edge_write=tk(2.0 * cols * d * e),
         stream_read=tk(stream_bytes.astype(np.float64)),
         kv_head=kv,
@@ -291,6 +298,8 @@ def with_local_traffic(
     back = compiled.writeback(k, gpu_key)
     if back is not None:
         cols["local_writeback"] = back.bytes(launch.iters, threads)
+    else:  # the engine estimates it from the slots a thread keeps (`engine.spill_dram`)
+        cols["local_frame"] = traffic.frame(heads)
     return dataclasses.replace(launch, **cols)
 
 
@@ -305,6 +314,28 @@ def padded(launch: Launch, p: AttentionProblem) -> Launch:
     if not launch.mma_shapes:
         return launch
     return dataclasses.replace(launch, mma_pad=pad_head_dim(p.head_dim) / p.head_dim)
+
+
+def with_descriptors(
+    launch: Launch, p: AttentionProblem, t: TileConfig, route: str | None, gpu_key: str
+) -> Launch:
+    """`launch` with the tensor descriptors each of its CTAs builds on the device.
+
+    On Hopper flashscope's kernels read and write through the copy engine's tensor
+    descriptors, made once on the host when every tile is whole (N_q a multiple of the query
+    block, N_k of the key block), else by every program for itself (kernels/forward.py,
+    `host_descriptors`; kernels/backward.py): the forward's Q, K, V and O; the dQ kernel's Q,
+    dO, K, V and dQ; the dK/dV kernel's K, V, dK and dV, and Q and dO (with the atomic route
+    its dQ accumulator too) for each query head of its group. The engine charges each
+    `DESCRIPTOR_NS` of waiting before the CTA's loop (`engine._work`)."""
+    kernel = compiled.LAUNCH_KERNEL.get(launch.name)
+    if kernel is None or gpu_key not in compiled.ARCH_PRESETS:
+        return launch
+    tiles = launch.tiles or t
+    if p.seq_q % tiles.block_m == 0 and p.seq_k % tiles.block_n == 0:
+        return launch
+    count = {"fwd": 4, "dq": 5}.get(kernel, 4 + (3 if route == "atomic" else 2) * p.group)
+    return dataclasses.replace(launch, descriptors=count)
 
 
 def useful_flops(algo: str, p: AttentionProblem) -> float:
@@ -342,6 +373,7 @@ def build(
         launches = _backward(p, t, chosen, dq_tiles or t)
     launches = tuple(with_local_traffic(w, p, t, chosen, gpu_key) for w in launches)
     launches = tuple(padded(w, p) for w in launches)
+    launches = tuple(with_descriptors(w, p, t, chosen, gpu_key) for w in launches)
     return Workload(algo, p, t, launches, useful_flops(algo, p), impl="flashscope", route=chosen)
 
 

@@ -25,6 +25,8 @@ Reference classes (see `workload.py`):
     self     re-reads of a CTA's own data one outer pass later (gap = loop time / passes)
     carry    reads of the previous launch's output: distance = what the producer referenced
              after writing it plus what this launch referenced before reading it
+    seen     reads of inputs the previous launch read too (`seen_read`, and the share
+             `stream_seen` of a stream's first reads): the same distance as carry
     merge    rewrites of a recently touched line reach DRAM only when it was evicted in between
 """
 
@@ -240,17 +242,23 @@ def split_traffic(
     p_self = chance(rho * loop_time / w.passes) if self_read else p_stream
     dram_self = w.self_read * (1.0 - p_self) if self_read else 0.0
 
-    carried = w.carry_read
-    dram_carry = carried
-    if carry is not None and carried.any():
+    carried, seen = w.carry_read, w.seen_read
+    dram_carry, dram_seen = carried, seen
+    if carry is not None and (carried.any() or seen.any() or w.stream_seen > 0):
         n, m = w.n_ctas, len(carry.refs)
         after = np.concatenate([np.cumsum(carry.refs[::-1])[::-1], [0.0]])  # producer suffix
         pos = np.minimum(np.ceil((np.arange(n) + 0.5) * m / n).astype(np.int64), m)
         before = np.concatenate([[0.0], np.cumsum(read + write)[:-1]])  # this launch, earlier
         distance = np.minimum(after[pos] + before, carry.footprint + footprint)
-        dram_carry = carried * (1.0 - hit_chance(distance, cap, gamma))
+        kept = hit_chance(distance, cap, gamma)
+        dram_carry = carried * (1.0 - kept)
+        # What the previous launch read, this one reads again at the same distance: its
+        # inputs stay in L2 between the two where little enough passed through in between.
+        dram_seen = seen * (1.0 - kept)
+        if w.stream_seen > 0:
+            dram_stream = dram_stream - new * w.stream_seen * kept
 
-    dram_read = (cold - carried) + dram_carry + dram_stream + dram_self
+    dram_read = (cold - carried - seen) + dram_carry + dram_seen + dram_stream + dram_self
     dram_write = write
     if w.merge_write.any():
         p_merge = np.where(w.self_read > 0, p_self, p_stream)

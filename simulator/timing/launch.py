@@ -12,6 +12,10 @@ Byte classes of a CTA (bytes; dtype size for Q/K/V/O/S/P, 4 for stats and acc):
                              main: Q, dO, LSE, D and the dQ accumulator of a head; fa1: K/V)
     self_read                loop re-reads of data this CTA touched before (fa1's Q, O, ℓ, m on
                              every outer pass after the first; `passes` outer passes)
+    seen_read                cold reads of inputs the previous launch of the call read too
+                             (the backward's dO and D in the dQ kernel, K and V in the dK/dV
+                             kernel after it); `stream_seen` says the same of the share of its
+                             streams' first reads
     carry_read               reads of what the previous launch wrote (naive S and P, dQ
                              accumulator, decode partials)
     merge_write              rewrites of recently touched lines (fa1's O, ℓ, m; the dQ
@@ -27,7 +31,9 @@ Byte classes of a CTA (bytes; dtype size for Q/K/V/O/S/P, 4 for stats and acc):
                              compiled kernels (`compiled.py`): outside the convention's counts,
                              they stay in L1 and L2 (the engine's `spill_l1_miss`)
     local_writeback          of those, the bytes written back to DRAM (measured per kernel and
-                             GPU, `compiled.writeback`)
+                             GPU, `compiled.writeback`); where that was not measured, the
+                             launch's `local_frame` (a thread's spill slots) lets the engine
+                             estimate it (`engine.spill_dram`)
 Everything else read is cold (first touch in this launch).
 
 A launch may carry its own tile configuration (`tiles`: the kernels' helper passes, whose
@@ -36,7 +42,9 @@ starts when the previous one starts, and its CTAs take SMs as that launch's CTAs
 and may say what its matrix products are (`mma_shapes`, `Product`s: how wide, how tall, and
 whether their A operand comes from shared memory), how many times an iteration waits on
 them (`chain`), and how much more matrix-product work the compiled kernel issues than the
-counted FLOPs (`mma_pad`: flashscope's kernels pad head_dim to a power of two on chip).
+counted FLOPs (`mma_pad`: flashscope's kernels pad head_dim to a power of two on chip), and
+how many tensor descriptors each CTA builds on the device (`descriptors`: flashscope's kernels
+describe their tensors to the copy engine once on the host only when every tile is whole).
 """
 
 from __future__ import annotations
@@ -66,7 +74,7 @@ IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
 _SCALARS = (
     "stream_blocks", "stream_tail", "tiles", "concurrent", "mma_shapes", "chain", "regs",
-    "mma_pad",
+    "mma_pad", "descriptors", "local_frame", "stream_seen",
 )  # fmt: skip
 _FLOAT = (
     "alu",
@@ -75,6 +83,7 @@ _FLOAT = (
     "stream_read",
     "self_read",
     "carry_read",
+    "seen_read",
     "merge_write",
     "spread_read",
     "reduce_write",
@@ -117,6 +126,7 @@ class Launch:
     stream_read: FloatArray
     self_read: FloatArray
     carry_read: FloatArray
+    seen_read: FloatArray
     merge_write: FloatArray
     spread_read: FloatArray
     reduce_write: FloatArray
@@ -137,6 +147,10 @@ class Launch:
     chain: int = 0  # waits on matrix products per iteration (each exposes their latency)
     regs: int | None = None  # registers per thread of the compiled kernel (None: estimated)
     mma_pad: float = 1.0  # matrix-product work issued per counted FLOP (head_dim padded)
+    descriptors: int = 0  # tensor descriptors each CTA builds on the device before its work
+    local_frame: float = 0.0  # local bytes a thread keeps (spill slots) where no write-back
+    # was measured (0: none, or measured: `local_writeback`)
+    stream_seen: float = 0.0  # share of its streams' first reads the previous launch read too
 
     @classmethod
     def make(
@@ -153,6 +167,9 @@ class Launch:
             "chain": int(cols.pop("chain", 0)),
             "regs": cols.pop("regs", None),
             "mma_pad": float(cols.pop("mma_pad", 1.0)),
+            "descriptors": int(cols.pop("descriptors", 0)),
+            "local_frame": float(cols.pop("local_frame", 0.0)),
+            "stream_seen": float(cols.pop("stream_seen", 0.0)),
         }
         for f in cls.__dataclass_fields__:
             if f in ("name", "kind", "rows", "grid", "dtype_bytes", *_SCALARS):

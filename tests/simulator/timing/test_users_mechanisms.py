@@ -1,0 +1,125 @@
+"""What the users' sweep showed the engine lacked: tensor descriptors built on the device for
+tiles that are not whole, the spills' DRAM traffic where no write-back was measured, and the
+backward's inputs kept in L2 from one launch to the next."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from flashscope.simulator.core.hardware import from_name
+from flashscope.simulator.core.problem import AttentionProblem, TileConfig
+from flashscope.simulator.timing import engine, kernelplan
+from flashscope.simulator.timing.engine import simulate_workload, spill_dram
+from flashscope.simulator.timing.launch import Launch
+
+H100 = from_name("h100-sxm")
+FWD = TileConfig(128, 64, 3, 8)
+
+
+def _launch(algo, p, t=FWD, gpu="h100-sxm", name=None, **kw):
+    w = kernelplan.build(algo, p, t, gpu_key=gpu, **kw)
+    return w, {x.name: x for x in w.launches}[name or ("fa2" if algo == "fa2" else "bwd_dkdv")]
+
+
+@pytest.mark.parametrize(
+    ("seq_q", "seq_k", "count"), [(4096, 4096, 0), (4000, 4096, 4), (4096, 1000, 4)]
+)
+def test_a_forward_builds_its_descriptors_only_where_a_tile_is_not_whole(seq_q, seq_k, count):
+    p = AttentionProblem(seq_q=seq_q, seq_k=seq_k, head_dim=128, batch=2, heads=8)
+    _, fwd = _launch("fa2", p)
+    assert fwd.descriptors == count
+
+
+def test_descriptors_of_the_backward_kernels_follow_their_tensors_and_the_group():
+    p = AttentionProblem(seq_q=1000, head_dim=64, batch=1, heads=8, kv_heads=2)
+    t = TileConfig(64, 64, 3, 4)
+    w = kernelplan.build("fa2-bwd", p, t, route="separate")
+    got = {x.name: x.descriptors for x in w.launches}
+    assert got["bwd_dq"] == 5  # Q, dO, K, V, dQ
+    assert got["bwd_dkdv"] == 4 + 2 * 4  # K, V, dK, dV, and Q, dO for each of 4 query heads
+    assert got["bwd_preprocess"] == 0
+    atomic = kernelplan.build("fa2-bwd", p, t, route="atomic")
+    assert {x.name: x.descriptors for x in atomic.launches}["bwd_dkdv"] == 4 + 3 * 4
+
+
+def test_no_descriptors_off_hopper():
+    p = AttentionProblem(seq_q=1000, head_dim=64, batch=1, heads=8)
+    _, fwd = _launch("fa2", p, gpu="a100-80gb")
+    assert fwd.descriptors == 0
+
+
+def test_a_ragged_length_costs_its_ctas_the_descriptors_wait():
+    # the same work, one length ragged: only the wait before each CTA's loop differs
+    p = AttentionProblem(seq_q=4096, seq_k=4095, head_dim=128, batch=2, heads=16)
+    w, fwd = _launch("fa2", p)
+    slow = simulate_workload(w, H100).time_s
+    whole = dataclasses.replace(w, launches=(dataclasses.replace(fwd, descriptors=0),))
+    fast = simulate_workload(whole, H100).time_s
+    # 4 descriptors of DESCRIPTOR_NS before each of 1024 CTAs, 1 CTA per SM: 8 waves
+    assert fwd.n_ctas == 1024
+    waves = 8
+    assert slow > fast
+    assert slow - fast == pytest.approx(4 * engine.DESCRIPTOR_NS * 1e-9 * waves, rel=0.5)
+
+
+def _spiller(frame: float, n: int = 4096, store: float = 1e6, load: float = 2e6) -> Launch:
+    return Launch.make(
+        "fa2", "fwd", 64, (n,), 2, iters=4,
+        local_store=store, local_load=load, local_frame=frame,
+    )  # fmt: skip
+
+
+def test_spill_slots_that_fit_in_l2_reach_no_dram():
+    cap = H100.l2_bytes * H100.efficiency.l2_reuse_fraction
+    t = TileConfig(64, 64, 2, 4)
+    write, read = spill_dram(_spiller(16.0), t, 264, cap, 4.0)
+    assert write == 0.0 and read == 0.0
+
+
+def test_spill_slots_past_l2_write_back_their_stores():
+    cap = H100.l2_bytes * H100.efficiency.l2_reuse_fraction
+    t = TileConfig(64, 64, 2, 4)
+    w = _spiller(64_000.0)
+    write, read = spill_dram(w, t, 264, cap, 4.0)
+    stores, loads = w.local_store.sum(), w.local_load.sum()
+    assert 0.9 * stores < write <= stores
+    assert read == pytest.approx(write / stores * loads * engine.SPILL_RELOAD_DRAM)
+    # a grid of a few CTAs keeps few slots, whatever each thread's frame
+    assert spill_dram(w, t, 4, cap, 4.0) == (0.0, 0.0)
+
+
+def test_a_measured_write_back_is_kept_as_measured():
+    t = TileConfig(64, 64, 2, 4)
+    w = dataclasses.replace(_spiller(0.0), local_writeback=np.full(4096, 10.0))
+    assert spill_dram(w, t, 264, 1e6, 4.0) == (40960.0, 0.0)
+
+
+def test_compiler_entries_give_the_binary_spill_stack_as_the_frame():
+    from flashscope.simulator.timing import compiled
+
+    stacks = [e for e in compiled.compiler_table().values() if e.stack > 0]
+    assert stacks, "the compiler table carries each binary's spill stack"
+    e = stacks[0]
+    assert e.frame() == e.stack
+    assert compiled.LocalTraffic(1.0, 0.0, 8.0, 4.0).frame() == 12.0
+
+
+def _dram(algo, p, t, **kw):
+    res = simulate_workload(kernelplan.build(algo, p, t, **kw), H100)
+    return {k.name: k.dram_read_bytes for k in res.kernels}
+
+
+def test_the_dkdv_kernel_reads_what_the_dq_kernel_left_in_l2_when_it_fits():
+    t = TileConfig(64, 64, 3, 4)
+    small = AttentionProblem(seq_q=512, head_dim=64, batch=2, heads=8)
+    got = _dram("fa2-bwd", small, t, route="separate")
+    inputs = 4 * small.batch * small.heads * small.seq_q * small.head_dim * 2  # Q, K, V, dO
+    assert got["bwd_dkdv"] < 0.1 * inputs  # everything it reads, the dQ kernel read just before
+    assert got["bwd_dq"] < 0.85 * inputs  # dO: the preprocess pass read it
+    big = AttentionProblem(seq_q=16384, head_dim=128, batch=4, heads=16)
+    got = _dram("fa2-bwd", big, TileConfig(64, 128, 2, 8), route="separate")
+    inputs = 4 * big.batch * big.heads * big.seq_q * big.head_dim * 2
+    assert got["bwd_dkdv"] > 0.9 * inputs  # 2 GiB passed through L2 in between
