@@ -33,14 +33,15 @@ Compute's counts of the users' sweep's unlisted kernels lie within a factor of 2
 about half of them, and a few 2-warp kernels far beyond the cap compile to 32 registers and
 keep nearly everything in local memory, 2–4 times more than estimated.
 
-Where the bytes go is the engine's part: every spill store reaches L2 (L1 writes through) and
-a reload only when it misses L1, a fitted share `Efficiency.spill_l1_miss`. Some spilled lines
-also leave L2 dirty and reach DRAM: a spilling kernel writes more to DRAM than the same
-problem's kernels that do not spill (on the H100, 14–29 bytes per thread per CTA for the d = 128
-64×64 dK/dV kernel without the mask, growing with its steps, 49–53 for the causal d = 128 dQ
-kernel whatever the length; less on the H200's larger L2). The table keeps that write-back per
-GPU (`writeback`: bytes per thread per step and per CTA, least squares over the fit rows'
-excess of each spilling kernel's DRAM writes over the mean of its non-spilling siblings').
+Where the bytes go is the engine's part: every spill store reaches L2 (L1 writes through) and a
+reload only when it misses L1, a fitted share `Efficiency.spill_l1_miss` (more where the
+resident threads' slots outgrow the L1 that shared memory leaves: `engine.spill_l1`). Some
+spilled lines also leave L2 dirty and reach DRAM: a spilling kernel writes more to DRAM than the
+same problem's kernels that do not spill (on the H100, 14–29 bytes per thread per CTA for the
+d = 128 64×64 dK/dV kernel without the mask, growing with its steps, 49–53 for the causal
+d = 128 dQ kernel whatever the length; less on the H200's larger L2). The table keeps that
+write-back per GPU (`writeback`: bytes per thread per step and per CTA, least squares over the
+fit rows' excess of each spilling kernel's DRAM writes over the mean of its non-spilling siblings').
 
 The table also keeps every measured kernel's registers per thread (Nsight Compute's
 `launch__registers_per_thread`: one count per key in every dataset, whatever the length, batch

@@ -127,6 +127,11 @@ DESCRIPTOR_NS = 800.0
 # fitted on the same fit half's DRAM bytes (MAPE 26.6%, 26.0%, 25.9%, 26.5% at 0.1, 0.25, 0.4,
 # 0.6); Nsight Compute's reads came to 0.2–0.9 of the loads of kernels past the L2.
 SPILL_RELOAD_DRAM = 0.4
+# L1 and shared memory share one array per SM, this much larger than the shared memory an SM
+# may give (NVIDIA's A100 and H100 architecture: 192 / 164 KiB, 256 / 228 KiB).
+L1_EXTRA_KIB = 28
+# The share of the L1 that shared memory leaves which spill slots may keep (`spill_l1`).
+SPILL_L1_SHARE = 0.5
 _BUSY_STEPS = 4  # fixed-point steps for the CTAs sharing the SM in their loops (_durations)
 
 
@@ -163,10 +168,39 @@ def boost(gpu: GPU) -> float:
     return float(ratio ** (eff.power_exp / (1.0 - eff.power_exp)))
 
 
+def l1_miss(w: Launch, eff: Efficiency) -> float:
+    """The share of a launch's spill reloads that miss L1 (`spill_l1_miss`, or the launch's
+    own where its spill slots outgrow L1: `spill_l1`)."""
+    return eff.spill_l1_miss if w.l1_miss is None else w.l1_miss
+
+
+def spill_l1(w: Launch, t: TileConfig, resident: int, gpu: GPU, smem: int) -> Launch:
+    """`w` with the share of its spill reloads that miss L1, where its slots were not measured
+    (`Launch.local_frame` > 0) and `resident` CTAs of `smem` bytes of shared memory share an
+    SM.
+
+    L1 and shared memory are one array per SM, `L1_EXTRA_KIB` larger than the shared memory
+    an SM may give, so L1 keeps what the resident CTAs' shared memory leaves. The resident
+    threads' spill slots (frame × threads × resident) compete for it: while they fit in
+    `SPILL_L1_SHARE` of it, a reload misses L1 with the fitted chance `spill_l1_miss` (the
+    protocol's kernels, whose slots are small); beyond, the hit chance falls off like L2's
+    (`l2model.hit_chance`). Nsight Compute supports it (users' sweep on an H100, 2026-11-26):
+    the kernels whose slots exceed the room L1 keeps read 0.85–1.0 of their reloads from L2
+    (l1tex__m_xbar2l1tex_read_bytes beyond their other reads), where spill_l1_miss says 0.16.
+    """
+    if w.local_frame <= 0 or not w.local_load.any():
+        return w
+    eff = gpu.efficiency
+    room = max(gpu.smem_per_sm + L1_EXTRA_KIB * 1024 - resident * smem, 1024) * SPILL_L1_SHARE
+    slots = np.array([w.local_frame * 32 * t.warps * resident])
+    kept = float(hit_chance(slots, room, eff.l2_reuse_exponent)[0])
+    return dataclasses.replace(w, l1_miss=1.0 - (1.0 - eff.spill_l1_miss) * kept)
+
+
 def spill_bytes(w: Launch, eff: Efficiency) -> np.ndarray:
     """Local-memory bytes each CTA moves through L2: every spill store (L1 writes through)
-    and the share `spill_l1_miss` of its reloads that miss L1."""
-    return w.local_store + eff.spill_l1_miss * w.local_load
+    and the share of its reloads that miss L1 (`l1_miss`)."""
+    return w.local_store + l1_miss(w, eff) * w.local_load
 
 
 def spill_dram(
@@ -609,6 +643,7 @@ def _run_launch(
     occ: Occupancy = occupancy(fp, gpu)
     n, sms, per_sm = w.n_ctas, gpu.sms, occ.ctas_per_sm
     slots = sms * per_sm
+    w = spill_l1(w, t, min(per_sm, math.ceil(n / sms)), gpu, fp.smem_bytes)
     free_at = _slots_freed(beside[0], beside[1], sms, per_sm) if beside else None
     cap = gpu.l2_bytes * r.eff.l2_reuse_fraction
     gamma = r.eff.l2_reuse_exponent
@@ -681,7 +716,7 @@ def _run_launch(
         "clock": clock,
         "dram_read_bytes": float(l2.dram_read.sum()) + spill_read,
         "dram_write_bytes": written + writeback,
-        "l2_read_bytes": float(w.read_bytes.sum() + r.eff.spill_l1_miss * w.local_load.sum()),
+        "l2_read_bytes": float(w.read_bytes.sum() + l1_miss(w, r.eff) * w.local_load.sum()),
         "l2_write_bytes": float(w.write_bytes.sum() + w.local_store.sum()),
         "spill_l2_bytes": float(spill_bytes(w, r.eff).sum()),
         "spill_dram_bytes": writeback,

@@ -74,7 +74,7 @@ IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
 _SCALARS = (
     "stream_blocks", "stream_tail", "tiles", "concurrent", "mma_shapes", "chain", "regs",
-    "mma_pad", "descriptors", "local_frame", "stream_seen",
+    "mma_pad", "descriptors", "local_frame", "stream_seen", "l1_miss",
 )  # fmt: skip
 _FLOAT = (
     "alu",
@@ -151,6 +151,7 @@ class Launch:
     local_frame: float = 0.0  # local bytes a thread keeps (spill slots) where no write-back
     # was measured (0: none, or measured: `local_writeback`)
     stream_seen: float = 0.0  # share of its streams' first reads the previous launch read too
+    l1_miss: float | None = None  # share of spill reloads missing L1 (None: `spill_l1_miss`)
 
     @classmethod
     def make(
@@ -170,6 +171,7 @@ class Launch:
             "descriptors": int(cols.pop("descriptors", 0)),
             "local_frame": float(cols.pop("local_frame", 0.0)),
             "stream_seen": float(cols.pop("stream_seen", 0.0)),
+            "l1_miss": cols.pop("l1_miss", None),
         }
         for f in cls.__dataclass_fields__:
             if f in ("name", "kind", "rows", "grid", "dtype_bytes", *_SCALARS):

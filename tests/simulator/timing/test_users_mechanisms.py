@@ -12,7 +12,7 @@ import pytest
 from flashscope.simulator.core.hardware import from_name
 from flashscope.simulator.core.problem import AttentionProblem, TileConfig
 from flashscope.simulator.timing import engine, kernelplan
-from flashscope.simulator.timing.engine import simulate_workload, spill_dram
+from flashscope.simulator.timing.engine import l1_miss, simulate_workload, spill_dram, spill_l1
 from flashscope.simulator.timing.launch import Launch
 
 H100 = from_name("h100-sxm")
@@ -123,3 +123,18 @@ def test_the_dkdv_kernel_reads_what_the_dq_kernel_left_in_l2_when_it_fits():
     got = _dram("fa2-bwd", big, TileConfig(64, 128, 2, 8), route="separate")
     inputs = 4 * big.batch * big.heads * big.seq_q * big.head_dim * 2
     assert got["bwd_dkdv"] > 0.9 * inputs  # 2 GiB passed through L2 in between
+
+
+def test_spill_reloads_miss_l1_once_the_slots_outgrow_what_shared_memory_leaves():
+    t = TileConfig(64, 64, 2, 4)
+    eff = H100.efficiency
+    small = spill_l1(_spiller(64.0), t, 2, H100, 64 * 1024)
+    assert l1_miss(small, eff) == pytest.approx(eff.spill_l1_miss)
+    big = spill_l1(_spiller(2048.0), t, 2, H100, 64 * 1024)
+    assert l1_miss(big, eff) > 0.9
+    # the same slots beside more shared memory: L1 keeps less
+    tight = spill_l1(_spiller(512.0), t, 2, H100, 100 * 1024)
+    roomy = spill_l1(_spiller(512.0), t, 2, H100, 16 * 1024)
+    assert l1_miss(tight, eff) > l1_miss(roomy, eff)
+    # measured kernels (no frame) keep the fitted share
+    assert spill_l1(_spiller(0.0), t, 2, H100, 0).l1_miss is None
