@@ -38,7 +38,7 @@ import torch
 import triton
 import triton.language as tl
 
-from flashscope.kernels.config import KernelConfig
+from flashscope.kernels.config import KernelConfig, lookup, table_key
 from flashscope.kernels.device import interpreting
 from flashscope.kernels.fastlaunch import launch
 from flashscope.kernels.forward import load_rows, make_source
@@ -54,6 +54,7 @@ from flashscope.kernels.inputs import (
 from flashscope.kernels.launch import (
     choose_config,
     dot_precision,
+    gpu_name,
     output,
     pad_dim,
     prepare_tma,
@@ -313,6 +314,24 @@ def check_paged(
     return Shapes(b, h, h_kv, n_q, n_cache, d, check_scale(sm_scale, d)), page_size
 
 
+def paged_config(
+    cfg: KernelConfig, gpu: str, dtype: torch.dtype, d_pad: int, ctas: int, sms: int
+) -> KernelConfig:
+    """The tiles of a paged call whose split grid is `ctas` programs: where each SM gets at most
+    one, the GPU's "decode-paged-solo" entry (same keys per step) when it has one, else `cfg`.
+
+    A lone CTA on its SM must hide each block's page-table lookup with its own pipeline, where
+    several CTAs hide each other's: on an H100 at batch 1 (128 CTAs) three stages and four warps
+    read pages of 16/64/256 keys at 87/89/91% of copy bandwidth against 63/65/77% with the
+    contiguous entry's two, while at batch 8 (192 CTAs) they lose up to 13%
+    (benchmarks/results/decode-paged-NVIDIA-H100-80GB-HBM3-2026-11-26.json)."""
+    if ctas > sms:
+        return cfg
+    bits = 32 if dtype == torch.float32 else 16
+    solo = lookup(gpu, table_key("decode-paged-solo", bits, d_pad, False))
+    return solo if solo is not None and solo.block_n == cfg.block_n else cfg
+
+
 def sm_count() -> int:
     """Streaming multiprocessors of this GPU (132, an H100's, under the interpreter)."""
     return 132 if interpreting() else torch.cuda.get_device_properties(0).multi_processor_count
@@ -379,6 +398,8 @@ def decode_with_partials(
     n_blocks = triton.cdiv(n_cache, cfg.block_n)
     if splits is None:
         splits = decode_splits(b * h_kv, n_blocks, sm_count())
+    if block_table is not None and config is None and not interpreting():
+        cfg = paged_config(cfg, gpu_name(), q.dtype, d_pad, b * h_kv * splits, sm_count())
     if isinstance(splits, bool) or not isinstance(splits, int) or not 1 <= splits <= n_blocks:
         raise ValueError(f"splits must be an integer in [1, {n_blocks}], got {splits!r}")
     per_split = triton.cdiv(n_blocks, splits)

@@ -242,14 +242,17 @@ def test_the_benchmarks_calls_give_the_reference(seed: int) -> None:
 @pytest.mark.gpu
 @pytest.mark.skipif(DEV != "cuda", reason="needs a CUDA GPU (TRITON_INTERPRET=0)")
 @pytest.mark.parametrize("page_size", [16, 64, 256])
-def test_paged_matches_contiguous_on_gpu(seed: int, page_size: int) -> None:
+@pytest.mark.parametrize("lens", [[32768, 20001, 4097, 1], [30001]], ids=["batch4", "batch1"])
+def test_paged_matches_contiguous_on_gpu(seed: int, page_size: int, lens: list[int]) -> None:
     """32 query heads over 8 K/V heads, d = 128, 32,768 keys in shuffled pages with NaN past each
-    length: the contiguous cache's output, and within the reference's bound."""
+    length: the contiguous cache's output, and within the reference's bound. At batch 1 the
+    split grid has at most one CTA per SM, so the paged call may take other tiles
+    (`paged_config`) than the contiguous one."""
     from benchmarks.decode_paged import paged_cache
 
-    lens = [32768, 20001, 4097, 1]
-    q = rand(4, 32, 1, 128)
-    k, v = rand(4, 8, 32768, 128), rand(4, 8, 32768, 128)
+    b = len(lens)
+    q = rand(b, 32, 1, 128)
+    k, v = rand(b, 8, 32768, 128), rand(b, 8, 32768, 128)
     k_nan, v_nan = k.clone(), v.clone()
     for b, n in enumerate(lens):
         k_nan[b, :, n:], v_nan[b, :, n:] = float("nan"), float("nan")
@@ -267,3 +270,25 @@ def test_paged_matches_contiguous_on_gpu(seed: int, page_size: int) -> None:
         ref, _ = attention_forward(*args)
         lowp, _ = attention_forward(*args, dtype=F16)
         assert_close(paged[b : b + 1], ref, lowp, f"{what} batch {b}", seed)
+
+
+def test_a_paged_grid_of_one_cta_per_sm_takes_the_solo_tiles(seed: int) -> None:
+    """`paged_config`: the GPU's "decode-paged-solo" entry where the split grid leaves each SM at
+    most one CTA and the entry reads as many keys per step; the given tiles otherwise."""
+    import random
+
+    from flashscope.kernels.config import lookup
+    from flashscope.kernels.decode import paged_config
+
+    rng = random.Random(seed)
+    gpu, sms = "NVIDIA H100 80GB HBM3", rng.randint(100, 200)
+    solo = lookup(gpu, "decode-paged-solo/16/d128/full")
+    entry = KernelConfig(16, 128, 2, 2)
+    assert solo is not None and solo != entry and solo.block_n == entry.block_n
+    for dtype in (F16, BF16):
+        assert paged_config(entry, gpu, dtype, 128, rng.randint(1, sms), sms) == solo
+        assert paged_config(entry, gpu, dtype, 128, rng.randint(sms + 1, 4 * sms), sms) == entry
+    other = KernelConfig(16, 64, 4, 3)  # another number of keys per step keeps its own tiles
+    assert paged_config(other, gpu, F16, 128, 1, sms) == other
+    assert paged_config(entry, gpu, F32, 128, 1, sms) == entry  # no fp32 entry
+    assert paged_config(entry, "a GPU without a table", F16, 128, 1, sms) == entry
