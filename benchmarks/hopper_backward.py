@@ -11,7 +11,7 @@ Two parts, written to one JSON file (device, date, versions, raw passes):
   `--passes` times over (do_bench medians, L2-sized input rotation); the row's figure is the
   median pass. The Gluon kernel runs with each candidate configuration.
 
-    python benchmarks/hopper_backward.py [--quick] [--out FILE]
+    python benchmarks/hopper_backward.py [--quick] [--dtype fp16|bf16] [--out FILE]
 
 `--table` prints the tuned-table entries ("bwd-ws" section of kernels/tuned.json) of the
 buckets where a Gluon configuration beat the Triton backward by 2% or more in that result.
@@ -167,6 +167,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="fp16 only, N 2048 and 16384, 1 pass")
     ap.add_argument("--passes", type=int, default=3)
+    ap.add_argument("--dtype", choices=("fp16", "bf16"), help="one dtype only (default: both)")
     ap.add_argument("--out", type=Path)
     ap.add_argument("--table", type=Path, help="print the tuned-table entries of this result")
     args = ap.parse_args(argv)
@@ -180,6 +181,8 @@ def main(argv: list[str] | None = None) -> int:
         print("error: this benchmark needs a Hopper GPU (H100 or H200)", file=sys.stderr)
         return 2
     dtypes = [torch.float16] if args.quick else [torch.float16, torch.bfloat16]
+    if args.dtype:
+        dtypes = [{"fp16": torch.float16, "bf16": torch.bfloat16}[args.dtype]]
     doc = {
         "what": "the Gluon backward against the Triton backward and sdpa-cudnn (one process)",
         "device": torch.cuda.get_device_name(),
