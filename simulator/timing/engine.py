@@ -218,10 +218,11 @@ def spill_dram(
     such store reaches DRAM, and a share `SPILL_RELOAD_DRAM` of the reloads of evicted lines
     is read back from it. Nsight Compute supports it (users' sweep on an H100, 2026-11-26,
     benchmarks/results/validation-users-NVIDIA-H100-80GB-HBM3-2026-11-26.json; F from the
-    compiler's slots and the launch's occupancy): kernels whose F is under a tenth of the
-    usable L2 wrote back next to none of their spills (median 0.2% of their local bytes), those
-    past it 0.9–1 of their stores, and reloads from DRAM then came to 0.2–0.9 of their loads.
-    Launches of a few CTAs keep few slots (u111: 8 CTAs, 44 MB of stores, none written back).
+    binary's spill stack and the launch's occupancy): of their spill stores, the kernels whose
+    F is under half the usable L2 wrote back a median 1% or less, those from half to all of it
+    14%, from one to two times it 60%, beyond 93% (203 kernels that store over 1 MB); reloads
+    read from DRAM came to 0.2–0.9 of the loads of kernels past it. Launches of a few CTAs keep
+    few slots (u111: 8 CTAs, 44 MB of stores, none written back).
     """
     back = float(w.local_writeback.sum())
     if w.local_frame <= 0 or not math.isfinite(capacity):
