@@ -7,14 +7,17 @@ Two parts, written to one JSON file (device, date, versions, raw passes):
   and bf16) against the float64 reference, with the Triton backward's error on the same inputs
   beside it; a row passes when every error is within twice Triton's (+1e-3);
 - time: the papers' protocol (batch × N = 16384, heads × d = 2048), N from 1024 to 16384,
-  d 64 and 128, causal or not, fp16 and bf16. Per row every implementation is timed in turn,
-  `--passes` times over (do_bench medians, L2-sized input rotation); the row's figure is the
-  median pass. The Gluon kernel runs with each candidate configuration.
+  d 64 and 128, causal or not, fp16 and bf16; with `--odd`, lengths that fill no tile
+  (N = 1000, 3000, 5000, batch ≈ 16384 / N) at head_dim 80, 96, 128 and 256 instead (80 and 96
+  run padded to 128; at 256 the Gluon kernel does not run). Per row every implementation is
+  timed in turn, `--passes` times over (do_bench medians, L2-sized input rotation); the row's
+  figure is the median pass. The Gluon kernel runs with each candidate configuration.
 
-    python benchmarks/hopper_backward.py [--quick] [--dtype fp16|bf16] [--out FILE]
+    python benchmarks/hopper_backward.py [--quick] [--dtype fp16|bf16] [--odd] [--out FILE]
 
-`--table` prints the tuned-table entries ("bwd-ws" section of kernels/tuned.json) of the
-buckets where a Gluon configuration beat the Triton backward by 2% or more in that result.
+`--table` prints the tuned-table entries of the buckets where a Gluon configuration beat the
+Triton backward by 2% or more in that result: kernels/tuned.json's "bwd-ws" section, or from an
+`--odd` result "bwd-ws-edge" (lengths that fill no 64-row tile; head dims padded as run).
 """
 
 from __future__ import annotations
@@ -37,8 +40,10 @@ CHECK_SHAPES = [  # (batch, heads, kv_heads, n_q, n_k, d, causal)
     (1, 3, 3, 777, 2049, 128, True), (1, 3, 3, 2049, 777, 128, True),
     (1, 2, 1, 1000, 3001, 64, False), (2, 2, 2, 64, 64, 64, True),
     (1, 2, 2, 130, 70, 128, False), (1, 2, 2, 1, 129, 128, True),
-    (1, 4, 1, 3001, 3001, 64, True),
+    (1, 4, 1, 3001, 3001, 64, True), (1, 4, 2, 1000, 1000, 96, True),
+    (1, 3, 3, 777, 2049, 80, False), (2, 2, 2, 300, 300, 40, True),
 ]  # fmt: skip
+ODD_LENS, ODD_DIMS = (1000, 3000, 5000), (80, 96, 128, 256)
 WIN = 0.98  # a Gluon configuration is routed where it takes at most this share of Triton's time
 
 
@@ -48,6 +53,7 @@ def check_rows(dtypes) -> list[dict]:
     from flashscope.kernels.backward import launch_backward
     from flashscope.kernels.forward import launch_forward
     from flashscope.kernels.hopper_backward import CANDIDATES, launch_backward_ws, supports
+    from flashscope.kernels.launch import pad_dim
     from flashscope.kernels.reference import attention_backward
 
     rows = []
@@ -61,7 +67,7 @@ def check_rows(dtypes) -> list[dict]:
             o, lse = launch_forward(q, k, v, causal, scale)
             ref = attention_backward(q, k, v, do, causal, scale)
             tri = launch_backward(q, k, v, o, lse, do, causal, scale)
-            for cfg in CANDIDATES[d]:
+            for cfg in CANDIDATES[pad_dim(d)]:
                 if supports(q, k, v, cfg) is not None:
                     continue
                 got = launch_backward_ws(q, k, v, o, lse, do, causal, scale, cfg)
@@ -83,7 +89,9 @@ def check_rows(dtypes) -> list[dict]:
     return rows
 
 
-def time_rows(dtypes, seq_lens, passes: int) -> list[dict]:
+def time_rows(dtypes, seq_lens, passes: int, dims=(64, 128)) -> list[dict]:
+    """Per (d, N, causal, dtype): batch ≈ 16384 / N, heads = 2048 // d; at a head_dim the Gluon
+    kernel does not take (over 128), cuDNN and Triton alone."""
     import torch
     import torch.nn.functional as F
     from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -91,17 +99,19 @@ def time_rows(dtypes, seq_lens, passes: int) -> list[dict]:
     from flashscope.kernels.backward import launch_backward
     from flashscope.kernels.forward import launch_forward
     from flashscope.kernels.hopper_backward import CANDIDATES, launch_backward_ws, supports
+    from flashscope.kernels.launch import pad_dim
     from flashscope.kernels.timing import input_sets, median_ms
 
     rows = []
-    for d in (64, 128):
+    for d in dims:
         for n in seq_lens:
             for causal in (False, True):
                 for dtype in dtypes:
-                    b, h = 16384 // n, 2048 // d
+                    b, h = max(1, round(16384 / n)), 2048 // d
                     scale = 1 / math.sqrt(d)
                     kinds: dict[str, list] = {"sdpa-cudnn": [], "triton": []}
-                    kinds.update({f"gluon{c.as_list()}": [] for c in CANDIDATES[d]})
+                    configs = CANDIDATES.get(pad_dim(d), ())
+                    kinds.update({f"gluon{c.as_list()}": [] for c in configs})
                     for _ in range(input_sets(4 * b * h * n * d * 2)):
                         q, k, v = (torch.randn(b, h, n, d, device="cuda", dtype=dtype)
                                    for _ in range(3))  # fmt: skip
@@ -117,7 +127,7 @@ def time_rows(dtypes, seq_lens, passes: int) -> list[dict]:
                         o, lse = launch_forward(q, k, v, causal, scale)
                         args = (q, k, v, o, lse, do, causal, scale)
                         kinds["triton"].append(lambda a=args: launch_backward(*a))
-                        for c in CANDIDATES[d]:
+                        for c in configs:
                             if supports(q, k, v, c) is None:
                                 kinds[f"gluon{c.as_list()}"].append(
                                     lambda a=args, c=c: launch_backward_ws(*a, c)
@@ -146,12 +156,18 @@ def time_rows(dtypes, seq_lens, passes: int) -> list[dict]:
     return rows
 
 
-def table(doc: dict) -> dict[str, list[int]]:
-    """The "bwd-ws" entries this result supports: per (d, mask, length bucket) the fastest
-    Gluon configuration, where it beats the Triton backward in every dtype measured by WIN."""
+def table(doc: dict) -> tuple[str, dict[str, list[int]]]:
+    """The tuned-table section this result fills ("bwd-ws", or "bwd-ws-edge" for lengths that
+    fill no 64-row tile) and its entries: per (head_dim as run, mask, length bucket) the fastest
+    Gluon configuration, where it beats the Triton backward in every row and dtype by WIN."""
+    from flashscope.kernels.launch import pad_dim
+    from flashscope.simulator.timing.kernelplan import tuned_keys
+
     worst: dict[tuple[str, str], float] = {}  # (bucket, kind) → its largest share of Triton's
+    edge = any(row["n"] % 64 for row in doc["time"])
     for row in doc["time"]:
-        key = f"bwd/16/d{row['d']}/{'causal' if row['causal'] else 'full'}/n{row['n']}"
+        mask = "causal" if row["causal"] else "full"
+        key = tuned_keys(f"bwd/16/d{pad_dim(row['d'])}/{mask}", row["n"])[0]
         for kind, ms in row["ms"].items():
             if kind.startswith("gluon"):
                 share = ms / row["ms"]["triton"]
@@ -160,7 +176,8 @@ def table(doc: dict) -> dict[str, list[int]]:
     for (key, kind), share in worst.items():
         if share <= WIN and (key not in best or share < best[key][0]):
             best[key] = (share, kind)
-    return {k: json.loads(kind.removeprefix("gluon")) for k, (_, kind) in sorted(best.items())}
+    entries = {k: json.loads(kind.removeprefix("gluon")) for k, (_, kind) in sorted(best.items())}
+    return ("bwd-ws-edge" if edge else "bwd-ws"), entries
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -168,11 +185,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="fp16 only, N 2048 and 16384, 1 pass")
     ap.add_argument("--passes", type=int, default=3)
     ap.add_argument("--dtype", choices=("fp16", "bf16"), help="one dtype only (default: both)")
+    ap.add_argument(
+        "--odd",
+        action="store_true",
+        help=f"time N in {ODD_LENS} and head_dim in {ODD_DIMS} instead of the protocol",
+    )
     ap.add_argument("--out", type=Path)
     ap.add_argument("--table", type=Path, help="print the tuned-table entries of this result")
     args = ap.parse_args(argv)
     if args.table is not None:
-        print(json.dumps(table(json.loads(args.table.read_text())), indent=1))
+        section, entries = table(json.loads(args.table.read_text()))
+        print(json.dumps({section: entries}, indent=1))
         return 0
     import torch
     import triton
@@ -194,7 +217,10 @@ def main(argv: list[str] | None = None) -> int:
         "(halved when causal)",
         "check": check_rows(dtypes),
         "time": time_rows(
-            dtypes, (2048, 16384) if args.quick else SEQ_LENS, 1 if args.quick else args.passes
+            dtypes,
+            ODD_LENS if args.odd else (2048, 16384) if args.quick else SEQ_LENS,
+            1 if args.quick else args.passes,
+            ODD_DIMS if args.odd else (64, 128),
         ),
     }
     gpu = doc["device"].replace(" ", "-")

@@ -123,10 +123,11 @@ def ws_entry(gpu: str, key: str) -> list[int] | None:
     return tuned_table().get(gpu, {}).get("ws", {}).get(key)
 
 
-def bwd_ws_entry(gpu: str, key: str) -> list[int] | None:
+def bwd_ws_entry(gpu: str, key: str, edge: bool = False) -> list[int] | None:
     """The warp-specialized backward's configuration tuned for `key` ("bwd/16/d128/full/n16384"),
-    present only where it beat the Triton backward there."""
-    return tuned_table().get(gpu, {}).get("bwd-ws", {}).get(key)
+    present only where it beat the Triton backward there; `edge`: the entries measured at
+    lengths that fill no tile (section "bwd-ws-edge")."""
+    return tuned_table().get(gpu, {}).get("bwd-ws-edge" if edge else "bwd-ws", {}).get(key)
 
 
 # What the interpreter runs: small tiles keep its per-program NumPy work short, and tiles of

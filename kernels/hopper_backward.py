@@ -27,10 +27,12 @@ A last pass scales and casts dQ (as the Triton backward's atomic route does). Fi
 tile pair, as the FlashAttention-2 paper counts them.
 
 Limits (`supports` says why a call does not qualify; the Triton backward runs everything else):
-a Hopper GPU, fp16 or bf16, head_dim 64 or 128, inputs that flatten to (B·H·N, d) with rows on
-16-byte boundaries. Any N_q and N_k: a last key block that N_k does not fill masks its keys and
+a Hopper GPU, fp16 or bf16, head_dim 33 to 128, inputs that flatten to (B·H·N, d) with rows on
+16-byte boundaries. A head_dim that is not 64 or 128 runs at the next of them: the copy engine
+fills the columns past d with zeros on the way in and drops them on the way out, and dK and dV
+store d columns. Any N_q and N_k: a last key block that N_k does not fill masks its keys and
 stores only its own rows; a last query block that N_q does not fill reads no LSE or D past N_q
-(its P is zero there) and adds nothing past it. Causal is aligned bottom-right as in the
+(its P is zero there, so its dQ rows add zeros). Causal is aligned bottom-right as in the
 forward; grouped-query attention sums the group's query heads into one dK/dV on chip. Rows that
 saw no key (LSE = −∞) get zero gradients. As the forward's Gluon kernel, there is no
 interpreter path: CI compiles it for sm_90a on the CPU and the GPU tests run it.
@@ -66,7 +68,7 @@ from flashscope.kernels.hopper_forward import (
     cubin_resources,
     warmup_sm90,
 )
-from flashscope.kernels.launch import LOG2E, flat_rows, gpu_name, output
+from flashscope.kernels.launch import LOG2E, flat_rows, gpu_name, output, pad_dim
 from flashscope.simulator.timing.kernelplan import tuned_keys
 
 _LOADER_REGS = gl.constexpr(LOADER_REGS)
@@ -302,7 +304,7 @@ def _step(dk, dv, st, s, qb, q_row0, key0, masked, ctx, s_layout: gl.constexpr,
 @gluon.jit
 def _consumer(args, C: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr,
               BLOCK_N: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
-              KEY_EDGE: gl.constexpr, CONSUMERS: gl.constexpr):
+              KEY_EDGE: gl.constexpr, CONSUMERS: gl.constexpr, DIM: gl.constexpr):
     """Warpgroup C: keys [64·C, 64·C + 64) of the block through every step (the group's query
     heads in turn, each over the query blocks that see the block), then their dK (scaled) and
     dV."""
@@ -357,13 +359,14 @@ def _consumer(args, C: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constex
                        ctx, s_layout, dq_layout, op_layout, HEAD_DIM, BLOCK_M, STAGES, C,
                        CONSUMERS, ROW_SPLIT, False)
         tma.store_wait(0)  # (before the program's shared memory goes)
-    # dK and dV of the warpgroup's keys; a block that N_K does not fill stores its own rows only
+    # dK and dV of the warpgroup's keys, DIM of the HEAD_DIM columns; a block that N_K does not
+    # fill stores its own rows only
     r = gl.arange(0, KEYS, layout=gl.SliceLayout(1, o_layout))
     c = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, o_layout))
     rows = (bkv * N_K + key0 + r).to(gl.int64)
-    offs = rows[:, None] * HEAD_DIM + c[None, :]
-    if KEY_EDGE:
-        inside = ((key0 + r) < N_K)[:, None]
+    offs = rows[:, None] * DIM + c[None, :]
+    if KEY_EDGE or DIM < HEAD_DIM:
+        inside = ((key0 + r) < N_K)[:, None] & (c < DIM)[None, :]
         gl.store(DK + offs, (dk * scale).to(dtype), mask=inside)
         gl.store(DV + offs, dv.to(dtype), mask=inside)
     else:
@@ -375,7 +378,7 @@ def _consumer(args, C: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constex
 def _attn_bwd_ws(q_desc, k_desc, v_desc, do_desc, LSE, DELTA, DQ, DK, DV, qk_scale2, scale, H,
                  GROUP, N_Q, N_K, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr,
                  CONSUMERS: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
-                 KEY_EDGE: gl.constexpr, CONSUMER_REGS: gl.constexpr):
+                 KEY_EDGE: gl.constexpr, CONSUMER_REGS: gl.constexpr, DIM: gl.constexpr):
     """Program (j, b · H_kv + h_kv): key block j of that K/V head, over every query head of
     its group."""
     BLOCK_N: gl.constexpr = 64 * CONSUMERS
@@ -412,14 +415,14 @@ def _attn_bwd_ws(q_desc, k_desc, v_desc, do_desc, LSE, DELTA, DQ, DK, DV, qk_sca
              delta_smem, kv_ready, q_ready, q_empty, LSE, DELTA, N_Q, N_K, H, GROUP)
     if CONSUMERS == 1:
         gl.warp_specialize([(_consumer, (shared, 0, HEAD_DIM, BLOCK_M, BLOCK_N, STAGES, CAUSAL,
-                                         KEY_EDGE, CONSUMERS)),
+                                         KEY_EDGE, CONSUMERS, DIM)),
                             (_loader, (loads, BLOCK_M, BLOCK_N, STAGES, CAUSAL))],
                            [1], [_LOADER_REGS])
     else:
         gl.warp_specialize([(_consumer, (shared, 0, HEAD_DIM, BLOCK_M, BLOCK_N, STAGES, CAUSAL,
-                                         KEY_EDGE, CONSUMERS)),
+                                         KEY_EDGE, CONSUMERS, DIM)),
                             (_consumer, (shared, 1, HEAD_DIM, BLOCK_M, BLOCK_N, STAGES, CAUSAL,
-                                         KEY_EDGE, CONSUMERS)),
+                                         KEY_EDGE, CONSUMERS, DIM)),
                             (_loader, (loads, BLOCK_M, BLOCK_N, STAGES, CAUSAL))],
                            [4, 1], [CONSUMER_REGS, _LOADER_REGS])
 # fmt: on
@@ -430,9 +433,9 @@ def supports(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cfg: BwdConfig) 
     if q.dtype not in _GL_DTYPES:
         return f"needs fp16 or bf16, got {q.dtype}"
     d = q.shape[3]
-    if d not in (64, 128):
-        return f"needs head_dim 64 or 128, got {d}"
-    need = cfg.shared_bytes(d)
+    if pad_dim(d) not in (64, 128):
+        return f"needs a head_dim of 33 to 128, got {d}"
+    need = cfg.shared_bytes(pad_dim(d))
     if need > SHARED_LIMIT:
         return f"needs {need} bytes of shared memory per CTA with {cfg} at head_dim {d}"
     return copy_engine_reason(q, k, v)
@@ -461,7 +464,8 @@ def _arguments(q, k, v, do, lse, delta, dq_acc, dk, dv, causal: bool, scale: flo
         n_k,
     )
     constexprs = dict(
-        HEAD_DIM=q.shape[3],
+        HEAD_DIM=pad_dim(q.shape[3]),
+        DIM=q.shape[3],
         BLOCK_M=cfg.block_m,
         CONSUMERS=cfg.consumers,
         STAGES=cfg.stages,
@@ -474,12 +478,13 @@ def _arguments(q, k, v, do, lse, delta, dq_acc, dk, dv, causal: bool, scale: flo
 
 def _dq_descriptor(dq_acc: torch.Tensor, cfg: BwdConfig):
     """The fp32 dQ buffer as (B·H·N_q, d) in tiles of one warpgroup's share of a step: 64 rows
-    by d where the query block has 64 rows per warpgroup, else the block's rows by d / 2."""
+    by d where the query block has 64 rows per warpgroup, else the block's rows by d / 2 (d
+    padded to a power of two: the copy engine drops the columns past d)."""
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
-    d = dq_acc.shape[3]
+    d, d_pad = dq_acc.shape[3], pad_dim(dq_acc.shape[3])
     rows_split = cfg.block_m == cfg.block_n
-    block = [KEYS_PER_CONSUMER, d] if rows_split else [cfg.block_m, d // cfg.consumers]
+    block = [KEYS_PER_CONSUMER, d_pad] if rows_split else [cfg.block_m, d_pad // cfg.consumers]
     layout = gl.NVMMASharedLayout.get_default_for(block, gl.float32)
     rows = dq_acc.shape[0] * dq_acc.shape[1] * dq_acc.shape[2]
     return TensorDescriptor(dq_acc, [rows, d], [d, 1], block, layout)
@@ -525,11 +530,19 @@ def launch_backward_ws(
     return (dq_acc * scale).to(q.dtype), dk, dv
 
 
-def tuned_config(gpu: str, head_dim: int, causal: bool, seq_len: int) -> BwdConfig | None:
-    """The configuration `gpu`'s tuned table routes (head_dim, mask, length bucket) to, where
-    this kernel beat the Triton backward there; else None."""
-    keys = tuned_keys(table_key("bwd", 16, head_dim, causal), seq_len)
-    entry = next((e for e in (bwd_ws_entry(gpu, k) for k in keys) if e is not None), None)
+def tuned_config(
+    gpu: str, d_pad: int, causal: bool, seq_len: int, edge: bool = False
+) -> BwdConfig | None:
+    """The configuration `gpu`'s tuned table routes (head_dim as run, mask, length bucket) to,
+    where this kernel beat the Triton backward there; else None. `edge`: lengths that fill no
+    64-row tile, where the Triton backward masks every block's edges: the entries measured at
+    such lengths first, then the others (measured on an H100: at N = 1000, 3000 and 5000 the
+    Triton backward ran 0.58-0.72x sdpa-cudnn, this kernel 0.82-1.02x;
+    benchmarks/results/hopper-backward-odd-*.json)."""
+    key = table_key("bwd", 16, d_pad, causal)
+    sections = (True, False) if edge else (False,)
+    found = (bwd_ws_entry(gpu, k, e) for e in sections for k in tuned_keys(key, seq_len))
+    entry = next((e for e in found if e is not None), None)
     return None if entry is None else BwdConfig(*entry)
 
 
@@ -541,7 +554,9 @@ def tuned(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool) -> Bw
         return None
     if q.dtype not in _GL_DTYPES:
         return None
-    cfg = tuned_config(gpu_name(), q.shape[3], causal, max(q.shape[2], k.shape[2]))
+    n_q, n_k = q.shape[2], k.shape[2]
+    edge = n_q % 64 != 0 or n_k % 64 != 0
+    cfg = tuned_config(gpu_name(), pad_dim(q.shape[3]), causal, max(n_q, n_k), edge)
     return cfg if cfg is not None and supports(q, k, v, cfg) is None else None
 
 

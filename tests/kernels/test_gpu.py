@@ -404,7 +404,8 @@ def test_the_recorded_forward_computes_the_same_and_stamps_every_phase(seed: int
 def test_gluon_backward_matches_the_reference(seed: int, dtype: torch.dtype, monkeypatch) -> None:
     """The warp-specialized backward on a Hopper GPU, every candidate configuration, against the
     float64 gradients: GQA, N_q ≠ N_k both ways (rows that see no key), lengths that fill no tile,
-    one query; outputs poisoned first, so an element it leaves unwritten fails."""
+    one query, head dims run padded; outputs poisoned first, so an element it leaves unwritten
+    fails."""
     from flashscope.kernels.hopper_backward import CANDIDATES, launch_backward_ws, supports
 
     if torch.cuda.get_device_capability()[0] != 9:
@@ -413,9 +414,12 @@ def test_gluon_backward_matches_the_reference(seed: int, dtype: torch.dtype, mon
     shapes = [(2, 4, 4, 256, 256), (1, 8, 2, 384, 640), (1, 4, 1, 1000, 1000),
               (2, 2, 2, 777, 2049), (1, 2, 2, 2049, 777), (1, 2, 1, 1, 129),
               (1, 2, 2, 130, 70)]  # fmt: skip
-    for d, configs in CANDIDATES.items():
+    padded = {64: 40, 128: 96}  # head dims that run at the candidate's, on two of the shapes
+    for d_pad, configs in CANDIDATES.items():
+        cases = [(d_pad, s, c) for s in shapes for c in (False, True)]
+        cases += [(padded[d_pad], s, c) for s in shapes[1:3] for c in (False, True)]
         for cfg in configs:
-            for (b, h, hk, n_q, n_k), causal in [(s, c) for s in shapes for c in (False, True)]:
+            for d, (b, h, hk, n_q, n_k), causal in cases:
                 q, do = rand(b, h, n_q, d, dtype=dtype), rand(b, h, n_q, d, dtype=dtype)
                 k, v = rand(b, hk, n_k, d, dtype=dtype), rand(b, hk, n_k, d, dtype=dtype)
                 assert supports(q, k, v, cfg) is None
@@ -428,12 +432,15 @@ def test_gluon_backward_matches_the_reference(seed: int, dtype: torch.dtype, mon
                     assert_close(g, r, lp, f"{name} {what}", seed)
 
 
-def test_the_tuned_route_runs_the_gluon_backward(seed: int, monkeypatch) -> None:
+@pytest.mark.parametrize("shape", [(2, 4, 2048, 64), (1, 4, 1000, 96)], ids=["whole", "edge"])
+def test_the_tuned_route_runs_the_gluon_backward(seed: int, shape: tuple, monkeypatch) -> None:
     """Where the tuned table names a configuration, a plain backward through autograd runs the
-    Gluon kernel (and gets the Triton kernel's gradients); FLASHSCOPE_WS_BWD=0 keeps Triton."""
+    Gluon kernel (and gets the Triton kernel's gradients); FLASHSCOPE_WS_BWD=0 keeps Triton.
+    Both shapes are routed on an H100: whole tiles at d = 64, and a length that fills no tile at
+    a head_dim run padded to 128."""
     from flashscope.kernels import attention, hopper_backward
 
-    q, k, v, do = (rand(2, 4, 2048, 64) for _ in range(4))  # routed on an H100
+    q, k, v, do = (rand(*shape) for _ in range(4))
     cfg = hopper_backward.tuned(q, k, v, False)
     if cfg is None:
         pytest.skip("this GPU's tuned table routes no backward here to the Gluon kernel")

@@ -54,8 +54,11 @@ def test_a_call_that_does_not_qualify_says_why() -> None:
     q = torch.zeros(1, 2, 128, 128)
     assert "fp16 or bf16" in supports(q, q, q, cfg)
     q = q.half()
-    odd = torch.zeros(1, 2, 128, 96, dtype=torch.half)
-    assert "head_dim 64 or 128" in supports(odd, odd, odd, cfg)
+    for d in (16, 32, 136, 256):
+        odd = torch.zeros(1, 2, 128, d, dtype=torch.half)
+        assert "head_dim of 33 to 128" in supports(odd, odd, odd, cfg)
+    padded = torch.zeros(1, 2, 128, 96, dtype=torch.half)  # runs at 128: only the GPU is missing
+    assert "Hopper GPU" in supports(padded, padded, padded, cfg)
     assert "(B·H·N, d)" in supports(q.transpose(1, 2), q, q, cfg)
     assert "Hopper GPU" in supports(q, q, q, cfg)  # CPU tensors
     assert "shared memory" in supports(q, q, q, BwdConfig(2, 128, 3))  # 128 rows at d = 128
@@ -63,18 +66,24 @@ def test_a_call_that_does_not_qualify_says_why() -> None:
 
 def test_every_tuned_entry_is_a_candidate_and_routes_by_length() -> None:
     table = json.loads(TUNED_FILE.read_text())["gpus"]
-    entries = {g: t.get("bwd-ws", {}) for g, t in table.items() if t.get("bwd-ws")}
-    assert entries, "no GPU's table routes a backward to the Gluon kernel"
-    for gpu, found in entries.items():
-        for key, entry in found.items():
-            mode, bits, d, mask, bucket = key.split("/")
-            assert (mode, bits, mask in ("full", "causal")) == ("bwd", "16", True), key
-            assert int(bucket.removeprefix("n")) in SEQ_BUCKETS, key
-            assert BwdConfig(*entry) in CANDIDATES[int(d.removeprefix("d"))], key
-            n = int(bucket.removeprefix("n"))
-            assert tuned_config(gpu, int(d[1:]), mask == "causal", n) == BwdConfig(*entry)
-    # a bucket the table leaves out stays on Triton: the shortest one, say
-    assert tuned_config(H100, 128, False, 1000) is None
+    for edge, section in ((False, "bwd-ws"), (True, "bwd-ws-edge")):
+        entries = {g: t.get(section, {}) for g, t in table.items() if t.get(section)}
+        assert entries, f"no GPU's table routes a backward to the Gluon kernel ({section})"
+        for gpu, found in entries.items():
+            for key, entry in found.items():
+                mode, bits, d, mask, bucket = key.split("/")
+                assert (mode, bits, mask in ("full", "causal")) == ("bwd", "16", True), key
+                assert int(bucket.removeprefix("n")) in SEQ_BUCKETS, key
+                assert BwdConfig(*entry) in CANDIDATES[int(d.removeprefix("d"))], key
+                n = int(bucket.removeprefix("n"))
+                got = tuned_config(gpu, int(d[1:]), mask == "causal", n - 3, edge)
+                assert got == BwdConfig(*entry), key
+    # a bucket the table leaves out stays on Triton: the shortest one at whole lengths, say;
+    # lengths that fill no tile take that bucket's edge entry, else the whole lengths' one
+    assert tuned_config(H100, 128, False, 1024) is None
+    assert tuned_config(H100, 128, False, 1000, edge=True) is not None
+    whole = tuned_config(H100, 128, False, 2048)
+    assert whole is not None and tuned_config(H100, 128, False, 2000, edge=True) == whole
     assert tuned_config("a GPU with no table", 64, False, 16384) is None
 
 
