@@ -26,6 +26,7 @@ import numpy as np
 
 from flashscope.simulator.core.hardware import GPU, Efficiency
 from flashscope.simulator.timing.engine import (
+    HOST_DESCRIPTOR_LAUNCHES,
     alone_time_s,
     call_time_s,
     clock_share,
@@ -516,7 +517,13 @@ def fit_host(
         raise ValueError("no fitted configuration")
     kernels = np.array([simulate_workload(s.workload, gpu).time_s for s in samples]) * 1e6
     measured = np.array([s.measured_s for s in samples]) * 1e6
-    launches = np.array([len(s.workload.launches) for s in samples], dtype=float)
+    # eager launches' worth of host work per call: its launches and the descriptors the host
+    # makes for them (`engine.host_time_s`)
+    launches = np.array([
+        len(s.workload.launches)
+        + HOST_DESCRIPTOR_LAUNCHES * sum(w.host_descriptors for w in s.workload.launches)
+        for s in samples
+    ])  # fmt: skip
     backward = np.array([s.workload.algo.endswith("-bwd") for s in samples], dtype=float)
     eff = gpu.efficiency
     span_l, span_b = HOST_LAUNCH_GRID[-1], HOST_BACKWARD_GRID[-1]

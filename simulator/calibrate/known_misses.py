@@ -280,7 +280,8 @@ MISS_CLASSES: tuple[MissClass, ...] = (
         "calls bound by the host: their kernels ran on the GPU for under "
         f"{HOST_BOUND_SHARE:.0%} of the call (Nsight Compute), small backward problems above all",
         "a host cost that varies from call to call: the engine floors a call at one fitted "
-        "cost per launch and one per backward (host_launch_us, host_backward_us)",
+        "cost per launch, a share of it per tensor descriptor the host makes and one per "
+        "backward (host_launch_us, engine.HOST_DESCRIPTOR_LAUNCHES, host_backward_us)",
         host_bound,
     ),
     *_STRUCTURAL,

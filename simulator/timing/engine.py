@@ -127,6 +127,16 @@ DESCRIPTOR_NS = 800.0
 # fitted on the same fit half's DRAM bytes (MAPE 26.6%, 26.0%, 25.9%, 26.5% at 0.1, 0.25, 0.4,
 # 0.6); Nsight Compute's reads came to 0.2–0.9 of the loads of kernels past the L2.
 SPILL_RELOAD_DRAM = 0.4
+# What the host spends on each tensor descriptor it makes for a launch, in eager launches
+# (`host_launch_us`: the same host's work, so a host without a measured launch cost pays none;
+# `host_time_s`): where every tile is whole the kernels describe their tensors on the host,
+# and Triton's launcher encodes each for the copy engine at every call. Evidence (users' sweep,
+# H100, 2026-11-26): forwards of under 25 µs of kernel time took a median 21 µs beyond Nsight
+# Compute's kernel time with whole tiles (18 calls; four host descriptors) and 3.3 µs with
+# ragged lengths (26 calls; none). Fitted with `host_backward_us` on the fit half's whole
+# calls: 5 µs a descriptor at the H100's 9.26 µs launch (mean |log error| 0.2099 with 135 µs a
+# backward, 0.2213 without the term at 197 µs; flat from 5 to 6 µs).
+HOST_DESCRIPTOR_LAUNCHES = 5.0 / 9.26
 # L1 and shared memory share one array per SM, this much larger than the shared memory an SM
 # may give (NVIDIA's A100 and H100 architecture: 192 / 164 KiB, 256 / 228 KiB).
 L1_EXTRA_KIB = 28
@@ -820,7 +830,9 @@ def simulate_workload(workload: Workload, gpu: GPU, power_cap: bool = True) -> S
 
 def host_time_s(workload: Workload, eff: Efficiency) -> float:
     """The least time the host takes to issue a call of `workload`: `host_launch_us` per
-    launch, plus `host_backward_us` for a backward.
+    launch and `HOST_DESCRIPTOR_LAUNCHES` of those per tensor descriptor it makes
+    (`Launch.host_descriptors`),
+    plus `host_backward_us` for a backward.
 
     A call timed whole (do_bench of `flash_attention` and its backward) cannot end before the
     host has issued it. In the users' sweep measured on an H100 (2026-11-26), 56 calls, small
@@ -830,6 +842,8 @@ def host_time_s(workload: Workload, eff: Efficiency) -> float:
     launch the ceilings' micro-benchmark measures).
     """
     host = eff.host_launch_us * len(workload.launches)
+    descriptors = sum(w.host_descriptors for w in workload.launches)
+    host += HOST_DESCRIPTOR_LAUNCHES * eff.host_launch_us * descriptors
     if workload.algo.endswith("-bwd"):
         host += eff.host_backward_us
     return host * 1e-6

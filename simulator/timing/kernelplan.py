@@ -298,7 +298,8 @@ def with_local_traffic(
     back = compiled.writeback(k, gpu_key)
     if back is not None:
         cols["local_writeback"] = back.bytes(launch.iters, threads)
-    else:  # the engine estimates it from the slots a thread keeps (`engine.spill_dram`)
+    elif not compiled.measured(k):  # the compiler's or the estimate's spills: the engine
+        # estimates their DRAM traffic and L1 misses from the slots a thread keeps
         cols["local_frame"] = traffic.frame(heads)
     return dataclasses.replace(launch, **cols)
 
@@ -333,7 +334,9 @@ def with_descriptors(
         return launch
     tiles = launch.tiles or t
     if p.seq_q % tiles.block_m == 0 and p.seq_k % tiles.block_n == 0:
-        return launch
+        # one descriptor per tensor, made on the host for the whole launch
+        host = {"fwd": 4, "dq": 5}.get(kernel, 7 if route == "atomic" else 6)
+        return dataclasses.replace(launch, host_descriptors=host)
     count = {"fwd": 4, "dq": 5}.get(kernel, 4 + (3 if route == "atomic" else 2) * p.group)
     return dataclasses.replace(launch, descriptors=count)
 

@@ -74,7 +74,7 @@ IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
 _SCALARS = (
     "stream_blocks", "stream_tail", "tiles", "concurrent", "mma_shapes", "chain", "regs",
-    "mma_pad", "descriptors", "local_frame", "stream_seen", "l1_miss",
+    "mma_pad", "descriptors", "host_descriptors", "local_frame", "stream_seen", "l1_miss",
 )  # fmt: skip
 _FLOAT = (
     "alu",
@@ -148,6 +148,7 @@ class Launch:
     regs: int | None = None  # registers per thread of the compiled kernel (None: estimated)
     mma_pad: float = 1.0  # matrix-product work issued per counted FLOP (head_dim padded)
     descriptors: int = 0  # tensor descriptors each CTA builds on the device before its work
+    host_descriptors: int = 0  # tensor descriptors the host makes for the launch (whole tiles)
     local_frame: float = 0.0  # local bytes a thread keeps (spill slots) where no write-back
     # was measured (0: none, or measured: `local_writeback`)
     stream_seen: float = 0.0  # share of its streams' first reads the previous launch read too
@@ -169,6 +170,7 @@ class Launch:
             "regs": cols.pop("regs", None),
             "mma_pad": float(cols.pop("mma_pad", 1.0)),
             "descriptors": int(cols.pop("descriptors", 0)),
+            "host_descriptors": int(cols.pop("host_descriptors", 0)),
             "local_frame": float(cols.pop("local_frame", 0.0)),
             "stream_seen": float(cols.pop("stream_seen", 0.0)),
             "l1_miss": cols.pop("l1_miss", None),

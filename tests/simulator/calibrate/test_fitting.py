@@ -191,18 +191,25 @@ def test_the_hosts_floor_is_found_on_its_grid_and_kept_where_nothing_shows_it():
     from flashscope.simulator.calibrate.fitting import CallSample, fit_host
     from flashscope.simulator.calibrate.validation import workload_of
     from flashscope.simulator.core import hardware
-    from flashscope.simulator.timing.engine import simulate_workload
+    from flashscope.simulator.timing.engine import HOST_DESCRIPTOR_LAUNCHES, simulate_workload
 
     gpu = hardware.from_name("h100-sxm")
     small = [{"algo": "fa2-bwd", "impl": "flashscope", "seq": n, "head_dim": 64, "batch": 1,
               "heads": 2, "block_m": 64, "block_n": 64, "stages": 2, "warps": 4}
              for n in (128, 256, 384)]  # fmt: skip
-    host = [CallSample(str(i), workload_of(c, gpu), 320e-6) for i, c in enumerate(small)]
+    # a launch's worth of host work per launch and per descriptor share of one per descriptor
+    # the host makes (whole tiles: the dQ kernel's 5, the dK/dV kernel's 6)
+    w0 = workload_of(small[0], gpu)
+    units = len(w0.launches) + HOST_DESCRIPTOR_LAUNCHES * sum(
+        x.host_descriptors for x in w0.launches
+    )
+    assert [x.host_descriptors for x in w0.launches] == [0, 5, 6]
+    call = (10.0 * units + 250.0) * 1e-6
+    host = [CallSample(str(i), workload_of(c, gpu), call) for i, c in enumerate(small)]
     for s in host:  # the kernels are well under the call
         assert simulate_workload(s.workload, gpu).time_s < 200e-6
-    launches = len(host[0].workload.launches)
     values, loss = fit_host(gpu, host, launch_us=10.0)
-    assert values == {"host_launch_us": 10.0, "host_backward_us": 320.0 - 10.0 * launches}
+    assert values == {"host_launch_us": 10.0, "host_backward_us": 250.0}
     assert loss == pytest.approx(0.0, abs=1e-9)
     # long calls their kernels bound: any small floor fits them; the current one is kept
     big = {**small[0], "seq": 8192, "batch": 8, "heads": 16}

@@ -12,7 +12,12 @@ from hypothesis import strategies as st
 from flashscope.simulator.core import hardware
 from flashscope.simulator.core.problem import AttentionProblem, TileConfig
 from flashscope.simulator.timing import compiled, kernelplan
-from flashscope.simulator.timing.engine import call_time_s, host_time_s, simulate_workload
+from flashscope.simulator.timing.engine import (
+    HOST_DESCRIPTOR_LAUNCHES,
+    call_time_s,
+    host_time_s,
+    simulate_workload,
+)
 from flashscope.simulator.timing.occupancy import (
     MAX_REGS,
     REG_UNIT,
@@ -121,7 +126,9 @@ def test_a_call_takes_the_longer_of_its_kernels_and_the_host(
     gpu = dataclasses.replace(base, efficiency=eff)
     p = AttentionProblem(seq_q=seq, head_dim=64, batch=1, heads=2)
     w = kernelplan.build(algo, p, TileConfig(64, 64, 3, 4), gpu_key=gpu.key)
-    host = (launch_us * len(w.launches) + (backward_us if algo == "fa2-bwd" else 0.0)) * 1e-6
+    descriptors = HOST_DESCRIPTOR_LAUNCHES * launch_us * sum(x.host_descriptors for x in w.launches)
+    host = launch_us * len(w.launches) + descriptors + (backward_us if algo == "fa2-bwd" else 0.0)
+    host *= 1e-6
     assert math.isclose(host_time_s(w, eff), host, abs_tol=1e-15)
     r = simulate_workload(w, gpu)
     assert call_time_s(r) == max(r.time_s, host)

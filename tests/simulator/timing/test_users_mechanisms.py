@@ -12,7 +12,13 @@ import pytest
 from flashscope.simulator.core.hardware import from_name
 from flashscope.simulator.core.problem import AttentionProblem, TileConfig
 from flashscope.simulator.timing import engine, kernelplan
-from flashscope.simulator.timing.engine import l1_miss, simulate_workload, spill_dram, spill_l1
+from flashscope.simulator.timing.engine import (
+    host_time_s,
+    l1_miss,
+    simulate_workload,
+    spill_dram,
+    spill_l1,
+)
 from flashscope.simulator.timing.launch import Launch
 
 H100 = from_name("h100-sxm")
@@ -43,6 +49,21 @@ def test_descriptors_of_the_backward_kernels_follow_their_tensors_and_the_group(
     assert got["bwd_preprocess"] == 0
     atomic = kernelplan.build("fa2-bwd", p, t, route="atomic")
     assert {x.name: x.descriptors for x in atomic.launches}["bwd_dkdv"] == 4 + 3 * 4
+
+
+def test_whole_tiles_take_host_descriptors_which_the_host_pays_for():
+    eff = H100.efficiency
+    whole = AttentionProblem(seq_q=4096, head_dim=128, batch=2, heads=8)
+    ragged = AttentionProblem(seq_q=4000, head_dim=128, batch=2, heads=8)
+    w, fwd = _launch("fa2", whole)
+    assert (fwd.host_descriptors, fwd.descriptors) == (4, 0)
+    r, fwd_r = _launch("fa2", ragged)
+    assert (fwd_r.host_descriptors, fwd_r.descriptors) == (0, 4)
+    extra = host_time_s(w, eff) - host_time_s(r, eff)
+    assert extra == pytest.approx(4 * engine.HOST_DESCRIPTOR_LAUNCHES * eff.host_launch_us * 1e-6)
+    assert extra == pytest.approx(20e-6, rel=0.01)  # 5 µs a descriptor on the H100
+    bwd = kernelplan.build("fa2-bwd", whole, TileConfig(64, 64, 3, 4), route="separate")
+    assert [x.host_descriptors for x in bwd.launches] == [0, 5, 6]  # preprocess, dQ, dK/dV
 
 
 def test_no_descriptors_off_hopper():
