@@ -135,9 +135,10 @@ SPILL_RELOAD_DRAM = 0.4
 # and Triton's launcher encodes each for the copy engine at every call. Evidence (users' sweep,
 # H100, 2026-11-26): forwards of under 25 µs of kernel time took a median 21 µs beyond Nsight
 # Compute's kernel time with whole tiles (18 calls; four host descriptors) and 3.3 µs with
-# ragged lengths (26 calls; none). Fitted with `host_backward_us` on the fit half's whole
-# calls: 5 µs a descriptor at the H100's 9.26 µs launch (mean |log error| 0.2099 with 135 µs a
-# backward, 0.2213 without the term at 197 µs; flat from 5 to 6 µs).
+# ragged lengths (26 calls; none); most host-bound backward calls took 205–240 µs with whole
+# tiles (eleven descriptors) and 135–155 µs with ragged ones. Fitted with `host_backward_us`
+# on the fit half's whole calls: 5 µs a descriptor at the H100's 9.26 µs launch (mean |log
+# error| 0.2099 with 135 µs a backward, 0.2213 without the term at 197 µs; flat from 5 to 6).
 HOST_DESCRIPTOR_LAUNCHES = 5.0 / 9.26
 # L1 and shared memory share one array per SM, this much larger than the shared memory an SM
 # may give (NVIDIA's A100 and H100 architecture: 192 / 164 KiB, 256 / 228 KiB).
