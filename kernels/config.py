@@ -118,9 +118,10 @@ def route(gpu: str, key: str) -> str | None:
     return tuned_table().get(gpu, {}).get("routes", {}).get(key)
 
 
-def ws_entry(gpu: str, key: str) -> list[int] | None:
-    """The warp-specialized forward's configuration tuned for `key` ("fwd/16/d128/full/n2048")."""
-    return tuned_table().get(gpu, {}).get("ws", {}).get(key)
+def ws_entry(gpu: str, key: str, edge: bool = False) -> list[int] | None:
+    """The warp-specialized forward's configuration tuned for `key` ("fwd/16/d128/full/n2048");
+    `edge`: the one measured at lengths that fill no tile (section "ws-edge"), where present."""
+    return tuned_table().get(gpu, {}).get("ws-edge" if edge else "ws", {}).get(key)
 
 
 def bwd_ws_entry(gpu: str, key: str, edge: bool = False) -> list[int] | None:

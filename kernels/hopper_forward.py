@@ -776,14 +776,21 @@ def copy_engine_reason(*xs: torch.Tensor) -> str | None:
     return None
 
 
-def tuned_config(gpu: str, d_pad: int, causal: bool, seq_len: int) -> WsConfig | None:
+def tuned_config(
+    gpu: str, d_pad: int, causal: bool, seq_len: int, edge: bool = False
+) -> WsConfig | None:
     """The configuration `gpu`'s tuned table gives (head_dim, causal, length bucket), where its
-    route there is this kernel ("fwd-route/…" → "ws"); else None (the Triton kernel)."""
+    route there is this kernel ("fwd-route/…" → "ws"); else None (the Triton kernel). `edge`:
+    lengths that fill no 64-row tile, which take the bucket's "ws-edge" entry where there is one
+    (on an H100 at N = 1000, d = 128, the N = 1024 entries ran 0.83-0.88x sdpa-cudnn, persistent
+    ping-pong in bands of 8 heads 0.98-1.05x; benchmarks/results/forward-odd-*.json)."""
     keys = tuned_keys(table_key("fwd-route", 16, d_pad, causal), seq_len)
     if next((r for r in (route(gpu, k) for k in keys) if r is not None), None) != "ws":
         return None
     keys = tuned_keys(table_key("fwd", 16, d_pad, causal), seq_len)
-    entry = next((e for e in (ws_entry(gpu, k) for k in keys) if e is not None), None)
+    sections = (True, False) if edge else (False,)
+    found = (ws_entry(gpu, k, e) for k in keys for e in sections)
+    entry = next((e for e in found if e is not None), None)
     return None if entry is None else WsConfig.from_list(entry)
 
 
@@ -794,7 +801,9 @@ def tuned(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool) -> Ws
         return None
     if q.dtype not in _GL_DTYPES:
         return None
-    cfg = tuned_config(gpu_name(), pad_dim(q.shape[3]), causal, max(q.shape[2], k.shape[2]))
+    n_q, n_k = q.shape[2], k.shape[2]
+    edge = n_q % 64 != 0 or n_k % 64 != 0
+    cfg = tuned_config(gpu_name(), pad_dim(q.shape[3]), causal, max(n_q, n_k), edge)
     return cfg if cfg is not None and supports(q, k, v, cfg) is None else None
 
 
@@ -805,7 +814,8 @@ def tuned_configs(gpu: str | None = None) -> list[tuple[WsConfig, int]]:
     gpus = tuned_table() if gpu is None else {gpu: tuned_table().get(gpu, {})}
     found = {
         (tuple(entry), int(key.split("/")[2].removeprefix("d")))  # "fwd/16/d128/full/n2048"
-        for table in gpus.values() for key, entry in table.get("ws", {}).items()
+        for table in gpus.values() for section in ("ws", "ws-edge")
+        for key, entry in table.get(section, {}).items()
     }  # fmt: skip
     return [(WsConfig.from_list(list(c)), d) for c, d in sorted(found)]
 

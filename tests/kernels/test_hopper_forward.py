@@ -320,9 +320,33 @@ def test_every_routed_bucket_has_a_configuration() -> None:
                 WsConfig.from_list(entry)  # a valid configuration
 
 
+def test_odd_lengths_take_the_edge_entry_of_their_bucket() -> None:
+    """Lengths that fill no 64-row tile take the bucket's "ws-edge" entry where the table has
+    one, whole lengths (and buckets without one) the "ws" entry."""
+    gpu = "NVIDIA H100 80GB HBM3"
+    table = json.loads(TUNED_FILE.read_text())["gpus"][gpu]
+    edges = table["ws-edge"]
+    assert edges, "the H100's table has no edge entries"
+    for key, entry in edges.items():
+        _, _, d, mask, bucket = key.split("/")
+        hi = int(bucket[1:])
+        n = random.randint(hi // 2 + 1, hi - 1)
+        args = (gpu, int(d[1:]), mask == "causal", n)
+        assert tuned_config(*args, edge=True) == WsConfig.from_list(entry), key
+        assert tuned_config(*args) == WsConfig.from_list(table["ws"][key]), key
+    plain = [k for k in table["ws"] if k not in edges]
+    key = random.choice(plain)
+    _, _, d, mask, bucket = key.split("/")
+    args = (gpu, int(d[1:]), mask == "causal", int(bucket[1:]) - 1)
+    assert tuned_config(*args, edge=True) == tuned_config(*args)
+
+
 def test_the_tuned_configurations_are_listed_with_their_head_dims() -> None:
-    for gpu in json.loads(TUNED_FILE.read_text())["gpus"]:
-        ws = ws_table(gpu)[1]
+    for gpu, table in json.loads(TUNED_FILE.read_text())["gpus"].items():
+        ws = {
+            **table.get("ws", {}),
+            **{k + "/edge": e for k, e in table.get("ws-edge", {}).items()},
+        }
         want = {(WsConfig.from_list(e), int(key.split("/")[2][1:])) for key, e in ws.items()}
         assert set(tuned_configs(gpu)) == want and len(tuned_configs(gpu)) == len(want), gpu
     assert set(tuned_configs()) == {c for gpu in ("NVIDIA H200", "NVIDIA H100 80GB HBM3")
