@@ -61,11 +61,17 @@ function readForm(p) {
   if (RECORDED.some((f, i) => String(p[f]) !== before[i])) p.run = "";
 }
 
-// A toggle applies at once; ping-pong needs pipelining, so each follows the other.
+// A toggle applies at once; ping-pong needs pipelining and a second consumer to take turns
+// with, so each follows the other.
 form.addEventListener("change", (ev) => {
   const name = ev.target.name;
-  if (name === "pingpong" && form.elements.pingpong.checked) form.elements.pipeline.checked = true;
-  if (name === "pipeline" && !form.elements.pipeline.checked) form.elements.pingpong.checked = false;
+  const els = form.elements;
+  if (name === "pingpong" && els.pingpong.checked) {
+    els.pipeline.checked = true;
+    if (els.consumers.value === "1") els.consumers.value = "2";
+  }
+  if (name === "pipeline" && !els.pipeline.checked) els.pingpong.checked = false;
+  if (name === "consumers" && els.consumers.value === "1") els.pingpong.checked = false;
   if (name !== "seq") form.requestSubmit();
 });
 

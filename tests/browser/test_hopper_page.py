@@ -117,6 +117,30 @@ def test_toggles_change_the_url_and_the_picture(page, live_server):
     assert page.log.console_errors == [] and page.log.page_errors == []
 
 
+def test_one_consumer_turns_ping_pong_off_and_back(page, live_server):
+    """One consumer has nobody to take turns with: choosing it unchecks ping-pong, and ticking
+    ping-pong again brings a second consumer back; the Gantt has the rows of each."""
+    page.goto(f"{live_server}/hopper")
+    _ready(page)
+    assert page.locator("input[name=pingpong]").is_checked()
+    page.locator("select[name=consumers]").select_option("1")
+    page.wait_for_function("() => new URL(location).searchParams.get('consumers') === '1'")
+    page.wait_for_function(
+        "() => document.getElementById('gantt').data?.every((t) => !t.y.includes('consumer 1'))"
+    )
+    got = _params(page)
+    assert got["consumers"] == "1" and got["pingpong"] == "0" and got["pipeline"] == "1"
+    assert sorted(_rows(page, "y")) == ["consumer 0", "loader"]
+    page.locator("input[name=pingpong]").check()
+    page.wait_for_function("() => new URL(location).searchParams.get('consumers') === '2'")
+    got = _params(page)
+    assert got["pingpong"] == "1" and got["pipeline"] == "1"
+    page.wait_for_function(
+        "() => document.getElementById('gantt').data?.some((t) => t.y.includes('consumer 1'))"
+    )
+    assert page.log.console_errors == [] and page.log.page_errors == []
+
+
 def test_no_sideways_scroll_on_a_phone(browser, live_server):
     context = browser.new_context(viewport={"width": 390, "height": 844})
     page = context.new_page()
