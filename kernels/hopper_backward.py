@@ -17,8 +17,8 @@ work of one key block is split between warpgroups, after FlashAttention-3's back
   each computes its share of dS K over the whole block (its rows or its columns), puts it in a
   shared fp32 tile and has the copy engine add the tile into an fp32 buffer in global memory
   (cp.reduce.async.bulk, as FlashAttention-3 does), while the next step's Sᵀ runs. Against
-  per-element atomics (`red.global.add.f32`) this took the backward from 0.80–0.91× of
-  sdpa-cudnn to 0.90–1.05× on an H100 (benchmarks/results/hopper-backward-dq-*.json). The
+  per-element atomics (`red.global.add.f32`) this took the backward from 0.73–0.91× of
+  sdpa-cudnn to 0.84–1.05× on an H100 (benchmarks/results/hopper-backward-dq-*.json). The
   warpgroups meet at that one barrier per step; one's exponentials can still run under
   another's products;
 - the loader gives its registers up to the consumers (`warp_specialize`'s budgets).
