@@ -118,17 +118,22 @@ def route(gpu: str, key: str) -> str | None:
     return tuned_table().get(gpu, {}).get("routes", {}).get(key)
 
 
-def ws_entry(gpu: str, key: str, edge: bool = False) -> list[int] | None:
-    """The warp-specialized forward's configuration tuned for `key` ("fwd/16/d128/full/n2048");
-    `edge`: the one measured at lengths that fill no tile (section "ws-edge"), where present."""
-    return tuned_table().get(gpu, {}).get("ws-edge" if edge else "ws", {}).get(key)
+def fills_no_tile(n_q: int, n_k: int) -> bool:
+    """Whether N_q or N_k is not a multiple of 64: where the Triton kernels mask every block's
+    edges, and the Gluon kernels' tuned entries measured at such lengths apply."""
+    return n_q % 64 != 0 or n_k % 64 != 0
 
 
-def bwd_ws_entry(gpu: str, key: str, edge: bool = False) -> list[int] | None:
-    """The warp-specialized backward's configuration tuned for `key` ("bwd/16/d128/full/n16384"),
-    present only where it beat the Triton backward there; `edge`: the entries measured at
-    lengths that fill no tile (section "bwd-ws-edge")."""
-    return tuned_table().get(gpu, {}).get("bwd-ws-edge" if edge else "bwd-ws", {}).get(key)
+def tuned_entry(gpu: str, section: str, keys: list[str], edge: bool = False) -> list[int] | None:
+    """The first of `keys` (most specific first, as `tuned_keys` gives them) that `gpu`'s
+    tuned-table `section` holds: "ws", the warp-specialized forward's configurations; "bwd-ws",
+    the warp-specialized backward's, present only where it beat the Triton backward. With
+    `edge` (lengths that fill no tile) a key's entry in "<section>-edge", measured at such
+    lengths, comes before its own."""
+    table = tuned_table().get(gpu, {})
+    names = (f"{section}-edge", section) if edge else (section,)
+    found = (table.get(name, {}).get(key) for key in keys for name in names)
+    return next((e for e in found if e is not None), None)
 
 
 # What the interpreter runs: small tiles keep its per-program NumPy work short, and tiles of

@@ -55,7 +55,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     warpgroup_mma_wait,
 )
 
-from flashscope.kernels.config import bwd_ws_entry, table_key
+from flashscope.kernels.config import fills_no_tile, table_key, tuned_entry
 from flashscope.kernels.device import interpreting
 from flashscope.kernels.fastlaunch import launch
 from flashscope.kernels.hopper_forward import (
@@ -539,10 +539,8 @@ def tuned_config(
     such lengths first, then the others (measured on an H100: at N = 1000, 3000 and 5000 the
     Triton backward ran 0.58-0.72x sdpa-cudnn, this kernel 0.82-1.02x;
     benchmarks/results/hopper-backward-odd-*.json)."""
-    key = table_key("bwd", 16, d_pad, causal)
-    sections = (True, False) if edge else (False,)
-    found = (bwd_ws_entry(gpu, k, e) for e in sections for k in tuned_keys(key, seq_len))
-    entry = next((e for e in found if e is not None), None)
+    keys = tuned_keys(table_key("bwd", 16, d_pad, causal), seq_len)
+    entry = tuned_entry(gpu, "bwd-ws", keys, edge)
     return None if entry is None else BwdConfig(*entry)
 
 
@@ -555,7 +553,7 @@ def tuned(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool) -> Bw
     if q.dtype not in _GL_DTYPES:
         return None
     n_q, n_k = q.shape[2], k.shape[2]
-    edge = n_q % 64 != 0 or n_k % 64 != 0
+    edge = fills_no_tile(n_q, n_k)
     cfg = tuned_config(gpu_name(), pad_dim(q.shape[3]), causal, max(n_q, n_k), edge)
     return cfg if cfg is not None and supports(q, k, v, cfg) is None else None
 

@@ -55,7 +55,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     warpgroup_mma_wait,
 )
 
-from flashscope.kernels.config import route, table_key, ws_entry
+from flashscope.kernels.config import fills_no_tile, route, table_key, tuned_entry
 from flashscope.kernels.device import interpreting
 from flashscope.kernels.fastlaunch import launch
 from flashscope.kernels.launch import LOG2E, flat_rows, gpu_name, output, pad_dim
@@ -788,9 +788,7 @@ def tuned_config(
     if next((r for r in (route(gpu, k) for k in keys) if r is not None), None) != "ws":
         return None
     keys = tuned_keys(table_key("fwd", 16, d_pad, causal), seq_len)
-    sections = (True, False) if edge else (False,)
-    found = (ws_entry(gpu, k, e) for k in keys for e in sections)
-    entry = next((e for e in found if e is not None), None)
+    entry = tuned_entry(gpu, "ws", keys, edge)
     return None if entry is None else WsConfig.from_list(entry)
 
 
@@ -802,7 +800,7 @@ def tuned(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool) -> Ws
     if q.dtype not in _GL_DTYPES:
         return None
     n_q, n_k = q.shape[2], k.shape[2]
-    edge = n_q % 64 != 0 or n_k % 64 != 0
+    edge = fills_no_tile(n_q, n_k)
     cfg = tuned_config(gpu_name(), pad_dim(q.shape[3]), causal, max(n_q, n_k), edge)
     return cfg if cfg is not None and supports(q, k, v, cfg) is None else None
 

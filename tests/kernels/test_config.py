@@ -106,9 +106,9 @@ def test_a_sweep_merges_its_choices_into_the_table(tmp_path, monkeypatch):
     # a Gluon configuration is added, then removed again (None) when its bucket goes to Triton
     ws = [3, 128, random.choice([2, 3]), 1, 1, 1]
     config.merge_tuned("NVIDIA H200", {"ws/fwd/16/d64/full/n512": ws})
-    assert config.ws_entry("NVIDIA H200", "fwd/16/d64/full/n512") == ws
+    assert config.tuned_entry("NVIDIA H200", "ws", ["fwd/16/d64/full/n512"]) == ws
     config.merge_tuned("NVIDIA H200", {"ws/fwd/16/d64/full/n512": None})
-    assert config.ws_entry("NVIDIA H200", "fwd/16/d64/full/n512") is None
+    assert config.tuned_entry("NVIDIA H200", "ws", ["fwd/16/d64/full/n512"]) is None
     assert json.loads(path.read_text())["gpus"]["NVIDIA H200"]["ws"] == before["ws"]
     monkeypatch.undo()
     config.tuned_table.cache_clear()
