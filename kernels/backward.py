@@ -35,7 +35,7 @@ import torch
 import triton
 import triton.language as tl
 
-from flashscope.kernels.config import KernelConfig, route, table_key
+from flashscope.kernels.config import KernelConfig, route
 from flashscope.kernels.device import interpreting
 from flashscope.kernels.fastlaunch import launch
 from flashscope.kernels.forward import (
@@ -51,6 +51,7 @@ from flashscope.kernels.launch import (
     LOG2E,
     choose_config,
     dot_precision,
+    dtype_key,
     gpu_name,
     output,
     pad_dim,
@@ -478,6 +479,6 @@ def default_dq_mode(
     `seq_len` where one was tuned); "separate" where nothing was measured."""
     if interpreting():
         return "separate"
-    key = table_key("bwd-route", 32 if dtype == torch.float32 else 16, d_pad, causal)
+    key = dtype_key("bwd-route", dtype, d_pad, causal)
     found = (route(gpu_name(), k) for k in tuned_keys(key, seq_len))
     return next((r for r in found if r is not None), "separate")

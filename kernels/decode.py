@@ -38,7 +38,7 @@ import torch
 import triton
 import triton.language as tl
 
-from flashscope.kernels.config import KernelConfig, lookup, table_key
+from flashscope.kernels.config import KernelConfig, lookup
 from flashscope.kernels.device import interpreting
 from flashscope.kernels.fastlaunch import launch
 from flashscope.kernels.forward import load_rows, make_source
@@ -54,6 +54,7 @@ from flashscope.kernels.inputs import (
 from flashscope.kernels.launch import (
     choose_config,
     dot_precision,
+    dtype_key,
     gpu_name,
     output,
     pad_dim,
@@ -327,8 +328,7 @@ def paged_config(
     (benchmarks/results/decode-paged-NVIDIA-H100-80GB-HBM3-2026-11-26.json)."""
     if ctas > sms:
         return cfg
-    bits = 32 if dtype == torch.float32 else 16
-    solo = lookup(gpu, table_key("decode-paged-solo", bits, d_pad, False))
+    solo = lookup(gpu, dtype_key("decode-paged-solo", dtype, d_pad, False))
     return solo if solo is not None and solo.block_n == cfg.block_n else cfg
 
 

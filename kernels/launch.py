@@ -84,6 +84,12 @@ def gpu_name() -> str:
     return "interpreter" if interpreting() else _cuda_name()
 
 
+def dtype_key(mode: str, dtype: torch.dtype, d_pad: int, causal: bool) -> str:
+    """The tuned-table key of `mode` for inputs of `dtype` ("fwd/16/d128/causal": fp16 and bf16
+    share the 16-bit entries, fp32 has its own)."""
+    return table_key(mode, 32 if dtype == torch.float32 else 16, d_pad, causal)
+
+
 @lru_cache
 def _cuda_name() -> str:
     return torch.cuda.get_device_name()
@@ -105,7 +111,7 @@ def choose_config(
     """
     if interpreting():
         return INTERPRETER[mode]
-    key = table_key(mode, 32 if dtype == torch.float32 else 16, d_pad, causal)
+    key = dtype_key(mode, dtype, d_pad, causal)
     for k in tuned_keys(key, seq_len):
         found = lookup(gpu_name(), k)
         if found is not None:
