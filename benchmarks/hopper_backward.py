@@ -160,11 +160,12 @@ def table(doc: dict) -> tuple[str, dict[str, list[int]]]:
     """The tuned-table section this result fills ("bwd-ws", or "bwd-ws-edge" for lengths that
     fill no 64-row tile) and its entries: per (head_dim as run, mask, length bucket) the fastest
     Gluon configuration, where it beats the Triton backward in every row and dtype by WIN."""
+    from flashscope.kernels.config import fills_no_tile
     from flashscope.kernels.launch import pad_dim
     from flashscope.simulator.timing.kernelplan import tuned_keys
 
     worst: dict[tuple[str, str], float] = {}  # (bucket, kind) → its largest share of Triton's
-    edge = any(row["n"] % 64 for row in doc["time"])
+    edge = any(fills_no_tile(row["n"], row["n"]) for row in doc["time"])
     for row in doc["time"]:
         mask = "causal" if row["causal"] else "full"
         key = tuned_keys(f"bwd/16/d{pad_dim(row['d'])}/{mask}", row["n"])[0]
