@@ -21,24 +21,24 @@ launch, and its CTAs take the SMs' slots as that launch's CTAs leave them):
    CTA's warpgroups along the rows drift apart and count as CTAs too); a CTA whose registers
    spill is slower by `spill_penalty`, and its local loads and stores all pass its SM's L1 at
    `local_gbs` (with the stores and the reloads that miss L1 at the L2 rate, among its loads:
-   X). With stages ≥ 2 loads run ahead of compute (max of the
-   two), with one stage they add. Sharing the SM with b CTAs in their loops and too few warps
-   to saturate it (u = min(1, b·warps / warps_to_saturate)) stretches this by b / u, where b
-   counts the other c − 1 CTAs for the share of their lives they spend in their loops, not in
-   set-up (a fixed point: b = 1 + (c − 1)·loop / (loop + set-up wait)). Load latency (L2 hit or
-   DRAM, by this CTA's hit rate) and the tile's transfer bound each iteration from below:
-   stages − 1 loads in flight give at least (latency + transfer) / (stages − 1) per iteration;
-   one stage pays it every time. And a CTA's warps wait on their products: each of an
-   iteration's `chain` waits (as its PTX has them) adds a latency `mma_chain_ns` that its
-   warpgroup cannot fill itself, at least (work / warpgroups along the rows) + iterations ·
-   chain · latency (plus, for bulk reduce-adds, what `bulk_read_ns` and the tile's transfer
-   take beyond an iteration's work: the copy engine must have read the tile out of its
-   shared-memory buffer before the next iteration's tile goes there; each reduce-add also
-   costs the warps `reduce_op_ns`). Before the loop: CTA set-up, the tensor descriptors it
-   builds itself (`DESCRIPTOR_NS` each), the latency of the first load and the edge bytes.
-   c is the residency a full GPU has (CTAs per SM), or ⌈CTAs / SMs⌉ when the grid cannot
-   fill every slot; the load latency here counts only compulsory misses (see below), shared
-   alike by the CTAs of one stream (they wait on the same first fetches).
+   X). With stages ≥ 2 loads run ahead of compute (max of the two), with one stage the tile loads
+   add to it while the spills' local traffic, the warps' own instructions among the compute, still
+   overlaps it (`_one_stage`). Sharing the SM with b CTAs in their loops and too few warps to
+   saturate it (u = min(1, b·warps / warps_to_saturate)) stretches this by b / u, where b counts the
+   other c − 1 CTAs for the share of their lives they spend in their loops, not in set-up (a fixed
+   point: b = 1 + (c − 1)·loop / (loop + set-up wait)). Load latency (L2 hit or DRAM, by this CTA's
+   hit rate) and the tile's transfer bound each iteration from below: stages − 1 loads in flight
+   give at least (latency + transfer) / (stages − 1) per iteration; one stage pays it every time.
+   And a CTA's warps wait on their products: each of an iteration's `chain` waits (as its PTX has
+   them) adds a latency `mma_chain_ns` that its warpgroup cannot fill itself, at least (work /
+   warpgroups along the rows) + iterations · chain · latency (plus, for bulk reduce-adds, what
+   `bulk_read_ns` and the tile's transfer take beyond an iteration's work: the copy engine must have
+   read the tile out of its shared-memory buffer before the next iteration's tile goes there; each
+   reduce-add also costs the warps `reduce_op_ns`). Before the loop: CTA set-up, the tensor
+   descriptors it builds itself (`DESCRIPTOR_NS` each), the latency of the first load and the edge
+   bytes. c is the residency a full GPU has (CTAs per SM), or ⌈CTAs / SMs⌉ when the grid cannot fill
+   every slot; the load latency here counts only compulsory misses (see below), shared alike by the
+   CTAs of one stream (they wait on the same first fetches).
 3. Schedule in launch order as slots free up (`scheduler.py`): waves, the tail of the last
    wave and causal imbalance (light query blocks finish first) come out of it. A slot takes
    `cta_dispatch_ns` to pass from a CTA to the next, and the first wave's CTAs, which all start
@@ -354,6 +354,7 @@ class _Work:
     sfu: np.ndarray  # (n,)
     vector: np.ndarray  # (n,) SFU + ALU: one instruction stream
     loads: np.ndarray  # (n,) loop bytes at the L2 → SM rate
+    local: np.ndarray  # (n,) of which the spills' local traffic (L1 and L2)
     edge_bytes: np.ndarray  # (n,)
     fetch_latency: np.ndarray  # (n,) iterations × load latency
     edge_wait: np.ndarray  # (n,) set-up and the first load's latency
@@ -412,9 +413,10 @@ def _work(w: Launch, t: TileConfig, r: _Rates, loop_hit: np.ndarray, spills: boo
     # memory, a fence and a barrier before the copy engine may read it (one per tile)
     alu = alu + w.reduce_ops * (eff.reduce_op_ns * 1e-9)
     edge_bytes = _edge_bytes(w)
-    loads = (w.read_bytes + w.write_bytes - w.edge_read - w.edge_write + spill_bytes(w, eff)) / r.l2
+    local = spill_bytes(w, eff) / r.l2
     if eff.local_gbs > 0:  # every local load and store passes the SM's L1, hit or miss
-        loads = loads + (w.local_load + w.local_store) / (eff.local_gbs * 1e9)
+        local = local + (w.local_load + w.local_store) / (eff.local_gbs * 1e9)
+    loads = (w.read_bytes + w.write_bytes - w.edge_read - w.edge_write) / r.l2 + local
     if spills:  # spilled registers: every iteration waits on local-memory reloads
         tensor, sfu, alu = (x * (1.0 + eff.spill_penalty) for x in (tensor, sfu, alu))
     # The tensor cores run beside the warps' own instructions (exponentials on the SFUs, the
@@ -436,8 +438,8 @@ def _work(w: Launch, t: TileConfig, r: _Rates, loop_hit: np.ndarray, spills: boo
     edge_wait = eff.cta_setup_ns * 1e-9 + np.where(w.edge_read > 0, eff.dram_latency_ns * 1e-9, 0.0)
     if w.descriptors:
         edge_wait = edge_wait + w.descriptors * DESCRIPTOR_NS * 1e-9
-    return _Work(tensor, sfu, vector, loads, edge_bytes, w.iters * latency, edge_wait, w.iters,
-                 wait, reduce_write, kind, along_m, drift)  # fmt: skip
+    return _Work(tensor, sfu, vector, loads, local, edge_bytes, w.iters * latency, edge_wait,
+                 w.iters, wait, reduce_write, kind, along_m, drift)  # fmt: skip
 
 
 def _durations(
@@ -455,6 +457,27 @@ def _durations(
     dur, edge, parts = _durations_of(x, t, r, c[:p])
     reps = w.n_ctas // p
     return np.tile(dur, reps), np.tile(edge, reps), np.tile(parts, (1, reps))
+
+
+def _one_stage(
+    compute: np.ndarray, loads: np.ndarray, local: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """(time per CTA, of which memory) of a one-stage loop: compute, `loads` (loop bytes at
+    the L2 rate, the spills' `local` traffic among them).
+
+    With one stage nothing is fetched ahead: each K/V tile is waited for before the compute
+    that uses it, so the tile loads add to the compute. The spills' local loads and stores are
+    not fetched ahead either, but they are the warps' own instructions, interleaved with the
+    compute they spill from, so they overlap it as in a pipelined loop: max(compute, local) +
+    tiles. Nsight Compute supports it (users' sweep, H100, 2026-11-26,
+    benchmarks/results/validation-users-NVIDIA-H100-80GB-HBM3-2026-11-26.json): adding the
+    local traffic to the compute at one stage made the spilling calls on spread tiles 18% too
+    slow on average (29 calls), where at two to four stages, overlapped, they were 4–17% too
+    fast; overlapping it at one stage too took the held-out half from 20.6% to 19.8%.
+    """
+    tiles = loads - local
+    inner = np.maximum(compute, local)
+    return inner + tiles, tiles + (inner - compute)
 
 
 def _durations_of(
@@ -487,8 +510,7 @@ def _durations_of(
         thr = np.maximum(compute, loads)
         mem_part = np.where(loads > compute, loads, 0.0)
     else:
-        thr = compute + loads
-        mem_part = loads
+        thr, mem_part = _one_stage(compute, loads, x.local)
     comp_part = thr - mem_part
     chained = None
     if x.wait is not None:
@@ -510,8 +532,10 @@ def _durations_of(
         # stages − 1 tile loads in flight, each taking the latency plus its transfer at this
         # SM's share of the L2 → SM bandwidth: at least (latency + transfer) / (stages − 1)
         # per iteration; one stage waits for every load before computing.
-        fetch = x.fetch_latency + busy * loads
-        floor = fetch / (t.stages - 1) if t.stages >= 2 else fetch + thr
+        if t.stages >= 2:
+            floor = (x.fetch_latency + busy * loads) / (t.stages - 1)
+        else:  # the tiles' fetch, then the iteration (`_one_stage`)
+            floor = x.fetch_latency + busy * (loads - x.local) + thr
         loop = np.maximum(k * thr, floor)
         if chained is not None:
             loop = np.maximum(loop, chained)

@@ -159,3 +159,19 @@ def test_spill_reloads_miss_l1_once_the_slots_outgrow_what_shared_memory_leaves(
     assert l1_miss(tight, eff) > l1_miss(roomy, eff)
     # measured kernels (no frame) keep the fitted share
     assert spill_l1(_spiller(0.0), t, 2, H100, 0).l1_miss is None
+
+
+def test_one_stage_spills_overlap_the_compute_they_interleave_with():
+    """A one-stage loop waits for each K/V tile before computing, but its spill reloads and
+    stores are the warps' own instructions among the compute: while they take less time than
+    the compute, the L1 rate they pass at does not change the kernel's time."""
+    p = AttentionProblem(seq_q=4096, head_dim=192, batch=4, heads=8)
+    w = kernelplan.build("fa2", p, TileConfig(256, 32, 1, 4))
+    assert w.launches[0].local_load.sum() > 1e10  # tens of GB of spill reloads
+
+    def at(gbs):
+        eff = dataclasses.replace(H100.efficiency, local_gbs=gbs)
+        return simulate_workload(w, dataclasses.replace(H100, efficiency=eff)).time_s
+
+    assert at(H100.efficiency.local_gbs) == pytest.approx(at(1e6), rel=1e-6)
+    assert at(5.0) > 2 * at(1e6)  # an L1 too slow for them: the spills set the pace
