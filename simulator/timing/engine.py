@@ -254,7 +254,7 @@ def spill_dram(
 
 def power_counts(w: Launch, eff: Efficiency) -> tuple[float, float]:
     """(tensor FLOPs, L2 ↔ SM bytes) of a launch: what `clock_share` weighs."""
-    l2 = w.read_bytes.sum() + w.write_bytes.sum() + spill_bytes(w, eff).sum()
+    l2 = (w.read_bytes.sum() + w.write_bytes.sum()) * w.l2_pad + spill_bytes(w, eff).sum()
     return float(w.flops.sum()), float(l2)
 
 
@@ -412,11 +412,12 @@ def _work(w: Launch, t: TileConfig, r: _Rates, loop_hit: np.ndarray, spills: boo
     # a bulk reduce-add also costs the CTA's warps its issue: the tile stored to shared
     # memory, a fence and a barrier before the copy engine may read it (one per tile)
     alu = alu + w.reduce_ops * (eff.reduce_op_ns * 1e-9)
-    edge_bytes = _edge_bytes(w)
+    edge_bytes = _edge_bytes(w) * w.l2_pad  # (`l2_pad`: tiles cross padded to head_dim's)
     local = spill_bytes(w, eff) / r.l2
     if eff.local_gbs > 0:  # every local load and store passes the SM's L1, hit or miss
         local = local + (w.local_load + w.local_store) / (eff.local_gbs * 1e9)
-    loads = (w.read_bytes + w.write_bytes - w.edge_read - w.edge_write) / r.l2 + local
+    tiles = (w.read_bytes + w.write_bytes - w.edge_read - w.edge_write) * w.l2_pad
+    loads = tiles / r.l2 + local
     if spills:  # spilled registers: every iteration waits on local-memory reloads
         tensor, sfu, alu = (x * (1.0 + eff.spill_penalty) for x in (tensor, sfu, alu))
     # The tensor cores run beside the warps' own instructions (exponentials on the SFUs, the
@@ -756,8 +757,10 @@ def _run_launch(
         "clock": clock,
         "dram_read_bytes": float(l2.dram_read.sum()) + spill_read,
         "dram_write_bytes": written + writeback,
-        "l2_read_bytes": float(w.read_bytes.sum() + l1_miss(w, r.eff) * w.local_load.sum()),
-        "l2_write_bytes": float(w.write_bytes.sum() + w.local_store.sum()),
+        "l2_read_bytes": float(
+            w.read_bytes.sum() * w.l2_pad + l1_miss(w, r.eff) * w.local_load.sum()
+        ),
+        "l2_write_bytes": float(w.write_bytes.sum() * w.l2_pad + w.local_store.sum()),
         "spill_l2_bytes": float(spill_bytes(w, r.eff).sum()),
         "spill_dram_bytes": writeback,
         "l2_dirty_bytes": dirty,

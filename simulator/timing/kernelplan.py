@@ -311,10 +311,18 @@ def padded(launch: Launch, p: AttentionProblem) -> Launch:
     the counted FLOPs. Nsight Compute's tensor-pipe activity on the users' sweep (H100,
     2026-11-26) supports it: per useful FLOP/s, the forwards that neither spill nor wait on the
     host keep the pipe 1.7, 1.3 and 1.4 times as busy at d = 80, 96 and 192 as at d = 128 and
-    256 (medians; the padding says 1.6, 1.33 and 1.33)."""
+    256 (medians; the padding says 1.6, 1.33 and 1.33).
+
+    The tiles cross between L2 and the SMs padded too (`l2_pad`, the same d_pad / d; what
+    reaches DRAM is the tensors' own bytes): on the same sweep the SMs' L2 bytes
+    (l1tex__m_xbar2l1tex_read_bytes + l1tex__m_l1tex2xbar_write_bytes) of the calls that do
+    not spill were a median 1.59, 1.33 and 1.33 times the counted bytes at d = 80, 96 and 192
+    in the forward (38, 30 and 23 calls; 1.58 and 1.31 in the backward at d = 80 and 96), and
+    1.000–1.005 at d = 32, 64, 128 and 256, where nothing is padded."""
     if not launch.mma_shapes:
         return launch
-    return dataclasses.replace(launch, mma_pad=pad_head_dim(p.head_dim) / p.head_dim)
+    pad = pad_head_dim(p.head_dim) / p.head_dim
+    return dataclasses.replace(launch, mma_pad=pad, l2_pad=pad)
 
 
 def with_descriptors(

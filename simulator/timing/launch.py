@@ -42,7 +42,8 @@ starts when the previous one starts, and its CTAs take SMs as that launch's CTAs
 and may say what its matrix products are (`mma_shapes`, `Product`s: how wide, how tall, and
 whether their A operand comes from shared memory), how many times an iteration waits on
 them (`chain`), and how much more matrix-product work the compiled kernel issues than the
-counted FLOPs (`mma_pad`: flashscope's kernels pad head_dim to a power of two on chip), and
+counted FLOPs (`mma_pad`: flashscope's kernels pad head_dim to a power of two on chip) and
+how many more bytes its tiles move between L2 and the SMs than counted (`l2_pad`), and
 how many tensor descriptors each CTA builds on the device (`descriptors`: flashscope's kernels
 describe their tensors to the copy engine once on the host only when every tile is whole).
 """
@@ -75,6 +76,7 @@ FloatArray = npt.NDArray[np.float64]
 _SCALARS = (
     "stream_blocks", "stream_tail", "tiles", "concurrent", "mma_shapes", "chain", "regs",
     "mma_pad", "descriptors", "host_descriptors", "local_frame", "stream_seen", "l1_miss",
+    "l2_pad",
 )  # fmt: skip
 _FLOAT = (
     "alu",
@@ -153,6 +155,7 @@ class Launch:
     # was measured (0: none, or measured: `local_writeback`)
     stream_seen: float = 0.0  # share of its streams' first reads the previous launch read too
     l1_miss: float | None = None  # share of spill reloads missing L1 (None: `spill_l1_miss`)
+    l2_pad: float = 1.0  # bytes between L2 and the SMs per counted byte (head_dim padded)
 
     @classmethod
     def make(
@@ -174,6 +177,7 @@ class Launch:
             "local_frame": float(cols.pop("local_frame", 0.0)),
             "stream_seen": float(cols.pop("stream_seen", 0.0)),
             "l1_miss": cols.pop("l1_miss", None),
+            "l2_pad": float(cols.pop("l2_pad", 1.0)),
         }
         for f in cls.__dataclass_fields__:
             if f in ("name", "kind", "rows", "grid", "dtype_bytes", *_SCALARS):

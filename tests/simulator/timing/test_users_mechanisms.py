@@ -175,3 +175,22 @@ def test_one_stage_spills_overlap_the_compute_they_interleave_with():
 
     assert at(H100.efficiency.local_gbs) == pytest.approx(at(1e6), rel=1e-6)
     assert at(5.0) > 2 * at(1e6)  # an L1 too slow for them: the spills set the pace
+
+
+@pytest.mark.parametrize(
+    ("head_dim", "pad"), [(80, 1.6), (96, 128 / 96), (192, 256 / 192), (128, 1.0)]
+)
+def test_padded_tiles_cross_between_l2_and_the_sms_padded(head_dim, pad):
+    """At a head_dim that is not a power of two the tiles move d_pad / d of the counted bytes
+    between L2 and the SMs (Nsight Compute's SM-side L2 bytes on the users' sweep: 1.59, 1.33
+    and 1.33 at d = 80, 96 and 192); DRAM sees only the tensors' own bytes."""
+    p = AttentionProblem(seq_q=2048, head_dim=head_dim, batch=2, heads=8)
+    w = kernelplan.build("fa2", p, TileConfig(64, 32, 2, 4), gpu_key="h100-sxm")
+    assert w.launches[0].l2_pad == pytest.approx(pad)
+    counted = dataclasses.replace(w, launches=(dataclasses.replace(w.launches[0], l2_pad=1.0),))
+    got, base = simulate_workload(w, H100), simulate_workload(counted, H100)
+    assert got.l2_bytes == pytest.approx(pad * base.l2_bytes, rel=1e-9)
+    assert got.dram_read_bytes + got.dram_write_bytes == pytest.approx(
+        base.dram_read_bytes + base.dram_write_bytes, rel=1e-9
+    )
+    assert got.time_s >= base.time_s
