@@ -105,8 +105,13 @@ def per_head(x: npt.ArrayLike, heads: int, heavy_first: bool = False) -> np.ndar
     return np.tile(x[::-1] if heavy_first else x, heads)
 
 
-def _fa2(p: AttentionProblem, t: TileConfig, heavy_first: bool = False) -> tuple[Launch, ...]:
+def _fa2(
+    p: AttentionProblem, t: TileConfig, heavy_first: bool = False, acc_cols: int | None = None
+) -> tuple[Launch, ...]:
+    """The FA-2 forward; `acc_cols`: the O accumulator's columns on chip (head_dim where None),
+    which its rescale each step and its normalization at the end run over."""
     e, d, bh_n = p.dtype_bytes, p.head_dim, p.batch * p.heads
+    acc = d if acc_cols is None else acc_cols
     rows, vis, vcols, _ = _query_grid(p, t)
     n_q = len(rows)
     area = rows * vcols
@@ -128,7 +133,7 @@ def _fa2(p: AttentionProblem, t: TileConfig, heavy_first: bool = False) -> tuple
             stats_write=tile(rows),
             flops=tile(4 * d * area),
             exps=tile(area + rows * vis),
-            alu=tile(4.0 * area + rows * d * vis + rows * d + 2 * rows),
+            alu=tile(4.0 * area + rows * acc * vis + rows * acc + 2 * rows),
             edge_read=tile(rows * d * e),
             edge_write=tile(rows * d * e + rows * STATS_BYTES),
             stream_read=tile(2.0 * d * vcols * e),

@@ -194,3 +194,17 @@ def test_padded_tiles_cross_between_l2_and_the_sms_padded(head_dim, pad):
         base.dram_read_bytes + base.dram_write_bytes, rel=1e-9
     )
     assert got.time_s >= base.time_s
+
+
+def test_the_forwards_accumulator_is_rescaled_at_the_padded_width():
+    """O's accumulator is head_dim padded to a power of two wide on chip, so the FP32 work of
+    its rescale and normalization at d = 80 is that of d = 128; the convention's count (the
+    papers' algorithm) keeps d."""
+    from flashscope.simulator.timing.workload import build
+
+    t = TileConfig(128, 64, 3, 8)
+    narrow, wide = (AttentionProblem(seq_q=2048, head_dim=d, batch=2, heads=8) for d in (80, 128))
+    alu = [kernelplan.build("fa2", q, t).launches[0].alu for q in (narrow, wide)]
+    assert np.array_equal(alu[0], alu[1])
+    papers = [build("fa2", q, t).launches[0].alu.sum() for q in (narrow, wide)]
+    assert papers[0] < papers[1]
