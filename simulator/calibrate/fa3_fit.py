@@ -4,7 +4,8 @@ of the measured rows (`fa3_rows.held_out` is false) together with the recorded t
 The loss is the mean absolute log ratio of model to measured time over the fit half's rows,
 plus TIMELINE_WEIGHT times that of the timelines' phase lengths (`fa3_timelines`; each length
 offset by PHASE_FLOOR_NS so that a wait of a few ns measured against none modelled does not
-dominate). The search is `fitting`'s: Nelder–Mead, then coordinate steps, deterministic.
+dominate; the causal timelines add their last, masked, block's softmax, CAUSAL_PHASES). The
+search is `fitting`'s: Nelder–Mead, then coordinate steps, deterministic.
 Held-out rows never enter it, nor rows of a head_dim outside FIT_HEAD_DIMS: the d = 256 rows
 (benchmarks/results/hopper-forward-d256-*.json) were measured after the terms were first
 fitted and stay an out-of-sample check on both sides of the split.
@@ -33,11 +34,13 @@ PARAMS = (
     Param("softmax_ns", 0.0, 600.0),
     Param("barrier_ns", 0.0, 200.0),
     Param("mma_drag", 0.0, 0.8),
+    Param("mask_ops", 1.0, 30.0, log=True),
 )
 TIMELINE_WEIGHT = 0.5
 PHASE_FLOOR_NS = 100.0
 FIT_HEAD_DIMS = (64, 128)
 FITTED_PHASES = ("wait_k", "qk", "softmax", "pv", "load_k", "load_v")
+CAUSAL_PHASES = ("softmax_last",)  # fitted on the causal timelines only: a masked block
 
 
 def loss(
@@ -58,7 +61,7 @@ def loss(
         return row_loss
     phase = []
     for cmp in compare_phases(runs, terms=terms):
-        for name in FITTED_PHASES:
+        for name in FITTED_PHASES + (CAUSAL_PHASES if cmp["causal"] else ()):
             m, s = cmp["measured"][name], cmp["model"][name]
             phase.append(abs(math.log((s + PHASE_FLOOR_NS) / (m + PHASE_FLOOR_NS))))
     return row_loss + TIMELINE_WEIGHT * float(np.mean(phase))

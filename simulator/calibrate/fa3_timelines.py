@@ -5,7 +5,8 @@ A phase's length is compared per key block of one warpgroup, in the steady part 
 tile: blocks 1 to n − 2 (the first and last blocks issue differently), every interval of that
 phase of a block summed (a pipelined block has two softmax intervals: the softmax and, once P·V
 is done, the rescale), and a wait that did not happen counted as 0 ns. Copies are the mean of
-their intervals from issue to landing.
+their intervals from issue to landing. `softmax_last` is the softmax of the first tile's last
+block (under the causal mask, a masked block), per warpgroup.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ COPY_PHASES = ("load_k", "load_v")
 
 def phase_lengths(intervals: list[dict[str, Any]], consumers: int) -> dict[str, float]:
     """Mean ns per block and warpgroup of each consumer phase, and per copy of K and V, over
-    blocks 1 … n − 2 of tile 0."""
+    blocks 1 … n − 2 of tile 0; and the softmax of its last block (`softmax_last`)."""
     first = [iv for iv in intervals if iv["tile"] == 0]
     blocks = {iv["block"] for iv in first if iv["phase"] == "qk"}
     n = max(blocks) + 1 if blocks else 0
@@ -38,6 +39,12 @@ def phase_lengths(intervals: list[dict[str, Any]], consumers: int) -> dict[str, 
             if iv["phase"] == phase and iv["block"] in steady
         )
         out[phase] = total / max(1, consumers * len(steady))
+    last = sum(
+        iv["end_ns"] - iv["start_ns"]
+        for iv in first
+        if iv["phase"] == "softmax" and iv["block"] == n - 1
+    )
+    out["softmax_last"] = last / max(1, consumers)
     for phase in COPY_PHASES:
         spans = [
             iv["end_ns"] - iv["start_ns"]

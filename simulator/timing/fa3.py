@@ -11,8 +11,9 @@ slot (SMs × `ctas`) looping over tiles, its loader fetching the next tile's Q e
 How the time is made:
 1. Per-block work of one warpgroup (`costs`): each product's FLOPs at the SM's share of the
    tensor peak × `Fa3Terms.tensor`; 64·(block_n + 1) exp2 at `sfu_per_clk` × clock ×
-   `efficiency.sfu`; SOFTMAX_OPS FP32 operations per score (MASK_OPS more on a masked step),
-   the rescale's one per element of O and the epilogue at `Fa3Terms.softmax_ops_per_clk`;
+   `efficiency.sfu`; SOFTMAX_OPS FP32 operations per score (`Fa3Terms.mask_ops` more on a
+   masked step), the rescale's one per element of O and the epilogue at
+   `Fa3Terms.softmax_ops_per_clk`;
    copies at `Fa3Terms.copy_gbs` shared by the copies in flight, then `kv_latency_ns` (K, V)
    or `dram_latency_ns` (Q); the latencies of `Fa3Terms` (a product's completion seen, a
    softmax's own, a barrier wait's).
@@ -24,15 +25,17 @@ How the time is made:
    steps and its half step, a + b·n + m·masked + h·half, read from a few short runs of the SM
    (for persistent programs, the cost of a further tile from runs of two tiles); CTAs go to
    slots in launch order, each to the slot free first (`cta_dispatch_ns` between two CTAs);
-   persistent programs take their tiles in turn, or, causal, by the kernel's host schedule.
+   persistent programs take their tiles in turn, or, causal, by the kernel's host schedule
+   (`Fa3Config.scheduled`; in turn, a program meets the same ranks of every head where the
+   programs are a multiple of a head's tiles).
    The first CTAs start `cold_start_ns` late; the time is at least the unique bytes at the HBM
    rate.
 
 What it leaves out: register pressure (three consumers hold 160 registers a thread), the power
-cap's clock, L2 misses of K/V and what the order of causal tiles does to them (bands of one
-head, the kernel's default, measure up to 1.9× slower than bands of 8 or 32 with three
-consumers at N = 1024 on the H200, benchmarks/results/hopper-forward-d64-causal-bands-*.json;
-the model sees only the bands' load balance).
+cap's clock, L2 misses of K/V and what the order of causal tiles does to them beyond the load
+balance (one band of all heads measures 4–28% slower than the model gives), and whatever makes
+three consumers under the causal mask slower than the model at N ≤ 2048 (24% on average at
+N = 1024, 13% at 2048) where no schedule in turn explains it (docs/timing-model.md).
 
 FP8 (`dtype="fp8"`, e4m3) is a what-if, not a kernel: twice the tensor rate, one byte per
 element of Q, K and V (O stays 16-bit), a 4-byte scale per block of Q, K and V, and FP8_OPS more
@@ -74,7 +77,7 @@ ALGO = "fa3"
 DTYPES = ("fp16", "bf16", "fp8")
 ELEMENT_BYTES = {"fp16": 2, "bf16": 2, "fp8": 1}
 SOFTMAX_OPS = 4  # FP32 operations per score beside its exp2: max, scale-and-subtract, sum, cvt
-MASK_OPS = 3  # more per score of a masked step: the column index, the compare, the select
+MASK_OPS = 3  # the former estimate of a masked step's extra work per score (now `Fa3Terms`)
 FP8_OPS = 1  # fp8: P scaled before its conversion (S's descale folds into the softmax scale)
 WGMMA_LATENCY_NS = 40.0  # the former estimate of a product's drain (now `Fa3Terms`)
 __all__ = [
@@ -108,45 +111,53 @@ class Fa3Terms:
 
     tensor: share of the datasheet tensor rate one product runs at. A lone S = QKᵀ of the plain
         loop records 276 ns for 2.1 MFLOP at d = 128 and 151 ns for 1.05 MFLOP at d = 64 (280
-        and 140 ns at the datasheet rate); fitted with the issue and drain around it: 0.90.
+        and 140 ns at the datasheet rate); fitted with the issue and drain around it: 0.83.
     mma_latency_ns: from a product's last work to its completion being seen (wgmma wait);
-        fitted (77 ns): the timelines' stamps resolve ~20 ns.
+        fitted (60 ns): the timelines' stamps resolve ~20 ns.
     softmax_ops_per_clk: FP32 operations per SM clock for the softmax (SOFTMAX_OPS per score,
-        MASK_OPS more on a masked step, the rescale's one per element of O), shared by the
-        softmaxes running at once; fitted: 52.5 per clock.
+        `mask_ops` more on a masked step, the rescale's one per element of O), shared by the
+        softmaxes running at once; fitted: 62.5 per clock.
     kv_latency_ns, copy_gbs: a K or V copy takes its bytes at `copy_gbs` per SM, shared by the
         copies in flight, then `kv_latency_ns` to its barrier. The plain loop's copies at
         d = 128 record 3.0–3.1 µs from issue to the consumer with three in flight, ping-pong's
         1.3–1.7 µs with two; one warpgroup alone per SM (block_n 64, three stages at d = 128:
         131,436 bytes of shared memory, one CTA) takes 1.14 ms on the H100 for 4 × 16 × 4096
         (hopper-forward-NVIDIA-H100-80GB-HBM3-2026-11-22.json), ≈ 550 ns per block of 32 KB of
-        K and V; fitted: 92 B/ns and 755 ns.
+        K and V; fitted: 110 B/ns and 804 ns.
     softmax_ns: a softmax's own latency beside its work (its row reductions' shuffles), on no
         shared unit. Per 64 keys the rows' slopes in N measure 940–965 ns with 64-key blocks
         at d = 128 ([2, 64, 3, 1, 1]) against 808–836 ns with 128-key ones ([2, 128, 2, 1, 1]):
-        a cost per block, not per key; fitted: 60 ns.
+        a cost per block, not per key; fitted: 34 ns.
     barrier_ns: a consumer's wait on an mbarrier however early the arrival: the timelines' V
         waits record 69–119 ns per block where V had landed before (pipelined and ping-pong at
-        d = 128: 69–76 ns), the turns 62–102 ns; fitted: 55 ns.
+        d = 128: 69–76 ns), the turns 62–102 ns; fitted: 63 ns.
     mma_drag: share of the SFU's and FP32 units' rate lost while products run on the SM (the
         products' operands and accumulators pass through the same register files). The
         timelines' ping-pong softmax at d = 128 records 832–850 ns per block with the tensor
         cores busy through most of it, the plain loop's 698 ns with its rescale and with none
-        of its own products beside it; fitted: 0.51.
+        of its own products beside it; fitted: 0.63.
+    mask_ops: FP32 operations more per score on a masked step (the column and row indices, the
+        compare, the select, the scale no longer folded into the exponent's operand), on the
+        softmax's units. The causal timelines' last block, the only masked one of their first
+        tile, records a softmax of 1647 ns in the plain loop at d = 128 against 699 ns for an
+        unmasked block, and 1590 ns against 850 under ping-pong: about a microsecond more,
+        where three operations a score gave 410–430 ns more. Fitted with that block's softmax in
+        the fit's loss (`fa3_fit.CAUSAL_PHASES`): 4.5.
     blocking_issue: a product's issue returns once the product has the tensor cores. The plain
         loop at d = 128 (the timelines, block 10): both warpgroups wait for the same K; the
         first's S is issued as K lands and done 276 ns later, the second's issue returns only
         then (314 ns after K) and its S is done 277 ns after that.
     """
 
-    tensor: float = 0.8234415260101751
-    mma_latency_ns: float = 65.32161095837878
-    softmax_ops_per_clk: float = 61.56645431334183
-    kv_latency_ns: float = 810.667637438341
-    copy_gbs: float = 107.14514379098202
-    softmax_ns: float = 38.18553226524256
-    barrier_ns: float = 64.23346962651479
-    mma_drag: float = 0.6280997641071945
+    tensor: float = 0.831650122411293
+    mma_latency_ns: float = 60.42557427702931
+    softmax_ops_per_clk: float = 62.458417811445734
+    kv_latency_ns: float = 804.3684828110648
+    copy_gbs: float = 109.88687064900584
+    softmax_ns: float = 34.37706380029045
+    barrier_ns: float = 62.914613595008184
+    mma_drag: float = 0.6324358179440586
+    mask_ops: float = 4.529804491223337
     blocking_issue: bool = True
 
 
@@ -182,7 +193,7 @@ def costs(
         copy_latency=terms.kv_latency_ns,
         q_latency=eff.dram_latency_ns,
         rescale=BLOCK_M * d / fp32,
-        mask_alu=MASK_OPS * BLOCK_M * bn / fp32,
+        mask_alu=terms.mask_ops * BLOCK_M * bn / fp32,
         softmax_ns=terms.softmax_ns,
         blocking_issue=terms.blocking_issue,
         barrier_ns=terms.barrier_ns,
@@ -385,7 +396,7 @@ def simulate_with_terms(
     if cfg.persistent:
         # a tile after another in the same program
         further = _linear(c, cfg, n_max, 2, resident, any_masked, any_half) @ shape - tile_cost
-        if problem.causal:
+        if problem.causal and cfg.scheduled:
             host = fa3_grid.host_costs(steps, half)
             busy_program = fa3_grid.scheduled_busy(tile_cost, further, host, programs)
             share = fa3_grid.owners(host, programs, count=programs * shown_tiles)

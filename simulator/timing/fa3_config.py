@@ -34,7 +34,13 @@ SHARED_PER_CTA = 232448
 
 @dataclass(frozen=True)
 class Fa3Config:
-    """One launch of the warp-specialized forward (the kernel's WsConfig, block_m fixed at 64)."""
+    """One launch of the warp-specialized forward (the kernel's WsConfig, block_m fixed at 64).
+
+    `scheduled` and `half_steps` are the kernel's module switches SCHEDULE_TILES and HALF_STEPS
+    (both on in the kernel; off, persistent causal programs take their tiles in turn, t =
+    program, + programs, …, and an unpipelined causal tile computes its last block whole): the
+    kernel ran with both off before it had them, and its benchmark names rows of either one
+    off "ws[…]/turns" and "ws[…]/whole"."""
 
     consumers: int = 2
     block_n: int = 128
@@ -44,6 +50,8 @@ class Fa3Config:
     pingpong: bool = False
     persistent: bool = False
     band: int = 1
+    scheduled: bool = True
+    half_steps: bool = True
 
     def __post_init__(self) -> None:
         checks = (
@@ -58,7 +66,7 @@ class Fa3Config:
                 raise ValueError(
                     f"{name} must be one of {', '.join(map(str, allowed))}, got {value!r}"
                 )
-        for name in ("pipeline", "pingpong", "persistent"):
+        for name in ("pipeline", "pingpong", "persistent", "scheduled", "half_steps"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be true or false, got {getattr(self, name)!r}")
         if isinstance(self.band, bool) or not isinstance(self.band, int) or self.band < 0:
@@ -140,7 +148,7 @@ def tile_masks(
     full = np.minimum(np.clip(m0 + n_k - n_q + 1, 0, None) // cfg.block_n, hi // cfg.block_n)
     masked = (steps - full + (full >= 1) * int(cfg.pipeline)).astype(np.int64)
     half = np.zeros(steps.size, dtype=np.int64)
-    if not cfg.pipeline and cfg.tile_m % cfg.block_n != 0:
+    if cfg.half_steps and not cfg.pipeline and cfg.tile_m % cfg.block_n != 0:
         half = ((full < steps) & (hi - (steps - 1) * cfg.block_n <= cfg.block_n // 2)).astype(
             np.int64
         )

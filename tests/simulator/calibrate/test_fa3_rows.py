@@ -26,9 +26,11 @@ H100 = RESULTS / "hopper-forward-NVIDIA-H100-80GB-HBM3-2026-11-22.json"
 TIMELINES = RESULTS / "warpgroups-timelines-NVIDIA-H100-80GB-HBM3-2026-11-26.json"
 VARIANTS = RESULTS / "warpgroups-NVIDIA-H100-80GB-HBM3-2026-11-26.json"
 RECORD = RESULTS / "fa3-model-2026-11-26.json"
+BANDS = RESULTS / "hopper-forward-d64-causal-bands-NVIDIA-H200-2026-11-22.json"
+SCHEDULED = RESULTS / "hopper-forward-causal-scheduled-NVIDIA-H200-2026-11-22.json"
 # What the shipped terms reach (docs/timing-model.md); a change that worsens them fails here.
-HELD_OUT_MAPE = 0.09
-RANKING = 0.80
+HELD_OUT_MAPE = 0.075
+RANKING = 0.83
 # A steady block's softmax, S and P·V phases and the K/V copies, model against recorded.
 PHASE_TOLERANCE = 0.5  # the plain loop's S is modelled 1.5 times its recorded length
 LAUNCH_TOLERANCE = 0.06  # and the recorded launches' times
@@ -88,6 +90,21 @@ def test_the_timelines_phases_are_near_the_recorded_ones():
         assert cmp["model_ms"] == pytest.approx(cmp["measured_ms"], rel=LAUNCH_TOLERANCE)
 
 
+def test_a_masked_block_costs_the_softmax_what_the_timelines_record():
+    """The causal timelines' last block (masked) records a softmax about a microsecond longer
+    than a steady one at d = 128 (plain 699 → 1647 ns, ping-pong 850 → 1590): the model's
+    masked step (`Fa3Terms.mask_ops`) gives it within a fifth, and at least 0.6 of the
+    excess."""
+    runs = [r for r in recorded(TIMELINES) if r["causal"]]
+    assert len(runs) == 2
+    for cmp in compare_phases(runs):
+        m, s = cmp["measured"], cmp["model"]
+        assert s["softmax_last"] == pytest.approx(m["softmax_last"], rel=0.2), cmp["variant"]
+        excess = m["softmax_last"] - m["softmax"]
+        assert excess > 500.0
+        assert s["softmax_last"] - s["softmax"] > 0.6 * excess, cmp["variant"]
+
+
 def _variants(head_dim: int, causal: bool) -> dict[int, dict[str, dict]]:
     """The variants timed side by side (warpgroups-*.json), by length, with the model's time."""
     rows = [
@@ -127,6 +144,29 @@ def test_the_model_stays_near_the_measured_h100_rows():
         assert r["model_ms"] > 0
         assert r["error"] == pytest.approx((r["model_ms"] - r["ms"]) / r["ms"])
         assert r["group"] == group(r)
+
+
+def test_rows_measured_before_the_host_schedule_take_their_tiles_in_turn():
+    """The bands file was measured with persistent causal programs taking their tiles in turn:
+    three warpgroups in bands of one head measure 1.4-1.9x bands of 8 at N = 1024-4096 (132
+    programs, 6, 11 or 22 tiles a head: each program meets one rank of every head). Modelled
+    in turn, band 1 is within 25% of each of those rows and slower than band 8 by 1.2x at
+    least; the same configuration measured with the host schedule is modelled with it."""
+    bands = [r for r in measured_rows([BANDS]) if r["seq_len"] <= 4096]
+    assert bands and all(not r["config"].scheduled and not r["config"].half_steps for r in bands)
+    assert all(r["config"].scheduled for r in measured_rows([SCHEDULED]))
+    pp = [r for r in bands if r["impl"].startswith("ws[3, 128, 2, 1, 1, 1, 1")]
+    out = {(r["impl"], r["seq_len"], r["dtype"]): r for r in compare(pp)["rows"]}
+    slow = 0
+    for (impl, n, dtype), r in out.items():
+        if impl != "ws[3, 128, 2, 1, 1, 1, 1]":
+            continue
+        eight = out[("ws[3, 128, 2, 1, 1, 1, 1, 8]", n, dtype)]
+        assert r["ms"] > 1.4 * eight["ms"]
+        assert abs(r["error"]) < 0.25, (n, dtype, r["error"])
+        assert r["model_ms"] > 1.2 * eight["model_ms"], (n, dtype)
+        slow += 1
+    assert slow == 6
 
 
 def test_the_fit_leaves_the_d256_rows_out(result):

@@ -167,6 +167,35 @@ def test_persistent_matters_only_with_many_tiles():
             assert pers.time_ns < plain.time_ns
 
 
+def test_tiles_in_turn_leave_a_program_one_rank_where_programs_divide_the_heads():
+    """Persistent causal programs taking their tiles in turn (the kernel before its host
+    schedule, `scheduled=False`): at N = 1024 a head has six tiles of 192 rows and 132 programs
+    are 22 heads' worth, so in bands of one head each program takes the same rank of every head
+    it meets, the heaviest or the lightest; in bands of 8 the ranks mix. The H200 measured
+    ws[3, 128, 2, 1, 1, 1, 1] at 0.51 ms in band 1 against 0.28 in band 8
+    (benchmarks/results/hopper-forward-d64-causal-bands-*.json); the host schedule evens it."""
+    h200 = hardware.from_name("h200")
+    p = problem(seq_q=1024, head_dim=64, heads=32, batch=16, causal=True)
+
+    def time(band: int, scheduled: bool) -> float:
+        cfg = Fa3Config(3, 128, 2, True, 1, pingpong=True, persistent=True, band=band,
+                        scheduled=scheduled)  # fmt: skip
+        return simulate_fa3(p, cfg, h200).time_ns
+
+    assert time(1, False) > 1.3 * time(8, False)
+    assert time(1, True) == pytest.approx(time(8, True), rel=0.1)
+    assert time(1, True) < time(1, False) / 1.4
+
+
+def test_a_whole_last_block_costs_more_than_its_half():
+    """HALF_STEPS off (`half_steps=False`): an unpipelined causal tile of 128 rows with 256-key
+    blocks computes its half-visible last block whole, as the kernel did before it had them."""
+    p = problem(seq_q=2048, head_dim=64, heads=32, batch=8, causal=True)
+    half = simulate_fa3(p, Fa3Config(2, 256, 2, False, 1), H100).time_ns
+    whole = simulate_fa3(p, Fa3Config(2, 256, 2, False, 1, half_steps=False), H100).time_ns
+    assert whole > half
+
+
 def test_fp8_is_faster_where_the_products_bound_the_time():
     for head_dim, cfg in ((128, Fa3Config()), (256, Fa3Config(consumers=1, block_n=64))):
         p = problem(head_dim=head_dim)
