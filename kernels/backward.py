@@ -65,9 +65,12 @@ from flashscope.simulator.timing.kernelplan import tuned_keys
 # Triton kernels keep compact argument lists, as in Triton's own tutorials.
 # fmt: off
 @triton.jit
-def _bwd_preprocess(O, DO, DELTA, s_ob, s_oh, s_on, s_db, s_dh, s_dn, H, N_Q,
-                    HEAD_DIM: tl.constexpr, D_PAD: tl.constexpr, BLOCK_M: tl.constexpr):
-    """D = rowsum(dO ∘ O) in fp32: reads 2 · BLOCK_M · d elements, writes BLOCK_M."""
+def _bwd_preprocess(O, DO, DELTA, DQACC, s_ob, s_oh, s_on, s_db, s_dh, s_dn, H, N_Q,
+                    HEAD_DIM: tl.constexpr, D_PAD: tl.constexpr, BLOCK_M: tl.constexpr,
+                    ZERO_DQ: tl.constexpr):
+    """D = rowsum(dO ∘ O) in fp32: reads 2 · BLOCK_M · d elements, writes BLOCK_M. ZERO_DQ:
+    also fills the same rows of the contiguous fp32 dQ accumulator DQACC with zeros (one launch
+    instead of a fill of its own)."""
     bh = tl.program_id(1)
     b = bh // H
     h = bh % H
@@ -79,6 +82,9 @@ def _bwd_preprocess(O, DO, DELTA, s_ob, s_oh, s_on, s_db, s_dh, s_dn, H, N_Q,
     rows = m0 + tl.arange(0, BLOCK_M)
     delta = tl.sum(o.to(tl.float32) * do.to(tl.float32), 1)
     tl.store(DELTA + bh.to(tl.int64) * N_Q + rows, delta, mask=rows < N_Q)
+    if ZERO_DQ:
+        store_rows(DQACC, DQACC + bh.to(tl.int64) * N_Q * HEAD_DIM, m0, N_Q, HEAD_DIM,
+                   tl.zeros([BLOCK_M, D_PAD], tl.float32), HEAD_DIM, BLOCK_M, D_PAD, False)
 
 
 @triton.jit
@@ -306,16 +312,25 @@ def _attn_bwd_dq(Q, K, V, DO, DQ, LSE, DELTA, qk_scale2, scale,
 DQ_MODES = ("separate", "atomic")
 
 
-def preprocess(o: torch.Tensor, do: torch.Tensor, dlse: torch.Tensor | None = None) -> torch.Tensor:
-    """D = rowsum(dO ∘ O) (B, H, N_q) fp32, minus LSE's own gradient when there is one."""
+def preprocess(
+    o: torch.Tensor,
+    do: torch.Tensor,
+    dlse: torch.Tensor | None = None,
+    zero_dq: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """D = rowsum(dO ∘ O) (B, H, N_q) fp32, minus LSE's own gradient when there is one.
+    `zero_dq`: a contiguous fp32 tensor shaped like the queries, filled with zeros on the way."""
     b, h, n_q, d = o.shape
     d_pad = pad_dim(d)
     delta = output((b, h, n_q), torch.float32, o.device)
     block = 64 if d_pad <= 128 else 32
+    if zero_dq is not None and not (zero_dq.is_contiguous() and zero_dq.shape == o.shape):
+        raise ValueError("zero_dq must be contiguous and shaped like the output")
     launch(
         _bwd_preprocess, (triton.cdiv(n_q, block), b * h),
-        (o, do, delta, *o.stride()[:3], *do.stride()[:3], h, n_q),
-        dict(HEAD_DIM=d, D_PAD=d_pad, BLOCK_M=block), {},
+        (o, do, delta, delta if zero_dq is None else zero_dq, *o.stride()[:3],
+         *do.stride()[:3], h, n_q),
+        dict(HEAD_DIM=d, D_PAD=d_pad, BLOCK_M=block, ZERO_DQ=zero_dq is not None), {},
     )  # fmt: skip
     if dlse is not None:
         delta -= dlse.float()  # LSE's gradient enters as dS = P ∘ (dP − D + dLSE)

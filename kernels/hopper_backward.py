@@ -23,8 +23,10 @@ work of one key block is split between warpgroups, after FlashAttention-3's back
   another's products;
 - the loader gives its registers up to the consumers (`warp_specialize`'s budgets).
 
-A last pass scales and casts dQ (as the Triton backward's atomic route does). Five products per
-tile pair, as the FlashAttention-2 paper counts them.
+The pass that computes D = rowsum(dO ∘ O) also zeroes the fp32 dQ buffer, the kernel adds dQ
+already scaled, and one cast finishes it: two passes over the buffer fewer than the Triton
+backward's atomic route (a fill of its own and a scale), which took about 5% off a d = 128,
+N = 2048 call on an H100. Five products per tile pair, as the FlashAttention-2 paper counts them.
 
 Limits (`supports` says why a call does not qualify; the Triton backward runs everything else):
 a Hopper GPU, fp16 or bf16, head_dim 33 to 128, inputs that flatten to (B·H·N, d) with rows on
@@ -73,6 +75,7 @@ from flashscope.simulator.timing.kernelplan import tuned_keys
 
 _LOADER_REGS = gl.constexpr(LOADER_REGS)
 KEYS_PER_CONSUMER = 64  # one warpgroup's rows of a wgmma
+MAX_BAND = 256
 
 
 @dataclass(frozen=True)
@@ -80,12 +83,14 @@ class BwdConfig:
     """One launch of the warp-specialized backward.
 
     consumers: warpgroups per program, each owning 64 keys (the key block is 64·consumers);
-    block_m: query rows per step; stages: depth of the Q/dO ring.
+    block_m: query rows per step; stages: depth of the Q/dO ring; band: the programs in bands
+    of that many heads, key block by key block (`_block`); 0: head after head.
     """
 
     consumers: int = 2
     block_m: int = 64
     stages: int = 2
+    band: int = 0
 
     def __post_init__(self) -> None:
         if self.consumers not in (1, 2):
@@ -94,13 +99,16 @@ class BwdConfig:
             raise ValueError(f"block_m must be 64 or 128, got {self.block_m!r}")
         if self.stages not in (1, 2, 3):
             raise ValueError(f"stages must be 1, 2 or 3, got {self.stages!r}")
+        if not (isinstance(self.band, int) and 0 <= self.band <= MAX_BAND):
+            raise ValueError(f"band must be 0 to {MAX_BAND}, got {self.band!r}")
 
     @property
     def block_n(self) -> int:
         return KEYS_PER_CONSUMER * self.consumers
 
     def as_list(self) -> list[int]:
-        return [self.consumers, self.block_m, self.stages]
+        """As the tuned table holds it (a band of 0 left out)."""
+        return [self.consumers, self.block_m, self.stages] + ([self.band] if self.band else [])
 
     def registers(self) -> tuple[int, int]:
         """(registers per thread at launch, per consumer thread once the loader's warpgroup
@@ -122,10 +130,11 @@ class BwdConfig:
 
 # The configurations benchmarks/hopper_backward.py times per head_dim (and the tuned table picks
 # from): two warpgroups of 64 keys; at 64, query blocks of 64 or 128 rows; at 128, a ring of 2 or
-# 3 stages (the registers leave no room for 128-row query blocks).
+# 3 stages (the registers leave no room for 128-row query blocks); the fastest of each also in
+# bands of 16 heads (`_block`).
 CANDIDATES = {
-    64: (BwdConfig(2, 64, 2), BwdConfig(2, 128, 2)),
-    128: (BwdConfig(2, 64, 2), BwdConfig(2, 64, 3)),
+    64: (BwdConfig(2, 64, 2), BwdConfig(2, 128, 2), BwdConfig(2, 128, 2, 16)),
+    128: (BwdConfig(2, 64, 2), BwdConfig(2, 64, 3), BwdConfig(2, 64, 2, 16)),
 }
 
 
@@ -163,6 +172,27 @@ def _steps(j, N_Q, N_K, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, CAUSAL: gl
 
 
 @gluon.jit
+def _block(BAND: gl.constexpr):
+    """(key block, batch · K/V head) of this program. The GPU starts programs in the grid's
+    order; BAND 0 keeps it (a head's key blocks one after another). BAND > 0 takes the heads
+    BAND at a time and, within a band, starts key block 0 of each head, then key block 1, and so
+    on. Causal, key block 0 sees every query block and the last sees the fewest, so the grid
+    ends on its shortest programs instead of a head's longest one; a band keeps the heads read
+    at the same time few enough for their Q and dO to stay in L2."""
+    j = gl.program_id(0)
+    bkv = gl.program_id(1)
+    if BAND > 0:
+        n_kb = gl.num_programs(0)
+        p = bkv * n_kb + j
+        band = p // (BAND * n_kb)
+        r = p - band * (BAND * n_kb)
+        heads = gl.minimum(gl.num_programs(1) - band * BAND, BAND)
+        j = r // heads
+        bkv = band * BAND + r % heads
+    return j, bkv
+
+
+@gluon.jit
 def _q_row(bkv, g, H, GROUP, N_Q):
     """The flattened row of query head g (of K/V head bkv's group) where its queries start."""
     h_kv = H // GROUP
@@ -171,13 +201,12 @@ def _q_row(bkv, g, H, GROUP, N_Q):
 
 @gluon.jit
 def _loader(args, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
-            CAUSAL: gl.constexpr):
+            CAUSAL: gl.constexpr, BAND: gl.constexpr):
     """One warp: the block's K and V, then Q and dO of every step into the ring."""
     (q_desc, k_desc, v_desc, do_desc, k_smem, v_smem, q_smem, do_smem, lse_smem, delta_smem,
      kv_ready, q_ready, q_empty, LSE, DELTA, N_Q, N_K, H, GROUP) = args
     rows_layout: gl.constexpr = gl.BlockedLayout([BLOCK_M // 32], [32], [1], [0])
-    j = gl.program_id(0)
-    bkv = gl.program_id(1)
+    j, bkv = _block(BAND)
     kv_row = bkv * N_K + j * BLOCK_N
     KV_BYTES: gl.constexpr = k_desc.block_type.nbytes + v_desc.block_type.nbytes
     STEP_BYTES: gl.constexpr = q_desc.block_type.nbytes + do_desc.block_type.nbytes
@@ -231,7 +260,7 @@ def _step(dk, dv, st, s, qb, q_row0, key0, masked, ctx, s_layout: gl.constexpr,
     so that it runs on the tensor cores while this step's dQ is added (returned with dK and
     dV). (The next dPᵀ too would not fit the registers beside dK, dV and dQ at head_dim 128.)"""
     (k_c, v_c, k_all, ds_smem, q_smem, do_smem, lse_smem, delta_smem, q_ready, q_empty, ds_ready,
-     ds_free, DQ, dq_smem, qk_scale2, bounds) = ctx
+     ds_free, DQ, dq_smem, qk_scale2, scale, bounds) = ctx
     dtype: gl.constexpr = k_all.dtype
     KEYS: gl.constexpr = 64
     off, _, n_k = bounds
@@ -286,10 +315,10 @@ def _step(dk, dv, st, s, qb, q_row0, key0, masked, ctx, s_layout: gl.constexpr,
     else:
         dq = warpgroup_mma_wait(0, deps=(dq,))
     mbarrier.arrive(ds_free.index(buf), count=1)
-    # through shared memory, added by the copy engine (cp.reduce.async.bulk): rows past N_q
-    # hold zeros (their P is 0), so the tile needs no mask
+    # scaled, through shared memory, added by the copy engine (cp.reduce.async.bulk): rows
+    # past N_q hold zeros (their P is 0), so the tile needs no mask
     tma.store_wait(0)  # the last step's tile has been read out
-    dq_smem.store(dq)
+    dq_smem.store(dq * scale)
     fence_async_shared()
     _reduce_add(DQ, [q_row0 + row0, col0], dq_smem)
     if NEXT:
@@ -304,7 +333,8 @@ def _step(dk, dv, st, s, qb, q_row0, key0, masked, ctx, s_layout: gl.constexpr,
 @gluon.jit
 def _consumer(args, C: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr,
               BLOCK_N: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
-              KEY_EDGE: gl.constexpr, CONSUMERS: gl.constexpr, DIM: gl.constexpr):
+              KEY_EDGE: gl.constexpr, CONSUMERS: gl.constexpr, DIM: gl.constexpr,
+              BAND: gl.constexpr):
     """Warpgroup C: keys [64·C, 64·C + 64) of the block through every step (the group's query
     heads in turn, each over the query blocks that see the block), then their dK (scaled) and
     dV."""
@@ -321,8 +351,7 @@ def _consumer(args, C: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constex
     op_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
     dtype: gl.constexpr = k_smem.dtype
     KEYS: gl.constexpr = 64
-    j = gl.program_id(0)
-    bkv = gl.program_id(1)
+    j, bkv = _block(BAND)
     key0 = j * BLOCK_N + C * KEYS  # the warpgroup's first key within the head
     k_c = k_smem.slice(C * KEYS, KEYS)
     v_c = v_smem.slice(C * KEYS, KEYS)
@@ -338,7 +367,7 @@ def _consumer(args, C: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constex
         off = N_K + N_Q
         edge = KEY_EDGE and (j + 1) * BLOCK_N > N_K
     ctx = (k_c, v_c, k_smem, ds_smem, q_smem, do_smem, lse_smem, delta_smem, q_ready, q_empty,
-           ds_ready, ds_free, DQ, dq_smem.index(C), qk_scale2, (off, N_Q, N_K))
+           ds_ready, ds_free, DQ, dq_smem.index(C), qk_scale2, scale, (off, N_Q, N_K))
     per_head = n_qb - first
     total = GROUP * per_head
     mbarrier.wait(kv_ready, 0)
@@ -378,7 +407,8 @@ def _consumer(args, C: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constex
 def _attn_bwd_ws(q_desc, k_desc, v_desc, do_desc, LSE, DELTA, DQ, DK, DV, qk_scale2, scale, H,
                  GROUP, N_Q, N_K, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr,
                  CONSUMERS: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
-                 KEY_EDGE: gl.constexpr, CONSUMER_REGS: gl.constexpr, DIM: gl.constexpr):
+                 KEY_EDGE: gl.constexpr, CONSUMER_REGS: gl.constexpr, DIM: gl.constexpr,
+                 BAND: gl.constexpr):
     """Program (j, b · H_kv + h_kv): key block j of that K/V head, over every query head of
     its group."""
     BLOCK_N: gl.constexpr = 64 * CONSUMERS
@@ -415,15 +445,15 @@ def _attn_bwd_ws(q_desc, k_desc, v_desc, do_desc, LSE, DELTA, DQ, DK, DV, qk_sca
              delta_smem, kv_ready, q_ready, q_empty, LSE, DELTA, N_Q, N_K, H, GROUP)
     if CONSUMERS == 1:
         gl.warp_specialize([(_consumer, (shared, 0, HEAD_DIM, BLOCK_M, BLOCK_N, STAGES, CAUSAL,
-                                         KEY_EDGE, CONSUMERS, DIM)),
-                            (_loader, (loads, BLOCK_M, BLOCK_N, STAGES, CAUSAL))],
+                                         KEY_EDGE, CONSUMERS, DIM, BAND)),
+                            (_loader, (loads, BLOCK_M, BLOCK_N, STAGES, CAUSAL, BAND))],
                            [1], [_LOADER_REGS])
     else:
         gl.warp_specialize([(_consumer, (shared, 0, HEAD_DIM, BLOCK_M, BLOCK_N, STAGES, CAUSAL,
-                                         KEY_EDGE, CONSUMERS, DIM)),
+                                         KEY_EDGE, CONSUMERS, DIM, BAND)),
                             (_consumer, (shared, 1, HEAD_DIM, BLOCK_M, BLOCK_N, STAGES, CAUSAL,
-                                         KEY_EDGE, CONSUMERS, DIM)),
-                            (_loader, (loads, BLOCK_M, BLOCK_N, STAGES, CAUSAL))],
+                                         KEY_EDGE, CONSUMERS, DIM, BAND)),
+                            (_loader, (loads, BLOCK_M, BLOCK_N, STAGES, CAUSAL, BAND))],
                            [4, 1], [CONSUMER_REGS, _LOADER_REGS])
 # fmt: on
 
@@ -472,6 +502,7 @@ def _arguments(q, k, v, do, lse, delta, dq_acc, dk, dv, causal: bool, scale: flo
         CAUSAL=causal,
         KEY_EDGE=n_k % cfg.block_n != 0,
         CONSUMER_REGS=consumer_regs,
+        BAND=cfg.band,
     )
     return args, constexprs, {"num_warps": 4, "maxnreg": launch_regs}
 
@@ -519,15 +550,17 @@ def launch_backward_ws(
         raise ValueError(f"the warp-specialized backward {why}")
     if do.data_ptr() % 16 != 0:
         do = do.clone()
-    delta = preprocess(o, do, dlse)
-    dq_acc = torch.zeros(q.shape, dtype=torch.float32, device=q.device)
+    # the fp32 dQ buffer the kernel adds into, zeroed by the pass that computes D; the kernel
+    # adds dQ scaled, so one cast finishes it
+    dq_acc = torch.empty(q.shape, dtype=torch.float32, device=q.device)
+    delta = preprocess(o, do, dlse, zero_dq=dq_acc)
     dk = output(k.shape, k.dtype, k.device)
     dv = output(v.shape, v.dtype, v.device)
     args, constexprs, options = _arguments(
         q, k, v, do, lse, delta, dq_acc, dk, dv, causal, scale, cfg
     )
     launch(_attn_bwd_ws, _grid(k, cfg), args, constexprs, options)
-    return (dq_acc * scale).to(q.dtype), dk, dv
+    return dq_acc.to(q.dtype), dk, dv
 
 
 def tuned_config(

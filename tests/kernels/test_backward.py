@@ -151,3 +151,20 @@ def test_band_must_be_positive(seed: int) -> None:
     o, lse = flash_attention_lse(q, q, q, True)
     with pytest.raises(ValueError, match="band"):
         launch_backward(q, q, q, o, lse, q, True, 0.25, band=0)
+
+
+@pytest.mark.parametrize(("n_q", "d"), [(1, 64), (97, 80), (200, 128), (130, 256)])
+def test_preprocess_zeroes_the_dq_buffer_it_is_given(seed: int, n_q: int, d: int) -> None:
+    """D = rowsum(dO ∘ O) with and without the dQ buffer to zero (the Gluon backward's), the
+    buffer full of NaN before: every element zero after, D the same and right."""
+    from flashscope.kernels.backward import preprocess
+
+    o, do = rand(2, 3, n_q, d), rand(2, 3, n_q, d)
+    buf = torch.full((2, 3, n_q, d), float("nan"))
+    delta = preprocess(o, do, zero_dq=buf)
+    assert torch.equal(buf, torch.zeros_like(buf))
+    want = (o.double() * do.double()).sum(-1)
+    assert torch.allclose(delta.double(), want, atol=1e-3, rtol=1e-3)
+    assert torch.equal(preprocess(o, do), delta)
+    with pytest.raises(ValueError, match="zero_dq"):
+        preprocess(o, do, zero_dq=torch.zeros(2, 3, n_q, d + 1))

@@ -406,7 +406,12 @@ def test_gluon_backward_matches_the_reference(seed: int, dtype: torch.dtype, mon
     float64 gradients: GQA, N_q ≠ N_k both ways (rows that see no key), lengths that fill no tile,
     one query, head dims run padded; outputs poisoned first, so an element it leaves unwritten
     fails."""
-    from flashscope.kernels.hopper_backward import CANDIDATES, launch_backward_ws, supports
+    from flashscope.kernels.hopper_backward import (
+        CANDIDATES,
+        BwdConfig,
+        launch_backward_ws,
+        supports,
+    )
 
     if torch.cuda.get_device_capability()[0] != 9:
         pytest.skip("the Gluon backward needs a Hopper GPU")
@@ -430,6 +435,18 @@ def test_gluon_backward_matches_the_reference(seed: int, dtype: torch.dtype, mon
                 what = f"{cfg.as_list()} d={d} {(b, h, hk, n_q, n_k)} causal={causal} {dtype}"
                 for g, r, lp, name in zip(got, ref, lowp, ("dQ", "dK", "dV"), strict=True):
                     assert_close(g, r, lp, f"{name} {what}", seed)
+    # bands that do not divide the heads (8 = 3 + 3 + 2), or hold more heads than there are:
+    # every key block of every head still runs once
+    for band, (b, h, hk, n_q, n_k) in ((3, (2, 4, 4, 640, 640)), (5, (1, 8, 2, 384, 640))):
+        cfg = BwdConfig(2, 64, 2, band)
+        q, do = rand(b, h, n_q, 128, dtype=dtype), rand(b, h, n_q, 128, dtype=dtype)
+        k, v = rand(b, hk, n_k, 128, dtype=dtype), rand(b, hk, n_k, 128, dtype=dtype)
+        o, lse = launch_forward(q, k, v, True, 128**-0.5)
+        got = launch_backward_ws(q, k, v, o, lse, do, True, 128**-0.5, cfg)
+        ref = attention_backward(q, k, v, do, True)
+        lowp = attention_backward(q, k, v, do, True, dtype=dtype)
+        for g, r, lp, name in zip(got, ref, lowp, ("dQ", "dK", "dV"), strict=True):
+            assert_close(g, r, lp, f"{name} band={band} {(b, h, hk, n_q, n_k)} {dtype}", seed)
 
 
 @pytest.mark.parametrize("shape", [(2, 4, 2048, 64), (1, 4, 1000, 96)], ids=["whole", "edge"])

@@ -31,7 +31,9 @@ from .conftest import compiled_apart
 H100 = "NVIDIA H100 80GB HBM3"
 
 
-@pytest.mark.parametrize("bad", [{"consumers": 3}, {"block_m": 32}, {"stages": 4}])
+@pytest.mark.parametrize(
+    "bad", [{"consumers": 3}, {"block_m": 32}, {"stages": 4}, {"band": -1}, {"band": 257}]
+)
 def test_a_bad_configuration_is_refused_by_name(bad: dict) -> None:
     with pytest.raises(ValueError, match=next(iter(bad))):
         BwdConfig(**bad)
