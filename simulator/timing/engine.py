@@ -106,6 +106,8 @@ from flashscope.simulator.timing.occupancy import (
     Occupancy,
     footprint,
     occupancy,
+    warp_level,
+    warp_level_forward_smem,
 )
 from flashscope.simulator.timing.results import LIMITERS, KernelResult, SimResult
 from flashscope.simulator.timing.roofline import floors
@@ -677,6 +679,10 @@ def _run_launch(
     fp = footprint(
         w.kind, _pad_rows(w.rows), t.block_n, p.head_dim, t.stages, t.warps, e, gpu, t.maxnreg
     )
+    if w.kind == "fwd" and w.mma_shapes and warp_level(_pad_rows(w.rows), t.warps):
+        # flashscope's forward with warp-level products: Q in registers, stages − 1 buffers
+        smem = warp_level_forward_smem(_pad_rows(w.rows), t.block_n, p.head_dim, t.stages, e)
+        fp = dataclasses.replace(fp, smem_bytes=smem)
     if w.regs is not None:  # the compiled kernel's count (compiled.py), and its spills
         spills = bool(w.local_load.any() or w.local_store.any())
         regs = -(-w.regs // REG_UNIT) * REG_UNIT  # allocated in whole units

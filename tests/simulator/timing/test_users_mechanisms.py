@@ -208,3 +208,28 @@ def test_the_forwards_accumulator_is_rescaled_at_the_padded_width():
     assert np.array_equal(alu[0], alu[1])
     papers = [build("fa2", q, t).launches[0].alu.sum() for q in (narrow, wide)]
     assert papers[0] < papers[1]
+
+
+@pytest.mark.parametrize(
+    ("tiles", "head_dim", "measured"),
+    [
+        (TileConfig(16, 128, 4, 8), 64, 102456),  # u209: K and V in 3 buffers each, P
+        (TileConfig(128, 128, 3, 2), 128, 131104),  # u262: 2 buffers each; Q's buffer reused
+        (TileConfig(16, 32, 2, 2), 128, 17432),  # u378: P passes between warps
+        (TileConfig(32, 16, 1, 2), 256, 16392),  # u050: one stage, Q's tile the larger
+        (TileConfig(64, 64, 1, 2), 256, 40960),  # u018: one stage, K or V and P
+    ],
+)
+def test_warp_level_forwards_ask_the_shared_memory_their_compiled_kernels_did(
+    tiles, head_dim, measured
+):
+    """Forwards whose products are warp-level (fewer than 4 warps or 64 rows) hold Q in
+    registers and stages − 1 buffers of K and V: Nsight Compute's dynamic shared memory of the
+    users' sweep, where the warpgroup estimate (Q beside `stages` buffers) was far above."""
+    from flashscope.simulator.timing.occupancy import RESERVED_SMEM
+
+    p = AttentionProblem(seq_q=4096, head_dim=head_dim, batch=2, heads=8)
+    (k,) = simulate_workload(kernelplan.build("fa2", p, tiles), H100).kernels
+    smem = k.occupancy.footprint.smem_bytes
+    assert smem == pytest.approx(measured, rel=0.005)
+    assert k.occupancy.limits["smem"] == H100.smem_per_sm // (smem + RESERVED_SMEM)
