@@ -80,10 +80,11 @@ def test_every_tuned_entry_is_a_candidate_and_routes_by_length() -> None:
                 n = int(bucket.removeprefix("n"))
                 got = tuned_config(gpu, int(d[1:]), mask == "causal", n - 3, edge)
                 assert got == BwdConfig(*entry), key
-    # a bucket the table leaves out stays on Triton: the shortest one at whole lengths, say;
-    # lengths that fill no tile take that bucket's edge entry, else the whole lengths' one
-    assert tuned_config(H100, 128, False, 1024) is None
-    assert tuned_config(H100, 128, False, 1000, edge=True) is not None
+    # a bucket the table leaves out stays on Triton (causal d = 128 at the shortest whole
+    # lengths, say); lengths that fill no tile take that bucket's edge entry, else the whole
+    # lengths' one
+    assert tuned_config(H100, 128, True, 1024) is None
+    assert tuned_config(H100, 128, True, 1000, edge=True) is not None
     whole = tuned_config(H100, 128, False, 2048)
     assert whole is not None and tuned_config(H100, 128, False, 2000, edge=True) == whole
     assert tuned_config("a GPU with no table", 64, False, 16384) is None
