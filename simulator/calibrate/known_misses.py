@@ -293,9 +293,10 @@ MISS_CLASSES: tuple[MissClass, ...] = (
         "the compiler's, read from the SASS (simulator/data/compiled-spills.json)",
         _NOT_ISOLATED + "the local bytes are the compiler's and their DRAM traffic follows "
         "the slots the resident threads keep; what a step that waits on its reloads loses "
-        "beyond their L1, L2 and DRAM time is not modelled, nor the compiled kernels' shared "
-        "memory (the engine's estimate is above Nsight Compute's for 53 calls of the sweep, "
-        "spread tiles above all, so it holds fewer CTAs on an SM)",
+        "beyond their L1, L2 and DRAM time is not modelled, nor the backward's compiled shared "
+        "memory (the engine's estimate is more than 5% above Nsight Compute's for 41 of the 46 "
+        "dK/dV launches of this class in the sweep, so it holds fewer CTAs on an SM; the "
+        "forward's is the compiled kernels')",
         lambda row: spills(row) and _spread(row),
     ),
     MissClass(
@@ -315,8 +316,10 @@ MISS_CLASSES: tuple[MissClass, ...] = (
         "forwards on spread tiles that do not spill (tiles of 16–64 rows or columns, one or "
         "two stages, more warps than the tile has 64-row slices)",
         _NOT_ISOLATED + "small and narrow tiles run slower than the engine's per-step costs, "
-        "fitted on the protocol's wider tiles, say, and the compiled kernels' shared memory "
-        "is sometimes below the engine's estimate (more CTAs on an SM)",
+        "fitted on the protocol's wider tiles, say: 16–64-row tiles on 4–8 warps took "
+        "1.0–1.5 µs per loop step whatever its work, a chain of waits per step (the row "
+        "statistics reduced across warps, the probabilities passed through shared memory) "
+        "the engine does not have",
         lambda row: _forward(row) and _spread(row),
     ),
     MissClass(
@@ -325,8 +328,9 @@ MISS_CLASSES: tuple[MissClass, ...] = (
         "forwards on the kernels' candidate tiles that do not spill",
         _NOT_ISOLATED + "calls of under 32 µs (35% too slow: each launch is charged the "
         "protocol's fitted launch_us, 12 µs, where do_bench took 2–6 µs beyond Nsight "
-        "Compute's kernel time) and d = 192 (12% too fast); the padded head_dim's extra "
-        "products and the descriptors that lengths filling no whole tile build are charged",
+        "Compute's kernel time) and 128×32 tiles at d = 192 and 256 (11–12% too fast); the "
+        "padded head_dim's extra products and tiles and the descriptors that lengths filling "
+        "no whole tile build are charged",
         _forward,
     ),
     MissClass(
