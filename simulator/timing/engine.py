@@ -16,9 +16,10 @@ launch, and its CTAs take the SMs' slots as that launch's CTAs leave them):
    tensor cores overlap the warps' own instructions (S + A, one instruction stream) partly: the
    larger of T and S + A plus (1 − h) of the smaller, where h grows from `overlap` (one CTA
    alone; less by `lockstep` / c^`lockstep_fill` where its warpgroups split the rows on a ring
-   of two K/V buffers and c CTAs share the SM; by `two_stage` / c for any other CTA on such a
-   ring) with the other CTAs on the SM (`cta_overlap`; on a ring of three or more buffers a
-   CTA's warpgroups along the rows drift apart and count as CTAs too); a CTA whose registers
+   of two K/V buffers, or meet at a barrier every iteration, and c CTAs share the SM; by
+   `two_stage` / c for any other CTA on such a ring) with the other CTAs on the SM
+   (`cta_overlap`; on a ring of three or more buffers a CTA's warpgroups along the rows drift
+   apart and count as CTAs too, unless they meet at a barrier); a CTA whose registers
    spill is slower by `spill_penalty`, and its local loads and stores all pass its SM's L1 at
    `local_gbs` (with the stores and the reloads that miss L1 at the L2 rate, among its loads:
    X). With stages ≥ 2 loads run ahead of compute (max of the two), with one stage the tile loads
@@ -332,13 +333,14 @@ def mma_factor(
 
 
 def lockstep(w: Launch, t: TileConfig) -> bool:
-    """Do the CTA's warpgroups split its rows (≥ 2 slices of 64) and share a two-buffer ring?
+    """Do the CTA's warpgroups split its rows (≥ 2 slices of 64) and share a two-buffer ring,
+    or meet at a barrier every iteration (`Launch.barrier`, at any depth of the ring)?
 
     Then no warpgroup can run ahead of another by a tile: they wait on the same buffers, their
     softmax and matrix phases coincide, and the overlap within the CTA shrinks (`lockstep`).
     """
     along_m, _, _ = warpgroup_layout(product_rows(w, t), t.warps)
-    return bool(w.mma_shapes) and t.stages == 2 and along_m >= 2
+    return bool(w.mma_shapes) and (t.stages == 2 or w.barrier) and along_m >= 2
 
 
 def two_stage(w: Launch, t: TileConfig) -> bool:
@@ -429,7 +431,7 @@ def _work(w: Launch, t: TileConfig, r: _Rates, loop_hit: np.ndarray, spills: boo
     # Warpgroups on their own row slices of a ring of three or more buffers drift apart like
     # separate CTAs: each fills the others' serial phases as a co-resident CTA would.
     along_m, _, _ = warpgroup_layout(product_rows(w, t), t.warps)
-    drift = along_m if (t.stages >= 3 and w.mma_shapes) else 1
+    drift = along_m if (t.stages >= 3 and w.mma_shapes and not w.barrier) else 1
     latency = (loop_hit * eff.l2_latency_ns + (1.0 - loop_hit) * eff.dram_latency_ns) * 1e-9
     # Each of the iteration's `chain` waits on its products (the softmax needs S, the next
     # product its operands): a warpgroup pays their latency on top of its work, which only

@@ -16,11 +16,19 @@ in ways a timing shows, so `impl="flashscope"` builds these launches instead:
                 per tile and reduce-adds its fp32 (BM × d) result into that buffer inside L2
                 (a bulk reduction: the kernel never reads the buffer); PyTorch then scales it
                 (fp32 → fp32) and casts it (fp32 → dtype): two more passes over Nq·d per head.
+      ws        the warp-specialized Gluon backward (kernels/hopper_backward.py; `WsConfig`): the
+                preprocess also zero-fills the fp32 dQ buffer; one kernel of CTAs per (key block
+                of 64·consumers keys, batch · kv_head), one per SM, the atomic route's dK/dV
+                work with its five products per step, dQ's share reduce-added from shared memory,
+                the consumers meeting at a barrier every step (`Launch.barrier`), programs in
+                bands of heads where the configuration says (`band_order`); then one cast of dQ.
 
 The dQ kernel may have its own tiles (`dq_tiles`, default the main tiles); the preprocess and
 the PyTorch passes have fixed 64-row blocks of 4 warps. `kernel_route` reads the route the
 kernels choose per GPU and sequence-length bucket from kernels/tuned.json ("routes"; a test
-holds the two lookups equal); elsewhere "separate".
+holds the two lookups equal); elsewhere "separate". `default_route` puts a call on "ws" where
+the table's "bwd-ws" sections send it to the Gluon backward (`ws_config`, as
+kernels/hopper_backward.tuned_config reads them), as `flash_attention` does on Hopper.
 
 Byte classes, beyond fa2's (see launch.py): the atomic route's reduce-adds are L2 write
 requests that a write-back L2 absorbs while the line stays (merge_write), and the first CTA of a
@@ -60,7 +68,7 @@ from flashscope.simulator.timing.workload import (
 
 IMPLS = ("convention", "flashscope")
 KERNEL_ALGOS = ("fa2", "fa2-bwd")
-BWD_ROUTES = ("separate", "atomic")
+BWD_ROUTES = ("separate", "atomic", "ws")
 TUNED_FILE = Path(__file__).resolve().parents[2] / "kernels" / "tuned.json"
 # The GPU presets whose kernels were tuned, by the name the GPU reports (kernels/tuned.json).
 TUNED_GPUS = {"NVIDIA H200": "h200", "NVIDIA H100 80GB HBM3": "h100-sxm"}
@@ -271,6 +279,154 @@ def _backward(
     return pre, fill, _dkdv_kernel(p, t, atomic=True), scale, cast
 
 
+# The warp-specialized Gluon backward (route "ws", kernels/hopper_backward.py): which calls run it,
+# and its launch. Its configurations are the tuned table's [consumers, block_m, stages(, band)].
+WS_SECTIONS = ("bwd-ws", "bwd-ws-edge")
+WS_DTYPES = ("fp16", "bf16")
+KEYS_PER_CONSUMER = 64  # keys one consumer warpgroup owns
+# The registers a CTA launches with (BwdConfig.registers: 4·(consumers + 1) warps of 248 or 168),
+# per consumer thread (the engine counts the consumers' warps): one CTA per SM either way, as
+# its shared memory does too (BwdConfig.shared_bytes at d = 128: 145 KB with one consumer,
+# 193–226 KB with two).
+WS_REGS = {1: 496, 2: 252}
+# Waits per step that a consumer warpgroup cannot fill with its own work (each costs the
+# engine's `mma_chain_ns`): on Sᵀ (issued a step ahead), on dPᵀ, and at the barrier the consumers
+# meet before dQ's share (every warpgroup's dSᵀ in shared memory), the share's product waited on
+# with it. Fitted (1 to 4 tried) with WS_FP32 on the fit half of the Gluon backward's measured
+# rows (simulator/calibrate/ws_rows.py, benchmarks/ws_backward_model.py --fit): 3 gives the
+# fit half 3.45% mean error; 1 or 2, 3.50%; 4, 4.17%.
+WS_CHAIN = 3
+# FP32-pipe instructions per score element: the elementwise steps of the Triton dK/dV kernel
+# (Sᵀ·scale − LSE, dPᵀ − D, Pᵀ ∘ (dPᵀ − D), the conversions of Pᵀ and dSᵀ), here with no compares
+# and selects outside the masked steps. Fitted (2 to 6.5 tried, steps of 0.5) on the same half:
+# 3.5 (the dQ kernel's count, DQ_FP32) against DKDV_FP32's 6.5 (4.74% on the fit half) and 2.0
+# (3.80%).
+WS_FP32 = 3.5
+
+
+@dataclasses.dataclass(frozen=True)
+class WsConfig:
+    """One launch of the warp-specialized backward (kernels/hopper_backward.BwdConfig):
+    consumers warpgroups of 64 keys each, block_m query rows per step, a ring of `stages`
+    Q/dO buffers, programs in bands of `band` heads (0: head after head)."""
+
+    consumers: int = 2
+    block_m: int = 64
+    stages: int = 2
+    band: int = 0
+
+    def __post_init__(self) -> None:
+        if self.consumers not in (1, 2) or self.block_m not in (64, 128):
+            raise ValueError("the ws backward takes 1 or 2 consumers and block_m 64 or 128")
+        if self.stages not in (1, 2, 3) or not 0 <= self.band <= 256:
+            raise ValueError("the ws backward takes 1 to 3 stages and bands of 0 to 256 heads")
+
+    @property
+    def block_n(self) -> int:
+        return KEYS_PER_CONSUMER * self.consumers
+
+    @property
+    def tiles(self) -> TileConfig:
+        return TileConfig(self.block_m, self.block_n, self.stages, 4 * self.consumers)
+
+
+@lru_cache
+def tuned_ws() -> dict[str, dict[str, dict[str, list[int]]]]:
+    """GPU preset → section ("bwd-ws", "bwd-ws-edge") → the Gluon backward's configurations."""
+    if not TUNED_FILE.exists():
+        return {}
+    gpus = json.loads(TUNED_FILE.read_text())["gpus"]
+    return {
+        TUNED_GPUS[name]: {s: e.get(s, {}) for s in WS_SECTIONS}
+        for name, e in gpus.items()
+        if name in TUNED_GPUS
+    }
+
+
+def ws_supports(p: AttentionProblem) -> bool:
+    """Whether the Gluon backward can run `p` (kernels/hopper_backward.supports, less the
+    tensors' layout): fp16 or bf16, head_dim 33 to 128 with rows on 16-byte boundaries."""
+    return p.dtype in WS_DTYPES and 33 <= p.head_dim <= 128 and p.head_dim * p.dtype_bytes % 16 == 0
+
+
+def ws_config(gpu_key: str, p: AttentionProblem) -> WsConfig | None:
+    """The configuration the kernels' tuned table routes `p`'s backward to on GPU preset
+    `gpu_key` (kernels/hopper_backward.tuned_config: the head_dim as run, the mask, the length
+    bucket; at lengths that fill no 64-row tile the "-edge" entries first), else None."""
+    if not ws_supports(p):
+        return None
+    table = tuned_ws().get(gpu_key.removesuffix("+custom"), {})
+    key = f"bwd/16/d{pad_head_dim(p.head_dim)}/{'causal' if p.causal else 'full'}"
+    keys = tuned_keys(key, max(p.seq_q, p.seq_k or p.seq_q))
+    edge = p.seq_q % 64 != 0 or p.seq_k % 64 != 0
+    names = WS_SECTIONS[::-1] if edge else WS_SECTIONS[:1]
+    found = (table.get(s, {}).get(k) for k in keys for s in names)
+    entry = next((e for e in found if e is not None), None)
+    return None if entry is None else WsConfig(*entry)
+
+
+def default_ws(p: AttentionProblem) -> WsConfig:
+    """The configuration route "ws" takes where the table names none: the kernels' first
+    candidate at its head_dim (kernels/hopper_backward.CANDIDATES)."""
+    return WsConfig(2, 128 if pad_head_dim(p.head_dim) <= 64 else 64, 2)
+
+
+def default_route(gpu_key: str, p: AttentionProblem) -> str:
+    """The backward `flash_attention` runs for `p` on `gpu_key`: "ws" where the tuned table
+    routes it to the Gluon backward, else the Triton backward's route (`kernel_route`)."""
+    return "ws" if ws_config(gpu_key, p) is not None else kernel_route(gpu_key, p)
+
+
+def band_order(n_kv: int, heads: int, band: int) -> np.ndarray:
+    """Launch order of a grid (n_kv key blocks, heads) in bands of `band` heads
+    (kernels/hopper_backward._block): program k runs CTA order[k] (head · n_kv + key block)."""
+    k = np.arange(n_kv * heads, dtype=np.int64)
+    if band <= 0:
+        return k
+    b = k // (band * n_kv)
+    r = k - b * band * n_kv
+    size = np.minimum(heads - b * band, band)
+    order: np.ndarray = (b * band + r % size) * n_kv + r // size
+    return order
+
+
+def _ws_kernel(p: AttentionProblem, cfg: WsConfig) -> Launch:
+    """The Gluon backward's kernel: the atomic route's dK/dV kernel with the key block split
+    between `consumers` warpgroups and dQ's share reduce-added from shared memory."""
+    t = cfg.tiles
+    w = _dkdv_kernel(p, t, atomic=True)
+    rows, vis, _, n_kv = _query_grid(p, t)
+    cols = np.minimum(t.block_n, p.seq_k - np.arange(n_kv, dtype=np.int64) * t.block_n)
+    lo = np.searchsorted(vis, np.arange(n_kv), side="right")
+    suffix = np.concatenate([np.cumsum(rows[::-1])[::-1], [0]])
+    sr = p.group * suffix[lo]
+    w = dataclasses.replace(
+        w,
+        name="bwd_ws",
+        alu=np.tile(WS_FP32 * cols * sr, p.batch * p.kv_heads).astype(np.float64),
+        regs=WS_REGS[cfg.consumers],
+        chain=WS_CHAIN,
+        barrier=True,  # the consumers meet before dQ's share every step
+        # Q, K, V, dO and the dQ buffer described once on the host (TMA)
+        host_descriptors=5,
+    )
+    return w.reordered(band_order(n_kv, p.batch * p.kv_heads, cfg.band))
+
+
+def _ws_backward(p: AttentionProblem, cfg: WsConfig) -> tuple[Launch, ...]:
+    """The preprocess (D, and the fp32 dQ buffer zeroed in the same pass), the kernel, the
+    cast of dQ to the dtype."""
+    d = p.head_dim
+    pre = _rowwise(
+        "bwd_preprocess", p, preprocess_rows(p),
+        hbm_read=2 * d, stats_write=1, alu=2.0 * d, acc_write=d,
+    )  # fmt: skip
+    cast = _rowwise(
+        "dq_cast", p, 64, acc_read=d, hbm_write=d, alu=1.0 * d, carry_read=float(d * ACC_BYTES)
+    )
+    return pre, _ws_kernel(p, cfg), cast
+
+
 def with_local_traffic(
     launch: Launch, p: AttentionProblem, t: TileConfig, route: str | None, gpu_key: str
 ) -> Launch:
@@ -369,12 +525,17 @@ def build(
     gpu_key: str = "h100-sxm",
     route: str | None = None,
     dq_tiles: TileConfig | None = None,
+    ws: WsConfig | None = None,
 ) -> Workload:
     """The launches flashscope's kernels make for `algo` (fa2 or fa2-bwd) on `p` with `t`.
 
-    fa2-bwd: `route` None takes the kernels' choice on `gpu_key`; `dq_tiles` None: `t`.
+    fa2-bwd: `route` None takes the kernels' choice on `gpu_key` (`default_route`); `dq_tiles`
+    None: `t`. Route "ws" runs `ws`, else the tuned table's configuration, else `default_ws`
+    (the Gluon backward ignores `t`).
     """
     check(algo, route, dq_tiles)
+    if ws is not None and (algo != "fa2-bwd" or (route or default_route(gpu_key, p)) != "ws"):
+        raise ValueError("a ws configuration applies to the fa2-bwd route ws only")
     if algo == "fa2":
         d = pad_head_dim(p.head_dim)
         # causal: each head's heaviest block first; O's accumulator is d_pad wide (`padded`)
@@ -385,8 +546,17 @@ def build(
         launches: tuple[Launch, ...] = (launch,)
         chosen = None
     else:
-        chosen = route or kernel_route(gpu_key, p)
-        launches = _backward(p, t, chosen, dq_tiles or t)
+        chosen = route or default_route(gpu_key, p)
+        if chosen == "ws":
+            if not ws_supports(p):
+                raise ValueError(
+                    "route ws (the Gluon backward) takes fp16 or bf16 and head_dim 33-128, "
+                    "a multiple of 8"
+                )
+            cfg = ws or ws_config(gpu_key, p) or default_ws(p)
+            launches = _ws_backward(p, cfg)
+        else:
+            launches = _backward(p, t, chosen, dq_tiles or t)
     launches = tuple(with_local_traffic(w, p, t, chosen, gpu_key) for w in launches)
     launches = tuple(padded(w, p) for w in launches)
     launches = tuple(with_descriptors(w, p, t, chosen, gpu_key) for w in launches)
@@ -409,6 +579,10 @@ def ctas_of(
         return cdiv(p.seq_q, t.block_m) * bh
     dkdv = cdiv(p.seq_k, t.block_n) * p.batch * p.kv_heads
     pre = cdiv(p.seq_q, preprocess_rows(p)) * bh
-    if (route or kernel_route(gpu_key, p)) == "separate":
+    chosen = route or default_route(gpu_key, p)
+    if chosen == "ws":
+        cfg = ws_config(gpu_key, p) or default_ws(p)
+        return pre + cdiv(p.seq_k, cfg.block_n) * p.batch * p.kv_heads + cdiv(p.seq_q, 64) * bh
+    if chosen == "separate":
         return pre + cdiv(p.seq_q, (dq_tiles or t).block_m) * bh + dkdv
     return pre + 3 * cdiv(p.seq_q, 64) * bh + dkdv

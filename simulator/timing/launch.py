@@ -45,7 +45,9 @@ them (`chain`), and how much more matrix-product work the compiled kernel issues
 counted FLOPs (`mma_pad`: flashscope's kernels pad head_dim to a power of two on chip) and
 how many more bytes its tiles move between L2 and the SMs than counted (`l2_pad`), and
 how many tensor descriptors each CTA builds on the device (`descriptors`: flashscope's kernels
-describe their tensors to the copy engine once on the host only when every tile is whole).
+describe their tensors to the copy engine once on the host only when every tile is whole), and
+whether its warpgroups meet at a barrier every iteration (`barrier`: the Gluon backward's, before
+dQ's share; engine.lockstep).
 """
 
 from __future__ import annotations
@@ -76,7 +78,7 @@ FloatArray = npt.NDArray[np.float64]
 _SCALARS = (
     "stream_blocks", "stream_tail", "tiles", "concurrent", "mma_shapes", "chain", "regs",
     "mma_pad", "descriptors", "host_descriptors", "local_frame", "stream_seen", "l1_miss",
-    "l2_pad",
+    "l2_pad", "barrier",
 )  # fmt: skip
 _FLOAT = (
     "alu",
@@ -156,6 +158,7 @@ class Launch:
     stream_seen: float = 0.0  # share of its streams' first reads the previous launch read too
     l1_miss: float | None = None  # share of spill reloads missing L1 (None: `spill_l1_miss`)
     l2_pad: float = 1.0  # bytes between L2 and the SMs per counted byte (head_dim padded)
+    barrier: bool = False  # its warpgroups meet at a barrier every iteration (engine.lockstep)
 
     @classmethod
     def make(
@@ -178,6 +181,7 @@ class Launch:
             "stream_seen": float(cols.pop("stream_seen", 0.0)),
             "l1_miss": cols.pop("l1_miss", None),
             "l2_pad": float(cols.pop("l2_pad", 1.0)),
+            "barrier": bool(cols.pop("barrier", False)),
         }
         for f in cls.__dataclass_fields__:
             if f in ("name", "kind", "rows", "grid", "dtype_bytes", *_SCALARS):

@@ -1,0 +1,159 @@
+"""The Gluon backward's measured rows, their split, and the engine's route "ws" against them.
+
+The rows: every `gluon[...]` time of the Hopper backward's dq-fused results (`RESULTS`: the
+protocol on an H100 and an H200, the odd lengths and head_dims on an H100), each a problem
+(head_dim d, length N, causal, dtype; batch ≈ 16384 / N and 2048 / d heads, as
+benchmarks/hopper_backward.py runs them) and a configuration [consumers, block_m, stages(,
+band)] with its measured milliseconds. The split is by problem (`held_out`: a seeded shuffle,
+half the problems of each GPU held out), so every held-out problem keeps all its
+configurations and their ranking can be checked. The engine runs each as
+`kernelplan.build(..., route="ws", ws=...)`: the preprocess that zeroes the dQ buffer, the
+kernel, the cast.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from flashscope.simulator.core import hardware
+from flashscope.simulator.core.problem import AttentionProblem, TileConfig
+from flashscope.simulator.timing import kernelplan
+from flashscope.simulator.timing.engine import call_time_s, simulate_workload
+
+RESULTS_DIR = Path(__file__).resolve().parents[2] / "benchmarks" / "results"
+# The results of the kernel as it ships (dQ reduce-added from shared memory, the buffer zeroed
+# by the preprocess); the older hopper-backward-*.json measured earlier versions of it.
+RESULTS = {
+    "h100-sxm": (
+        "hopper-backward-NVIDIA-H100-80GB-HBM3-2026-11-26-dq-fused.json",
+        "hopper-backward-odd-NVIDIA-H100-80GB-HBM3-2026-11-26-dq-fused.json",
+    ),
+    "h200": ("hopper-backward-NVIDIA-H200-2026-11-27-dq-fused.json",),
+}
+SPLIT_SEED = 20261127
+# Pairs of one problem whose measured times differ by more than this share count for ranking.
+RANK_GAP = 0.05
+# Any placeholder: the Gluon backward has tiles of its own (`kernelplan.WsConfig`).
+_TILES = TileConfig(64, 64, 2, 4)
+
+
+@dataclass(frozen=True)
+class Row:
+    gpu: str  # preset key
+    source: str  # result file
+    problem: AttentionProblem
+    config: kernelplan.WsConfig
+    ms: float  # measured
+
+    @property
+    def problem_key(self) -> tuple[str, str, int, int, bool, str]:
+        p = self.problem
+        return (self.gpu, self.source, p.head_dim, p.seq_q, p.causal, p.dtype)
+
+
+def problem_of(row: dict[str, Any]) -> AttentionProblem:
+    d, n = row["d"], row["n"]
+    return AttentionProblem(
+        seq_q=n,
+        head_dim=d,
+        batch=max(1, round(16384 / n)),
+        heads=2048 // d,
+        causal=bool(row["causal"]),
+        dtype={"float16": "fp16", "bfloat16": "bf16"}[row["dtype"]],
+    )
+
+
+def all_rows() -> list[Row]:
+    rows = []
+    for gpu, files in RESULTS.items():
+        for name in files:
+            for r in json.loads((RESULTS_DIR / name).read_text())["time"]:
+                p = problem_of(r)
+                for kind, ms in r["ms"].items():
+                    if kind.startswith("gluon"):
+                        cfg = kernelplan.WsConfig(*json.loads(kind.removeprefix("gluon")))
+                        rows.append(Row(gpu, name, p, cfg, float(ms)))
+    return rows
+
+
+def held_out(rows: list[Row]) -> set[tuple[Any, ...]]:
+    """The held-out problems: per GPU, half of them (rounded down) at random (`SPLIT_SEED`)."""
+    out: set[tuple[Any, ...]] = set()
+    for gpu in RESULTS:
+        keys = sorted({r.problem_key for r in rows if r.gpu == gpu})
+        random.Random(f"{SPLIT_SEED}/{gpu}").shuffle(keys)
+        out.update(keys[: len(keys) // 2])
+    return out
+
+
+def model_ms(row: Row) -> float:
+    gpu = hardware.from_name(row.gpu)
+    w = kernelplan.build("fa2-bwd", row.problem, _TILES, gpu_key=row.gpu, route="ws", ws=row.config)
+    return call_time_s(simulate_workload(w, gpu)) * 1e3
+
+
+def errors(rows: list[dict[str, Any]]) -> dict[str, float]:
+    """Mean absolute percentage error, bias (mean signed error), worst, share within 10%,
+    from rows carrying their model time (`model` key)."""
+    e = np.array([r["model"] / r["ms"] - 1.0 for r in rows])
+    if not len(e):
+        return {"rows": 0}
+    return {
+        "rows": len(e),
+        "mape": float(np.abs(e).mean()),
+        "bias": float(e.mean()),
+        "worst": float(e[np.argmax(np.abs(e))]),
+        "within_10": float((np.abs(e) <= 0.10).mean()),
+    }
+
+
+def ranking(rows: list[dict[str, Any]]) -> dict[str, int]:
+    """Pairs of configurations of one problem whose measured times differ by more than
+    RANK_GAP, and how many of them the model orders the same way."""
+    by: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
+    for r in rows:
+        by.setdefault((r["gpu"], r["source"], *r["problem"]), []).append(r)
+    pairs = right = 0
+    for group in by.values():
+        for i, a in enumerate(group):
+            for b in group[i + 1 :]:
+                if abs(a["ms"] / b["ms"] - 1.0) <= RANK_GAP:
+                    continue
+                pairs += 1
+                right += (a["ms"] < b["ms"]) == (a["model"] < b["model"])
+    return {"pairs": pairs, "right": right}
+
+
+def compare(rows: list[Row] | None = None) -> list[dict[str, Any]]:
+    """Every row (or `rows`, some of them) with its model time and side of the split."""
+    every = all_rows()
+    rows = every if rows is None else rows
+    out = held_out(every)
+    return [
+        {
+            "gpu": r.gpu,
+            "source": r.source,
+            "problem": list(r.problem_key[2:]),
+            "config": [r.config.consumers, r.config.block_m, r.config.stages, r.config.band],
+            "ms": r.ms,
+            "model": model_ms(r),
+            "held_out": r.problem_key in out,
+        }
+        for r in rows
+    ]
+
+
+def summary(compared: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Per GPU and side of the split: `errors` and `ranking`."""
+    out: dict[str, dict[str, Any]] = {}
+    for gpu in RESULTS:
+        for side, held in (("held_out", True), ("fit", False)):
+            part = [r for r in compared if r["gpu"] == gpu and r["held_out"] == held]
+            out.setdefault(gpu, {})[side] = {**errors(part), "ranking": ranking(part)}
+    return out
