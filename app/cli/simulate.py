@@ -120,9 +120,10 @@ def add_command(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     )
     p.add_argument(
         "--route",
-        choices=("separate", "atomic"),
+        choices=("separate", "atomic", "ws"),
         default=None,
-        help="flashscope fa2-bwd: dQ route (default: the kernels' choice on this GPU)",
+        help="flashscope fa2-bwd: the Triton backward's dQ route, or ws (the Gluon backward); "
+        "default: the kernels' choice on this GPU",
     )
     for name in ("block-m", "block-n", "stages", "warps"):
         p.add_argument(
