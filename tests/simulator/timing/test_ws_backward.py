@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import random
 
 import numpy as np
 import pytest
@@ -121,3 +122,28 @@ def test_one_configuration_simulates_interactively():
         simulate_workload(kernelplan.build("fa2-bwd", p, T, gpu_key="h100-sxm"), gpu)
         best = min(best, time.perf_counter() - t0)
     assert best < 0.2  # 50 ms on a quiet machine; room for a loaded test runner
+
+
+def test_the_engine_reads_the_table_as_the_kernels_do() -> None:
+    """On fresh random calls (odd and whole lengths, N_q ≠ N_k, head dims the Gluon backward
+    runs padded or not at all), the engine's configuration is the one the kernels' own lookup
+    (kernels/hopper_backward.tuned_config) launches."""
+    from flashscope.kernels.config import fills_no_tile
+    from flashscope.kernels.hopper_backward import BwdConfig, tuned_config
+    from flashscope.kernels.launch import pad_dim
+
+    seed = random.SystemRandom().randrange(2**31)
+    rng = np.random.default_rng(seed)
+    for _ in range(300):
+        name, key = list(kernelplan.TUNED_GPUS.items())[rng.integers(2)]
+        n_q, n_k = (int(rng.choice([64, 1000, 1024, 2048, 3000, 5000, 16384, 20000])) for _ in "qk")
+        d, causal = int(rng.choice([40, 64, 80, 96, 128, 256])), bool(rng.integers(2))
+        p = AttentionProblem(seq_q=n_q, seq_k=n_k, head_dim=d, causal=causal, heads=2)
+        want = (
+            tuned_config(name, pad_dim(d), causal, max(n_q, n_k), fills_no_tile(n_q, n_k))
+            if d <= 128
+            else None
+        )
+        got = kernelplan.ws_config(key, p)
+        what = f"{name} n_q={n_q} n_k={n_k} d={d} causal={causal} seed={seed}"
+        assert (got and BwdConfig(got.consumers, got.block_m, got.stages, got.band)) == want, what
