@@ -186,7 +186,11 @@ def _dq_kernel(p: AttentionProblem, t: TileConfig) -> Launch:
     )  # fmt: skip
 
 
-def _dkdv_kernel(p: AttentionProblem, t: TileConfig, atomic: bool) -> Launch:
+def _dkdv_kernel(
+    p: AttentionProblem, t: TileConfig, atomic: bool, fp32_per_score: float | None = None
+) -> Launch:
+    """The dK/dV kernel (with dQ's reduce-adds where `atomic`); `fp32_per_score`: its FP32
+    work per score element, by default the Triton kernel's (`DKDV_FP32` and its layout)."""
     e, d, nk = p.dtype_bytes, p.head_dim, p.seq_k
     g = p.group
     hk_n = p.batch * p.kv_heads
@@ -198,6 +202,10 @@ def _dkdv_kernel(p: AttentionProblem, t: TileConfig, atomic: bool) -> Launch:
     suffix = np.concatenate([np.cumsum(rows[::-1])[::-1], [0]])  # Σ r_i for i ≥ k
     sr = g * suffix[lo]  # (n_kv,) query rows met, over the group's heads
     products = 5 if atomic else 4
+    if fp32_per_score is None:
+        # ×gn where warpgroups split the keys' columns (each then holds the whole tile's
+        # elementwise work: the PTX's count doubles)
+        fp32_per_score = DKDV_FP32 * warpgroup_layout(bn, t.warps)[1]
     stream_bytes = sr * (2 * d * e + 2 * STATS_BYTES)
 
     def tk(x: npt.ArrayLike) -> np.ndarray:
@@ -226,9 +234,7 @@ def _dkdv_kernel(p: AttentionProblem, t: TileConfig, atomic: bool) -> Launch:
         stats_read=tk(2 * sr),
         flops=tk(2 * products * d * cols * sr),
         exps=tk(cols * sr),
-        # FP32 work per score element, ×gn where warpgroups split the keys' columns (each
-        # then holds the whole tile's elementwise work: the PTX's count doubles)
-        alu=tk(DKDV_FP32 * warpgroup_layout(bn, t.warps)[1] * cols * sr),
+        alu=tk(fp32_per_score * cols * sr),
         edge_read=tk(2.0 * cols * d * e),
         # after the dQ kernel (separate route) every input it reads the dQ kernel read: K and
         # V, and its streams of Q, dO, LSE and D; on the atomic route dO and D, which the
@@ -263,20 +269,31 @@ def _backward(
     p: AttentionProblem, t: TileConfig, route: str, dq_tiles: TileConfig
 ) -> tuple[Launch, ...]:
     d = p.head_dim
-    pre = _rowwise(
-        "bwd_preprocess", p, preprocess_rows(p),
-        hbm_read=2 * d, stats_write=1, alu=2.0 * d,
-    )  # fmt: skip
+    pre = _preprocess(p)
     if route == "separate":
         return pre, _dq_kernel(p, dq_tiles), _dkdv_kernel(p, t, atomic=False)
     fill = _rowwise("dq_zero_fill", p, 64, acc_write=d)
     scale = _rowwise(
         "dq_scale", p, 64, acc_read=d, acc_write=d, alu=1.0 * d, carry_read=float(d * ACC_BYTES)
     )
-    cast = _rowwise(
+    return pre, fill, _dkdv_kernel(p, t, atomic=True), scale, _dq_cast(p)
+
+
+def _preprocess(p: AttentionProblem, zero_dq: bool = False) -> Launch:
+    """D = rowsum(dO ∘ O); `zero_dq`: the fp32 dQ buffer zero-filled in the same pass."""
+    d = p.head_dim
+    return _rowwise(
+        "bwd_preprocess", p, preprocess_rows(p),
+        hbm_read=2 * d, stats_write=1, alu=2.0 * d, **({"acc_write": d} if zero_dq else {}),
+    )  # fmt: skip
+
+
+def _dq_cast(p: AttentionProblem) -> Launch:
+    """The fp32 dQ buffer cast to the dtype."""
+    d = p.head_dim
+    return _rowwise(
         "dq_cast", p, 64, acc_read=d, hbm_write=d, alu=1.0 * d, carry_read=float(d * ACC_BYTES)
     )
-    return pre, fill, _dkdv_kernel(p, t, atomic=True), scale, cast
 
 
 # The warp-specialized Gluon backward (route "ws", kernels/hopper_backward.py): which calls run it,
@@ -394,16 +411,11 @@ def _ws_kernel(p: AttentionProblem, cfg: WsConfig) -> Launch:
     """The Gluon backward's kernel: the atomic route's dK/dV kernel with the key block split
     between `consumers` warpgroups and dQ's share reduce-added from shared memory."""
     t = cfg.tiles
-    w = _dkdv_kernel(p, t, atomic=True)
-    rows, vis, _, n_kv = _query_grid(p, t)
-    cols = np.minimum(t.block_n, p.seq_k - np.arange(n_kv, dtype=np.int64) * t.block_n)
-    lo = np.searchsorted(vis, np.arange(n_kv), side="right")
-    suffix = np.concatenate([np.cumsum(rows[::-1])[::-1], [0]])
-    sr = p.group * suffix[lo]
+    w = _dkdv_kernel(p, t, atomic=True, fp32_per_score=WS_FP32)
+    n_kv = cdiv(p.seq_k, t.block_n)
     w = dataclasses.replace(
         w,
         name="bwd_ws",
-        alu=np.tile(WS_FP32 * cols * sr, p.batch * p.kv_heads).astype(np.float64),
         regs=WS_REGS[cfg.consumers],
         chain=WS_CHAIN,
         barrier=True,  # the consumers meet before dQ's share every step
@@ -416,15 +428,7 @@ def _ws_kernel(p: AttentionProblem, cfg: WsConfig) -> Launch:
 def _ws_backward(p: AttentionProblem, cfg: WsConfig) -> tuple[Launch, ...]:
     """The preprocess (D, and the fp32 dQ buffer zeroed in the same pass), the kernel, the
     cast of dQ to the dtype."""
-    d = p.head_dim
-    pre = _rowwise(
-        "bwd_preprocess", p, preprocess_rows(p),
-        hbm_read=2 * d, stats_write=1, alu=2.0 * d, acc_write=d,
-    )  # fmt: skip
-    cast = _rowwise(
-        "dq_cast", p, 64, acc_read=d, hbm_write=d, alu=1.0 * d, carry_read=float(d * ACC_BYTES)
-    )
-    return pre, _ws_kernel(p, cfg), cast
+    return _preprocess(p, zero_dq=True), _ws_kernel(p, cfg), _dq_cast(p)
 
 
 def with_local_traffic(
