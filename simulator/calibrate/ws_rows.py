@@ -19,8 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
+from flashscope.simulator.calibrate.validation import error_stats
 from flashscope.simulator.core import hardware
 from flashscope.simulator.core.problem import AttentionProblem, TileConfig
 from flashscope.simulator.timing import kernelplan
@@ -99,17 +98,18 @@ def model_ms(row: Row) -> float:
 
 
 def errors(rows: list[dict[str, Any]]) -> dict[str, float]:
-    """Mean absolute percentage error, bias (mean signed error), worst, share within 10%,
-    from rows carrying their model time (`model` key)."""
-    e = np.array([r["model"] / r["ms"] - 1.0 for r in rows])
-    if not len(e):
+    """Mean absolute percentage error, bias (mean signed error), worst, share within 10%, as
+    fractions, from rows carrying their model time (`model` key): `validation.error_stats`."""
+    if not rows:
         return {"rows": 0}
+    ids = [str(i) for i in range(len(rows))]
+    st = error_stats(ids, [r["ms"] for r in rows], [r["model"] for r in rows])
     return {
-        "rows": len(e),
-        "mape": float(np.abs(e).mean()),
-        "bias": float(e.mean()),
-        "worst": float(e[np.argmax(np.abs(e))]),
-        "within_10": float((np.abs(e) <= 0.10).mean()),
+        "rows": st["n"],
+        "mape": st["mape_pct"] / 100,
+        "bias": st["bias_pct"] / 100,
+        "worst": st["worst_pct"] / 100,
+        "within_10": st["within_10pct"],
     }
 
 
