@@ -603,8 +603,9 @@ def _slots_freed(prev: KernelResult, begin: float, sms: int, per_sm: int) -> np.
     occ = prev.ctas_per_sm
     order = sm_time_order(prev.sm, prev.end)
     sm_sorted, end_sorted = prev.sm[order], prev.end[order]
-    rank = np.arange(len(order)) - np.searchsorted(sm_sorted, sm_sorted, side="left")
     count = np.bincount(sm_sorted, minlength=sms)
+    # the rank of each CTA among those of its SM: from where its SM's run begins
+    rank = np.arange(len(order)) - (np.cumsum(count) - count)[sm_sorted]
     from_top = count[sm_sorted] - 1 - rank  # 0 for the latest end on its SM
     keep = from_top < occ
     last = np.zeros((occ, sms))  # row m: the (m + 1)-th latest end on each SM

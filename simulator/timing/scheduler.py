@@ -8,7 +8,11 @@ breadth-first fill). CTA k starts on the slot that frees first (lowest slot on t
 Vectorized: the next m CTAs go to the m earliest free slots in one step, which is exact as long
 as none of them ends before a slot later in that step frees (checked with a running minimum);
 the step is cut where that fails. CTAs of equal work fill whole waves per step; uneven ones
-(causal) take shorter steps, and runs of very short steps fall back to a plain heap.
+(causal) take shorter steps, and runs of very short steps fall back to a plain heap. Where a
+whole wave left the slots in the order they freed in, the next waves are tried together
+(`_waves`): every slot's free times over those waves are one running sum, the same additions
+as step by step, and the waves are kept up to the first one that would be cut or would reorder
+the slots.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import heapq
 import numpy as np
 
 _SHORT_STEP = 4  # steps placing fewer CTAs than this hand the next wave to the heap
+_WAVE_CELLS = 1 << 15  # CTAs that `_waves` tries at once, at most
 
 
 def list_schedule(
@@ -47,7 +52,19 @@ def list_schedule(
     by_slot = free_t
     free_s = np.argsort(by_slot, kind="stable")
     free_t = by_slot[free_s]
+    waves = 0  # whole waves to try together next (0: the last step did not keep the order)
     while k < n:
+        if waves and n - k >= 2 * slots:
+            w = min(waves, (n - k) // slots)
+            done = _waves(dur[k : k + w * slots], free_t, free_s, start[k:], slot[k:])
+            if done:
+                k += done * slots
+                last = slice(k - slots, k)  # the last wave placed: its ends free the slots
+                free_t = start[last] + dur[last]
+                by_slot[free_s] = free_t
+                waves = min(2 * waves, max(2, _WAVE_CELLS // slots)) if done == w else 0
+                continue
+            waves = 0
         m = min(slots, n - k)
         f = free_t[:m]
         ends = f + dur[k : k + m]
@@ -76,9 +93,44 @@ def list_schedule(
                 free_t = new_t
                 free_s = np.concatenate([free_s[v:], free_s[:v]])[order]
                 continue
-        free_s = np.argsort(by_slot, kind="stable")
+        new_s = np.argsort(by_slot, kind="stable")
+        # a whole wave that left the slots in their order: the next waves may go together
+        waves = 2 if v == slots >= _SHORT_STEP and np.array_equal(new_s, free_s) else 0
+        free_s = new_s
         free_t = by_slot[free_s]
     return start, slot
+
+
+def _waves(
+    dur: np.ndarray, free_t: np.ndarray, free_s: np.ndarray, start: np.ndarray, slot: np.ndarray
+) -> int:
+    """Place whole waves of CTAs (`dur`: w waves of len(free_t) slots) at once where each
+    wave, step by step, would go whole to the slots in the order `free_s` (free at `free_t`,
+    sorted) and leave them in that order; fill `start` and `slot` (from their first element)
+    for those waves, and return how many they are (the leading ones that qualify; 0: none).
+
+    Each slot's free times over the waves are a running sum from `free_t` (the additions step
+    by step does, in its order). A wave qualifies where no CTA of it ends before a later slot
+    of it frees (the step's cut) and its ends are sorted, ties by slot (the order the step's
+    stable sort by free time, then slot, would give again).
+    """
+    slots = len(free_t)
+    w = len(dur) // slots
+    t = np.empty((w + 1, slots))
+    t[0] = free_t
+    t[1:] = dur.reshape(w, slots)
+    np.cumsum(t, axis=0, out=t)  # row i: when each slot frees after i waves
+    f, ends = t[:-1], t[1:]
+    cut = (np.minimum.accumulate(ends, axis=1)[:, :-1] <= f[:, 1:]).any(axis=1)
+    step = np.diff(ends, axis=1)
+    later = np.diff(free_s) > 0
+    reordered = ((step < 0) | ((step == 0) & ~later)).any(axis=1)
+    bad = cut | reordered
+    done = int(bad.argmax()) if bad.any() else w
+    if done:
+        start[: done * slots] = f[:done].reshape(-1)
+        slot[: done * slots] = np.tile(free_s, done)
+    return done
 
 
 def _heap_step(

@@ -66,6 +66,24 @@ def test_equal_ctas_fill_waves_round_robin():
     np.testing.assert_array_equal(start, (k // slots) * 2.5)
 
 
+@pytest.mark.parametrize("seed", range(6))
+def test_long_launches_of_mostly_equal_ctas_equal_the_heap(seed):
+    """Many whole waves (placed several at once) broken by a few odd CTAs and by slots that a
+    concurrent kernel frees late: still exactly the heap's order."""
+    rng = np.random.default_rng(seed)
+    slots, n = int(rng.integers(4, 70)), int(rng.integers(500, 4000))
+    dur = np.full(n, 1.0 + float(rng.random()))
+    odd = rng.integers(0, n, size=max(1, n // 300))
+    dur[odd] = rng.random(len(odd)) * 4.0 + 0.1
+    if seed % 2:  # per-slot durations that repeat every wave (ties between slots)
+        dur = np.tile(rng.integers(1, 4, size=slots).astype(float), n // slots + 1)[:n]
+    free_at = rng.choice([0.0, 0.5, 2.0], size=slots) if seed % 3 == 0 else None
+    got_start, got_slot = list_schedule(dur, slots, free_at)
+    want_start, want_slot = heap_schedule(dur.tolist(), slots, free_at)
+    np.testing.assert_array_equal(got_start, want_start)
+    np.testing.assert_array_equal(got_slot, want_slot)
+
+
 @settings(max_examples=50, deadline=None)
 @given(durations=DURATIONS, slots=st.integers(1, 20), sms=st.integers(1, 8))
 def test_coresidency_is_the_mean_resident_count(durations, slots, sms):
