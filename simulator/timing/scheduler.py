@@ -116,12 +116,17 @@ def _waves(
     """
     slots = len(free_t)
     w = len(dur) // slots
-    t = np.empty((w + 1, slots))
+    d = dur.reshape(w, slots)
+    t = np.empty((w + 1, slots))  # row i: when each slot frees after i waves
     t[0] = free_t
-    t[1:] = dur.reshape(w, slots)
-    np.cumsum(t, axis=0, out=t)  # row i: when each slot frees after i waves
+    for i in range(w):
+        np.add(t[i], d[i], out=t[i + 1])
     f, ends = t[:-1], t[1:]
-    cut = (np.minimum.accumulate(ends, axis=1)[:, :-1] <= f[:, 1:]).any(axis=1)
+    # cut where a CTA ends before a later slot of its wave frees: never where every CTA ends
+    # after the wave's last slot frees (f is sorted), else as the step checks
+    cut = ends.min(axis=1) <= f[:, -1]
+    if cut.any():
+        cut[cut] = (np.minimum.accumulate(ends[cut], axis=1)[:, :-1] <= f[cut, 1:]).any(axis=1)
     step = np.diff(ends, axis=1)
     later = np.diff(free_s) > 0
     reordered = ((step < 0) | ((step == 0) & ~later)).any(axis=1)
