@@ -54,11 +54,13 @@ class L2Split:
 
 def hit_chance(distance: np.ndarray, capacity: float, exponent: float) -> np.ndarray:
     """min(1, (capacity / distance)^exponent), 1 at distance 0 or infinite capacity."""
-    out = np.ones_like(distance, dtype=np.float64)
     if math.isinf(capacity):
-        return out
-    far = distance > capacity
-    out[far] = (capacity / distance[far]) ** exponent
+        return np.ones_like(distance, dtype=np.float64)
+    # every element's power, kept where the distance is past the capacity (the same
+    # figures as computing them for those alone, without gathering them)
+    with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
+        ratio = capacity / np.asarray(distance, dtype=np.float64)
+        out: np.ndarray = np.where(distance > capacity, ratio**exponent, 1.0)
     return out
 
 
@@ -71,7 +73,11 @@ def _shift(x: np.ndarray, fill: float) -> np.ndarray:
 
 
 def _grouped_cummax(group: np.ndarray, value: np.ndarray) -> np.ndarray:
-    """Running max of `value` within runs of equal `group` (groups sorted, values ≥ 0)."""
+    """Running max of `value` within runs of equal `group` (groups sorted, values ≥ 0; whole
+    numbers here, block indices, so the shifted sum below is exact)."""
+    step = value[1:] >= value[:-1]
+    if step.all() or (step | (group[1:] != group[:-1])).all():  # already rising in each
+        return value
     big = float(value.max(initial=0)) + 1.0
     shifted = group * big + value
     return np.maximum.accumulate(shifted) - group * big

@@ -235,7 +235,8 @@ def share_tail(
         done = np.where(alive, step[:, None] / dur, 0.0)
         rest = np.where(alive, rest - done, 0.0)
         sel = alive & on[:, None]
-        np.add.at(work, (idx[sel], np.broadcast_to((k - 1)[:, None], idx.shape)[sel]), done[sel])
+        # each CTA once (a CTA holds one cell of idx): a plain indexed add
+        work[idx[sel], np.broadcast_to((k - 1)[:, None], idx.shape)[sel]] += done[sel]
         clock = clock + step
         ended = idx[np.flatnonzero(on), j[on]]
         end[ended] = clock[on]
