@@ -52,15 +52,22 @@ class L2Split:
     footprint: float  # distinct bytes the whole launch touched
 
 
+_POWER_SHORTCUTS = (-1.0, 0.0, 0.5, 1.0, 2.0)  # exponents numpy's `**` computes otherwise
+
+
 def hit_chance(distance: np.ndarray, capacity: float, exponent: float) -> np.ndarray:
     """min(1, (capacity / distance)^exponent), 1 at distance 0 or infinite capacity."""
+    out = np.ones_like(distance, dtype=np.float64)
     if math.isinf(capacity):
-        return np.ones_like(distance, dtype=np.float64)
-    # every element's power, kept where the distance is past the capacity (the same
-    # figures as computing them for those alone, without gathering them)
-    with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
-        ratio = capacity / np.asarray(distance, dtype=np.float64)
-        out: np.ndarray = np.where(distance > capacity, ratio**exponent, 1.0)
+        return out
+    far = distance > capacity
+    if exponent in _POWER_SHORTCUTS:  # `**` takes a shortcut of its own for these
+        out[far] = (capacity / distance[far]) ** exponent
+        return out
+    # np.power on the far elements in place (what `**` calls for other exponents), without
+    # gathering and scattering them
+    np.divide(capacity, distance, out=out, where=far)
+    np.power(out, exponent, out=out, where=far)
     return out
 
 
