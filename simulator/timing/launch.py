@@ -190,6 +190,8 @@ class Launch:
             value = cols.pop(f, default)
             dtype = np.float64 if f in _FLOAT else np.int64
             arr = np.asarray(value, dtype=dtype)
+            if arr.shape == (n,) and n > 1 and arr.strides != (0,) and _constant(arr):
+                arr = arr[:1]  # one value for every CTA: kept once, broadcast (read-only)
             out[f] = arr if arr.shape == (n,) else np.broadcast_to(arr, (n,))
         if cols:
             raise TypeError(f"unknown launch columns {sorted(cols)}")
@@ -237,6 +239,12 @@ class Launch:
 
     def totals(self) -> dict[str, int]:
         return {k: int(getattr(self, k).sum()) for k in COUNTS}
+
+
+def _constant(arr: np.ndarray) -> bool:
+    """Does every element of `arr` hold its first one's bits (-0.0 is not 0.0)?"""
+    bits = arr.view(np.int64) if arr.dtype == np.float64 else arr
+    return bool((bits == bits[0]).all())
 
 
 def stream_groups(stream: np.ndarray) -> tuple[np.ndarray, int]:
