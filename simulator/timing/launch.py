@@ -191,7 +191,7 @@ class Launch:
             dtype = np.float64 if f in _FLOAT else np.int64
             arr = np.asarray(value, dtype=dtype)
             if arr.shape == (n,) and n > 1 and arr.strides != (0,) and _constant(arr):
-                arr = arr[:1]  # one value for every CTA: kept once, broadcast (read-only)
+                arr = arr[:1].copy()  # one value for every CTA: kept once, broadcast (read-only)
             out[f] = arr if arr.shape == (n,) else np.broadcast_to(arr, (n,))
         if cols:
             raise TypeError(f"unknown launch columns {sorted(cols)}")
