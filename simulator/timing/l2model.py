@@ -133,15 +133,8 @@ def streams(w: Launch) -> Streams:
     def at(col: np.ndarray) -> np.ndarray:  # a column in the order of idx
         return col if every else col[idx]
 
-    g = sid.astype(np.float64)
-    lo, hi = at(w.stream_lo).astype(np.float64), at(w.stream_hi).astype(np.float64)
     first = np.ones(idx.size, dtype=bool)
     first[1:] = sid[1:] != sid[:-1]
-    # Union of the ranges of earlier CTAs of the same stream (an interval: prefixes/suffixes).
-    top = float(hi.max()) + 1.0
-    prev_hi = np.where(first, 0.0, _shift(_grouped_cummax(g, hi), 0.0))
-    prev_lo = np.where(first, top, top - _shift(_grouped_cummax(g, top - lo), 0.0))
-    # Blocks no earlier CTA read lie below the union or above it (one side or both).
     last, short = float(w.stream_blocks), 1.0 - w.stream_tail
 
     def blocks(a: np.ndarray, b: np.ndarray) -> np.ndarray:  # full-block equivalents of [a, b)
@@ -149,6 +142,15 @@ def streams(w: Launch) -> Streams:
         return full
 
     read = at(w.stream_read)
+    if w.stream_lo.strides == (0,) and w.stream_hi.strides == (0,) and w.stream_lo[0] >= 0:
+        return _same_range(w, idx, first, read, blocks, every)
+    g = sid.astype(np.float64)
+    lo, hi = at(w.stream_lo).astype(np.float64), at(w.stream_hi).astype(np.float64)
+    # Union of the ranges of earlier CTAs of the same stream (an interval: prefixes/suffixes).
+    top = float(hi.max()) + 1.0
+    prev_hi = np.where(first, 0.0, _shift(_grouped_cummax(g, hi), 0.0))
+    prev_lo = np.where(first, top, top - _shift(_grouped_cummax(g, top - lo), 0.0))
+    # Blocks no earlier CTA read lie below the union or above it (one side or both).
     unit = read / blocks(lo, hi)  # bytes of one full block
     fresh = blocks(lo, np.minimum(hi, prev_lo)) + blocks(np.maximum(lo, prev_hi), hi)
     got = unit * np.where(first, blocks(lo, hi), fresh)
@@ -162,6 +164,40 @@ def streams(w: Launch) -> Streams:
     both_lo, both_hi = np.maximum(lo, p_lo), np.minimum(hi, p_hi)
     mid = np.where(both_hi > both_lo, 0.5 * (both_lo + both_hi), 0.5 * (lo + hi))
     return Streams(new, reacc, idx, first, hi - lo, mid - lo, mid - p_lo, every)
+
+
+def _same_range(
+    w: Launch,
+    idx: np.ndarray,
+    first: np.ndarray,
+    read: np.ndarray,
+    blocks: Any,
+    every: bool,
+) -> Streams:
+    """`streams` where every CTA reads the same blocks [lo, hi) of its stream (one value each,
+    broadcast; hi > lo ≥ 0): the first CTA of a stream reads all of them first, every later one
+    re-reads them all, and the blocks two CTAs share are the whole range. The general case's
+    figures, element for element, without its per-CTA running unions."""
+    n, m = w.n_ctas, idx.size
+    lo, hi = w.stream_lo[:1].astype(np.float64), w.stream_hi[:1].astype(np.float64)
+    whole = blocks(lo, hi)  # (1,)
+    # a later CTA's blocks below and above the union of the earlier ones' (the same range)
+    none = blocks(lo, np.minimum(hi, lo)) + blocks(np.maximum(lo, hi), hi)
+    unit = read / whole
+    got = unit * np.where(first, whole, none)
+    if every:
+        new, reacc = got, read - got
+    else:
+        new, reacc = np.zeros(n), np.zeros(n)
+        new[idx] = got
+        reacc[idx] = read - got
+    # the previous CTA's range is the same (the first CTA's, none before it, is [0, 0))
+    mid = 0.5 * (lo + hi)
+    mid_prev_lo = np.empty(m)
+    mid_prev_lo[0] = (mid - 0.0)[0]
+    mid_prev_lo[1:] = (mid - lo)[0]
+    span, mid_lo = (np.broadcast_to(x, (m,)) for x in (hi - lo, mid - lo))
+    return Streams(new, reacc, idx, first, span, mid_lo, mid_prev_lo, every)
 
 
 def _stream_gap(s: Streams, loop_start: np.ndarray, loop_time: np.ndarray) -> np.ndarray:
