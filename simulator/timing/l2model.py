@@ -266,8 +266,13 @@ def split_traffic(
         busy = np.bincount(inv, weights=end - start, minlength=k)
         s_lo = np.full(k, np.inf)
         s_hi = np.full(k, -np.inf)
-        np.minimum.at(s_lo, inv, start)
-        np.maximum.at(s_hi, inv, end)
+        if w.group_runs is not None:  # each stream's CTAs in one run: reduce each run
+            begins, group = w.group_runs
+            s_lo[group] = np.minimum.reduceat(start, begins)
+            s_hi[group] = np.maximum.reduceat(end, begins)
+        else:
+            np.minimum.at(s_lo, inv, start)
+            np.maximum.at(s_hi, inv, end)
         sharers = busy / np.maximum(s_hi - s_lo, 1e-300)  # mean CTAs on the stream at once
         frontier = w.stream_read / np.maximum(sharers[inv], 1.0)
     cold = w.cold_read

@@ -237,6 +237,16 @@ class Launch:
         """`stream_groups` of its stream ids."""
         return stream_groups(self.stream)
 
+    @functools.cached_property
+    def group_runs(self) -> tuple[np.ndarray, np.ndarray] | None:
+        """(where each run of CTAs of one `groups` group begins, its group) where every group
+        is one run of consecutive CTAs; None where one is split."""
+        inv, k = self.groups
+        if not inv.size:
+            return None
+        begins = np.flatnonzero(np.r_[True, inv[1:] != inv[:-1]])
+        return (begins, inv[begins]) if len(begins) == k else None
+
     def totals(self) -> dict[str, int]:
         return {k: int(getattr(self, k).sum()) for k in COUNTS}
 
