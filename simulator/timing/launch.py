@@ -192,7 +192,7 @@ class Launch:
             arr = np.asarray(value, dtype=dtype)
             if arr.shape == (n,) and n > 1 and arr.strides != (0,) and _constant(arr):
                 arr = arr[:1].copy()  # one value for every CTA: kept once, broadcast (read-only)
-            out[f] = arr if arr.shape == (n,) else np.broadcast_to(arr, (n,))
+            out[f] = arr if arr.shape == (n,) else broadcast(arr, n)
         if cols:
             raise TypeError(f"unknown launch columns {sorted(cols)}")
         return cls(name, kind, rows, grid, e, **out)
@@ -211,7 +211,7 @@ class Launch:
         n = len(order)
         # a column broadcast from one value (stride 0) stays one: no copy to gather
         cols: dict[str, Any] = {
-            k: np.broadcast_to(v[:1], (n,)) if v.size and v.strides == (0,) else v[order]
+            k: broadcast(v[:1], n) if v.size and v.strides == (0,) else v[order]
             for k, v in self.arrays().items()
         }
         return dataclasses.replace(self, **cols)
@@ -249,6 +249,17 @@ class Launch:
 
     def totals(self) -> dict[str, int]:
         return {k: int(getattr(self, k).sum()) for k in COUNTS}
+
+
+def broadcast(value: np.ndarray, n: int) -> np.ndarray:
+    """np.broadcast_to(value, (n,)): a read-only view of stride 0, made directly where `value`
+    holds one element (np.broadcast_to takes several times as long: a launch makes dozens)."""
+    if value.size != 1:
+        return np.broadcast_to(value, (n,))
+    one = np.ascontiguousarray(value).reshape(1)
+    out = np.ndarray((n,), one.dtype, one, 0, (0,))
+    out.flags.writeable = False
+    return out
 
 
 def _constant(arr: np.ndarray) -> bool:
