@@ -221,16 +221,20 @@ class Launch:
 
     @functools.cached_property
     def read_bytes(self) -> np.ndarray:
-        return self.hbm_read * self.dtype_bytes + (self.stats_read + self.acc_read) * 4.0
+        e = self.dtype_bytes
+        return _each(lambda h, s, a: h * e + (s + a) * 4.0, self.hbm_read, self.stats_read,
+                     self.acc_read)  # fmt: skip
 
     @functools.cached_property
     def write_bytes(self) -> np.ndarray:
-        return self.hbm_write * self.dtype_bytes + (self.stats_write + self.acc_write) * 4.0
+        e = self.dtype_bytes
+        return _each(lambda h, s, a: h * e + (s + a) * 4.0, self.hbm_write, self.stats_write,
+                     self.acc_write)  # fmt: skip
 
     @functools.cached_property
     def cold_read(self) -> np.ndarray:
         """Reads that are neither stream nor self re-reads (carried reads included)."""
-        return self.read_bytes - self.stream_read - self.self_read
+        return _each(lambda r, s, o: r - s - o, self.read_bytes, self.stream_read, self.self_read)
 
     @functools.cached_property
     def groups(self) -> tuple[np.ndarray, int]:
@@ -259,6 +263,16 @@ def broadcast(value: np.ndarray, n: int) -> np.ndarray:
     one = np.ascontiguousarray(value).reshape(1)
     out = np.ndarray((n,), one.dtype, one, 0, (0,))
     out.flags.writeable = False
+    return out
+
+
+def _each(f: Any, *cols: np.ndarray) -> np.ndarray:
+    """f of per-CTA columns, element by element: worked out once and broadcast where every
+    column is one value broadcast (the same figure for every CTA)."""
+    n = len(cols[0])
+    if n and all(c.strides == (0,) for c in cols):
+        return broadcast(f(*(c[:1] for c in cols)), n)
+    out: np.ndarray = f(*cols)
     return out
 
 
