@@ -223,22 +223,25 @@ def share_tail(
     idx = np.full((len(first), width), -1)
     idx[row, col] = order
     alive = idx >= 0
-    rest = np.where(alive, left[np.maximum(idx, 0)], 0.0)
+    safe = np.maximum(idx, 0)
+    rows = np.arange(len(first))
+    rest = np.where(alive, left[safe], 0.0)
     clock = np.full(len(first), float(t0))
     for _ in range(width):
         k = alive.sum(axis=1)
         on = k > 0
-        dur = levels[np.maximum(idx, 0), np.maximum(k - 1, 0)[:, None]]  # (rows, width)
+        dur = levels[safe, np.maximum(k - 1, 0)[:, None]]  # (rows, width)
         to_end = np.where(alive, rest * dur, np.inf)
         j = np.argmin(to_end, axis=1)
-        step = np.where(on, to_end[np.arange(len(j)), j], 0.0)
+        step = np.where(on, to_end[rows, j], 0.0)
         done = np.where(alive, step[:, None] / dur, 0.0)
         rest = np.where(alive, rest - done, 0.0)
-        sel = alive & on[:, None]
-        # each CTA once (a CTA holds one cell of idx): a plain indexed add
-        work[idx[sel], np.broadcast_to((k - 1)[:, None], idx.shape)[sel]] += done[sel]
+        # each CTA once (a CTA holds one cell of idx): a plain indexed add (rows that are
+        # on are those with a CTA alive)
+        r, q = np.nonzero(alive)
+        work[idx[r, q], k[r] - 1] += done[r, q]
         clock = clock + step
-        ended = idx[np.flatnonzero(on), j[on]]
-        end[ended] = clock[on]
-        alive[np.flatnonzero(on), j[on]] = False
+        live = rows[on]
+        end[idx[live, j[live]]] = clock[live]
+        alive[live, j[live]] = False
     return end, work
