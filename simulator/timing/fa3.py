@@ -20,7 +20,10 @@ How the time is made:
 2. One SM in discrete time (`fa3_sm.SM`): the loader and consumers of its resident CTAs, the
    tensor cores (one product at a time, in issue order, an issue returning once its product
    has them), the SFU, FP32 units and copy engine shared among the jobs running at once, the
-   SFU and FP32 units slowed while products run (`Fa3Terms.mma_drag`).
+   SFU and FP32 units slowed while products run (`Fa3Terms.mma_drag`). Pipelined, a warpgroup
+   runs its softmax after its own P_{j-1} V_{j-1} is done but for a small share
+   (`Fa3Config.softmax_under_pv`: the compiled kernel waits for it first, its SASS shows); the
+   recorded kernel, whose timelines set the terms, runs it under that product.
 3. The grid (`fa3_grid`): a tile's time on its slot is linear in its key blocks, its masked
    steps and its half step, a + b·n + m·masked + h·half, read from a few short runs of the SM
    (for persistent programs, the cost of a further tile from runs of two tiles); CTAs go to
@@ -31,11 +34,13 @@ How the time is made:
    The first CTAs start `cold_start_ns` late; the time is at least the unique bytes at the HBM
    rate.
 
-What it leaves out: register pressure (three consumers hold 160 registers a thread), the power
-cap's clock, L2 misses of K/V and what the order of causal tiles does to them beyond the load
-balance (one band of all heads measures 4–28% slower than the model gives), and whatever makes
-three consumers under the causal mask slower than the model at N ≤ 2048 (24% on average at
-N = 1024, 13% at 2048) where no schedule in turn explains it (docs/timing-model.md).
+What it leaves out: register pressure (three consumers hold 160 registers a thread, and their
+step loops compile to the same instructions as two consumers' at 240), the power cap's clock,
+L2 misses of K/V and what the order of causal tiles does to them beyond the load balance (one
+band of all heads measures 7–27% slower than the model gives), and whatever makes three
+consumers under the causal mask slower than the model at N ≤ 2048 (22% on average at N = 1024,
+11% at 2048) in launches of one tile per CTA, where no schedule in turn explains it
+(docs/timing-model.md).
 
 FP8 (`dtype="fp8"`, e4m3) is a what-if, not a kernel: twice the tensor rate, one byte per
 element of Q, K and V (O stays 16-bit), a 4-byte scale per block of Q, K and V, and FP8_OPS more
@@ -111,53 +116,53 @@ class Fa3Terms:
 
     tensor: share of the datasheet tensor rate one product runs at. A lone S = QKᵀ of the plain
         loop records 276 ns for 2.1 MFLOP at d = 128 and 151 ns for 1.05 MFLOP at d = 64 (280
-        and 140 ns at the datasheet rate); fitted with the issue and drain around it: 0.83.
+        and 140 ns at the datasheet rate); fitted with the issue and drain around it: 0.82.
     mma_latency_ns: from a product's last work to its completion being seen (wgmma wait);
-        fitted (60 ns): the timelines' stamps resolve ~20 ns.
+        fitted (41 ns): the timelines' stamps resolve ~20 ns.
     softmax_ops_per_clk: FP32 operations per SM clock for the softmax (SOFTMAX_OPS per score,
         `mask_ops` more on a masked step, the rescale's one per element of O), shared by the
-        softmaxes running at once; fitted: 62.5 per clock.
+        softmaxes running at once; fitted: 63.8 per clock.
     kv_latency_ns, copy_gbs: a K or V copy takes its bytes at `copy_gbs` per SM, shared by the
         copies in flight, then `kv_latency_ns` to its barrier. The plain loop's copies at
         d = 128 record 3.0–3.1 µs from issue to the consumer with three in flight, ping-pong's
         1.3–1.7 µs with two; one warpgroup alone per SM (block_n 64, three stages at d = 128:
         131,436 bytes of shared memory, one CTA) takes 1.14 ms on the H100 for 4 × 16 × 4096
         (hopper-forward-NVIDIA-H100-80GB-HBM3-2026-11-22.json), ≈ 550 ns per block of 32 KB of
-        K and V; fitted: 110 B/ns and 804 ns.
+        K and V; fitted: 113 B/ns and 756 ns.
     softmax_ns: a softmax's own latency beside its work (its row reductions' shuffles), on no
         shared unit. Per 64 keys the rows' slopes in N measure 940–965 ns with 64-key blocks
         at d = 128 ([2, 64, 3, 1, 1]) against 808–836 ns with 128-key ones ([2, 128, 2, 1, 1]):
-        a cost per block, not per key; fitted: 34 ns.
+        a cost per block, not per key; fitted: 46 ns.
     barrier_ns: a consumer's wait on an mbarrier however early the arrival: the timelines' V
         waits record 69–119 ns per block where V had landed before (pipelined and ping-pong at
-        d = 128: 69–76 ns), the turns 62–102 ns; fitted: 63 ns.
+        d = 128: 69–76 ns), the turns 62–102 ns; fitted: 67 ns.
     mma_drag: share of the SFU's and FP32 units' rate lost while products run on the SM (the
         products' operands and accumulators pass through the same register files). The
         timelines' ping-pong softmax at d = 128 records 832–850 ns per block with the tensor
         cores busy through most of it, the plain loop's 698 ns with its rescale and with none
-        of its own products beside it; fitted: 0.63.
+        of its own products beside it; fitted: 0.61.
     mask_ops: FP32 operations more per score on a masked step (the column and row indices, the
         compare, the select, the scale no longer folded into the exponent's operand), on the
         softmax's units. The causal timelines' last block, the only masked one of their first
         tile, records a softmax of 1647 ns in the plain loop at d = 128 against 699 ns for an
         unmasked block, and 1590 ns against 850 under ping-pong: about a microsecond more,
         where three operations a score gave 410–430 ns more. Fitted with that block's softmax in
-        the fit's loss (`fa3_fit.CAUSAL_PHASES`): 4.5.
+        the fit's loss (`fa3_fit.CAUSAL_PHASES`): 4.6.
     blocking_issue: a product's issue returns once the product has the tensor cores. The plain
         loop at d = 128 (the timelines, block 10): both warpgroups wait for the same K; the
         first's S is issued as K lands and done 276 ns later, the second's issue returns only
         then (314 ns after K) and its S is done 277 ns after that.
     """
 
-    tensor: float = 0.831650122411293
-    mma_latency_ns: float = 60.42557427702931
-    softmax_ops_per_clk: float = 62.458417811445734
-    kv_latency_ns: float = 804.3684828110648
-    copy_gbs: float = 109.88687064900584
-    softmax_ns: float = 34.37706380029045
-    barrier_ns: float = 62.914613595008184
-    mma_drag: float = 0.6324358179440586
-    mask_ops: float = 4.529804491223337
+    tensor: float = 0.8154556519798833
+    mma_latency_ns: float = 41.2021933824481
+    softmax_ops_per_clk: float = 63.84199600847446
+    kv_latency_ns: float = 755.7438044437064
+    copy_gbs: float = 113.17591507354956
+    softmax_ns: float = 46.238944084200014
+    barrier_ns: float = 67.3061324688436
+    mma_drag: float = 0.6085043685938467
+    mask_ops: float = 4.621442833371985
     blocking_issue: bool = True
 
 
@@ -198,6 +203,7 @@ def costs(
         blocking_issue=terms.blocking_issue,
         barrier_ns=terms.barrier_ns,
         mma_drag=terms.mma_drag,
+        under_pv=cfg.softmax_under_pv(d),
     )
 
 

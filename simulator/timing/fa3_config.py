@@ -30,6 +30,9 @@ INTERVAL_KEYS = ("role", "warpgroup", "phase", "tile", "block", "start_ns", "end
 BLOCK_M = 64  # one warpgroup's query rows
 SHARED_PER_SM = 233472  # bytes of shared memory all CTAs of an SM may use (Hopper)
 SHARED_PER_CTA = 232448
+# Share of a pipelined softmax the timed kernel issues before its own P·V is waited for
+# (`Fa3Config.softmax_under_pv`), by block_n, or past head_dim 128 (key True)
+UNDER_PV: dict[int | bool, float] = {128: 0.07, 256: 0.07, 64: 0.2, True: 0.3}
 
 
 @dataclass(frozen=True)
@@ -40,7 +43,9 @@ class Fa3Config:
     (both on in the kernel; off, persistent causal programs take their tiles in turn, t =
     program, + programs, …, and an unpipelined causal tile computes its last block whole): the
     kernel ran with both off before it had them, and its benchmark names rows of either one
-    off "ws[…]/turns" and "ws[…]/whole"."""
+    off "ws[…]/turns" and "ws[…]/whole". `recorded` is the kernel compiled with its timeline's
+    stamps (RECORD, benchmarks/warpgroups.py), which ptxas schedules differently
+    (`softmax_under_pv`)."""
 
     consumers: int = 2
     block_n: int = 128
@@ -52,6 +57,7 @@ class Fa3Config:
     band: int = 1
     scheduled: bool = True
     half_steps: bool = True
+    recorded: bool = False
 
     def __post_init__(self) -> None:
         checks = (
@@ -66,13 +72,33 @@ class Fa3Config:
                 raise ValueError(
                     f"{name} must be one of {', '.join(map(str, allowed))}, got {value!r}"
                 )
-        for name in ("pipeline", "pingpong", "persistent", "scheduled", "half_steps"):
+        for name in ("pipeline", "pingpong", "persistent", "scheduled", "half_steps", "recorded"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be true or false, got {getattr(self, name)!r}")
         if isinstance(self.band, bool) or not isinstance(self.band, int) or self.band < 0:
             raise ValueError(f"band must be 0 (all rows) or more, got {self.band!r}")
         if self.pingpong and (self.consumers < 2 or not self.pipeline):
             raise ValueError("pingpong needs pipeline and two or more consumers")
+
+    def softmax_under_pv(self, head_dim: int) -> float:
+        """Share of a pipelined step's softmax that the compiled kernel runs before it waits
+        for its own warpgroup's P_{j-1} V_{j-1}: the overlap the pipeline is written for.
+
+        The source waits for that product after the softmax (`_pipelined_step`), but ptxas
+        hoists the wait (WARPGROUP.DEPBAR.LE gsb0, 0x0) to just after S's: in the sm_90a SASS
+        of the timed kernel (Triton 3.6.0, the version of the measured rows, and 3.7.1; ptxas
+        12.8) no exp2 of a 128-key block is issued before it (d = 64 and 128; two and three
+        warpgroups; causal or not; ping-pong or not), and of the softmax's FP32, SFU and
+        shuffle instructions only the row max's first comparisons precede it: 3-13% of them
+        with 128-key blocks, 9-27% with 64-key blocks, 11-39% at d = 256 (10 to 16 of 34
+        exp2) (UNDER_PV; loop by loop, benchmarks/fa3_softmax_order.py). The softmax then runs
+        under the other warpgroups' products only. The recorded kernel (`recorded`), whose
+        stamps' clock reads and stores the scheduler keeps in order, issues 64 of a block's 66
+        exp2 and 49-80% of those instructions before the wait: its softmax runs under its own
+        P V, as the timelines show it (the measured rows time the kernel without them)."""
+        if self.recorded:
+            return 1.0
+        return UNDER_PV[head_dim > 128 or self.block_n]
 
     @property
     def tile_m(self) -> int:

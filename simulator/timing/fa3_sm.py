@@ -21,6 +21,8 @@ step (a step's slot is refilled once every consumer has freed the step `stages` 
 the ping-pong turn per consumer; each wait of a consumer lasts at least `Costs.barrier_ns`. Each
 agent records its phases as intervals of the schema in `simulator/timing/fa3.py` (`PHASES`), at
 the kernel's stamps: an S from its issue's return, a copy until a consumer sees it land.
+Pipelined, a step waits for S and then for its own P·V before all but `Costs.under_pv` of its
+softmax, as the compiled kernel does (`Fa3Config.softmax_under_pv`).
 
 Work is in nanoseconds at a unit's full rate; `Costs` holds it per block (`fa3.costs`). A tile
 is its key blocks, or (blocks, masked, half): its last `masked` steps carry the mask's FP32
@@ -64,6 +66,7 @@ class Costs:
     blocking_issue: bool = False  # a product's issue returns when it reaches the tensor cores
     barrier_ns: float = 0.0  # a consumer's wait on an mbarrier, however early the arrival
     mma_drag: float = 0.0  # share of the FP32 and SFU rate lost while products run on the SM
+    under_pv: float = 1.0  # pipelined: share of a softmax run before its own P·V is waited for
 
 
 @dataclass
@@ -344,7 +347,7 @@ class SM:
         self._log(p, "consumer", w, phase, tile, block, start)
 
     def _softmax(
-        self, p: int, w: int, tile: int, block: int, part: float, masked: bool
+        self, p: int, w: int, tile: int, block: int, part: float, masked: bool, last: bool = True
     ) -> Generator[Any, Any, None]:
         # Pipelined, O is rescaled only once the product into it is done (`_rescale`); the
         # plain loop rescales inside its softmax (the kernel stamps both as one phase).
@@ -358,7 +361,7 @@ class SM:
         job = yield ("issue", "alu", alu, (p, w), 0.0)
         yield ("use", "sfu", part * c.exp, (p, w), 0.0)
         yield ("join", job)
-        if c.softmax_ns > 0:
+        if c.softmax_ns > 0 and last:  # its own latency once, at its end (`last`)
             yield ("sleep", c.softmax_ns)
         self._log(p, "consumer", w, "softmax", tile, block, start)
 
@@ -410,9 +413,14 @@ class SM:
                     self._pass(p, w)
                     yield from self._seen(p, w, s, "qk", i, j, s_start)
                     self._arrive((p, "k_free", g + j))
-                    yield from self._softmax(p, w, i, j, 1.0, j >= first_masked)
+                    # the compiled kernel waits for P·V before all but `under_pv` of the softmax
+                    mask = j >= first_masked
+                    if c.under_pv > 0:
+                        yield from self._softmax(p, w, i, j, c.under_pv, mask, c.under_pv == 1)
                     yield from self._seen(p, w, o, "pv", i, j - 1, o_start)
                     self._arrive((p, "v_free", g + j - 1))
+                    if c.under_pv < 1:
+                        yield from self._softmax(p, w, i, j, 1.0 - c.under_pv, mask)
                     yield from self._rescale(p, w, i, j)
                 self._arrive((p, "q_empty", w))
                 last = g + n - 1

@@ -294,13 +294,13 @@ def test_the_softmax_and_barrier_latencies_add_to_a_lone_warpgroup():
 
 
 def test_products_slow_the_softmax_beside_them():
-    """A pipelined softmax runs under the warpgroup's own P·V: with mma_drag it runs slower
-    while the product is on the tensor cores."""
-    free = run_sm(sm_costs(), 1, [4], pipeline=True)
-    dragged = run_sm(sm_costs(mma_drag=0.5), 1, [4], pipeline=True)
+    """The recorded kernel's pipelined softmax runs under the warpgroup's own P·V (`under_pv`
+    1): with mma_drag it runs slower while the product is on the tensor cores."""
+    free = run_sm(sm_costs(under_pv=1.0), 1, [4], pipeline=True)
+    dragged = run_sm(sm_costs(mma_drag=0.5, under_pv=1.0), 1, [4], pipeline=True)
     assert max(dragged.ends) > max(free.ends)
-    assert max(dragged.ends) < max(run_sm(sm_costs(alu=2 * sm_costs().alu), 1, [4],
-                                          pipeline=True).ends) + 1e-6  # fmt: skip
+    assert max(dragged.ends) < max(run_sm(sm_costs(alu=2 * sm_costs().alu, under_pv=1.0), 1,
+                                          [4], pipeline=True).ends) + 1e-6  # fmt: skip
 
 
 def test_a_copy_is_logged_until_a_consumer_sees_it():
@@ -314,3 +314,38 @@ def test_a_copy_is_logged_until_a_consumer_sees_it():
     for j, load in loads.items():
         seen = waits[j]["end_ns"] if j in waits else pvs[j]["start_ns"]
         assert load["end_ns"] == pytest.approx(seen)
+
+
+def test_the_timed_kernels_softmax_waits_for_its_own_pv_the_recorded_ones_does_not():
+    """ptxas hoists the pipelined step's wait for P_{j-1} V_{j-1} above the softmax in the
+    timed kernel (no exp2 of a 128-key block before it), not in the recorded one
+    (`Fa3Config.softmax_under_pv`): the timed warpgroup starts its softmax only once its P·V is
+    done, the recorded one while it runs; the timed launch is the slower."""
+    timed = Fa3Config(consumers=2, block_n=128)
+    stamped = dataclasses.replace(timed, recorded=True)
+    assert timed.softmax_under_pv(128) < 0.1 and stamped.softmax_under_pv(128) == 1.0
+    assert timed.softmax_under_pv(64) < 0.1 and 0.1 < timed.softmax_under_pv(256) < 0.5
+    assert dataclasses.replace(timed, block_n=64).softmax_under_pv(128) <= 0.3
+    p = problem()
+    runs = {}
+    for cfg in (timed, stamped):
+        r = simulate_fa3(p, cfg, H100, shown_tiles=1)
+        runs[cfg.recorded] = r
+        pv = {iv["block"]: iv for iv in r.intervals if iv["phase"] == "pv" and iv["warpgroup"] == 0}
+        soft: dict[int, list[dict]] = {}
+        for iv in r.intervals:
+            if iv["phase"] == "softmax" and iv["warpgroup"] == 0:
+                soft.setdefault(iv["block"], []).append(iv)
+        # how much of block j's softmax runs under P_{j-1} V_{j-1}, in the steady blocks
+        for j in range(2, 10):
+            a, b = pv[j - 1]["start_ns"], pv[j - 1]["end_ns"]
+            total = sum(iv["end_ns"] - iv["start_ns"] for iv in soft[j])
+            under = sum(max(0.0, min(b, iv["end_ns"]) - max(a, iv["start_ns"])) for iv in soft[j])
+            assert under / total > 0.5 if cfg.recorded else under / total < 0.15, (j, under)
+    assert runs[False].time_ns > runs[True].time_ns
+
+
+def test_the_recorded_kernel_is_a_switch_of_the_configuration():
+    with pytest.raises(ValueError, match="recorded"):
+        Fa3Config(recorded=1)  # type: ignore[arg-type]
+    assert Fa3Config().recorded is False
