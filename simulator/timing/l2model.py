@@ -256,7 +256,8 @@ def split_traffic(
     """
     read, write = w.read_bytes, w.write_bytes
     loop_start = start + edge_time
-    loop_time = np.maximum(end - loop_start, 0.0)
+    loop_time = end - loop_start
+    np.maximum(loop_time, 0.0, out=loop_time)
     span = float(end.max() - start.min()) if w.n_ctas else 0.0
 
     # The rate of distinct references: cold + writes + self per CTA, one frontier per stream.
@@ -277,20 +278,27 @@ def split_traffic(
         frontier = w.stream_read / np.maximum(sharers[inv], 1.0)
     cold = w.cold_read
     # Rewrites of lines already referenced (merge_write) bring no new data into L2.
-    refs = cold + (write - w.merge_write) + w.self_read + copies * frontier
+    # (Below, sums of per-CTA terms are taken in place, term by term in the same order.)
+    written = write - w.merge_write
+    written_sum = written.sum()
+    refs = np.add(cold, written, out=written)  # cold + written + self + copies · frontier
+    refs += w.self_read
+    refs += copies * frontier
     rho = float(refs.sum()) / span if span > 0 else 0.0
     cap, gamma = capacity, exponent
 
     layout = layout if layout is not None else streams(w)
     new, reacc = layout.new, layout.reacc
     gap = _stream_gap(layout, loop_start, loop_time)
-    footprint = float(cold.sum() + (write - w.merge_write).sum() + copies * new.sum())
+    footprint = float(cold.sum() + written_sum + copies * new.sum())
 
-    def chance(distance: np.ndarray) -> np.ndarray:
-        return hit_chance(np.minimum(distance, footprint), cap, gamma)
+    def chance(distance: np.ndarray) -> np.ndarray:  # (distance: a temporary, overwritten)
+        return hit_chance(np.minimum(distance, footprint, out=distance), cap, gamma)
 
     p_stream = chance(rho * gap)
-    dram_stream = new + reacc * (1.0 - p_stream)
+    dram_stream = 1.0 - p_stream  # new + reacc · (1 − p_stream)
+    np.multiply(reacc, dram_stream, out=dram_stream)
+    np.add(new, dram_stream, out=dram_stream)
 
     self_read = w.self_read.any()  # (none but fa1's)
     p_self = chance(rho * loop_time / w.passes) if self_read else p_stream
@@ -301,18 +309,31 @@ def split_traffic(
     if carry is not None and (carried.any() or seen.any() or w.stream_seen > 0):
         n, m = w.n_ctas, len(carry.refs)
         after = np.concatenate([np.cumsum(carry.refs[::-1])[::-1], [0.0]])  # producer suffix
-        pos = np.minimum(np.ceil((np.arange(n) + 0.5) * m / n).astype(np.int64), m)
-        before = np.concatenate([[0.0], np.cumsum(read + write)[:-1]])  # this launch, earlier
-        distance = np.minimum(after[pos] + before, carry.footprint + footprint)
+        x = np.arange(n, dtype=np.float64)  # ⌈(k + ½)·m / n⌉, at most m
+        x += 0.5
+        x *= m
+        x /= n
+        pos = np.ceil(x, out=x).astype(np.int64)
+        np.minimum(pos, m, out=pos)
+        before = np.empty(n)  # this launch's references before each CTA
+        before[:1] = 0.0
+        np.cumsum((read + write)[:-1], out=before[1:])
+        distance = np.add(after[pos], before, out=before)
+        np.minimum(distance, carry.footprint + footprint, out=distance)
         kept = hit_chance(distance, cap, gamma)
         dram_carry = carried * (1.0 - kept)
         # What the previous launch read, this one reads again at the same distance: its
         # inputs stay in L2 between the two where little enough passed through in between.
         dram_seen = seen * (1.0 - kept)
         if w.stream_seen > 0:
-            dram_stream = dram_stream - new * w.stream_seen * kept
+            dram_stream -= new * w.stream_seen * kept
 
-    dram_read = (cold - carried - seen) + dram_carry + dram_seen + dram_stream + dram_self
+    dram_read = cold - carried  # less seen, plus each DRAM share, in this order
+    dram_read -= seen
+    dram_read += dram_carry
+    dram_read += dram_seen
+    dram_read += dram_stream
+    dram_read += dram_self
     dram_write = write
     if w.merge_write.any():
         p_merge = np.where(w.self_read > 0, p_self, p_stream)
