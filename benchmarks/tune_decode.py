@@ -81,14 +81,16 @@ SETS = 3  # input sets rotated in the steady measure: each over 5× the L2 at ba
 
 
 def _graph(fn) -> torch.cuda.CUDAGraph:
-    """`fn` captured in a CUDA graph (as serving engines run decode): replays cost no host time."""
+    """`fn` captured in a CUDA graph (as serving engines run decode): replays cost no host time.
+    Captured on the stream it warmed up on, whose decode counters then exist already (a stream's
+    first call zeroes its own, which would add a fill to the graph)."""
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
         fn()
     torch.cuda.current_stream().wait_stream(side)
     graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
+    with torch.cuda.graph(graph, stream=side):
         fn()
     return graph
 

@@ -24,9 +24,14 @@ Loop order: the split kernel runs one program per (split s, batch · K/V head). 
 H / H_kv query heads that share the K/V head, times N_q tokens, into one tile of R = group · N_q
 rows (padded to 16 on chip), so each K/V block is read once for all of them, and streams the key
 blocks [s·b, (s+1)·b) of its chunk (b = ⌈n_blocks / S⌉) with the online softmax. It writes a
-normalized fp32 partial O and the partial LSE for its R rows (−∞ for an empty chunk). The reduce
-kernel, one program per (batch · K/V head), merges the S partials of its rows by their LSE and
-writes O. S = flashscope.simulator.core.problem.decode_splits(B · H_kv, n_blocks, SMs).
+normalized fp32 partial O and the partial LSE for its R rows (−∞ for an empty chunk), then
+counts itself done on its (batch · K/V head)'s counter; the program that arrives last merges the
+S partials of the rows by their LSE and writes O, and sets the counter back to 0 for the next
+call. One launch instead of a split kernel and a reduce kernel: the merge starts as soon as the
+last chunk is read, without a second launch's gap, and reads each split's row as one tile
+instead of one split after another (the counters live per device and stream, so concurrent calls
+on two streams do not share them).
+S = flashscope.simulator.core.problem.decode_splits(B · H_kv, n_blocks, SMs).
 
 Leaves out: appending new keys to the cache, causal masking among the new tokens, rotary
 embeddings, fp8 caches.
@@ -66,6 +71,8 @@ from flashscope.simulator.core.problem import decode_splits
 
 LOG2E = 1.4426950408889634
 MAX_QUERY_TOKENS = 16
+MAX_S_BLOCK = 32  # splits merged per load of the last program
+_COUNTERS: dict[tuple[str, int], torch.Tensor] = {}
 
 
 # Triton kernels keep compact argument lists, as in Triton's own tutorials.
@@ -124,13 +131,13 @@ def _attend_block(q, k, v, m, l, acc, n0, stop, qk_scale2, BLOCK_N: tl.constexpr
 
 
 @triton.jit
-def _decode_split(Q, K, V, LENS, BT, PO, PL, qk_scale2,
-                  s_qb, s_qh, s_qn, s_kb, s_kh, s_kn, s_vb, s_vh, s_vn, s_bt,
+def _decode_split(Q, K, V, LENS, BT, PO, PL, O, COUNT, qk_scale2,
+                  s_qb, s_qh, s_qn, s_kb, s_kh, s_kn, s_vb, s_vh, s_vn, s_bt, s_ob, s_oh, s_on,
                   H_KV, GROUP, N_Q, N_CACHE, BLOCKS_PER_SPLIT, SPLITS,
                   HEAD_DIM: tl.constexpr, D_PAD: tl.constexpr, R_PAD: tl.constexpr,
                   BLOCK_N: tl.constexpr, HAS_LENS: tl.constexpr, USE_TMA: tl.constexpr,
                   UPCAST: tl.constexpr, DOT_PREC: tl.constexpr, PAGED: tl.constexpr,
-                  PAGE_SIZE: tl.constexpr):
+                  PAGE_SIZE: tl.constexpr, S_BLOCK: tl.constexpr):
     # PAGED: K and V are page pools, s_kb/s_vb the page strides, s_kn/s_vn the slot strides, and
     # BT the block table (row stride s_bt); N_CACHE = max_pages · PAGE_SIZE.
     split = tl.program_id(0)
@@ -201,38 +208,47 @@ def _decode_split(Q, K, V, LENS, BT, PO, PL, qk_scale2,
     tl.store(PL + part + r, lse2, mask=keep)
     tl.store(PO + (part + r)[:, None] * HEAD_DIM + c[None, :], o,
              mask=keep[:, None] & (c < HEAD_DIM)[None, :])
+    # Every thread's stores come before the count (the barrier), and the count releases them to
+    # the program that reads it last (acquire): that program sees all S partials.
+    tl.debug_barrier()
+    arrived = tl.atomic_add(COUNT + bhk, 1, sem="acq_rel", scope="gpu")
+    if arrived == SPLITS - 1:
+        _merge_splits(PO, PL, O, bhk, b, hk, s_ob, s_oh, s_on, GROUP, N_Q, SPLITS, HEAD_DIM,
+                      D_PAD, S_BLOCK)
+        tl.atomic_xchg(COUNT + bhk, 0, sem="relaxed", scope="gpu")
 
 
 @triton.jit
-def _decode_reduce(PO, PL, O, s_ob, s_oh, s_on, H_KV, GROUP, N_Q, SPLITS,
-                   HEAD_DIM: tl.constexpr, D_PAD: tl.constexpr, R_PAD: tl.constexpr):
-    bhk = tl.program_id(0)
-    b = bhk // H_KV
-    hk = bhk % H_KV
+def _merge_splits(PO, PL, O, bhk, b, hk, s_ob, s_oh, s_on, GROUP, N_Q, SPLITS,
+                  HEAD_DIM: tl.constexpr, D_PAD: tl.constexpr, S_BLOCK: tl.constexpr):
+    """O's rows of K/V head `bhk` from the SPLITS partials: per row, S_BLOCK splits' (LSE, O)
+    loaded at once and merged by their LSE (online across blocks of splits when there are more).
+    Loads bypass L1 (.cg): the partials were written by other programs of this launch."""
     n_rows = GROUP * N_Q
-    r = tl.arange(0, R_PAD)
     c = tl.arange(0, D_PAD)
-    keep = r < n_rows
-    tile_mask = keep[:, None] & (c < HEAD_DIM)[None, :]
-    m = tl.full([R_PAD], float("-inf"), tl.float32)
-    w = tl.zeros([R_PAD], tl.float32)
-    acc = tl.zeros([R_PAD, D_PAD], tl.float32)
-    for split in range(SPLITS):
-        part = (bhk * SPLITS + split).to(tl.int64) * n_rows
-        lse2 = tl.load(PL + part + r, mask=keep, other=float("-inf"))
-        o = tl.load(PO + (part + r)[:, None] * HEAD_DIM + c[None, :], mask=tile_mask, other=0.0)
-        m_new = tl.maximum(m, lse2)
-        m_sub = tl.where(m_new == float("-inf"), 0.0, m_new)
-        alpha = tl.math.exp2(m - m_sub)
-        beta = tl.math.exp2(lse2 - m_sub)
-        w = w * alpha + beta
-        acc = acc * alpha[:, None] + o * beta[:, None]
-        m = m_new
-    out = acc / tl.where(w > 0, w, 1.0)[:, None]
-    head = hk * GROUP + r // N_Q
-    o_ptrs = (O + b.to(tl.int64) * s_ob + head.to(tl.int64)[:, None] * s_oh
-              + (r % N_Q)[:, None] * s_on + c[None, :])
-    tl.store(o_ptrs, out.to(O.dtype.element_ty), mask=tile_mask)
+    sp = tl.arange(0, S_BLOCK)
+    for r in range(n_rows):
+        m = tl.max(tl.full([S_BLOCK], float("-inf"), tl.float32), 0)
+        w = tl.sum(tl.zeros([S_BLOCK], tl.float32), 0)
+        acc = tl.zeros([D_PAD], tl.float32)
+        for s0 in range(0, SPLITS, S_BLOCK):
+            split = s0 + sp
+            row = (bhk * SPLITS + split).to(tl.int64) * n_rows + r
+            lse2 = tl.load(PL + row, mask=split < SPLITS, other=float("-inf"), cache_modifier=".cg")
+            o = tl.load(PO + row[:, None] * HEAD_DIM + c[None, :],
+                        mask=(split < SPLITS)[:, None] & (c < HEAD_DIM)[None, :], other=0.0,
+                        cache_modifier=".cg")
+            m_new = tl.maximum(m, tl.max(lse2, 0))
+            m_sub = tl.where(m_new == float("-inf"), 0.0, m_new)  # no key yet: weights 0
+            alpha = tl.math.exp2(m - m_sub)
+            beta = tl.math.exp2(lse2 - m_sub)  # (S_BLOCK,)
+            w = w * alpha + tl.sum(beta, 0)
+            acc = acc * alpha + tl.sum(o * beta[:, None], 0)
+            m = m_new
+        out = acc / tl.where(w > 0, w, 1.0)
+        o_ptrs = (O + b.to(tl.int64) * s_ob + (hk * GROUP + r // N_Q).to(tl.int64) * s_oh
+                  + (r % N_Q) * s_on + c)
+        tl.store(o_ptrs, out.to(O.dtype.element_ty), mask=c < HEAD_DIM)
 
 
 # fmt: on
@@ -332,6 +348,20 @@ def paged_config(
     return solo if solo is not None and solo.block_n == cfg.block_n else cfg
 
 
+def counters(n: int, device: torch.device) -> torch.Tensor:
+    """At least `n` int32 arrival counters, zero between calls, for this device and its current
+    stream (each call's last program sets its counters back to 0; calls on one stream run one
+    after another, so they can share them). Grown, never shrunk: a new buffer is zeroed on the
+    stream, after whatever still uses the old one."""
+    stream = torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else 0
+    key = (str(device), stream)
+    buf = _COUNTERS.get(key)
+    if buf is None or buf.numel() < n:
+        buf = torch.zeros(max(n, 1024), dtype=torch.int32, device=device)
+        _COUNTERS[key] = buf
+    return buf
+
+
 def sm_count() -> int:
     """Streaming multiprocessors of this GPU (132, an H100's, under the interpreter)."""
     return 132 if interpreting() else torch.cuda.get_device_properties(0).multi_processor_count
@@ -423,18 +453,13 @@ def decode_with_partials(
         v_strides = (v.stride(0), v.stride(2), v.stride(1))
     launch(
         _decode_split, (splits, b * h_kv),
-        (q, k, v, lens, table, part_o, part_l, shapes.scale * LOG2E,
-         *q.stride()[:3], *k_strides, *v_strides, s_bt,
+        (q, k, v, lens, table, part_o, part_l, o, counters(b * h_kv, q.device),
+         shapes.scale * LOG2E, *q.stride()[:3], *k_strides, *v_strides, s_bt, *o.stride()[:3],
          h_kv, shapes.group, n_q, n_cache, per_split, splits),
         dict(HEAD_DIM=d, D_PAD=d_pad, R_PAD=r_pad, BLOCK_N=cfg.block_n,
              HAS_LENS=cache_seqlens is not None, USE_TMA=tma, UPCAST=upcast(q.dtype),
              DOT_PREC=dot_precision(q.dtype), PAGED=block_table is not None,
-             PAGE_SIZE=page_size),
+             PAGE_SIZE=page_size, S_BLOCK=min(triton.next_power_of_2(splits), MAX_S_BLOCK)),
         cfg.launch_options(),
-    )  # fmt: skip
-    launch(
-        _decode_reduce, (b * h_kv,),
-        (part_o, part_l, o, *o.stride()[:3], h_kv, shapes.group, n_q, splits),
-        dict(HEAD_DIM=d, D_PAD=d_pad, R_PAD=r_pad), {"num_warps": 4},
     )  # fmt: skip
     return o, part_o, part_l

@@ -195,7 +195,7 @@ def decode_check(
     q, k, v = random_inputs(p, seed, q_rows=p.group * p.seq_q)
     rec = decode_forward(q, k, v, p, tiles, splits=splits, col_stride=1)
     used = rec.plan.used
-    progress(f"running the split and reduce kernels ({used} splits)")
+    progress(f"running the split kernel and its merge ({used} splits)")
     qt = _tensor(q, p.dtype).view(1, p.group, p.seq_q, p.head_dim)
     kt, vt = _tensor(k, p.dtype), _tensor(v, p.dtype)
     cfg = KernelConfig(tiles.block_m, tiles.block_n, tiles.warps, tiles.stages)

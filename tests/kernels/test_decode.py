@@ -1,11 +1,11 @@
-"""Flash-Decoding (split kernel + reduce) against the float64 reference."""
+"""Flash-Decoding (split kernel, the last split merging) against the float64 reference."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from flashscope.kernels import KernelConfig, flash_decode
+from flashscope.kernels import KernelConfig, decode, flash_decode
 from flashscope.kernels.decode import sm_count
 from flashscope.kernels.reference import attention_forward
 from flashscope.simulator.core.problem import decode_splits
@@ -81,3 +81,20 @@ def test_explicit_split_counts(seed: int, splits: int) -> None:
 
 def test_default_split_count_follows_the_simulator() -> None:
     assert decode_splits(32, 2048, sm_count()) == -(-sm_count() // 32)
+
+
+def test_the_last_split_merges_and_leaves_the_counters_at_zero(seed: int) -> None:
+    """One launch: the program that finishes last merges the partials and zeroes its counter,
+    so calls of other split counts on the same heads start from zero. 40 splits exceed the
+    merge's 32 per load (a second block of splits, merged online), and a batch with no key
+    merges to zeros."""
+    q, k, v = rand(2, 4, 1, 16), rand(2, 2, 1300, 16), rand(2, 2, 1300, 16)
+    lens = [1300, 0]
+    seqlens = torch.tensor(lens, device=DEV)
+    ref, lowp = reference(q, k, v, lens, torch.float64), reference(q, k, v, lens, torch.float16)
+    cfg = KernelConfig(16, 32, 4, 1)  # 41 key blocks
+    for splits in (40, 3, 1):
+        o = flash_decode(q, k, v, seqlens, splits=splits, config=cfg)
+        assert_close(o, ref, lowp, f"decode splits={splits}", seed)
+        left = decode.counters(4, q.device)[:4]
+        assert not left.any(), f"splits={splits}: counters left at {left.tolist()}"

@@ -472,3 +472,36 @@ def test_the_tuned_route_runs_the_gluon_backward(seed: int, shape: tuple, monkey
     assert calls == [cfg]
     for g, t in zip(got, triton_grads, strict=True):
         assert torch.allclose(g.float(), t.float(), atol=2e-2, rtol=2e-2)
+
+
+def test_decode_counters_in_graphs_and_on_two_streams(seed: int) -> None:
+    """The split kernel's arrival counters: a CUDA graph replays right (the counters are back at
+    zero after each replay), and calls on two streams at once with different split counts each
+    merge their own splits."""
+    q, k, v = rand(2, 32, 1, 128), rand(2, 8, 8192, 128), rand(2, 8, 8192, 128)
+    ref, _ = attention_forward(q, k, v)
+    lowp, _ = attention_forward(q, k, v, dtype=F16)
+    eager = flash_decode(q, k, v)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        flash_decode(q, k, v)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, stream=side):
+        captured = flash_decode(q, k, v)
+    for i in range(3):
+        captured.zero_()
+        graph.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(captured, eager), f"graph replay {i}, seed={seed}"
+    streams = [torch.cuda.Stream() for _ in range(2)]
+    outs = []
+    for _ in range(4):
+        for stream, splits in zip(streams, (7, 16), strict=True):
+            stream.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(stream):
+                outs.append((splits, flash_decode(q, k, v, splits=splits)))
+    torch.cuda.synchronize()
+    for splits, o in outs:
+        assert_close(o, ref, lowp, f"decode on two streams, splits={splits}", seed)
