@@ -75,6 +75,18 @@ from flashscope.simulator.timing.kernelplan import tuned_keys
 
 _LOADER_REGS = gl.constexpr(LOADER_REGS)
 KEYS_PER_CONSUMER = 64  # one warpgroup's rows of a wgmma
+
+
+@gluon.constexpr_function
+def dq_share(block_m, head_dim, consumers):
+    """(rows, columns) of one warpgroup's share of a step's dQ = dS K, the tile it adds into the
+    fp32 buffer: its own 64 query rows by head_dim where the query block has 64 rows per
+    warpgroup, else every row of the block by head_dim / consumers (head_dim padded)."""
+    if block_m == KEYS_PER_CONSUMER * consumers:
+        return (KEYS_PER_CONSUMER, head_dim)
+    return (block_m, head_dim // consumers)
+
+
 MAX_BAND = 256
 
 
@@ -293,8 +305,8 @@ def _step(dk, dv, st, s, qb, q_row0, key0, masked, ctx, s_layout: gl.constexpr,
     mbarrier.arrive(ds_ready.index(buf), count=1)
     mbarrier.wait(ds_ready.index(buf), (s // 2) & 1)
     ds = ds_smem.index(buf).permute((1, 0))  # (BLOCK_M, BLOCK_N)
-    DQ_M: gl.constexpr = KEYS if ROW_SPLIT else BLOCK_M
-    DQ_N: gl.constexpr = HEAD_DIM if ROW_SPLIT else HEAD_DIM // CONSUMERS
+    DQ_M: gl.constexpr = dq_share(BLOCK_M, HEAD_DIM, CONSUMERS)[0]
+    DQ_N: gl.constexpr = dq_share(BLOCK_M, HEAD_DIM, CONSUMERS)[1]
     if ROW_SPLIT:
         a = ds.slice(C * KEYS, KEYS)
         b = k_all
@@ -344,8 +356,8 @@ def _consumer(args, C: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constex
                                                        instr_shape=[16, BLOCK_M, 16])
     o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                        instr_shape=[16, HEAD_DIM, 16])
-    ROW_SPLIT: gl.constexpr = BLOCK_M == 64 * CONSUMERS  # (`_step`: how dQ is shared)
-    DQ_N: gl.constexpr = HEAD_DIM if ROW_SPLIT else HEAD_DIM // CONSUMERS
+    DQ_N: gl.constexpr = dq_share(BLOCK_M, HEAD_DIM, CONSUMERS)[1]
+    ROW_SPLIT: gl.constexpr = DQ_N == HEAD_DIM  # each warpgroup adds its own rows' dQ
     dq_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                         instr_shape=[16, DQ_N, 16])
     op_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
@@ -423,8 +435,8 @@ def _attn_bwd_ws(q_desc, k_desc, v_desc, do_desc, LSE, DELTA, DQ, DK, DV, qk_sca
     ds_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, BLOCK_M], dtype)
     ds_smem = gl.allocate_shared_memory(dtype, [2, BLOCK_N, BLOCK_M], ds_layout)
     # one fp32 tile per warpgroup: its share of a step's dQ (`_step`)
-    DQ_M: gl.constexpr = 64 if BLOCK_M == BLOCK_N else BLOCK_M
-    DQ_N: gl.constexpr = HEAD_DIM if BLOCK_M == BLOCK_N else HEAD_DIM // CONSUMERS
+    DQ_M: gl.constexpr = dq_share(BLOCK_M, HEAD_DIM, CONSUMERS)[0]
+    DQ_N: gl.constexpr = dq_share(BLOCK_M, HEAD_DIM, CONSUMERS)[1]
     dq_smem = gl.allocate_shared_memory(gl.float32, [CONSUMERS, DQ_M, DQ_N], DQ.layout)
     ds_ready = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
     ds_free = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
@@ -508,14 +520,12 @@ def _arguments(q, k, v, do, lse, delta, dq_acc, dk, dv, causal: bool, scale: flo
 
 
 def _dq_descriptor(dq_acc: torch.Tensor, cfg: BwdConfig):
-    """The fp32 dQ buffer as (B·H·N_q, d) in tiles of one warpgroup's share of a step: 64 rows
-    by d where the query block has 64 rows per warpgroup, else the block's rows by d / 2 (d
-    padded to a power of two: the copy engine drops the columns past d)."""
+    """The fp32 dQ buffer as (B·H·N_q, d) in tiles of one warpgroup's share of a step
+    (`dq_share`; d padded to a power of two: the copy engine drops the columns past d)."""
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
     d, d_pad = dq_acc.shape[3], pad_dim(dq_acc.shape[3])
-    rows_split = cfg.block_m == cfg.block_n
-    block = [KEYS_PER_CONSUMER, d_pad] if rows_split else [cfg.block_m, d_pad // cfg.consumers]
+    block = list(dq_share(cfg.block_m, d_pad, cfg.consumers))
     layout = gl.NVMMASharedLayout.get_default_for(block, gl.float32)
     rows = dq_acc.shape[0] * dq_acc.shape[1] * dq_acc.shape[2]
     return TensorDescriptor(dq_acc, [rows, d], [d, 1], block, layout)
