@@ -19,9 +19,7 @@ from __future__ import annotations
 import json
 import os
 import re
-import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -45,15 +43,9 @@ _LINE = re.compile(r"/\*([0-9a-f]{4,6})\*/\s+(.*?)\s*;")
 
 def sass(cubin: bytes) -> list[tuple[int, str]]:
     """(address, instruction) of a cubin, as cuobjdump disassembles it."""
-    import triton
+    from flashscope.kernels.hopper_forward import cuobjdump
 
-    cuobjdump = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
-    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
-        f.write(cubin)
-        f.flush()
-        text = subprocess.run(
-            [cuobjdump, "-sass", f.name], capture_output=True, text=True, check=True
-        ).stdout
+    text = cuobjdump(cubin, "-sass")
     return [
         (int(m.group(1), 16), m.group(2)) for line in text.splitlines() if (m := _LINE.search(line))
     ]

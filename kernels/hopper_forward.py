@@ -1068,23 +1068,30 @@ def warmup_sm90(kernel, args: tuple, constexprs: dict, options: dict):
         driver._active = saved
 
 
-def cubin_resources(cubin: bytes) -> dict[str, int]:
-    """A compiled kernel's registers per thread, spill stack and local bytes ("REG", "STACK",
-    "LOCAL") as cuobjdump reads them from its cubin."""
-    import re
+def cuobjdump(cubin: bytes, flag: str) -> str:
+    """What the cuobjdump Triton ships prints for a cubin with `flag` ("-sass",
+    "--dump-resource-usage")."""
     import subprocess
     import tempfile
     from pathlib import Path
 
     import triton
 
-    cuobjdump = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
+    tool = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
     with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
         f.write(cubin)
         f.flush()
-        usage = subprocess.run(
-            [cuobjdump, "--dump-resource-usage", f.name], capture_output=True, text=True, check=True
+        return subprocess.run(
+            [tool, flag, f.name], capture_output=True, text=True, check=True
         ).stdout
+
+
+def cubin_resources(cubin: bytes) -> dict[str, int]:
+    """A compiled kernel's registers per thread, spill stack and local bytes ("REG", "STACK",
+    "LOCAL") as cuobjdump reads them from its cubin."""
+    import re
+
+    usage = cuobjdump(cubin, "--dump-resource-usage")
     return {k: int(v) for k, v in re.findall(r"(REG|STACK|LOCAL):(\d+)", usage)}
 
 
