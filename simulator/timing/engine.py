@@ -150,6 +150,20 @@ L1_EXTRA_KIB = 28
 # better of 0.5 and 1 on the users' fit half's L2 bytes (MAPE 12.7% against 12.8%; 17.6%
 # with the constant miss share).
 SPILL_L1_SHARE = 0.5
+# What each loop step of a CTA whose warps split its tiles' columns (`Launch.split_warps`,
+# `kernelplan.split_columns`: warp-level forwards with BM < d_pad) waits, per warp, on its
+# exchanges through shared memory: the row maximum and the row sum reduced across the warps and
+# P handed to the warps that multiply it (7 barriers a step beyond a row-split loop's, in the
+# sm_90a SASS), a latency on top of the step's work that other CTAs on the SM can fill. Nsight
+# Compute (users' sweep, H100, 2026-11-26,
+# benchmarks/results/validation-users-NVIDIA-H100-80GB-HBM3-2026-11-26.json): such forwards on
+# 8 warps (16–32-row tiles at d = 32–192, two to four stages) took 1.0–1.5 µs a step per CTA
+# whatever the step's work, 25–64% more than the engine (u044, u146, u148, u197, u258, u363,
+# u422), while on 2 warps they erred by −1% to +20% without it. Fitted on the fit half: mean
+# |log error| 0.1951 without the term, 0.1921 at 35 ns (flat from 30 to 45 ns; a cost per step
+# independent of the warps is as good at 40 ns, 0.1920, and takes the 2-warp rows up by up to
+# 14%); held out, the time MAPE 19.1% → 18.9%, the spread forwards' 22.0% → 19.4%.
+XWARP_NS = 35.0
 _BUSY_STEPS = 4  # fixed-point steps for the CTAs sharing the SM in their loops (_durations)
 
 
@@ -436,7 +450,10 @@ def _work(w: Launch, t: TileConfig, r: _Rates, loop_hit: np.ndarray, spills: boo
     # Each of the iteration's `chain` waits on its products (the softmax needs S, the next
     # product its operands): a warpgroup pays their latency on top of its work, which only
     # other warpgroups (on their own row slices, or in other CTAs) can fill.
-    wait = w.iters * (w.chain * eff.mma_chain_ns * 1e-9) if w.chain else None
+    # Warps that split a tile's columns also wait each step on their exchanges through shared
+    # memory (`XWARP_NS` per warp of the CTA).
+    step_wait = w.chain * eff.mma_chain_ns + w.split_warps * XWARP_NS
+    wait = w.iters * (step_wait * 1e-9) if w.chain else None
     reduce_write = w.reduce_write if w.chain and w.reduce_write.any() else None
     # Before its loop a CTA waits (set-up, its first load's latency, the tensor descriptors it
     # builds itself) without using the SM.

@@ -56,7 +56,7 @@ from flashscope.simulator.core.problem import STATS_BYTES, AttentionProblem, Til
 from flashscope.simulator.timing import compiled
 from flashscope.simulator.timing.engine import _pad_rows, warpgroup_layout
 from flashscope.simulator.timing.launch import ACC_BYTES, Launch, Product
-from flashscope.simulator.timing.occupancy import register_demand
+from flashscope.simulator.timing.occupancy import register_demand, warp_level
 from flashscope.simulator.timing.workload import (
     Workload,
     _fa2,
@@ -513,6 +513,24 @@ def with_descriptors(
     return dataclasses.replace(launch, descriptors=count)
 
 
+def split_columns(p: AttentionProblem, t: TileConfig) -> int:
+    """How many warps of a forward CTA split its tiles' columns (0: they split the rows).
+
+    With warp-level products (`occupancy.warp_level`) Triton lays a chain of products' warps
+    out by P·V's shape (BM × d_pad): along the rows where BM ≥ d_pad, else all of them along
+    the columns. Compiled for sm_90a with the Triton 3.6.0 the users' sweep ran, its 111
+    forwards on spread tiles all follow this rule (warpsPerCTA [1, W] exactly where
+    BM < d_pad). Warps that split the columns each hold a slice of every row, so each loop step
+    reduces the row maximum and the row sum across them and hands P to the warps that
+    multiply it through shared memory: the loop body has 10 barriers (18 at one stage) against
+    3 (10) where the warps split the rows, with shared-memory stores and loads beside them
+    (`engine.XWARP_NS`)."""
+    rows = _pad_rows(t.block_m)
+    if t.warps < 2 or not warp_level(rows, t.warps) or rows >= pad_head_dim(p.head_dim):
+        return 0
+    return t.warps
+
+
 def useful_flops(algo: str, p: AttentionProblem) -> float:
     """The papers' convention: 4·B·H·Nq·Nk·d, halved when causal, × 2.5 for the backward."""
     useful = 4.0 * p.batch * p.heads * p.seq_q * p.seq_k * p.head_dim
@@ -546,7 +564,9 @@ def build(
         (launch,) = _fa2(p, t, heavy_first=p.causal, acc_cols=d)
         # one wait per iteration (PTX): on S, with the previous tile's P·V, left in flight
         shapes = (Product(0.5, t.block_n, a_smem=True), Product(0.5, d))  # S (smem), P·V (regs)
-        launch = dataclasses.replace(launch, mma_shapes=shapes, chain=1)
+        launch = dataclasses.replace(
+            launch, mma_shapes=shapes, chain=1, split_warps=split_columns(p, t)
+        )
         launches: tuple[Launch, ...] = (launch,)
         chosen = None
     else:

@@ -78,7 +78,7 @@ FloatArray = npt.NDArray[np.float64]
 _SCALARS = (
     "stream_blocks", "stream_tail", "tiles", "concurrent", "mma_shapes", "chain", "regs",
     "mma_pad", "descriptors", "host_descriptors", "local_frame", "stream_seen", "l1_miss",
-    "l2_pad", "barrier",
+    "l2_pad", "barrier", "split_warps",
 )  # fmt: skip
 _FLOAT = (
     "alu",
@@ -159,6 +159,8 @@ class Launch:
     l1_miss: float | None = None  # share of spill reloads missing L1 (None: `spill_l1_miss`)
     l2_pad: float = 1.0  # bytes between L2 and the SMs per counted byte (head_dim padded)
     barrier: bool = False  # its warpgroups meet at a barrier every iteration (engine.lockstep)
+    split_warps: int = 0  # warps splitting a tile's columns, exchanging through shared
+    # memory every iteration (engine.XWARP_NS; kernelplan.split_columns)
 
     @classmethod
     def make(

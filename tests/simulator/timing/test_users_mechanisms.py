@@ -233,3 +233,32 @@ def test_warp_level_forwards_ask_the_shared_memory_their_compiled_kernels_did(
     smem = k.occupancy.footprint.smem_bytes
     assert smem == pytest.approx(measured, rel=0.005)
     assert k.occupancy.limits["smem"] == H100.smem_per_sm // (smem + RESERVED_SMEM)
+
+
+@pytest.mark.parametrize(
+    ("tiles", "head_dim", "split"),
+    [
+        (TileConfig(16, 16, 3, 8), 64, 8),  # u044: warpsPerCTA [1, 8] as compiled
+        (TileConfig(32, 16, 2, 4), 80, 4),  # d_pad 128 > 32 rows
+        (TileConfig(16, 32, 2, 2), 96, 2),
+        (TileConfig(32, 16, 2, 2), 32, 0),  # u096: [2, 1], BM = d_pad
+        (TileConfig(64, 64, 3, 2), 64, 0),  # u173: [2, 1]
+        (TileConfig(64, 64, 3, 4), 256, 0),  # warpgroup products
+        (TileConfig(128, 64, 3, 8), 128, 0),
+    ],
+)
+def test_warps_split_the_columns_where_the_tile_has_fewer_rows_than_d_pad(tiles, head_dim, split):
+    p = AttentionProblem(seq_q=4096, head_dim=head_dim, batch=2, heads=8)
+    assert kernelplan.split_columns(p, tiles) == split
+    _, fwd = _launch("fa2", p, tiles)
+    assert fwd.split_warps == split
+
+
+def test_warps_that_split_the_columns_wait_on_their_exchanges_every_step():
+    p = AttentionProblem(seq_q=2048, head_dim=64, batch=1, heads=16, causal=True)
+    w, fwd = _launch("fa2", p, TileConfig(16, 16, 3, 8))
+    t = simulate_workload(w, H100).time_s
+    plain = dataclasses.replace(w, launches=(dataclasses.replace(fwd, split_warps=0),))
+    t0 = simulate_workload(plain, H100).time_s
+    # 16×16 tiles on 8 warps (u044): the exchanges bound each step, not the step's work
+    assert t > 1.1 * t0
