@@ -315,11 +315,11 @@ MISS_CLASSES: tuple[MissClass, ...] = (
         "forwards, spread tiles",
         "forwards on spread tiles that do not spill (tiles of 16–64 rows or columns, one or "
         "two stages, more warps than the tile has 64-row slices)",
-        _NOT_ISOLATED + "small and narrow tiles run slower than the engine's per-step costs, "
-        "fitted on the protocol's wider tiles, say: 16–64-row tiles on 4–8 warps took "
-        "1.0–1.5 µs per loop step whatever its work, a chain of waits per step (the row "
-        "statistics reduced across warps, the probabilities passed through shared memory) "
-        "the engine does not have",
+        _NOT_ISOLATED + "the engine charges the exchanges of warps that split a tile's columns "
+        "(engine.XWARP_NS per warp and step), but one-stage loops on 8 warps stay about 23% "
+        "too fast (there the step's load wait outweighs it; the exchanges likely add to it), "
+        "the wait per barrier looks longer at 4 CTAs per SM than at 1–2 (u148, 53% too fast), "
+        "and 4-warp one-stage forwards at d = 256 are 25–60% too slow",
         lambda row: _forward(row) and _spread(row),
     ),
     MissClass(

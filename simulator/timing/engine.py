@@ -162,7 +162,7 @@ SPILL_L1_SHARE = 0.5
 # u422), while on 2 warps they erred by −1% to +20% without it. Fitted on the fit half: mean
 # |log error| 0.1951 without the term, 0.1921 at 35 ns (flat from 30 to 45 ns; a cost per step
 # independent of the warps is as good at 40 ns, 0.1920, and takes the 2-warp rows up by up to
-# 14%); held out, the time MAPE 19.1% → 18.9%, the spread forwards' 22.0% → 19.4%.
+# 14%); held out, the time MAPE 19.1% → 18.8%, the spread forwards' 22.0% → 19.4%.
 XWARP_NS = 35.0
 _BUSY_STEPS = 4  # fixed-point steps for the CTAs sharing the SM in their loops (_durations)
 
