@@ -400,7 +400,7 @@ def decode_with_partials(
     use_tma: bool | None = None,
     block_table: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """`flash_decode`, also returning what the split kernel wrote for the reduce: O, the partial
+    """`flash_decode`, also returning what the split programs wrote for the merge: O, the partial
     outputs (B·H_kv, S, R, d) fp32 and their log-sum-exps (B·H_kv, S, R) in log2 units, row r
     being token r % N_q of query head r // N_q of the K/V head's group."""
     page_size = 0
