@@ -3,13 +3,16 @@
 Each CTA's duration is computed once per row of a launch's grid where every row holds the same
 work; the tail's durations at every residency come from one evaluation; the compulsory hit
 rates come without a pass of the L2 model; stream ids are ranked without a sort; causal
-launches are built heaviest block first instead of reordered. Each is held here to the way it
-replaces, on flashscope's kernels and the convention's launches, causal or not, grouped K/V
-heads and ragged lengths included.
+launches are built heaviest block first instead of reordered; the L2 model's streams of one
+shared range skip their running unions, its streams in runs take their spans by run, and its
+hit chances and grouped running maxima are computed in place or not at all where nothing
+rises. Each is held here to the way it replaces, on flashscope's kernels and the convention's
+launches, causal or not, grouped K/V heads and ragged lengths included.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -28,7 +31,14 @@ from flashscope.simulator.timing.engine import (
     _shared_hits,
     _work,
 )
-from flashscope.simulator.timing.l2model import _loop_hit, compulsory_hits, split_traffic
+from flashscope.simulator.timing.l2model import (
+    _grouped_cummax,
+    _loop_hit,
+    compulsory_hits,
+    hit_chance,
+    split_traffic,
+    streams,
+)
 from flashscope.simulator.timing.launch import stream_groups
 from flashscope.simulator.timing.workload import _fa2, build
 
@@ -145,3 +155,74 @@ def test_causal_launches_built_heaviest_first_are_the_reordered_ones(p):
     want = plain.reordered(order).arrays()
     for name, col in heavy.arrays().items():
         np.testing.assert_array_equal(col, want[name], err_msg=name)
+
+
+def _with_full_columns(w, *names):
+    """`w` with the named one-value columns stored CTA by CTA (contiguous): the long way."""
+    return dataclasses.replace(w, **{k: np.array(getattr(w, k)) for k in names})
+
+
+@pytest.mark.parametrize("w", LAUNCHES, ids=lambda w: w.name)
+def test_streams_of_one_shared_range_are_the_general_cases(w):
+    """Where every CTA reads the same blocks of its stream (one value, broadcast), `streams`
+    skips the running unions: the same figures as with the columns stored whole."""
+    whole = streams(_with_full_columns(w, "stream_lo", "stream_hi"))
+    got = streams(w)
+    for f in dataclasses.fields(whole):
+        np.testing.assert_array_equal(
+            np.broadcast_to(getattr(got, f.name), np.shape(getattr(whole, f.name))),
+            getattr(whole, f.name),
+            err_msg=f"{w.name} {f.name}",
+        )
+
+
+def test_some_launches_take_the_shared_range_shortcut():
+    assert any(
+        w.stream_lo.strides == (0,) and w.stream_hi.strides == (0,) and w.stream_lo[0] >= 0
+        for w in LAUNCHES
+    )
+
+
+@pytest.mark.parametrize("w", LAUNCHES, ids=lambda w: w.name)
+def test_per_run_stream_spans_are_the_scattered_ones(w):
+    """Each stream's CTAs in one run: its first start and last end by `reduceat` over the
+    runs, as `np.minimum.at`/`np.maximum.at` over the CTAs give them."""
+    n = w.n_ctas
+    rng = np.random.default_rng(n)
+    start = np.sort(rng.uniform(0, 1e-3, n))
+    end = start + rng.uniform(1e-6, 1e-4, n)
+    edge = np.full(n, 1e-7)
+    scattered = dataclasses.replace(w)
+    scattered.__dict__["group_runs"] = None  # the cached property, set to the long way
+    a = split_traffic(w, start, end, edge, 8e6, 1.5)
+    b = split_traffic(scattered, start, end, edge, 8e6, 1.5)
+    for f in ("dram_read", "dram_write", "refs"):
+        np.testing.assert_array_equal(getattr(a, f), getattr(b, f), err_msg=f"{w.name} {f}")
+    assert a.footprint == b.footprint
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.lists(st.floats(0, 1e9), min_size=1, max_size=200),
+    st.floats(1.0, 1e8),
+    st.sampled_from([-1.0, 0.0, 0.5, 1.0, 2.0, 0.7, 1.3, 3.0]),
+)
+def test_hit_chance_in_place_is_the_power_law(distance, capacity, exponent):
+    d = np.array(distance)
+    want = np.ones_like(d)
+    far = d > capacity
+    want[far] = (capacity / d[far]) ** exponent
+    np.testing.assert_array_equal(hit_chance(d, capacity, exponent), want)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 5), st.integers(0, 50)), min_size=1, max_size=200))
+def test_grouped_running_max_is_the_per_group_one(pairs):
+    pairs.sort(key=lambda x: x[0])
+    group = np.array([g for g, _ in pairs], dtype=np.float64)
+    value = np.array([v for _, v in pairs], dtype=np.float64)
+    want = value.copy()
+    for i in range(1, len(want)):
+        if group[i] == group[i - 1]:
+            want[i] = max(want[i], want[i - 1])
+    np.testing.assert_array_equal(_grouped_cummax(group, value), want)
