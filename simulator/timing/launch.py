@@ -223,15 +223,16 @@ class Launch:
 
     @functools.cached_property
     def read_bytes(self) -> np.ndarray:
-        e = self.dtype_bytes
-        return _each(lambda h, s, a: h * e + (s + a) * 4.0, self.hbm_read, self.stats_read,
-                     self.acc_read)  # fmt: skip
+        return self._bytes(self.hbm_read, self.stats_read, self.acc_read)
 
     @functools.cached_property
     def write_bytes(self) -> np.ndarray:
+        return self._bytes(self.hbm_write, self.stats_write, self.acc_write)
+
+    def _bytes(self, elements: np.ndarray, stats: np.ndarray, acc: np.ndarray) -> np.ndarray:
+        """Per CTA: `elements` in the launch's dtype plus the fp32 `stats` and `acc`."""
         e = self.dtype_bytes
-        return _each(lambda h, s, a: h * e + (s + a) * 4.0, self.hbm_write, self.stats_write,
-                     self.acc_write)  # fmt: skip
+        return _each(lambda h, s, a: h * e + (s + a) * 4.0, elements, stats, acc)
 
     @functools.cached_property
     def cold_read(self) -> np.ndarray:
