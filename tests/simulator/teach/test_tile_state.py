@@ -124,7 +124,8 @@ def test_s_p_and_the_rescale_equal_a_float64_recomputation(algo, limit):
             st["l_rescaled"], alpha * l_prev, rtol=2e-5, atol=1e-6, err_msg=msg
         )
         np.testing.assert_allclose(st["p_sum"], p_sum, rtol=2e-5, atol=1e-6, err_msg=msg)
-        np.testing.assert_allclose(st["alpha"], alpha, rtol=2e-5, atol=1e-7, err_msg=msg)
+        # α goes out rounded to 6 decimals: up to 5e-7 off, which is large beside a small α.
+        np.testing.assert_allclose(st["alpha"], alpha, rtol=2e-5, atol=6e-7, err_msg=msg)
         l_now = np.array(st["l_rescaled"]) + np.array(st["p_sum"])
         np.testing.assert_allclose(
             st["l"], l_now, rtol=1e-6, atol=2e-6, err_msg=msg
