@@ -132,6 +132,13 @@ DESCRIPTOR_NS = 800.0
 # fitted on the same fit half's DRAM bytes (MAPE 26.6%, 26.0%, 25.9%, 26.5% at 0.1, 0.25, 0.4,
 # 0.6); Nsight Compute's reads came to 0.2–0.9 of the loads of kernels past the L2.
 SPILL_RELOAD_DRAM = 0.4
+# How sharply the spilled lines written back to DRAM rise with the spill slots' footprint F
+# over the usable L2 (`spill_dram`: x^k / (1 + x^k), x = F / capacity, k this exponent). The
+# slots share L2 with the launch's own streams, so evictions start before they fill it and
+# half of the stores are written back where they would just fill it. Fitted on the fit half of
+# the users' sweep (H100, 2026-11-26) by its DRAM bytes: MAPE 14.6%, 12.6%, 12.4%, 12.6%, 13.1%
+# at 3, 4, 5, 6, 8 (15.1% with no write-back below the L2's capacity).
+SPILL_SLOT_EXP = 5.0
 # What the host spends on each tensor descriptor it makes for a launch, in eager launches
 # (`host_launch_us`: the same host's work, so a host without a measured launch cost pays none;
 # `host_time_s`): where every tile is whole the kernels describe their tensors on the host,
@@ -244,27 +251,32 @@ def spill_dram(
     Measured per compiled kernel where the table has its write-back (`local_writeback`, no
     reloads from DRAM). Elsewhere from the local memory the resident threads keep: each thread
     `local_frame` bytes of spill slots, rewritten step after step, so `resident` CTAs hold
-    F = frame × threads × resident distinct local bytes. While F fits in L2 the slots stay
-    there; past it a line is evicted dirty before its next store with the chance 1 − h,
-    h = `l2model.hit_chance`(F, capacity, exponent) (the L2 model's own curve), and every
-    such store reaches DRAM, and a share `SPILL_RELOAD_DRAM` of the reloads of evicted lines
-    is read back from it. Nsight Compute supports it (users' sweep on an H100, 2026-11-26,
+    F = frame × threads × resident distinct local bytes, x = F / capacity. The slots share L2
+    with the launch's streams, so a spilled line is evicted dirty before its next store with
+    a chance that rises smoothly through x = 1: x^k / (1 + x^k), k = `SPILL_SLOT_EXP` (half
+    the stores where the slots alone would fill the usable L2), and every such store reaches
+    DRAM. Reloads wait less long than the next store: a share `SPILL_RELOAD_DRAM` of them is
+    read back from DRAM only past the L2's capacity, 1 − h of them, h =
+    `l2model.hit_chance`(F, capacity, exponent) (the L2 model's own curve). Nsight Compute
+    supports it (users' sweep on an H100, 2026-11-26,
     benchmarks/results/validation-users-NVIDIA-H100-80GB-HBM3-2026-11-26.json; F from the
-    binary's spill stack and the launch's occupancy): of their spill stores, the kernels whose
-    F is under half the usable L2 wrote back a median 1% or less, those from half to all of it
-    14%, from one to two times it 60%, beyond 93% (203 kernels that store over 1 MB); reloads
-    read from DRAM came to 0.2–0.9 of the loads of kernels past it. Launches of a few CTAs keep
-    few slots (u111: 8 CTAs, 44 MB of stores, none written back).
+    binary's spill stack and the launch's occupancy; forwards and dK/dV kernels storing over
+    50 MB, fit half): the share of their spill stores written back beyond their other writes
+    was a median 3% for x < 0.5 (19 kernels; the curve 0.2%), 15% from 0.5 to 0.8 (10; 8%),
+    24% to 1 (2; 37%), 64% to 1.25 (7; 61%), 65% to 2 (7; 79%) and 93% beyond (9; 100%), where
+    a curve that writes nothing back below x = 1 said 0, 0, 0, 30%, 65% and 100%. Reloads
+    read from DRAM came to 0.2–0.9 of the loads of kernels past the L2, under a tenth of them
+    below it. Launches of a few CTAs keep few slots (u111: 8 CTAs, 44 MB of stores, none
+    written back).
     """
     back = float(w.local_writeback.sum())
     if w.local_frame <= 0 or not math.isfinite(capacity):
         return back, 0.0
     threads = 32 * t.warps
     footprint = np.array([w.local_frame * threads * resident])
+    x = float(footprint[0] / capacity) ** SPILL_SLOT_EXP
+    write = float(w.local_store.sum()) * x / (1.0 + x)
     h = float(hit_chance(footprint, capacity, exponent)[0])
-    if h >= 1.0:
-        return back, 0.0
-    write = float(w.local_store.sum()) * (1.0 - h)
     read = float(w.local_load.sum()) * (1.0 - h) * SPILL_RELOAD_DRAM
     return back + write, read
 

@@ -93,11 +93,27 @@ def _spiller(frame: float, n: int = 4096, store: float = 1e6, load: float = 2e6)
     )  # fmt: skip
 
 
-def test_spill_slots_that_fit_in_l2_reach_no_dram():
+def test_spill_slots_far_inside_l2_reach_almost_no_dram():
     cap = H100.l2_bytes * H100.efficiency.l2_reuse_fraction
     t = TileConfig(64, 64, 2, 4)
-    write, read = spill_dram(_spiller(16.0), t, 264, cap, 4.0)
-    assert write == 0.0 and read == 0.0
+    w = _spiller(16.0)  # 16 B × 128 threads × 264 CTAs: 1.6% of the usable L2
+    write, read = spill_dram(w, t, 264, cap, 4.0)
+    assert 0.0 <= write < 1e-8 * w.local_store.sum()
+    assert read == 0.0  # reloads reach DRAM only past the L2's capacity
+
+
+def test_spill_write_back_rises_through_half_where_the_slots_fill_l2():
+    t = TileConfig(64, 64, 2, 4)
+    w = _spiller(1000.0)
+    stores = w.local_store.sum()
+    footprint = 1000.0 * 128 * 264
+    write, read = spill_dram(w, t, 264, footprint, 4.0)  # x = 1
+    assert write == pytest.approx(stores / 2)
+    assert read == 0.0
+    shares = [spill_dram(w, t, 264, footprint / x, 4.0)[0] / stores for x in (0.5, 0.8, 1.25, 2)]
+    k = engine.SPILL_SLOT_EXP
+    assert shares == pytest.approx([x**k / (1 + x**k) for x in (0.5, 0.8, 1.25, 2)])
+    assert shares == sorted(shares) and shares[0] < 0.05 and shares[-1] > 0.95
 
 
 def test_spill_slots_past_l2_write_back_their_stores():
@@ -107,9 +123,12 @@ def test_spill_slots_past_l2_write_back_their_stores():
     write, read = spill_dram(w, t, 264, cap, 4.0)
     stores, loads = w.local_store.sum(), w.local_load.sum()
     assert 0.9 * stores < write <= stores
-    assert read == pytest.approx(write / stores * loads * engine.SPILL_RELOAD_DRAM)
+    footprint = 64_000.0 * 128 * 264
+    hit = (cap / footprint) ** 4.0  # the L2 model's curve past its capacity
+    assert read == pytest.approx((1 - hit) * loads * engine.SPILL_RELOAD_DRAM)
     # a grid of a few CTAs keeps few slots, whatever each thread's frame
-    assert spill_dram(w, t, 4, cap, 4.0) == (0.0, 0.0)
+    few_write, few_read = spill_dram(w, t, 1, cap, 4.0)
+    assert few_write < 1e-3 * stores and few_read == 0.0
 
 
 def test_a_measured_write_back_is_kept_as_measured():
