@@ -10,7 +10,12 @@ from flashscope.simulator.core.problem import AttentionProblem, TileConfig
 from flashscope.simulator.teach.exactness import UNIT_ROUNDOFF, compare
 from flashscope.simulator.teach.tracing import build_trace
 
-BOUND = {"fa2": 4.0, "decode": 4.0, "fa2-bwd": 8.0}  # observed worst: 2.0, 1.4, 3.5
+# Multiples of u · max |ref|, the ceiling of the rounding floor. Not of the floor itself: that is
+# the largest rounding error over the elements, which falls to a fifth of u · max |ref| when few
+# elements sit in the top binade (decode: 48 of them), so a multiple of it fails on such draws
+# (seed 882137973, decode fp16: error 4.1 floors, 1.1 u · max |ref|).
+# Observed worst over 3000 draws each: 1.25, 1.33, 3.1.
+BOUND = {"fa2": 4.0, "decode": 4.0, "fa2-bwd": 8.0}
 
 
 @pytest.mark.parametrize("algo", ["fa2", "fa1", "fa2-bwd", "decode"])
@@ -27,9 +32,10 @@ def test_error_sits_between_the_rounding_floor_and_a_small_multiple(algo, dtype)
     for out in ex["outputs"]:
         floor, err = out["rounding_floor"], out["max_abs_err"]
         assert 0 < floor <= err, f"seed={seed} {out}"
-        assert floor <= out["max_abs_ref"] * UNIT_ROUNDOFF[dtype] * 1.0001, f"seed={seed}"
+        ceiling = out["max_abs_ref"] * UNIT_ROUNDOFF[dtype]
+        assert floor <= ceiling * 1.0001, f"seed={seed}"
         limit = BOUND.get(algo, 4.0 * (t.kv_blocks(p) + 1))  # FA-1 rounds O after every tile
-        assert err <= limit * floor, f"seed={seed} {out}"
+        assert err <= limit * ceiling, f"seed={seed} {out}"
 
 
 def test_fp32_floor_is_zero_and_compare_measures_the_largest_gap():
