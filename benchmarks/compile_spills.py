@@ -498,6 +498,7 @@ def read_binary(compiled: Any) -> dict[str, Any]:
     found = dict(re.findall(r"(REG|STACK|LOCAL):(\d+)", usage))
     s = structure(parse_sass(sass, compiled.metadata.name))
     return {"registers": int(found["REG"]), "stack": int(found["STACK"]),
+            "shared": int(compiled.metadata.shared),
             "structure": asdict(s), "binary": compiled.metadata.hash[:16]}  # fmt: skip
 
 
@@ -802,6 +803,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  not compiled: {k}: {r}")
 
     registers: dict[str, int] = {}
+    shared: dict[str, int] = {}
     kernels: dict[str, dict[str, Any]] = {}
     for k in sorted(set(reps), key=str):
         b = done[k]
@@ -810,13 +812,15 @@ def main(argv: list[str] | None = None) -> int:
         key = engine_key(k)
         s = structure_of(b["structure"])
         registers[key] = b["registers"]
+        shared[key] = b["shared"]
         form = engine_form(s, k)
         if any(form[f] for f in form):
             kernels[key] = form | {"stack": b["stack"], "binary": b["binary"]}
     doc = {
         "format": compiled.FORMAT,
         "what": "flashscope's Triton kernels as the compiler builds them for sm_90a: registers "
-        "per thread of every key (cuobjdump's resource usage) and, for kernels that spill, "
+        "per thread of every key (cuobjdump's resource usage), its dynamic shared memory per "
+        "CTA (the compiled kernel's metadata) and, for kernels that spill, "
         "local-memory bytes per thread per loop step and per CTA, loads and stores, read from "
         "the SASS (benchmarks/compile_spills.py)",
         "method": "LDL/STL widths summed per loop over tiles (natural loops of the SASS holding "
@@ -828,6 +832,7 @@ def main(argv: list[str] | None = None) -> int:
         f"{REPRESENTATIVE_SEQ[False]} or, ragged, {REPRESENTATIVE_SEQ[True]})",
         "compiler": {"triton": triton.__version__, "arch": "sm_90a"},
         "registers": registers,
+        "shared": shared,
         "kernels": kernels,
     }
     args.out.write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")

@@ -293,10 +293,7 @@ MISS_CLASSES: tuple[MissClass, ...] = (
         "the compiler's, read from the SASS (simulator/data/compiled-spills.json)",
         _NOT_ISOLATED + "the local bytes are the compiler's and their DRAM traffic follows "
         "the slots the resident threads keep; what a step that waits on its reloads loses "
-        "beyond their L1, L2 and DRAM time is not modelled, nor the backward's compiled shared "
-        "memory (the engine's estimate is more than 5% above Nsight Compute's for 41 of the 46 "
-        "dK/dV launches of this class in the sweep, so it holds fewer CTAs on an SM; the "
-        "forward's is the compiled kernels')",
+        "beyond their L1, L2 and DRAM time is not modelled",
         lambda row: spills(row) and _spread(row),
     ),
     MissClass(

@@ -260,6 +260,13 @@ def compiler_registers(path: Path = COMPILER_PATH) -> dict[str, int]:
     return {k: int(v) for k, v in _document(path).get("registers", {}).items()}
 
 
+@functools.cache
+def compiler_shared(path: Path = COMPILER_PATH) -> dict[str, int]:
+    """The compiler-derived dynamic shared memory per CTA of each binary (the compiled kernel's
+    metadata), the bytes Nsight Compute reports as launch__shared_mem_per_block_dynamic."""
+    return {k: int(v) for k, v in _document(path).get("shared", {}).items()}
+
+
 def _sm90(gpu_key: str) -> bool:
     return gpu_key.removesuffix("+custom") in ARCH_PRESETS
 
@@ -309,6 +316,14 @@ def registers(k: str, gpu_key: str = "h100-sxm") -> int | None:
         return None
     found = register_table().get(k)
     return found if found is not None else compiler_registers().get(compiler_key(k))
+
+
+def shared(k: str, gpu_key: str = "h100-sxm") -> int | None:
+    """The compiled kernel's dynamic shared memory per CTA for key `k` on `gpu_key` (None:
+    the compiler's table does not hold the key, or another architecture)."""
+    if not _sm90(gpu_key):
+        return None
+    return compiler_shared().get(compiler_key(k))
 
 
 @dataclass(frozen=True)

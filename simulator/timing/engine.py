@@ -715,6 +715,8 @@ def _run_launch(
         # flashscope's forward with warp-level products: Q in registers, stages − 1 buffers
         smem = warp_level_forward_smem(_pad_rows(w.rows), t.block_n, p.head_dim, t.stages, e)
         fp = dataclasses.replace(fp, smem_bytes=smem)
+    if w.smem is not None:  # the compiled kernel's (compiled.shared), where the table has it
+        fp = dataclasses.replace(fp, smem_bytes=w.smem)
     if w.regs is not None:  # the compiled kernel's count (compiled.py), and its spills
         spills = bool(w.local_load.any() or w.local_store.any())
         regs = -(-w.regs // REG_UNIT) * REG_UNIT  # allocated in whole units

@@ -434,13 +434,15 @@ def _ws_backward(p: AttentionProblem, cfg: WsConfig) -> tuple[Launch, ...]:
 def with_local_traffic(
     launch: Launch, p: AttentionProblem, t: TileConfig, route: str | None, gpu_key: str
 ) -> Launch:
-    """`launch` with its compiled kernel's registers, spill loads and stores, and the spills'
-    DRAM write-back, where they were measured."""
+    """`launch` with what is known of its compiled kernel: registers, shared memory, spill loads
+    and stores, and the spills' DRAM write-back where it was measured."""
     tiles = launch.tiles or t
     if launch.name not in compiled.LAUNCH_KERNEL:
         return launch
     k = compiled.key(launch.name, p, tiles, route)
-    launch = dataclasses.replace(launch, regs=compiled.registers(k, gpu_key))
+    launch = dataclasses.replace(
+        launch, regs=compiled.registers(k, gpu_key), smem=compiled.shared(k, gpu_key)
+    )
     traffic = compiled.lookup(k, gpu_key)
     if traffic is None and launch.regs is None:
         # a kernel the table does not know: its spills from the registers its tiles ask for

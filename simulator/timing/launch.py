@@ -77,7 +77,7 @@ IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
 _SCALARS = (
     "stream_blocks", "stream_tail", "tiles", "concurrent", "mma_shapes", "chain", "regs",
-    "mma_pad", "descriptors", "host_descriptors", "local_frame", "stream_seen", "l1_miss",
+    "smem", "mma_pad", "descriptors", "host_descriptors", "local_frame", "stream_seen", "l1_miss",
     "l2_pad", "barrier", "split_warps",
 )  # fmt: skip
 _FLOAT = (
@@ -150,6 +150,7 @@ class Launch:
     mma_shapes: tuple[Product, ...] = ()  # its iteration's matrix products: engine.mma_factor
     chain: int = 0  # waits on matrix products per iteration (each exposes their latency)
     regs: int | None = None  # registers per thread of the compiled kernel (None: estimated)
+    smem: int | None = None  # shared memory per CTA of the compiled kernel (None: estimated)
     mma_pad: float = 1.0  # matrix-product work issued per counted FLOP (head_dim padded)
     descriptors: int = 0  # tensor descriptors each CTA builds on the device before its work
     host_descriptors: int = 0  # tensor descriptors the host makes for the launch (whole tiles)
@@ -176,6 +177,7 @@ class Launch:
             "mma_shapes": tuple(cols.pop("mma_shapes", ())),
             "chain": int(cols.pop("chain", 0)),
             "regs": cols.pop("regs", None),
+            "smem": cols.pop("smem", None),
             "mma_pad": float(cols.pop("mma_pad", 1.0)),
             "descriptors": int(cols.pop("descriptors", 0)),
             "host_descriptors": int(cols.pop("host_descriptors", 0)),

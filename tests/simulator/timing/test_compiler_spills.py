@@ -10,7 +10,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from flashscope.simulator.calibrate.validation import compiled_observations
+from flashscope.simulator.calibrate.validation import (
+    compiled_observations,
+    ncu_kernels,
+    simulate_config,
+)
 from flashscope.simulator.core import hardware
 from flashscope.simulator.core.problem import AttentionProblem, TileConfig
 from flashscope.simulator.timing import compiled, kernelplan
@@ -97,3 +101,52 @@ def test_the_compilers_entries_predict_nsight_computes_local_bytes(name: str) ->
         assert abs(load - o.load) <= 0.02 * o.load, (o.key, load, o.load)
         assert abs(store - o.store) <= 0.06 * o.store, (o.key, store, o.store)
     assert checked >= 100 and spilled >= 20
+
+
+USERS = (
+    Path(__file__).resolve().parents[3]
+    / "benchmarks"
+    / "results"
+    / "validation-users-NVIDIA-H100-80GB-HBM3-2026-11-26-resimulated.json"
+)
+
+
+def _users_launches():
+    """(row id, Nsight Compute's kernel row, the engine's simulated kernel) for every Triton
+    kernel of the users' sweep that Nsight Compute read."""
+    doc = json.loads(USERS.read_text())
+    gpu = hardware.from_name(doc["gpu"])
+    for r in doc["rows"]:
+        kernels = [k for k in ncu_kernels(r) if k.get("name") in compiled.KERNEL_LAUNCH]
+        if not kernels:
+            continue
+        sim = {k.name: k for k in simulate_config(r["config"], gpu).kernels}
+        for k in kernels:
+            yield r["id"], k, sim[compiled.KERNEL_LAUNCH[k["name"]]]
+
+
+def test_the_compilers_shared_memory_is_what_the_kernels_launched_with() -> None:
+    """Every launch of the users' sweep (forward, dQ and dK/dV, spread tiles included): the
+    engine's shared memory per CTA is the compiled kernel's, Nsight Compute's dynamic
+    allocation, and where shared memory limits the occupancy the engine holds as many CTAs
+    on an SM as ran (the estimate was more than 5% off for most dK/dV launches)."""
+    shared = compiled.compiler_shared()
+    assert len(shared) == len(compiled.compiler_registers())
+    checked = limited = 0
+    for rid, k, s in _users_launches():
+        real = k["launch__shared_mem_per_block_dynamic"]
+        assert s.occupancy.footprint.smem_bytes == real, (rid, k["name"])
+        checked += 1
+        limits = [k[f"launch__occupancy_limit_{f}"] for f in ("registers", "shared_mem", "warps")]
+        if k["launch__occupancy_limit_shared_mem"] == min(limits):
+            assert s.occupancy.ctas_per_sm == min(limits), (rid, k["name"])
+            limited += 1
+    assert checked >= 600 and limited >= 100
+
+
+def test_shared_memory_comes_from_the_compiler_only_on_hopper() -> None:
+    k = "dkdv/d128/64x128/w8/s2/causal"
+    assert compiled.shared(k) == compiled.compiler_shared()[k] > 0
+    assert compiled.shared(k, "a100-80gb") is None
+    assert compiled.shared("dkdv/d128/1x1/w8/s2/causal") is None  # a key nobody compiled
+    assert compiled.compiler_shared(Path("/nonexistent/none.json")) == {}
