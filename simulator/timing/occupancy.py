@@ -41,6 +41,7 @@ RESERVED_SMEM = 1024  # bytes per CTA that CUDA keeps for itself (CC ≥ 8.0)
 PIPELINE_SMEM = 1024
 PIPELINED_KINDS = ("fwd", "bwd_dq")
 REG_UNIT = 8  # registers per thread are allocated in multiples of this
+SUBPARTITIONS = 4  # an SM's warp schedulers, each with a quarter of its registers
 MAX_REGS = 255
 WGMMA_ROWS = 64  # rows of one warpgroup's matrix-multiply instruction on Hopper
 WARPGROUP_WARPS = 4
@@ -162,6 +163,16 @@ def footprint(
     return Footprint(smem, min(want, limit), warps, want > limit)
 
 
+def regs_warps(regs_per_thread: int, gpu: GPU) -> int:
+    """Warps an SM's register file holds at `regs_per_thread` registers a thread: each of the
+    SM's `SUBPARTITIONS` schedulers holds its own share of the file and the warps it runs, so
+    the count is a multiple of them. Nsight Compute's register limit on the users' sweep (H100,
+    2026-11-26) says so for 2-warp CTAs: 139 and 143 registers (144 allocated) let 6 CTAs run,
+    not the 7 that 65536 / (144 × 64) gives; 194 (200) let 4, not 5."""
+    per_part = gpu.regs_per_sm // SUBPARTITIONS // (regs_per_thread * 32)
+    return per_part * SUBPARTITIONS
+
+
 def occupancy(fp: Footprint, gpu: GPU) -> Occupancy:
     """CTAs per SM; ValueError when one CTA's tiles do not fit in shared memory at all."""
     if fp.smem_bytes > gpu.smem_per_block:
@@ -176,7 +187,7 @@ def occupancy(fp: Footprint, gpu: GPU) -> Occupancy:
     smem = fp.smem_bytes + RESERVED_SMEM if fp.smem_bytes else 0
     limits = {
         "smem": gpu.smem_per_sm // smem if smem else gpu.max_ctas_per_sm,
-        "regs": gpu.regs_per_sm // (fp.regs_per_thread * threads),
+        "regs": regs_warps(fp.regs_per_thread, gpu) // fp.warps,
         "warps": gpu.max_warps_per_sm // fp.warps,
         "ctas": gpu.max_ctas_per_sm,
     }

@@ -132,7 +132,7 @@ def test_the_compilers_shared_memory_is_what_the_kernels_launched_with() -> None
     on an SM as ran (the estimate was more than 5% off for most dK/dV launches)."""
     shared = compiled.compiler_shared()
     assert len(shared) == len(compiled.compiler_registers())
-    checked = limited = 0
+    checked = limited = same_binary = 0
     for rid, k, s in _users_launches():
         real = k["launch__shared_mem_per_block_dynamic"]
         assert s.occupancy.footprint.smem_bytes == real, (rid, k["name"])
@@ -141,7 +141,16 @@ def test_the_compilers_shared_memory_is_what_the_kernels_launched_with() -> None
         if k["launch__occupancy_limit_shared_mem"] == min(limits):
             assert s.occupancy.ctas_per_sm == min(limits), (rid, k["name"])
             limited += 1
-    assert checked >= 600 and limited >= 100
+        # registers as allocated (multiples of 8): where the key's binary has the launch's
+        # count (607 of 620), every limit holds (a key can stand for another binary: u011's dK/dV,
+        # whole N_q and ragged N_k, where the representative has both ragged)
+        if (
+            -(-int(k["launch__registers_per_thread"]) // 8) * 8
+            == s.occupancy.footprint.regs_per_thread
+        ):
+            assert s.occupancy.ctas_per_sm == min(limits), (rid, k["name"])
+            same_binary += 1
+    assert checked >= 600 and limited >= 100 and same_binary >= 600
 
 
 def test_shared_memory_comes_from_the_compiler_only_on_hopper() -> None:
@@ -150,3 +159,18 @@ def test_shared_memory_comes_from_the_compiler_only_on_hopper() -> None:
     assert compiled.shared(k, "a100-80gb") is None
     assert compiled.shared("dkdv/d128/1x1/w8/s2/causal") is None  # a key nobody compiled
     assert compiled.compiler_shared(Path("/nonexistent/none.json")) == {}
+
+
+def test_registers_hold_warps_in_whole_subpartitions() -> None:
+    """The register limit counts warps per scheduler: 2-warp CTAs at 144 registers fit 6 to an
+    SM (Nsight Compute, u259 and u378 of the users' sweep), not 65536 / (144 × 64) = 7; CTAs of
+    4 and 8 warps are unchanged by the rounding."""
+    from flashscope.simulator.timing.occupancy import Footprint, occupancy, regs_warps
+
+    h100 = hardware.from_name("h100-sxm")
+    assert regs_warps(144, h100) == 12 and regs_warps(200, h100) == 8 and regs_warps(96, h100) == 20
+    assert occupancy(Footprint(1024, 144, 2, False), h100).limits["regs"] == 6
+    for regs in range(8, 256, 8):
+        for warps in (4, 8):
+            got = occupancy(Footprint(1024, regs, warps, False), h100).limits["regs"]
+            assert got == 65536 // (regs * 32 * warps), (regs, warps)
