@@ -11,6 +11,10 @@ subnormals (a fixed step of 2⁻²⁴ below 2⁻¹⁴) and overflow to ±∞ bey
 fp8 is e4m3 (OCP "E4M3FN", Hopper's FP8 tensor-core input): 3 mantissa bits, exponent bias 7,
 normals from 2⁻⁶ to 448 = 1.75·2⁸, subnormals in steps of 2⁻⁹, no infinities. Conversion
 saturates (PTX's cvt.satfinite): anything beyond ±448, infinities included, becomes ±448.
+
+`round_float64` rounds float64 values straight to a dtype, once: what the distance from an
+exact (float64) answer to the nearest storable value needs, where a detour through fp32 rounds
+twice and can land on the farther neighbour of a value that fp32 turned into a tie.
 """
 
 from __future__ import annotations
@@ -64,3 +68,32 @@ def round_to_dtype(x: np.ndarray, dtype: str) -> np.ndarray:
     if dtype == "fp8":
         return round_fp8_e4m3(x)
     raise ValueError(f"dtype must be fp32, fp16, bf16 or fp8, got {dtype!r}")
+
+
+# significant bits, the binary exponent (numpy.frexp's, of a mantissa in [0.5, 1)) of the
+# smallest normal value, and the largest finite value of each format
+_FORMATS = {
+    "fp32": (24, -125, float(np.finfo(np.float32).max)),
+    "bf16": (8, -125, (2.0 - 2.0**-7) * 2.0**127),
+    "fp16": (11, -13, 65504.0),
+    "fp8": (4, -5, E4M3_MAX),
+}
+
+
+def round_float64(x: np.ndarray, dtype: str) -> np.ndarray:
+    """Round float64 values to the nearest `dtype` value in one step (ties to even), returned as
+    float64: subnormals in the format's fixed step, beyond its largest value ±∞ (fp8 saturates
+    at ±448 as `round_fp8_e4m3` does); NaN and ±∞ stay."""
+    if dtype not in _FORMATS:
+        raise ValueError(f"dtype must be fp32, fp16, bf16 or fp8, got {dtype!r}")
+    bits, min_exp, top = _FORMATS[dtype]
+    x = np.asarray(x, dtype=np.float64)
+    finite = np.isfinite(x)
+    _, exp = np.frexp(np.where(finite, x, 0.0))
+    step = np.ldexp(1.0, np.maximum(exp, min_exp) - bits)  # the spacing of values near x
+    out = np.rint(np.where(finite, x, 0.0) / step) * step  # exact: step is a power of two
+    big = np.copysign(top if dtype == "fp8" else np.inf, x)
+    out = np.where(np.abs(out) > top, big, out)
+    if dtype == "fp8":
+        return np.where(np.isnan(x), x, np.where(finite, out, big))
+    return np.where(finite, out, x)

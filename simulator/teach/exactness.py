@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from flashscope.simulator.core.precision import round_to_dtype
+from flashscope.simulator.core.precision import round_float64
 
 # Half an ulp at 1.0: 2^-(mantissa bits + 1).
 UNIT_ROUNDOFF = {"fp32": 2.0**-24, "fp16": 2.0**-11, "bf16": 2.0**-8}
@@ -23,7 +23,7 @@ def compare(name: str, got: np.ndarray, ref: np.ndarray, dtype: str) -> dict[str
     """Max abs error of `got` against the float64 `ref`, and the floor of storing ref in dtype."""
     ref64 = np.asarray(ref, np.float64)
     err = float(np.abs(np.asarray(got, np.float64) - ref64).max(initial=0.0))
-    floor = float(np.abs(round_to_dtype(ref64, dtype).astype(np.float64) - ref64).max(initial=0.0))
+    floor = float(np.abs(round_float64(ref64, dtype) - ref64).max(initial=0.0))
     return {
         "name": name,
         "max_abs_err": err,
