@@ -144,19 +144,24 @@ def test_half_steps_follow_the_switch_at_every_launch(monkeypatch) -> None:
 
 
 def test_the_schedule_gives_each_tile_once_and_keeps_launch_order() -> None:
-    programs = random.randint(1, 40)
-    costs = torch.rand(random.randint(1, 500)).double().numpy() * 9 + 1
+    seed = random.randrange(2**31)
+    draw = random.Random(seed)
+    programs = draw.randint(1, 40)
+    gen = torch.Generator().manual_seed(seed)
+    costs = torch.rand(draw.randint(1, 500), generator=gen).double().numpy() * 9 + 1
     sched = schedule(costs, programs)
     offsets, order = sched[: programs + 1], sched[programs + 1 :]
-    assert offsets[0] == 0 and offsets[-1] == len(costs) and (offsets[1:] >= offsets[:-1]).all()
-    assert sorted(order.tolist()) == list(range(len(costs)))
+    msg = f"seed={seed}"
+    assert offsets[0] == 0 and offsets[-1] == len(costs), msg
+    assert (offsets[1:] >= offsets[:-1]).all(), msg
+    assert sorted(order.tolist()) == list(range(len(costs))), msg
     loads = []
     for p in range(programs):
         mine = order[offsets[p] : offsets[p + 1]]
-        assert (mine[1:] > mine[:-1]).all()  # launch order within a program
+        assert (mine[1:] > mine[:-1]).all(), msg  # launch order within a program
         loads.append(costs[mine].sum())
     # greedy list scheduling: nobody ends later than the mean load plus the largest tile
-    assert max(loads) <= costs.sum() / programs + costs.max() + 1e-9
+    assert max(loads) <= costs.sum() / programs + costs.max() + 1e-9, msg
 
 
 def test_the_schedule_balances_the_protocols_causal_tiles_better_than_turns() -> None:
