@@ -21,6 +21,7 @@ import argparse
 import dataclasses
 import datetime as dt
 import json
+import platform
 import sys
 from pathlib import Path
 from typing import Any
@@ -148,6 +149,9 @@ def main(argv: list[str] | None = None) -> int:
         "what": "the protocol's structural fit redone with launch_us held, judged on the "
         "protocol's halves and the users' sweep (benchmarks/launch_gap_refit.py)",
         "date": dt.date.today().isoformat(),
+        "device": "none (re-simulates committed measurements)",
+        "versions": {"python": platform.python_version(), "numpy": np.__version__},
+        "sources": [str(p.relative_to(ROOT)) for p in (*PROTOCOL.values(), USERS)],
         "launch_us": args.launch_us,
         "max_evals": args.max_evals,
         "gpus": {},
