@@ -3,8 +3,10 @@
 The shipped calibrations fit `launch_us` on the papers' protocol, where it sits at its upper
 bound (12 µs), while do_bench shows 2–8 µs beyond Nsight Compute's kernel durations. This holds
 `launch_us` at `--launch-us` (3 µs: the gap small single-kernel calls show), refits the other
-structural parameters on each protocol dataset's fit half (the same parameters, loss and search
-as `flashscope calibrate`, `--max-evals` evaluations), and reports, before and after: the
+structural parameters on each protocol dataset's fit half (`fitting.PARAMS` but the launch gap,
+and `REDUCE` where the atomic route is fitted, with `flashscope calibrate`'s loss and search,
+`--max-evals` evaluations; the L2 rate, power and spill terms stay as calibrated), and
+reports, before and after: the
 protocol's time MAPE, worst row, DRAM MAPE, tile-ranking Spearman and best pick (fit and
 held-out halves, as `flashscope validate` computes them), and for the H100 the users' sweep's
 time MAPE, bias and rows within 10% (fit and held-out halves; the host's terms are kept as
@@ -43,12 +45,8 @@ def _rows_of(path: Path) -> list[dict[str, Any]]:
 
 def refit(key: str, launch_us: float, max_evals: int) -> tuple[Any, dict[str, Any]]:
     """(the GPU with `launch_us` held and the rest refitted, the fit's record)."""
-    from flashscope.simulator.calibrate.fitting import PARAMS, REDUCE, Sample, apply, fit
-    from flashscope.simulator.calibrate.validation import (
-        measured_alone,
-        problem_key,
-        workload_of,
-    )
+    from flashscope.simulator.calibrate.fitting import PARAMS, REDUCE, apply, fit
+    from flashscope.simulator.calibrate.validation import time_samples
     from flashscope.simulator.core import hardware
 
     rows = _rows_of(PROTOCOL[key])
@@ -59,16 +57,7 @@ def refit(key: str, launch_us: float, max_evals: int) -> tuple[Any, dict[str, An
     params = [p for p in PARAMS if p.name != "launch_us"]
     if any(r["config"].get("route") == "atomic" for r in rows if r.get("subset") == "fit"):
         params += list(REDUCE)
-
-    def sample(r: dict[str, Any]) -> Sample:
-        w = workload_of(r["config"], held)
-        alone = tuple((one, s) for _, one, s in measured_alone(r, w))
-        return Sample(
-            r["id"], w, r["measured_us"] * 1e-6, r.get("measured_dram_bytes"),
-            problem_key(r["config"]), alone,
-        )  # fmt: skip
-
-    train = [sample(r) for r in rows if r.get("subset") == "fit"]
+    train = time_samples(rows, held, "fit")
     result = fit(held, train, params, max_evals=max_evals)
     record = {
         "params": [p.name for p in params],

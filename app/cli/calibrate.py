@@ -466,13 +466,12 @@ def _fit(
         ALONE_WEIGHT,
         PARAMS,
         REDUCE,
-        Sample,
         apply,
         fit,
         l2_param,
         loss_of,
     )
-    from flashscope.simulator.calibrate.validation import measured_alone, problem_key, workload_of
+    from flashscope.simulator.calibrate.validation import time_samples
 
     weight = ALONE_WEIGHT if weight is None else weight
 
@@ -491,21 +490,7 @@ def _fit(
     power_doc, gpu = _fit_power(gpu, rows)
     spill_doc, gpu = _fit_spill(gpu, rows)
 
-    def sample(r: Json) -> Sample:
-        workload = workload_of(r["config"], gpu)
-        return Sample(
-            r["id"],
-            workload,
-            r["measured_us"] * 1e-6,
-            r.get("measured_dram_bytes"),
-            problem_key(r["config"]),
-            tuple((one, seconds) for _, one, seconds in measured_alone(r, workload)),
-        )
-
-    def samples(subset: str) -> list[Sample]:
-        return [sample(r) for r in rows if r.get("subset") == subset]
-
-    train, held = samples("fit"), samples("holdout")
+    train, held = time_samples(rows, gpu, "fit"), time_samples(rows, gpu, "holdout")
     if not train:
         raise ValueError("no measured rows of the fit subset")
     _say(f"fitting {len(params)} parameters on {len(train)} configurations …")

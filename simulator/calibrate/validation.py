@@ -37,7 +37,7 @@ from typing import Any
 
 import numpy as np
 
-from flashscope.simulator.calibrate.fitting import ClockSample, SpillSample
+from flashscope.simulator.calibrate.fitting import ClockSample, Sample, SpillSample
 from flashscope.simulator.core import hardware
 from flashscope.simulator.core.hardware import GPU
 from flashscope.simulator.core.problem import AttentionProblem, TileConfig
@@ -264,6 +264,25 @@ def compiled_observations(rows: list[dict[str, Any]], gpu: GPU) -> list[compiled
                     writeback=writeback,
                 )
             )
+    return out
+
+
+def time_samples(rows: list[dict[str, Any]], gpu: GPU, subset: str) -> list[Sample]:
+    """The rows of `subset` as `fitting.fit` weighs them: each call's workload on `gpu`, its
+    measured time and DRAM bytes, its problem (for the ranking terms) and its kernels that
+    Nsight Compute timed alone."""
+    out = []
+    for r in rows:
+        if r.get("subset") != subset:
+            continue
+        workload = workload_of(r["config"], gpu)
+        alone = tuple((one, seconds) for _, one, seconds in measured_alone(r, workload))
+        out.append(
+            Sample(
+                r["id"], workload, r["measured_us"] * 1e-6, r.get("measured_dram_bytes"),
+                problem_key(r["config"]), alone,
+            )
+        )  # fmt: skip
     return out
 
 
