@@ -70,13 +70,19 @@ def round_to_dtype(x: np.ndarray, dtype: str) -> np.ndarray:
     raise ValueError(f"dtype must be fp32, fp16, bf16 or fp8, got {dtype!r}")
 
 
-# significant bits, the binary exponent (numpy.frexp's, of a mantissa in [0.5, 1)) of the
-# smallest normal value, and the largest finite value of each format
+def _frexp_exp(x: float) -> int:
+    """The binary exponent numpy.frexp gives `x` (of a mantissa in [0.5, 1))."""
+    return int(np.frexp(x)[1])
+
+
+_F32 = np.finfo(np.float32)
+# significant bits, the frexp exponent of the smallest normal value, and the largest finite
+# value of each format
 _FORMATS = {
-    "fp32": (24, -125, float(np.finfo(np.float32).max)),
-    "bf16": (8, -125, (2.0 - 2.0**-7) * 2.0**127),
-    "fp16": (11, -13, 65504.0),
-    "fp8": (4, -5, E4M3_MAX),
+    "fp32": (24, _frexp_exp(float(_F32.tiny)), float(_F32.max)),
+    "bf16": (8, _frexp_exp(float(_F32.tiny)), (2.0 - 2.0**-7) * 2.0**127),
+    "fp16": (11, _frexp_exp(float(_F16_MIN_NORMAL)), float(_F16_MAX)),
+    "fp8": (4, _frexp_exp(float(_E4M3_MIN_NORMAL)), E4M3_MAX),
 }
 
 
