@@ -18,7 +18,9 @@ tiles in turn rather than by the host's schedule (`SCHEDULE_TILES` off; rows "ws
 `choose` leaves those rows out. `choose` picks, per (head_dim, causal, length bucket), the faster of
 the best candidate and the Triton forward (times summed over the file's dtypes) and, with --write,
 stores the choice in kernels/tuned.json ("fwd-route/…" → "ws" or "triton", "ws/fwd/…" → the
-configuration) for the file's GPU.
+configuration) for the file's GPU. A length that fills no 64-row tile (`--lens 1000,3000,5000`)
+gives its bucket's "ws-edge" entry instead (the best candidate where it beats the Triton
+forward; the bucket's route stays as timed at whole lengths).
 """
 
 from __future__ import annotations
@@ -182,7 +184,8 @@ def time_all(
 def choose(path: Path, write: bool) -> dict[str, object]:
     """Per (head_dim, causal, N): the route and, for "ws", the configuration (see the module's
     docstring); printed, and merged into kernels/tuned.json with `write`."""
-    from flashscope.kernels.config import merge_tuned, table_key
+    from flashscope.kernels.config import fills_no_tile, merge_tuned, table_key
+    from flashscope.simulator.timing.kernelplan import tuned_keys
 
     data = json.loads(path.read_text())
     totals: dict[tuple, dict[str, float]] = {}
@@ -195,6 +198,14 @@ def choose(path: Path, write: bool) -> dict[str, object]:
     for (d, causal, n), times in sorted(totals.items()):
         best_ms, best = min((ms, impl) for impl, ms in times.items() if impl.startswith("ws"))
         fast = best_ms < times["triton"] * (1 - MARGIN)
+        if fills_no_tile(n, n):  # an edge length: the bucket's "ws-edge" entry, its route kept
+            bucket = tuned_keys(table_key("fwd", 16, d, causal), n)[0]
+            if fast:
+                chosen["ws-edge/" + bucket] = json.loads(best[2:])
+            where = "ws-edge " + bucket if fast else "no edge entry"
+            print(f"d={d} causal={causal} N={n}: triton {times['triton']:.3f} ms, {best} "
+                  f"{best_ms:.3f} ms → {where}")  # fmt: skip
+            continue
         route_key = table_key("fwd-route", 16, d, causal) + f"/n{n}"
         chosen[route_key] = "ws" if fast else "triton"
         # the configuration where routed here; else none (an older choice is removed)

@@ -110,6 +110,16 @@ def test_a_sweep_merges_its_choices_into_the_table(tmp_path, monkeypatch):
     config.merge_tuned("NVIDIA H200", {"ws/fwd/16/d64/full/n512": None})
     assert config.tuned_entry("NVIDIA H200", "ws", ["fwd/16/d64/full/n512"]) is None
     assert json.loads(path.read_text())["gpus"]["NVIDIA H200"]["ws"] == before["ws"]
+    # an edge entry goes to its own section, looked up first for lengths that fill no tile
+    config.merge_tuned("NVIDIA H200", {"ws-edge/fwd/16/d64/full/n1024": ws})
+    keys = ["fwd/16/d64/full/n1024"]
+    assert config.tuned_entry("NVIDIA H200", "ws", keys, edge=True) == ws
+    assert config.tuned_entry("NVIDIA H200", "ws", keys) == before["ws"].get(keys[0])
+    config.merge_tuned("NVIDIA H200", {"ws-edge/fwd/16/d64/full/n1024": None})
+    assert (
+        "ws-edge" not in before
+        and json.loads(path.read_text())["gpus"]["NVIDIA H200"].get("ws-edge") == {}
+    )
     monkeypatch.undo()
     config.tuned_table.cache_clear()
 

@@ -425,3 +425,45 @@ def test_the_recorded_variant_stamps_every_role_and_spills_nothing() -> None:
         # at least the loop's stamps of every step (the loader's 3, the consumers' 9 or 7) and
         # the roles' start and end
         assert row["clock_reads"] >= 3 + 7 + 2 * 3, what
+
+
+def test_choose_writes_odd_lengths_to_their_buckets_edge_entries(tmp_path, monkeypatch) -> None:
+    """`benchmarks/hopper_forward.py choose` on a time file: a whole length sets the bucket's
+    route and configuration, a length that fills no tile only the bucket's edge entry (and none
+    where the Triton forward was faster), with times summed over the dtypes."""
+    import flashscope.kernels.config as config
+    from benchmarks.hopper_forward import choose
+
+    table = tmp_path / "tuned.json"
+    table.write_text(json.dumps({"gpus": {}}))
+    monkeypatch.setattr(config, "TUNED_FILE", table)
+    config.tuned_table.cache_clear()
+    fast, slow = [2, 64, 2, 1, 1], [2, 64, 2, 0, 1]
+    n_odd = random.choice([1000, 777, 1023])
+    ms = {  # (seq, impl) → ms per dtype: at n_odd the pipelined one wins on the sum only
+        (2048, "triton"): (1.0, 1.0), (2048, f"ws{slow}"): (0.7, 0.7),
+        (2048, f"ws{fast}"): (0.8, 0.8), (n_odd, "triton"): (1.0, 1.0),
+        (n_odd, f"ws{slow}"): (0.5, 0.9), (n_odd, f"ws{fast}"): (0.6, 0.7),
+        (3000, "triton"): (1.0, 1.0), (3000, f"ws{fast}"): (1.0, 1.01),
+    }  # fmt: skip
+    rows = [
+        {"impl": impl, "dtype": dt, "head_dim": 256, "seq_len": n,
+         "causal": True, "ms": t}
+        for (n, impl), times in ms.items() for dt, t in zip(("fp16", "bf16"), times, strict=True)
+    ]  # fmt: skip
+    rows.append({**rows[0], "impl": "sdpa-cudnn", "ms": 0.1})  # peers are never chosen
+    result = tmp_path / "time.json"
+    result.write_text(json.dumps({"device": "Some GPU", "rows": rows}))
+    chosen = choose(result, write=True)
+    bucket = "fwd/16/d256/causal/n1024"
+    assert chosen == {
+        "fwd-route/16/d256/causal/n2048": "ws",
+        "ws/fwd/16/d256/causal/n2048": slow,
+        f"ws-edge/{bucket}": fast,  # 1.3 ms against 1.4
+    }  # 3000: no edge entry, the Triton forward as fast
+    saved = json.loads(table.read_text())["gpus"]["Some GPU"]
+    assert saved["ws-edge"] == {bucket: fast}
+    assert saved["ws"] == {"fwd/16/d256/causal/n2048": slow}
+    assert set(saved["routes"]) == {"fwd-route/16/d256/causal/n2048"}
+    monkeypatch.undo()
+    config.tuned_table.cache_clear()
