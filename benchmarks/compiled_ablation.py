@@ -1,0 +1,116 @@
+"""What the compiled-kernel tables are worth to the engine: a validation dataset re-simulated as
+shipped and with both tables emptied (no GPU).
+
+    python benchmarks/compiled_ablation.py DATASET [DATASET …] --out RESULT.json
+
+The engine takes a kernel's registers, shared memory and spill traffic from
+`simulator/data/compiled-kernels.json` (Nsight Compute's counts) and
+`simulator/data/compiled-spills.json` (the compiler's, read without a GPU), for the kernel
+configurations those tables hold: every kernel of the committed sweeps and the kernels'
+candidate and tuned tiles. Any other configuration gets the estimate from its tiles
+(`compiled.estimate`, `occupancy.register_demand`). A sweep whose kernels are all in the tables
+is therefore judged with knowledge a new configuration does not have; this script measures how
+much, by re-simulating each dataset's measurements twice: as shipped, and with every table
+lookup answering "unknown". Per dataset and per (algo, tile set) it writes the time, DRAM and L2
+errors of both, and which rows' kernels the tables hold.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime as dt
+import io
+import json
+import platform
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import numpy as np
+
+from benchmarks.hostinfo import cpu_model
+from flashscope.app.cli.main import main as cli
+from flashscope.simulator.calibrate.validation import error_stats
+from flashscope.simulator.timing import compiled
+
+TABLES = ("register_table", "table", "writeback_table", "compiler_registers", "compiler_table",
+          "compiler_shared")  # fmt: skip
+
+
+@contextlib.contextmanager
+def tables_off() -> Iterator[None]:
+    """Every compiled-kernel table empty: each kernel takes the estimate from its tiles."""
+    saved = {name: getattr(compiled, name) for name in TABLES}
+    try:
+        for name in TABLES:
+            setattr(compiled, name, lambda path=None: {})
+        yield
+    finally:
+        for name, fn in saved.items():
+            setattr(compiled, name, fn)
+
+
+def resimulate(dataset: Path) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "out.json"
+        with contextlib.redirect_stderr(io.StringIO()):
+            code = cli(["validate", "--measured", str(dataset), "--out", str(out)])
+        if code != 0:
+            raise SystemExit(f"{dataset}: flashscope validate exited with {code}")
+        doc: dict[str, Any] = json.loads(out.read_text())
+        return doc
+
+
+def stats(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {"rows": len(rows)}
+    for name, sim, meas in (("time", "simulated_us", "measured_us"),
+                            ("dram_bytes", "simulated_dram_bytes", "measured_dram_bytes"),
+                            ("l2_bytes", "simulated_l2_bytes", "measured_l2_bytes")):  # fmt: skip
+        out[name] = error_stats([r["id"] for r in rows], [r.get(meas) for r in rows],
+                                [r.get(sim) for r in rows])  # fmt: skip
+    return out
+
+
+def groups(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    by: dict[str, list[dict[str, Any]]] = {"all": rows}
+    for r in rows:
+        by.setdefault(f"{r['config']['algo']}/{r['tiles']}", []).append(r)
+    return {k: stats(v) for k, v in sorted(by.items())}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("datasets", type=Path, nargs="+")
+    ap.add_argument("--out", type=Path, required=True)
+    args = ap.parse_args()
+    result: dict[str, Any] = {
+        "benchmark": "compiled-table ablation",
+        "date": dt.date.today().isoformat(),
+        "cpu": cpu_model(),
+        "versions": {"python": platform.python_version(), "numpy": np.__version__},
+        "datasets": {},
+    }
+    for path in args.datasets:
+        shipped = resimulate(path)
+        with tables_off():
+            off = resimulate(path)
+        entry = {"device": shipped.get("device"), "date": shipped.get("date"),
+                 "sweep": shipped.get("sweep"), "shipped": groups(shipped["rows"]),
+                 "tables_off": groups(off["rows"])}  # fmt: skip
+        result["datasets"][str(path)] = entry
+        a, b = entry["shipped"]["all"], entry["tables_off"]["all"]
+        print(f"{path.name}: time MAPE {a['time']['mape_pct']:.1f}% → {b['time']['mape_pct']:.1f}% "
+              f"without the tables; DRAM {a['dram_bytes']['mape_pct']:.1f}% → "
+              f"{b['dram_bytes']['mape_pct']:.1f}%")  # fmt: skip
+    args.out.write_text(json.dumps(result, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
