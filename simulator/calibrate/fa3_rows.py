@@ -172,12 +172,15 @@ def mape(rows: list[dict[str, Any]]) -> dict[str, float]:
 
 
 def ranking(rows: list[dict[str, Any]], margin: float = RANK_MARGIN) -> dict[str, Any]:
-    """Variant pairs of one problem (GPU, head_dim, length, batch, heads, causal) whose measured
-    times differ by more than `margin`: the share the model orders the same way."""
+    """Variant pairs of one problem (GPU, head_dim, length, batch, heads, causal) timed side by
+    side in one run (one result file) whose measured times differ by more than `margin`: the
+    share the model orders the same way. Two runs of the same variants are ranked each on its
+    own (a variant against itself in another run is no pair)."""
     by_problem: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
     for r in rows:
         if "variant" in r:
-            key = (r["gpu"], r["head_dim"], r["seq_len"], r["batch"], r["heads"], r["causal"])
+            key = (r["gpu"], r["head_dim"], r["seq_len"], r["batch"], r["heads"], r["causal"],
+                   r["file"])  # fmt: skip
             by_problem.setdefault(key, []).append(r)
     pairs, wrong = 0, []
     for key, group_rows in sorted(by_problem.items()):
