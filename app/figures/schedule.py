@@ -28,7 +28,6 @@ BLOCK_AXIS = {
     "bwd_main": "key block",
     "bwd_postprocess": "query block",
     "decode_split": "split",
-    "decode_reduce": "kv head",
 }
 # The kernels as the lessons name them, for axis titles (the engine's names are code).
 KERNEL_TITLE = {
@@ -42,8 +41,7 @@ KERNEL_TITLE = {
     "bwd_dq": "backward dQ",
     "bwd_dkdv": "backward dK, dV",
     "bwd_postprocess": "backward, dQ to its dtype",
-    "decode_split": "decode, one split",
-    "decode_reduce": "decode, merge of the splits",
+    "decode_split": "decode, one split (a head's last also merges the splits)",
 }
 WAVE_COLORS = ("#1d4ed8", "#f59e0b", "#059669", "#dc2626", "#7c3aed", "#0891b2")
 

@@ -12,13 +12,13 @@ Grids (x fastest, as Triton launches them):
     fa1       (batch·heads,)            one CTA runs both loops of one head
     naive     3 × (q_blocks, batch·heads)
     fa2-bwd   preprocess (q_blocks, B·H), main (kv_blocks, B·H), postprocess (q_blocks, B·H)
-    decode    split (splits, batch·kv_heads), reduce (batch·kv_heads,)
+    decode    split (splits, batch·kv_heads); the last split of each head merges its partials
 
 Non-matmul FLOPs (engine-only, not part of the convention), per visible tile of r × c scores:
 forward 4·r·c (scale, max, subtract, sum) + r·d (α·O), epilogue r·d + 2·r; fa1 4·r·c + 3·r·d;
 backward 6·r·c (P, dS = P∘(dP − D), casts); naive 1, 4 and 0 per score in its three kernels;
-row-wise kernels 2 per element. The reduce of Flash-Decoding merges partials with exponentials
-that the convention does not count as `exps`; they are charged here as 4 FLOPs per element.
+row-wise kernels 2 per element. The merge of Flash-Decoding's partials uses exponentials that
+the convention does not count as `exps`; they are charged here as 4 FLOPs per element.
 """
 
 from __future__ import annotations
@@ -330,9 +330,21 @@ def decode_plan(
     return chunk, cdiv(n_kv, chunk), n_kv
 
 
+# Splits the last program of a head merges per load of their partials (kernels/decode.py
+# MAX_S_BLOCK): its merge loop runs ceil(splits / this) times.
+MERGE_BLOCK = 32
+
+
 def _decode(
     p: AttentionProblem, t: TileConfig, splits: int | None, sms: int
 ) -> tuple[tuple[Launch, ...], int]:
+    """Flash-Decoding as flashscope's kernel runs it: one launch of `used` splits per
+    (batch, K/V head), each streaming its chunk of the cache and writing an fp32 partial O and
+    its LSE; the split that finishes last merges the head's partials by their LSE and writes O
+    (kernels/decode.py). The engine charges the merge to the head's last split, which starts
+    last and, its chunk being the shortest or equal, is taken to finish last. The published
+    form's separate reduce launch (the /decode lesson's) moves the same bytes; here it costs no
+    second launch and no wait for a whole wave of splits."""
     e, d, nk, bn = p.dtype_bytes, p.head_dim, p.seq_k, t.block_n
     chunk, used, n_kv = decode_plan(p, t, splits, sms)
     r = p.group * p.seq_q  # query rows packed into one CTA
@@ -340,6 +352,7 @@ def _decode(
     first = np.arange(used, dtype=np.int64) * chunk
     blocks = np.minimum(first + chunk, n_kv) - first  # (used,)
     cols = np.minimum((first + blocks) * bn, nk) - first * bn  # (used,)
+    last = (np.arange(used) == used - 1).astype(np.int64)  # the split that merges
 
     def ts(x: npt.ArrayLike) -> np.ndarray:
         return np.tile(x, heads)
@@ -350,32 +363,21 @@ def _decode(
         r,
         (used, heads),
         e,
-        iters=ts(blocks),
+        iters=ts(blocks + last * cdiv(used, MERGE_BLOCK)),
         hbm_read=ts(r * d + 2 * cols * d),
+        hbm_write=ts(last * r * d),
         acc_write=r * d,
+        acc_read=ts(last * used * r * d),
         stats_write=r,
+        stats_read=ts(last * used * r),
         flops=ts(4 * r * cols * d),
         exps=ts(r * cols + r * blocks),
-        alu=ts(4.0 * r * cols + r * d * blocks + r * d),
+        alu=ts(4.0 * r * cols + r * d * blocks + r * d + last * 4.0 * used * r * d),
         edge_read=r * d * e,
-        edge_write=r * d * ACC_BYTES + r * STATS_BYTES,
+        edge_write=ts(r * d * ACC_BYTES + r * STATS_BYTES + last * r * d * e),
         kv_head=np.repeat(np.arange(heads, dtype=np.int64), used),
     )
-    reduce = Launch.make(
-        "decode_reduce",
-        "rowwise",
-        r,
-        (heads,),
-        e,
-        iters=used,
-        acc_read=used * r * d,
-        stats_read=used * r,
-        hbm_write=r * d,
-        alu=4.0 * used * r * d,
-        edge_write=r * d * e,
-        carry_read=float(used * r * (d * ACC_BYTES + STATS_BYTES)),
-    )
-    return (split, reduce), used
+    return (split,), used
 
 
 def ctas_of(
@@ -394,7 +396,7 @@ def ctas_of(
         return (2 * n_q + n_kv) * bh
     if algo == "decode":
         _, used, _ = decode_plan(p, t, splits, sms)
-        return (used + 1) * p.batch * p.kv_heads
+        return used * p.batch * p.kv_heads
     raise ValueError(f"algo must be one of {', '.join(ALGOS)}, got {algo!r}")
 
 

@@ -109,17 +109,17 @@ def brute(algo: str, p: AttentionProblem, t: TileConfig, sms: int = 132, splits=
                 main.append(c)
         return [pre, main, post]
     if algo == "decode":
+        # one launch: the head's last split also merges the partials, 32 splits a load
         rows = p.group * nq
         n_splits = splits or decode_splits(p.batch * p.kv_heads, n_kv, sms)
         chunk = cdiv(n_kv, n_splits)
-        split_ctas, reduce_ctas = [], []
+        split_ctas = []
         for _ in range(p.batch * p.kv_heads):
-            used = 0
+            head = []
             for s in range(n_splits):
                 blocks = range(s * chunk, min((s + 1) * chunk, n_kv))
                 if not blocks:
                     continue
-                used += 1
                 c = Counter(hbm_read=rows * d, acc_write=rows * d, stats_write=rows)
                 for j in blocks:
                     cols = min(t.block_n, nk - j * t.block_n)
@@ -127,14 +127,12 @@ def brute(algo: str, p: AttentionProblem, t: TileConfig, sms: int = 132, splits=
                     c["flops"] += 4 * rows * cols * d
                     c["exps"] += rows * cols + rows
                     c["iters"] += 1
-                split_ctas.append(c)
-            reduce_ctas.append(
-                Counter(
-                    acc_read=used * rows * d,
-                    stats_read=used * rows,
-                    hbm_write=rows * d,
-                    iters=used,
-                )
-            )
-        return [split_ctas, reduce_ctas]
+                head.append(c)
+            used = len(head)
+            head[-1]["acc_read"] += used * rows * d
+            head[-1]["stats_read"] += used * rows
+            head[-1]["hbm_write"] += rows * d
+            head[-1]["iters"] += -(-used // 32)
+            split_ctas += head
+        return [split_ctas]
     raise ValueError(algo)

@@ -112,6 +112,27 @@ def test_decode_drops_empty_splits_and_refuses_causal():
         build("decode", AttentionProblem(seq_q=1, seq_k=64, head_dim=8, causal=True), TileConfig())
 
 
+def test_decode_is_one_launch_whose_last_split_per_head_merges():
+    """As kernels/decode.py runs it: no reduce launch; each head's last split reads every split's
+    partial O and LSE and writes O, one merge pass per 32 splits."""
+    rng = np.random.default_rng()
+    splits = int(rng.integers(2, 80))
+    p = AttentionProblem(seq_q=1, seq_k=splits * 64, head_dim=32, batch=2, heads=6, kv_heads=3)
+    (w,) = build("decode", p, TileConfig(16, 64), splits=splits).launches
+    assert w.grid == (splits, 6)
+    per_head = lambda col: np.broadcast_to(getattr(w, col), (w.n_ctas,)).reshape(6, splits)  # noqa: E731
+    rows = 2  # the group of query heads packed into one CTA
+    assert np.all(per_head("acc_read")[:, :-1] == 0)
+    assert np.all(per_head("acc_read")[:, -1] == splits * rows * 32)
+    assert np.all(per_head("stats_read")[:, -1] == splits * rows)
+    assert (
+        np.all(per_head("hbm_write")[:, -1] == rows * 32)
+        and not per_head("hbm_write")[:, :-1].any()
+    )
+    assert np.all(per_head("iters")[:, -1] == 1 + -(-splits // 32))
+    assert np.all(per_head("iters")[:, :-1] == 1)
+
+
 def test_byte_classes_add_up():
     """Edge, stream, self and carried bytes never exceed what a CTA reads and writes."""
     rng = np.random.default_rng()
