@@ -23,10 +23,13 @@ PATTERNS = ("validation-*.json", "validation-*.json.gz")  # the larger ones gzip
 
 # The sweep a dataset measured (its "sweep" field; "protocol" where it has none), how the app
 # labels it, and which subset its headline figures are of: the protocol's over all its rows, as
-# its targets are set; the users' space's over the held-out half, which nothing was fitted on.
+# its targets are set; the users' space's over the held-out half, which nothing was fitted on;
+# the fresh sweeps' over all their rows, none of which anything was fitted on.
 SWEEPS: dict[str, dict[str, str]] = {
     "protocol": {"label": "the papers' protocol", "headline": "all"},
     "users": {"label": "the space users meet", "headline": "holdout"},
+    # sweeps drawn after the engine was last fitted (benchmarks/fresh_dataset.py): all held out
+    "fresh": {"label": "fresh shapes, in no sweep the engine knows", "headline": "all"},
 }
 
 

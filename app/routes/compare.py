@@ -33,10 +33,11 @@ class CompareParams(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     gpu: str | None = Field(None, max_length=40, description="GPU preset of the dataset.")
-    sweep: Literal["protocol", "users"] | None = Field(
+    sweep: Literal["protocol", "users", "fresh"] | None = Field(
         None,
-        description="The sweep the dataset measured: the papers' protocol (the default) or "
-        "the space users meet (its held-out half is the headline).",
+        description="The sweep the dataset measured: the papers' protocol (the default), "
+        "the space users meet (its held-out half is the headline), or fresh shapes drawn "
+        "after the engine was fitted (all rows held out).",
     )
     id: str | None = Field(None, max_length=80, description="Configuration to explain.")
 

@@ -270,3 +270,40 @@ def test_gzipped_datasets_are_read_and_a_broken_one_skipped(tmp_path):
         assert r.status_code == 422 and r.json()["detail"][0]["field"] == "sweep"
         page = c.get("/compare")
         assert page.status_code == 200 and 'value="h100-sxm:users"' in page.text
+
+
+def test_the_fresh_sweeps_are_offered_all_held_out_with_their_own_figures(client):
+    """The sweeps drawn after the engine was fitted ship as one dataset of sweep "fresh": every
+    row held out (none fitted), headline over all rows, ids carrying their sweep's seed, the
+    rows' measurements those of the committed datasets, simulated by the current engine."""
+    import gzip
+    import random
+
+    from flashscope.simulator.calibrate.validation import summarize
+
+    (path,) = sorted(DATA_DIR.glob("validation-fresh-*.json.gz"))
+    doc = json.loads(gzip.decompress(path.read_bytes()))
+    listed = {d["key"]: d for d in client.get("/api/compare").json()["datasets"]}
+    assert listed["h100-sxm:fresh"]["headline"] == "all"
+    body = client.get("/api/compare?sweep=fresh").json()
+    ds = body["dataset"]
+    assert (ds["key"], ds["sweep"]) == ("h100-sxm:fresh", "fresh")
+    assert ds["summary"]["fit"]["rows"] == 0 and ds["summary"]["all"]["rows"] == len(doc["rows"])
+    want = summarize(doc["rows"])["all"]["time"]
+    assert ds["summary"]["all"]["time"]["mape_pct"] == pytest.approx(want["mape_pct"])
+    assert {r["subset"] for r in body["rows"]} == {"holdout"}
+    # every row is a row of one of the measured datasets, its measurement untouched
+    sources = {}
+    for name in doc["merged_from"]:
+        src = json.loads((DATA_DIR.parents[1] / name).read_text())
+        seed = json.loads((DATA_DIR.parents[1] / src["sweep_file"]).read_text())["seed"]
+        sources.update({f"s{seed}-{r['id']}": r for r in src["rows"]})
+    assert len(sources) == len(doc["rows"])
+    row = random.choice(doc["rows"])
+    assert row["measured_us"] == sources[row["id"]]["measured_us"]
+    assert row["measured_dram_bytes"] == sources[row["id"]]["measured_dram_bytes"]
+    # and its misses are the classes beyond 10% of those rows
+    misses = ds["known_misses"]["classes"]
+    assert misses and all(c["mape_pct"] > 10 for c in misses)
+    chosen = client.get(f"/api/compare?sweep=fresh&id={row['id']}").json()["chosen"]
+    assert chosen["id"] == row["id"] and chosen["measured_us"] == row["measured_us"]
