@@ -604,30 +604,35 @@ def _pad(d: int) -> int:
     return max(16, 1 << (d - 1).bit_length())
 
 
-def sweep_kernels() -> list[Kernel]:
+def sweep_kernels(sweeps: list[str] | None = None) -> list[Kernel]:
     """The kernels of the sweeps' entries (as measured: their own lengths and heads; the users'
     backward on the separate route, which the H100 takes for all of them, the protocol's on
-    both)."""
+    both). `sweeps`: other users'-space sweep files instead (separate route)."""
+    named = list(zip(SWEEPS, ("separate", None), strict=True))
     out = []
-    for name, route in zip(SWEEPS, ("separate", None), strict=True):
+    for name, route in named if sweeps is None else [(s, "separate") for s in sweeps]:
         for e in json.loads((ROOT / name).read_text())["entries"]:
             out += kernels_of(e["config"], e["config"].get("route") or route)
     return out
 
 
-def table_configs() -> list[tuple[str, int, int, int, int, int, int | None, bool, bool, bool]]:
+def table_configs(
+    sweeps: list[str] | None = None,
+) -> list[tuple[str, int, int, int, int, int, int | None, bool, bool, bool]]:
     """(kernel, head_dim, block_m, block_n, warps, stages, maxnreg, causal, ragged, grouped) of
     every key the table is written for: the sweeps' kernels as they run (grouped query heads
     where they group them), and the candidate tiles and the
     tuned defaults at the head dims they are chosen for, full and causal, lengths divisible by
-    16 and not."""
+    16 and not. With `sweeps`, those sweeps' kernels alone."""
     from flashscope.kernels.config import CANDIDATES, KernelConfig
 
     seen: set[tuple] = set()
-    for k in sweep_kernels():
+    for k in sweep_kernels(sweeps):
         ragged = bool(k.seq_q % 16 or k.seq_k % 16)
         seen.add((k.kernel, k.head_dim, k.block_m, k.block_n, k.warps, k.stages, k.maxnreg,
                   k.causal, ragged, k.group > 1))  # fmt: skip
+    if sweeps is not None:
+        return sorted(seen, key=str)
     tiles: set[tuple] = set()
     modes = {"fwd": ["fwd"], "bwd": ["dkdv", "dkdv-atomic"], "bwd-dq": ["dq"]}
     for mode, kinds in modes.items():
@@ -782,6 +787,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--exact", nargs="*", default=list(DATASETS),
                     help="datasets whose launches are compiled each as its own binary")  # fmt: skip
+    ap.add_argument("--sweeps", nargs="+", help="a table of these sweeps' kernels alone (not the "
+                    "shipped one: write it with --out elsewhere)")  # fmt: skip
     args = ap.parse_args(argv)
     _use_triton(args.triton)
     import triton
@@ -789,7 +796,7 @@ def main(argv: list[str] | None = None) -> int:
     _patch_launchers()
     from flashscope.simulator.timing import compiled
 
-    configs = table_configs()
+    configs = table_configs(args.sweeps)
     reps = [representative(c) for c in configs]
     launches: list[dict[str, Any]] = []
     if args.oracle:

@@ -44,3 +44,24 @@ def test_a_dataset_resimulated_without_the_tables_takes_the_estimates(tmp_path) 
     errs = [abs(r["simulated_us"] / r["measured_us"] - 1) * 100 for r in off["rows"]]
     assert g["all"]["rows"] == g["fa2-bwd/spread"]["rows"] == 12
     assert abs(g["all"]["time"]["mape_pct"] - sum(errs) / 12) < 1e-9
+
+
+def test_extra_compiler_figures_add_keys_and_keep_the_shipped_ones(tmp_path) -> None:
+    """`--extra-compiler`: a key only the extra file holds takes its figures, a key both hold
+    keeps the shipped one's, and everything is as shipped again after."""
+    from benchmarks.compiled_ablation import compiler_extra
+
+    shipped = random.choice(sorted(compiled.compiler_registers()))
+    new = "fwd/d64/128x16/w2/s4/causal/ragged"
+    assert new not in compiled.compiler_registers()
+    extra = {"registers": {new: 40, shipped: 7}, "shared": {new: 4096},
+             "kernels": {new: {"load_step": 96.0, "load_cta": 0.0, "store_step": 80.0,
+                               "store_cta": 8.0, "stack": 512}}}  # fmt: skip
+    path = tmp_path / "extra.json"
+    path.write_text(json.dumps(extra))
+    before = compiled.registers(shipped)
+    with compiler_extra(path):
+        assert compiled.registers(new) == 40 and compiled.shared(new) == 4096
+        assert compiled.lookup(new).store_step == 80.0
+        assert compiled.registers(shipped) == before
+    assert compiled.registers(new) is None and compiled.registers(shipped) == before
