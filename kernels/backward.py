@@ -49,6 +49,7 @@ from flashscope.kernels.forward import (
 )
 from flashscope.kernels.launch import (
     LOG2E,
+    cdiv,
     choose_config,
     dot_precision,
     dtype_key,
@@ -327,7 +328,7 @@ def preprocess(
     if zero_dq is not None and not (zero_dq.is_contiguous() and zero_dq.shape == o.shape):
         raise ValueError("zero_dq must be contiguous and shaped like the output")
     launch(
-        _bwd_preprocess, (triton.cdiv(n_q, block), b * h),
+        _bwd_preprocess, (cdiv(n_q, block), b * h),
         (o, do, delta, delta if zero_dq is None else zero_dq, *o.stride()[:3],
          *do.stride()[:3], h, n_q),
         dict(HEAD_DIM=d, D_PAD=d_pad, BLOCK_M=block, ZERO_DQ=zero_dq is not None), {},
@@ -383,7 +384,7 @@ def run_dkdv(
         descs = (*descs, None)
     prepare_tma(tma and descs is None)
     launch(
-        _attn_bwd_dkdv, (triton.cdiv(n_k, cfg.block_n), b * h_kv),
+        _attn_bwd_dkdv, (cdiv(n_k, cfg.block_n), b * h_kv),
         (q, k, v, do, dk, dv, acc, lse, delta, scale * LOG2E, scale,
          *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *do.stride()[:3],
          *dk.stride()[:3], *dv.stride()[:3], *acc_strides,
@@ -407,7 +408,7 @@ def run_dq(q, k, v, do, lse, delta, causal, scale, cfg, *, use_tma=None, host_de
     descs = describe_on_host(tiles, whole, pad_dim(q.shape[-1]), tma, host_desc)
     prepare_tma(tma and descs is None)
     launch(
-        _attn_bwd_dq, (triton.cdiv(n_q, cfg.block_m), b * h),
+        _attn_bwd_dq, (cdiv(n_q, cfg.block_m), b * h),
         (q, k, v, do, dq, lse, delta, scale * LOG2E, scale,
          *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *do.stride()[:3],
          *dq.stride()[:3], h, h // h_kv, n_q, n_k, band,

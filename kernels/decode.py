@@ -57,10 +57,12 @@ from flashscope.kernels.inputs import (
     last_dim_contiguous,
 )
 from flashscope.kernels.launch import (
+    cdiv,
     choose_config,
     dot_precision,
     dtype_key,
     gpu_name,
+    next_pow2,
     output,
     pad_dim,
     prepare_tma,
@@ -425,17 +427,17 @@ def decode_with_partials(
         lambda c: flash_decode(q, k, v, cache_seqlens, sm_scale, config=c, use_tma=use_tma,
                                block_table=block_table),
     )  # fmt: skip
-    n_blocks = triton.cdiv(n_cache, cfg.block_n)
+    n_blocks = cdiv(n_cache, cfg.block_n)
     if splits is None:
         splits = decode_splits(b * h_kv, n_blocks, sm_count())
     if block_table is not None and config is None and not interpreting():
         cfg = paged_config(cfg, gpu_name(), q.dtype, d_pad, b * h_kv * splits, sm_count())
     if isinstance(splits, bool) or not isinstance(splits, int) or not 1 <= splits <= n_blocks:
         raise ValueError(f"splits must be an integer in [1, {n_blocks}], got {splits!r}")
-    per_split = triton.cdiv(n_blocks, splits)
-    splits = triton.cdiv(n_blocks, per_split)  # drop splits that would have no block at all
+    per_split = cdiv(n_blocks, splits)
+    splits = cdiv(n_blocks, per_split)  # drop splits that would have no block at all
     rows = shapes.group * n_q
-    r_pad = max(16, triton.next_power_of_2(rows))
+    r_pad = max(16, next_pow2(rows))
     part_o = output((b * h_kv, splits, rows, d), torch.float32, q.device)
     part_l = output((b * h_kv, splits, rows), torch.float32, q.device)
     o = output(q.shape, q.dtype, q.device)  # (B, H, N_q, d)
@@ -459,7 +461,7 @@ def decode_with_partials(
         dict(HEAD_DIM=d, D_PAD=d_pad, R_PAD=r_pad, BLOCK_N=cfg.block_n,
              HAS_LENS=cache_seqlens is not None, USE_TMA=tma, UPCAST=upcast(q.dtype),
              DOT_PREC=dot_precision(q.dtype), PAGED=block_table is not None,
-             PAGE_SIZE=page_size, S_BLOCK=min(triton.next_power_of_2(splits), MAX_S_BLOCK)),
+             PAGE_SIZE=page_size, S_BLOCK=min(next_pow2(splits), MAX_S_BLOCK)),
         cfg.launch_options(),
     )  # fmt: skip
     return o, part_o, part_l

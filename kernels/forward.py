@@ -41,6 +41,7 @@ from flashscope.kernels.fastlaunch import launch
 from flashscope.kernels.hopper_forward import launch_forward_ws, tuned
 from flashscope.kernels.launch import (
     LOG2E,
+    cdiv,
     choose_config,
     dot_precision,
     flat_rows,
@@ -404,7 +405,7 @@ def launch_forward(
     lse = output((b, h, n_q), torch.float32, q.device)
     tma = use_tma_for([q, k, v, o], use_tma)
     tr_bh, tr_buf = trace if trace is not None else (-1, lse)
-    grid = (triton.cdiv(n_q, cfg.block_m), b * h)
+    grid = (cdiv(n_q, cfg.block_m), b * h)
     descs = host_descriptors(q, k, v, o, cfg, d_pad, tma, host_desc)
     prepare_tma(tma and descs is None)
     launch(

@@ -23,13 +23,12 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-import triton
 
 from flashscope.kernels.config import KernelConfig
 from flashscope.kernels.device import describe, device
 from flashscope.kernels.forward import launch_forward
 from flashscope.kernels.inputs import check_attention, last_dim_contiguous
-from flashscope.kernels.launch import pad_dim
+from flashscope.kernels.launch import cdiv, pad_dim
 from flashscope.simulator.core.problem import AttentionProblem, TileConfig
 from flashscope.simulator.core.tiling import TileGrid
 from flashscope.simulator.core.trace import Trace
@@ -73,7 +72,7 @@ def trace_forward(
     q, k, v = (last_dim_contiguous(x) for x in (q, k, v))
     n_q, n_k, d = shapes.seq_q, shapes.seq_k, shapes.head_dim
     bm, d_pad = config.block_m, pad_dim(d)
-    n_qb, n_kv = triton.cdiv(n_q, bm), triton.cdiv(n_k, config.block_n)
+    n_qb, n_kv = cdiv(n_q, bm), cdiv(n_k, config.block_n)
     buf = torch.full((n_qb, n_kv, bm, d_pad + 3), float("nan"), device=q.device)
     o, lse = launch_forward(
         q, k, v, causal, shapes.scale, config, trace=(batch * shapes.heads + head, buf)

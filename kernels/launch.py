@@ -34,9 +34,24 @@ def output(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> 
     return torch.empty(shape, dtype=dtype, device=device)
 
 
+# `triton.cdiv` and `triton.next_power_of_2` are constexpr functions: called on the host they
+# go through Triton's JIT call machinery, about 5.5 µs a call, and a forward's host path asked
+# them about ten times (benchmarks/results/host-path-*.json). The launch paths use these.
+
+
+def cdiv(a: int, b: int) -> int:
+    """⌈a / b⌉ for positive b, as `triton.cdiv` gives it."""
+    return -(-a // b)
+
+
+def next_pow2(n: int) -> int:
+    """The smallest power of two ≥ n (n ≥ 1), as `triton.next_power_of_2` gives it."""
+    return 1 << (n - 1).bit_length()
+
+
 def pad_dim(d: int) -> int:
     """head_dim as held on chip: the next power of two, at least 16 (the smallest dot)."""
-    return max(16, triton.next_power_of_2(d))
+    return max(16, next_pow2(d))
 
 
 def dot_precision(dtype: torch.dtype) -> str:

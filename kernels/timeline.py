@@ -13,12 +13,12 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-import triton
 
 from flashscope.kernels.config import KernelConfig
 from flashscope.kernels.device import interpreting
 from flashscope.kernels.forward import launch_forward
 from flashscope.kernels.inputs import check_attention, last_dim_contiguous
+from flashscope.kernels.launch import cdiv
 
 
 @dataclass(frozen=True)
@@ -52,7 +52,7 @@ def forward_timeline(
     if interpreting() or not q.is_cuda:
         raise ValueError("a timeline needs a CUDA GPU: the interpreter has no global timer")
     q, k, v = (last_dim_contiguous(x) for x in (q, k, v))
-    n_mb = triton.cdiv(shapes.seq_q, config.block_m)
+    n_mb = cdiv(shapes.seq_q, config.block_m)
     programs = n_mb * shapes.batch * shapes.heads
     buf = torch.full((programs, 4), -1, dtype=torch.int64, device=q.device)
     for _ in range(warmup + 1):
