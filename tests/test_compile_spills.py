@@ -74,3 +74,28 @@ def test_the_engines_units_take_the_unmasked_step_and_a_mean_per_cta() -> None:
     assert (form["load_step"], form["store_step"]) == (16.0, 4.0)
     assert form["load_cta"] == (32 + 36 * 3) / 4
     assert form["load_head"] == form["store_head"] == 0.0
+
+
+def test_a_table_of_given_sweeps_holds_their_kernels_alone() -> None:
+    """`--sweeps`: the keys of those sweeps' kernels (separate route), none of the candidate or
+    tuned tiles the shipped table adds; every entry's kernel appears."""
+    import json
+    import random
+    from pathlib import Path
+
+    from benchmarks.compile_spills import kernels_of, table_configs
+
+    root = Path(__file__).resolve().parents[1]
+    sweep = "benchmarks/sweeps/users-unseen-2.json"
+    got = table_configs([sweep])
+    assert len(got) == len(set(got)) and got == sorted(got, key=str)
+    entries = json.loads((root / sweep).read_text())["entries"]
+    for e in random.sample(entries, 10):
+        for k in kernels_of(e["config"], "separate"):
+            ragged = bool(k.seq_q % 16 or k.seq_k % 16)
+            key = (k.kernel, k.head_dim, k.block_m, k.block_n, k.warps, k.stages, k.maxnreg,
+                   k.causal, ragged, k.group > 1)  # fmt: skip
+            assert key in got, (e["id"], key)
+    assert len(got) < len(table_configs())  # the shipped table's keys are more
+    kernels = {c[0] for c in got}
+    assert "dkdv-atomic" not in kernels  # the users' space runs the separate route
