@@ -163,11 +163,13 @@ class LocalTraffic:
 
 
 # Spills of a kernel the table has no entry for, estimated from its tiles (`estimate`): local
-# bytes per thread per loop step for each register its tiles ask for beyond the cap. Least
-# squares through the origin (`fit_spill_rate`) over the kernels of the users' sweep's fit half
-# that the table does not know (benchmarks/results/validation-users-*-2026-11-26.json): the
-# forward, dQ and dK/dV kernels that spill reload 12–14 bytes per excess register per step at
-# the median (half of them 6–60), and store a little less.
+# bytes per thread per loop step for each register its tiles ask for beyond the cap, fitted
+# through the origin on Nsight Compute's counts of the users' sweep's fit half, before the
+# tables held its kernels (benchmarks/results/validation-users-*-2026-11-26.json): the forward,
+# dQ and dK/dV kernels that spill reload 12–14 bytes per excess register per step at the median
+# (half of them 6–60), and store a little less. The compiler's table agrees for 4-warp kernels
+# (median 14 loaded, 7 stored) but not for 8-warp ones (76 and 16) or 2-warp ones past about
+# 320 registers asked, which compile to 32 registers in 15 of 33 cases (docs/validation.md).
 SPILL_LOAD_PER_REG = 12.0
 SPILL_STORE_PER_REG = 11.0
 
