@@ -49,27 +49,28 @@ TABLES = ("register_table", "table", "writeback_table", "compiler_registers", "c
 
 
 @contextlib.contextmanager
-def tables_off() -> Iterator[None]:
-    """Every compiled-kernel table empty: each kernel takes the estimate from its tiles."""
-    saved = {name: getattr(compiled, name) for name in TABLES}
+def _tables(tables: dict[str, dict[str, Any]]) -> Iterator[None]:
+    """The table functions of `compiled` named in `tables` answering with those tables."""
+    saved = {name: getattr(compiled, name) for name in tables}
     try:
-        for name in TABLES:
-            setattr(compiled, name, lambda path=None: {})
+        for name, table in tables.items():
+            setattr(compiled, name, lambda path=None, table=table: table)
         yield
     finally:
         for name, fn in saved.items():
             setattr(compiled, name, fn)
 
 
-@contextlib.contextmanager
-def compiler_extra(path: Path) -> Iterator[None]:
+def tables_off() -> contextlib.AbstractContextManager[None]:
+    """Every compiled-kernel table empty: each kernel takes the estimate from its tiles."""
+    return _tables({name: {} for name in TABLES})
+
+
+def compiler_extra(path: Path) -> contextlib.AbstractContextManager[None]:
     """The compiler table with `path`'s keys added (the shipped entries kept where both hold a
     key)."""
     extra = json.loads(path.read_text())
-    names = {"compiler_registers": "registers", "compiler_shared": "shared",
-             "compiler_table": "kernels"}  # fmt: skip
-    saved = {name: getattr(compiled, name) for name in names}
-    merged = {
+    return _tables({
         "compiler_registers": {k: int(v) for k, v in extra["registers"].items()}
         | compiled.compiler_registers(),
         "compiler_shared": {k: int(v) for k, v in extra["shared"].items()}
@@ -78,14 +79,7 @@ def compiler_extra(path: Path) -> Iterator[None]:
             k: compiled.LocalTraffic.from_entry(e) for k, e in extra["kernels"].items()
         }
         | compiled.compiler_table(),
-    }
-    try:
-        for name, table in merged.items():
-            setattr(compiled, name, lambda path=None, table=table: table)
-        yield
-    finally:
-        for name, fn in saved.items():
-            setattr(compiled, name, fn)
+    })  # fmt: skip
 
 
 def resimulate(dataset: Path) -> dict[str, Any]:
