@@ -15,9 +15,7 @@ in the header, so the same inputs give the same bytes.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import gzip
-import io
 import json
 import sys
 import tempfile
@@ -27,7 +25,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from flashscope.app.cli.main import main as cli
+from benchmarks.compiled_ablation import resimulate
 
 SWEEP = "fresh"
 
@@ -43,7 +41,6 @@ def merged(paths: list[Path]) -> dict[str, Any]:
             rows.append({**row, "id": f"s{seed}-{row['id']}", "subset": "holdout"})
     out = {**docs[0], "sweep": SWEEP, "rows": rows}
     out["sweep_file"] = ", ".join(d["sweep_file"] for d in docs)
-    out["merged_from"] = [str(p.relative_to(ROOT)) for p in paths]
     return out
 
 
@@ -54,12 +51,9 @@ def main() -> int:
     args = ap.parse_args()
     paths = [p.resolve() for p in args.datasets]
     with tempfile.TemporaryDirectory() as tmp:
-        src, dst = Path(tmp) / "merged.json", Path(tmp) / "fresh.json"
+        src = Path(tmp) / "merged.json"
         src.write_text(json.dumps(merged(paths)))
-        with contextlib.redirect_stderr(io.StringIO()):
-            if cli(["validate", "--measured", str(src), "--out", str(dst)]) != 0:
-                raise SystemExit("flashscope validate could not re-simulate the rows")
-        doc = json.loads(dst.read_text())
+        doc = resimulate(src)
     doc.pop("resimulated_from", None)  # a temporary file's name
     doc["merged_from"] = [str(p.relative_to(ROOT)) for p in paths]
     name = args.out.name.removesuffix(".gz")
