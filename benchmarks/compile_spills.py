@@ -1,25 +1,13 @@
 """Registers and register-spill traffic of flashscope's Triton kernels, read from the compiler:
 writes simulator/data/compiled-spills.json (and, with --oracle, the check against Nsight Compute).
 
-No GPU: each kernel is compiled for sm_90a (an H100 or H200; `GPUTarget("cuda", 90, 32)`) on the
-CPU with CPU tensors standing in for its arguments, exactly as its launcher would launch it
-(host-made or in-kernel tensor descriptors, the integers Triton specializes on: lengths and head
-counts divisible by 16 or equal to 1). From the cubin, `cuobjdump --dump-resource-usage` gives
-the registers per thread and the spill stack, and the SASS (`nvdisasm`) the local loads (LDL) and
-stores (STL) with their widths (.64: 8 bytes a thread, .128: 16). The SASS is cut into basic
-blocks and natural loops (back edges to a dominating block); the loops that issue matrix products
-are the kernel's loops over tiles (busy-waits on barriers are loops too, without products). Per
-loop, the local bytes of its body are paid once per step; a block outside the loops that only
-runs when a loop is entered (dominated or post-dominated by its header: the loop's set-up and
-drain) is paid once per entry; every other block once per CTA. The dK/dV kernel's walk over the
-query heads of a GQA group is an outer loop (folded away where the group is 1) whose own blocks
-are paid once per head.
-
-Each kernel's loops are matched to the source's (forward and dQ kernels: the unmasked key blocks,
-then the masked ones; dK/dV: the masked query blocks, then the unmasked), and each CTA's trip
-counts follow the kernels' loop bounds (`trips`), so a launch's local bytes are predicted
-whole. `--oracle` compares them, launch by launch, with Nsight Compute's counts
-(`l1tex__t_bytes_pipe_lsu_mem_local_op_ld` / `_st`) and registers in the measured datasets.
+No GPU: each kernel is compiled for sm_90a on the CPU and its registers, shared memory and
+local loads and stores are read from the binary by flashscope.simulator.timing.ondemand (the
+compiling, the kernels' loop bounds, the engine's units) and flashscope.simulator.timing.sass
+(blocks, loops and the local bytes of each, from the SASS); this script chooses the keys, writes
+the table and, with `--oracle`, compares the predictions, launch by launch, with Nsight
+Compute's counts (`l1tex__t_bytes_pipe_lsu_mem_local_op_ld` / `_st`) and registers in the
+measured datasets.
 
 The table is written per key of the engine's compiled-kernel table
 (`flashscope.simulator.timing.compiled.key`) in its units, from one binary per key (fp16, 8
@@ -46,20 +34,31 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
-import re
-import subprocess
 import sys
-import tempfile
-from collections.abc import Iterable
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
+
+from flashscope.simulator.timing.ondemand import (
+    REPRESENTATIVE_HEADS,
+    REPRESENTATIVE_KV_HEADS,
+    REPRESENTATIVE_SEQ,
+    Kernel,
+    _patch_launchers,
+    compile_kernel,
+    engine_form,
+    engine_key,
+    key_block_trips,
+    per_cta,
+    query_block_trips,
+    read_binary,
+    representative,
+)
+from flashscope.simulator.timing.sass import Structure, structure_of
 
 OUT = ROOT / "simulator" / "data" / "compiled-spills.json"
 DATASETS = (
@@ -77,318 +76,6 @@ LOCAL_STORE = "l1tex__t_bytes_pipe_lsu_mem_local_op_st.sum"
 REGISTERS = "launch__registers_per_thread"
 
 
-# --- SASS: blocks, loops, local bytes ------------------------------------------------------
-
-_INSN = re.compile(r"/\*([0-9a-f]{4,})\*/\s+(@!?U?P(?:T|\d+)\s+)?([A-Z][A-Z0-9_.]*)\s*([^;]*);")
-_LABEL = re.compile(r"^\s*(\.L_x_\d+):\s*$")
-_TARGET = re.compile(r"`\(([^)]+)\)")
-_ENDS = ("BRA", "EXIT", "RET", "BRX", "JMP", "JMX", "CALL")
-_WIDTH = {"64": 8, "128": 16}
-MMA = ("HGMMA", "HMMA")
-
-
-@dataclass
-class Insn:
-    addr: int
-    pred: str | None
-    op: str
-    args: str
-    labels: list[str] = field(default_factory=list)
-
-    @property
-    def base(self) -> str:
-        return self.op.split(".")[0]
-
-
-def parse_sass(text: str, function: str) -> list[Insn]:
-    """The instructions of `function` in nvdisasm's listing, with the labels before each."""
-    out: list[Insn] = []
-    pending: list[str] = []
-    inside = False
-    for line in text.splitlines():
-        if line.startswith("//---") and ".text." in line:
-            inside = line.rstrip("- ").endswith(".text." + function)
-            continue
-        if not inside:
-            continue
-        if m := _LABEL.match(line):
-            pending.append(m.group(1))
-        elif m := _INSN.search(line):
-            pred = (m.group(2) or "").strip() or None
-            out.append(Insn(int(m.group(1), 16), pred, m.group(3), m.group(4).strip(), pending))
-            pending = []
-    return out
-
-
-def local_access(i: Insn) -> tuple[str, int] | None:
-    """("load" | "store", bytes per thread) of a local-memory instruction (None otherwise).
-    A warp's access of w bytes a thread covers 32·w contiguous bytes (local memory interleaves
-    the threads' words), so Nsight Compute's sector bytes per thread equal w, at least 4."""
-    if i.base not in ("LDL", "STL"):
-        return None
-    width = 4
-    for part in i.op.split(".")[1:]:
-        width = _WIDTH.get(part, width)
-    return ("load" if i.base == "LDL" else "store"), width
-
-
-@dataclass
-class Graph:
-    spans: list[tuple[int, int]]
-    succ: list[set[int]]
-    pred: list[set[int]]
-    reach: set[int]
-
-
-def graph(insns: list[Insn]) -> Graph:
-    """Basic blocks and their successors (a predicated branch or exit also falls through)."""
-    at = {lab: n for n, i in enumerate(insns) for lab in i.labels}
-    leaders = {0} | {n for n, i in enumerate(insns) if i.labels}
-    leaders |= {n + 1 for n, i in enumerate(insns) if i.base in _ENDS and n + 1 < len(insns)}
-    starts = sorted(leaders)
-    spans = [
-        (s, starts[b + 1] if b + 1 < len(starts) else len(insns)) for b, s in enumerate(starts)
-    ]
-    block_of = {n: b for b, (s, e) in enumerate(spans) for n in range(s, e)}
-    succ: list[set[int]] = [set() for _ in spans]
-    for b, (_, e) in enumerate(spans):
-        last = insns[e - 1]
-        falls = True
-        if last.base == "BRA":
-            t = _TARGET.search(last.args)
-            if t and t.group(1) in at:
-                succ[b].add(block_of[at[t.group(1)]])
-            falls = last.pred is not None
-        elif last.base in ("EXIT", "RET", "JMP", "BRX", "JMX"):
-            falls = last.pred is not None
-        if falls and e < len(insns):
-            succ[b].add(block_of[e])
-    pred: list[set[int]] = [set() for _ in spans]
-    for b, ss in enumerate(succ):
-        for s in ss:
-            pred[s].add(b)
-    reach, stack = {0}, [0]
-    while stack:
-        for s in succ[stack.pop()]:
-            if s not in reach:
-                reach.add(s)
-                stack.append(s)
-    return Graph(spans, succ, pred, reach)
-
-
-def _fixpoint(g: Graph, roots: set[int], edges: list[set[int]]) -> dict[int, set[int]]:
-    """Dominator sets over `edges` (predecessors: dominators; successors: post-dominators)."""
-    sets = {b: ({b} if b in roots else set(g.reach)) for b in g.reach}
-    changed = True
-    while changed:
-        changed = False
-        for b in sorted(g.reach):
-            if b in roots:
-                continue
-            inputs = [sets[p] for p in edges[b] if p in g.reach]
-            new = (set.intersection(*inputs) if inputs else set()) | {b}
-            if new != sets[b]:
-                sets[b], changed = new, True
-    return sets
-
-
-@dataclass
-class Loop:
-    """One loop over tiles: the local bytes per thread of one step, and of the blocks outside
-    it that run once per entry (set-up and drain)."""
-
-    head: int  # address of its header
-    parent: int | None  # header address of the loop over tiles around it
-    step_load: int = 0
-    step_store: int = 0
-    entry_load: int = 0
-    entry_store: int = 0
-
-
-@dataclass
-class Structure:
-    """A kernel's local bytes per thread: run once per CTA, and per tile loop."""
-
-    cta_load: int
-    cta_store: int
-    loops: list[Loop]
-    predicated: int  # local accesses under a predicate (counted as if they ran)
-
-    def outer(self) -> list[Loop]:
-        return [lp for lp in self.loops if lp.parent is None]
-
-    def inner(self) -> list[Loop]:
-        heads = {lp.parent for lp in self.loops}
-        return [lp for lp in self.loops if lp.head not in heads]
-
-
-def structure(insns: list[Insn]) -> Structure:
-    """The local bytes of a kernel by where they run: once per CTA, per loop entry, per step."""
-    g = graph(insns)
-    dom = _fixpoint(g, {0}, g.pred)
-    exits = {b for b in g.reach if not g.succ[b]}
-    pdom = _fixpoint(g, exits, g.succ)
-    bodies: dict[int, set[int]] = {}
-    for b in g.reach:
-        for s in g.succ[b]:
-            if s in dom[b]:  # a back edge b → s: the natural loop of header s
-                body, stack = bodies.setdefault(s, {s}), [b]
-                while stack:
-                    x = stack.pop()
-                    if x not in body:
-                        body.add(x)
-                        stack.extend(p for p in g.pred[x] if p in g.reach)
-    tiles = {h: body for h, body in bodies.items()
-             if any(insns[n].base in MMA for b in body for n in range(*g.spans[b]))}  # fmt: skip
-    heads = sorted(tiles, key=lambda h: g.spans[h][0])
-
-    def parent(h: int) -> int | None:
-        around = [x for x in heads if x != h and tiles[h] < tiles[x]]
-        return min(around, key=lambda x: len(tiles[x])) if around else None
-
-    parents = {h: parent(h) for h in heads}
-
-    def own(h: int | None) -> set[int]:
-        """Blocks at the level of loop h (None: outside every loop over tiles)."""
-        inside = tiles[h] if h is not None else set(g.reach)
-        nested = [tiles[x] for x in heads if parents[x] == h]
-        return inside - set().union(*nested) if nested else set(inside)
-
-    def tally(bs: Iterable[int]) -> tuple[int, int, int]:
-        load = store = predicated = 0
-        for b in bs:
-            for n in range(*g.spans[b]):
-                acc = local_access(insns[n])
-                if acc:
-                    predicated += insns[n].pred is not None
-                    if acc[0] == "load":
-                        load += acc[1]
-                    else:
-                        store += acc[1]
-        return load, store, predicated
-
-    loops = {h: Loop(insns[g.spans[h][0]].addr, None) for h in heads}
-    level: dict[int | None, set[int]] = {None: own(None)} | {h: own(h) for h in heads}
-    predicated = 0
-    for h in heads:
-        p = parents[h]
-        loops[h].parent = None if p is None else insns[g.spans[p][0]].addr
-        loops[h].step_load, loops[h].step_store, n = tally(level[h])
-        predicated += n
-    for lv, blocks in level.items():
-        children = [h for h in heads if parents[h] == lv]
-        left = set(blocks)
-        for h in children:
-            tied = {b for b in left if h in dom[b] or h in pdom[b]} - (
-                {lv} if lv is not None else set()
-            )
-            left -= tied
-            load, store, n = tally(tied)
-            loops[h].entry_load, loops[h].entry_store = load, store
-            predicated += n
-        if lv is None:
-            cta_load, cta_store, n = tally(left)
-        else:  # the rest of an outer loop's body: once per step of it
-            loops[lv].step_load, loops[lv].step_store, n = tally(left)
-        predicated += n
-    return Structure(cta_load, cta_store, [loops[h] for h in heads], predicated)
-
-
-# --- the kernels' loop bounds ------------------------------------------------------------
-
-
-def cdiv(a: int, b: int) -> int:
-    return -(-a // b)
-
-
-def _count(lo: int, hi: int, step: int) -> int:
-    return max(0, cdiv(hi - lo, step))
-
-
-def query_block_trips(n_q: int, n_k: int, bm: int, bn: int, causal: bool) -> list[tuple[int, int]]:
-    """(unmasked, masked) key steps of each query-block program of the forward or dQ kernel
-    (kernels/forward.py `_attn_fwd`, kernels/backward.py `_attn_bwd_dq`)."""
-    off, out = n_k - n_q, []
-    for pid in range(cdiv(n_q, bm)):
-        m0 = pid * bm
-        if causal:
-            hi = max(min(n_k, min(m0 + bm, n_q) - 1 + off + 1), 0)
-            full = min(max(m0 + off + 1, 0) // bn * bn, n_k // bn * bn, hi)
-        else:
-            hi, full = n_k, n_k // bn * bn
-        out.append((_count(0, full, bn), _count(full, hi, bn)))
-    return out
-
-
-def key_block_trips(n_q: int, n_k: int, bm: int, bn: int, causal: bool) -> list[tuple[int, int]]:
-    """(masked, unmasked) query steps, per query head, of each key-block program of the dK/dV
-    kernel (kernels/backward.py `_attn_bwd_dkdv`)."""
-    off, end, out = n_k - n_q, cdiv(n_q, bm) * bm, []
-    for pid in range(cdiv(n_k, bn)):
-        n0 = pid * bn
-        if causal:
-            lo = min(max(n0 - off, 0) // bm * bm, end)
-            full = min(cdiv(max(n0 + bn - 1 - off, 0), bm) * bm, end)
-        else:
-            lo = full = 0
-        if n0 + bn > n_k:
-            full = end
-        out.append((_count(lo, full, bm), _count(full, end, bm)))
-    return out
-
-
-@dataclass(frozen=True)
-class Kernel:
-    """One compiled binary's inputs: which kernel and everything its code depends on."""
-
-    kernel: str  # fwd, dq, dkdv, dkdv-atomic
-    head_dim: int
-    dtype: str
-    block_m: int
-    block_n: int
-    warps: int
-    stages: int
-    causal: bool
-    seq_q: int
-    seq_k: int
-    heads: int
-    kv_heads: int
-    maxnreg: int | None = None
-
-    @property
-    def group(self) -> int:
-        return self.heads // self.kv_heads
-
-
-def per_cta(s: Structure, k: Kernel, heads: int | None = None) -> list[tuple[float, float, int]]:
-    """(loaded, stored) bytes per thread and loop steps of each CTA of one (batch, head) row
-    (`heads`: the query heads a dK/dV CTA walks, if not its group)."""
-    inner = s.inner()
-    if k.kernel == "dkdv" or k.kernel == "dkdv-atomic":
-        trips = key_block_trips(k.seq_q, k.seq_k, k.block_m, k.block_n, k.causal)
-        reps = k.group if heads is None else heads
-    else:
-        trips = query_block_trips(k.seq_q, k.seq_k, k.block_m, k.block_n, k.causal)
-        reps = 1
-    outer = [lp for lp in s.loops if lp not in inner]
-    out = []
-    for t in trips:
-        load, store = float(s.cta_load), float(s.cta_store)
-        for lp in outer:  # the walk over a group's heads: entered once, a step per head
-            load += lp.entry_load + reps * lp.step_load
-            store += lp.entry_store + reps * lp.step_store
-        for lp, n in zip(inner, t, strict=True):
-            entered = reps if n > 0 else 0
-            load += entered * lp.entry_load + reps * n * lp.step_load
-            store += entered * lp.entry_store + reps * n * lp.step_store
-        out.append((load, store, reps * sum(t)))
-    return out
-
-
-def expected_loops(k: Kernel) -> int:
-    return 2
-
-
 # --- compiling on the CPU ----------------------------------------------------------------
 
 
@@ -397,114 +84,6 @@ def _use_triton(path: str | None) -> None:
     if path:
         sys.path.insert(0, str(Path(path).resolve()))
     os.environ["TRITON_INTERPRET"] = "0"
-
-
-class _Sm90:
-    """Just enough of Triton's driver for its JIT to compile for sm_90a with no GPU present."""
-
-    def get_current_target(self) -> Any:
-        from triton.backends.compiler import GPUTarget
-
-        return GPUTarget("cuda", 90, 32)
-
-    def get_current_device(self) -> int:
-        return 0
-
-    def get_current_stream(self, device: int | None = None) -> int:
-        return 0
-
-    def get_active_torch_device(self) -> Any:
-        import torch
-
-        return torch.device("cpu")
-
-    def is_active(self) -> bool:
-        return True
-
-
-_captured: list[tuple] = []
-
-
-def _patch_launchers() -> None:
-    """The launchers record their launch instead of running it, and take the tensor-memory
-    path as on Hopper (where every stride allows it)."""
-    import flashscope.kernels.backward as bw
-    import flashscope.kernels.forward as fw
-    from flashscope.kernels.inputs import tma_ready
-
-    def record(fn: Any, grid: Any, args: Any, constexprs: Any, options: Any) -> None:
-        _captured.append((fn, grid, tuple(args), dict(constexprs), dict(options)))
-
-    def tma(tensors: list, override: bool | None = None) -> bool:
-        return (True if override is None else override) and tma_ready(*tensors)
-
-    for m in (fw, bw):
-        m.launch = record  # type: ignore[attr-defined]
-        m.use_tma_for = tma  # type: ignore[attr-defined]
-        m.prepare_tma = lambda tma: None  # type: ignore[attr-defined]
-
-
-def compile_kernel(k: Kernel) -> Any:
-    """Triton's CompiledKernel for `k`, compiled for sm_90a with CPU tensors (batch 1: the
-    batch is no argument of the kernels)."""
-    import torch
-    from triton.runtime import driver
-
-    import flashscope.kernels.backward as bw
-    import flashscope.kernels.forward as fw
-    from flashscope.kernels.config import KernelConfig
-
-    dt = {"fp16": torch.float16, "bf16": torch.bfloat16}[k.dtype]
-    q = torch.empty(1, k.heads, k.seq_q, k.head_dim, dtype=dt)
-    kk = torch.empty(1, k.kv_heads, k.seq_k, k.head_dim, dtype=dt)
-    v = torch.empty_like(kk)
-    cfg = KernelConfig(k.block_m, k.block_n, k.warps, k.stages, maxnreg=k.maxnreg)
-    scale = 1.0 / math.sqrt(k.head_dim)
-    _captured.clear()
-    if k.kernel == "fwd":
-        fw.launch_forward(q, kk, v, k.causal, scale, cfg)
-    else:
-        do = torch.empty_like(q)
-        lse = torch.empty(1, k.heads, k.seq_q)
-        if k.kernel == "dq":
-            bw.run_dq(q, kk, v, do, lse, lse, k.causal, scale, cfg)
-        else:
-            acc = torch.empty(q.shape, dtype=torch.float32) if k.kernel == "dkdv-atomic" else None
-            bw.run_dkdv(q, kk, v, do, lse, lse, k.causal, scale, cfg, dq_acc=acc)
-    fn, grid, args, constexprs, options = _captured[-1]
-    saved = driver._active
-    driver.set_active(_Sm90())
-    try:
-        return fn.warmup(*args, **constexprs, **options, grid=grid)
-    finally:
-        driver._active = saved
-
-
-def _tool(name: str) -> Path:
-    import triton
-
-    return Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / name
-
-
-def read_binary(compiled: Any) -> dict[str, Any]:
-    """Registers, spill stack and the local-traffic structure of one compiled kernel."""
-    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
-        f.write(compiled.asm["cubin"])
-        f.flush()
-        usage = subprocess.run([_tool("cuobjdump"), "--dump-resource-usage", f.name],
-                               capture_output=True, text=True, check=True).stdout  # fmt: skip
-        sass = subprocess.run([_tool("nvdisasm"), "-c", f.name],
-                              capture_output=True, text=True, check=True).stdout  # fmt: skip
-    found = dict(re.findall(r"(REG|STACK|LOCAL):(\d+)", usage))
-    s = structure(parse_sass(sass, compiled.metadata.name))
-    return {"registers": int(found["REG"]), "stack": int(found["STACK"]),
-            "shared": int(compiled.metadata.shared),
-            "structure": asdict(s), "binary": compiled.metadata.hash[:16]}  # fmt: skip
-
-
-def structure_of(d: dict[str, Any]) -> Structure:
-    return Structure(d["cta_load"], d["cta_store"], [Loop(**lp) for lp in d["loops"]],
-                     d["predicated"])  # fmt: skip
 
 
 # --- which kernels ------------------------------------------------------------------------
@@ -572,28 +151,6 @@ def predict_launch(s: Structure, k: Kernel, batch: int) -> tuple[float, float]:
     return (threads * rows * sum(c[0] for c in ctas), threads * rows * sum(c[1] for c in ctas))
 
 
-def engine_form(s: Structure, k: Kernel) -> dict[str, float]:
-    """The engine's units for one binary (`compiled.LocalTraffic`): bytes per thread per loop
-    step (the unmasked loop's; the dK/dV kernel's second loop, the others' first), per query
-    head a dK/dV CTA walks (each head's loop entries and masked steps beyond an unmasked one:
-    the difference between walking two heads and one) and per CTA (the rest), each the mean
-    over the CTAs of one (batch, head) row of `k`."""
-    inner = s.inner()
-    dkdv = k.kernel.startswith("dkdv")
-    main = inner[1] if dkdv else inner[0]
-    one, two = per_cta(s, k, 1), per_cta(s, k, 2)
-    out = {"load_step": float(main.step_load), "store_step": float(main.step_store)}
-    for name, col in (("load", 0), ("store", 1)):
-        step = out[f"{name}_step"]
-        head = [
-            b[col] - a[col] - step * a[2] if dkdv else 0.0 for a, b in zip(one, two, strict=True)
-        ]
-        left = [a[col] - h - step * a[2] for a, h in zip(one, head, strict=True)]
-        out[f"{name}_cta"] = round(sum(left) / len(left), 4) + 0.0
-        out[f"{name}_head"] = round(sum(head) / len(head), 4) + 0.0
-    return out
-
-
 # --- the configurations --------------------------------------------------------------------
 
 HEAD_DIMS = (64, 128, 256)  # the candidates' and tuned entries' own (padded) head dims
@@ -656,33 +213,6 @@ def table_configs(
             for ragged in (False, True):
                 seen.add((*t, causal, ragged, False))
     return sorted(seen, key=str)
-
-
-REPRESENTATIVE_HEADS = 8
-REPRESENTATIVE_KV_HEADS = {False: 8, True: 2}  # no grouping; groups of 4
-REPRESENTATIVE_SEQ = {False: 4096, True: 4001}  # whole tiles; a length Triton compiles apart
-
-
-def representative(cfg: tuple) -> Kernel:
-    """The binary a key stands for: fp16, 8 heads (in groups of 4 where grouped), N = 4096
-    (ragged: 4001)."""
-    kind, d, bm, bn, warps, stages, cap, causal, ragged, grouped = cfg
-    n, h = REPRESENTATIVE_SEQ[ragged], REPRESENTATIVE_HEADS
-    return Kernel(kind, d, "fp16", bm, bn, warps, stages, causal, n, n, h,
-                  REPRESENTATIVE_KV_HEADS[grouped], cap)  # fmt: skip
-
-
-def engine_key(k: Kernel) -> str:
-    """The key of `k` in the engine's compiled-kernel table (`compiled.key`)."""
-    from flashscope.simulator.core.problem import AttentionProblem, TileConfig
-    from flashscope.simulator.timing import compiled
-
-    p = AttentionProblem(seq_q=k.seq_q, seq_k=k.seq_k, head_dim=k.head_dim, batch=1,
-                         heads=k.heads, kv_heads=k.kv_heads, causal=k.causal,
-                         dtype=k.dtype)  # fmt: skip
-    t = TileConfig(k.block_m, k.block_n, k.stages, k.warps, k.maxnreg)
-    launch = {"fwd": "fa2", "dq": "bwd_dq", "dkdv": "bwd_dkdv", "dkdv-atomic": "bwd_dkdv"}[k.kernel]
-    return compiled.key(launch, p, t, "atomic" if k.kernel == "dkdv-atomic" else "separate")
 
 
 # --- running -------------------------------------------------------------------------------

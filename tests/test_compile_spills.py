@@ -1,19 +1,17 @@
-"""How benchmarks/compile_spills.py reads local traffic from SASS and the kernels' loop bounds
-(the compiling itself needs Triton's compiler and minutes; it is not run here)."""
+"""How local traffic is read from SASS (simulator/timing/sass.py) and put in the engine's units
+with the kernels' loop bounds (simulator/timing/ondemand.py), and which kernels
+benchmarks/compile_spills.py compiles (the compiling itself: tests/test_ondemand.py)."""
 
 from __future__ import annotations
 
-from benchmarks.compile_spills import (
+from flashscope.simulator.timing.ondemand import (
     Kernel,
-    Loop,
-    Structure,
     engine_form,
     key_block_trips,
-    parse_sass,
     per_cta,
     query_block_trips,
-    structure,
 )
+from flashscope.simulator.timing.sass import Loop, Structure, parse_sass, structure
 
 # A kernel with one loop over tiles behind a guard: a store and a load once per CTA, a
 # preheader store and an exit load once per entry of the loop, a 16-byte load and a 4-byte
