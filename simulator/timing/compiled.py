@@ -43,6 +43,13 @@ d = 128 dQ kernel whatever the length; less on the H200's larger L2). The table 
 write-back per GPU (`writeback`: bytes per thread per step and per CTA, least squares over the
 fit rows' excess of each spilling kernel's DRAM writes over the mean of its non-spilling siblings').
 
+A configuration neither table holds can be compiled on this machine, with no GPU, by the
+installed Triton (`ondemand`): where a local cache is in use (`local_cache`: the server's
+simulations, `flashscope simulate --compile`, `flashscope validate --compile`), its entries come
+after the measured table and the compiler's exact keys, and before the compiler's nearest key
+(a grouped-query key's binary without grouping) and the estimate. `source` says which of these
+a key's figures come from.
+
 The table also keeps every measured kernel's registers per thread (Nsight Compute's
 `launch__registers_per_thread`: one count per key in every dataset, whatever the length, batch
 or GPU), which decide how many CTAs share an SM. The engine's estimate from the tiles
@@ -54,9 +61,12 @@ compiled count, any other the estimate.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass
+from importlib import metadata
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -269,7 +279,9 @@ def compiler_shared(path: Path = COMPILER_PATH) -> dict[str, int]:
     return {k: int(v) for k, v in _document(path).get("shared", {}).items()}
 
 
-def _sm90(gpu_key: str) -> bool:
+def on_sm90(gpu_key: str) -> bool:
+    """Whether GPU preset `gpu_key` (a custom GPU counts as its base) runs the tables' sm_90
+    binaries."""
     return gpu_key.removesuffix("+custom") in ARCH_PRESETS
 
 
@@ -284,13 +296,107 @@ def compiler_key(k: str) -> str:
     return k if k in compiler_registers() else k.replace("/gqa", "")
 
 
-def lookup(k: str, gpu_key: str = "h100-sxm") -> LocalTraffic | None:
-    """The spill entry for key `k` on GPU preset `gpu_key` (a custom GPU counts as its base):
-    the measured one for a measured key, else the compiler's (None: it does not spill, or
-    nothing is known of it: `registers` says which)."""
-    if not _sm90(gpu_key):
+# --- kernels compiled on this machine (`ondemand`) ---------------------------------------------
+
+# Where kernels compiled on this machine are kept unless told otherwise (the server's
+# FLASHSCOPE_COMPILE_CACHE_DIR, `flashscope validate --compile-cache`)
+DEFAULT_CACHE = Path.home() / ".cache" / "flashscope" / "kernels"
+_local_root: Path | None = None  # the cache in use (None: none)
+_local_read: dict[Path, dict[str, Any]] = {}  # cache files read, kept: an entry never changes
+
+
+@functools.cache
+def triton_version() -> str:
+    """The installed Triton's version ("none" where it is not installed)."""
+    try:
+        return metadata.version("triton")
+    except metadata.PackageNotFoundError:
+        return "none"
+
+
+def cache_file(root: Path, k: str) -> Path:
+    """The file of key `k` in the cache under `root`: one folder per Triton version (another
+    version compiles other code)."""
+    return Path(root) / f"triton-{triton_version()}-sm90a" / (k.replace("/", "_") + ".json")
+
+
+@contextlib.contextmanager
+def local_cache(root: Path | None) -> Iterator[None]:
+    """Read the kernels compiled on this machine from the cache under `root` while inside (None:
+    none, as outside)."""
+    global _local_root
+    saved, _local_root = _local_root, None if root is None else Path(root)
+    try:
+        yield
+    finally:
+        _local_root = saved
+
+
+def _local_doc(k: str, root: Path | None) -> dict[str, Any] | None:
+    if root is None:
         return None
-    return table().get(k) if measured(k) else compiler_table().get(compiler_key(k))
+    path = cache_file(root, k)
+    doc = _local_read.get(path)
+    if doc is None:
+        try:
+            doc = json.loads(path.read_text())
+        except (OSError, ValueError):  # not compiled (yet), or being written by another process
+            return None
+        if doc.get("format") != FORMAT or doc.get("key") != k:
+            return None
+        _local_read[path] = doc
+    return doc
+
+
+def local_state(k: str, root: Path | None = None) -> str | None:
+    """ "done" or "failed" for a key in the cache under `root` (default: the one in use), None
+    where it has not been compiled."""
+    doc = _local_doc(k, _local_root if root is None else root)
+    return None if doc is None else ("failed" if "error" in doc else "done")
+
+
+def local_entry(k: str) -> dict[str, Any] | None:
+    """Key `k` as compiled on this machine (`ondemand.entry_of`), from the cache in use (None:
+    no cache, not compiled, or the compiler refused it)."""
+    doc = _local_doc(k, _local_root)
+    return None if doc is None or "error" in doc else doc
+
+
+SOURCES = ("measured", "compiler", "local", "compiler-nearest", "estimate")
+
+
+def source(k: str, gpu_key: str = "h100-sxm") -> str:
+    """Where key `k`'s registers, shared memory and spills come from on `gpu_key` (`SOURCES`):
+    Nsight Compute's counts, the compiler's table (its own key, or the nearest binary), this
+    machine's compile, or the estimate from the tiles (every preset of another architecture)."""
+    if not on_sm90(gpu_key):
+        return "estimate"
+    if measured(k):
+        return "measured"
+    if k in compiler_registers():
+        return "compiler"
+    if local_entry(k) is not None:
+        return "local"
+    return "compiler-nearest" if compiler_key(k) in compiler_registers() else "estimate"
+
+
+def wants_compile(k: str, gpu_key: str = "h100-sxm") -> bool:
+    """Whether compiling key `k` on this machine would give `gpu_key` figures it lacks: nothing
+    but the estimate knows it, or only the nearest binary (sm_90 presets alone)."""
+    return on_sm90(gpu_key) and source(k, gpu_key) in ("estimate", "compiler-nearest")
+
+
+def lookup(k: str, gpu_key: str = "h100-sxm") -> LocalTraffic | None:
+    """The spill entry for key `k` on GPU preset `gpu_key` (a custom GPU counts as its base), from
+    the first `source` that knows the key (None: it does not spill, or nothing is known of it:
+    `registers` says which)."""
+    src = source(k, gpu_key)
+    if src == "measured":
+        return table().get(k)
+    if src == "local":
+        found = (local_entry(k) or {}).get("kernel")
+        return None if found is None else LocalTraffic.from_entry(found)
+    return compiler_table().get(compiler_key(k)) if src.startswith("compiler") else None
 
 
 @functools.cache
@@ -312,20 +418,23 @@ def writeback(k: str, gpu_key: str = "h100-sxm") -> PerThread | None:
 
 
 def registers(k: str, gpu_key: str = "h100-sxm") -> int | None:
-    """The compiled register count for key `k` on `gpu_key`: measured, else the compiler's
-    (None: neither knows the key, or another architecture)."""
-    if not _sm90(gpu_key):
-        return None
-    found = register_table().get(k)
-    return found if found is not None else compiler_registers().get(compiler_key(k))
+    """The compiled register count for key `k` on `gpu_key`: measured, else the compiler's or
+    this machine's compile (`source`; None: nothing knows the key, or another architecture)."""
+    src = source(k, gpu_key)
+    if src == "measured" and k in register_table():
+        return register_table()[k]
+    if src == "local":
+        return int((local_entry(k) or {})["registers"])
+    return None if src == "estimate" else compiler_registers().get(compiler_key(k))
 
 
 def shared(k: str, gpu_key: str = "h100-sxm") -> int | None:
     """The compiled kernel's dynamic shared memory per CTA for key `k` on `gpu_key` (None:
     the compiler's table does not hold the key, or another architecture)."""
-    if not _sm90(gpu_key):
-        return None
-    return compiler_shared().get(compiler_key(k))
+    src = source(k, gpu_key)
+    if src == "local":
+        return int((local_entry(k) or {})["shared"])
+    return None if src == "estimate" else compiler_shared().get(compiler_key(k))
 
 
 @dataclass(frozen=True)

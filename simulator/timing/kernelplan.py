@@ -441,7 +441,11 @@ def with_local_traffic(
         return launch
     k = compiled.key(launch.name, p, tiles, route)
     launch = dataclasses.replace(
-        launch, regs=compiled.registers(k, gpu_key), smem=compiled.shared(k, gpu_key)
+        launch,
+        regs=compiled.registers(k, gpu_key),
+        smem=compiled.shared(k, gpu_key),
+        compiled_key=k,
+        compiled_source=compiled.source(k, gpu_key),
     )
     traffic = compiled.lookup(k, gpu_key)
     if traffic is None and launch.regs is None:
@@ -587,6 +591,29 @@ def build(
     launches = tuple(padded(w, p) for w in launches)
     launches = tuple(with_descriptors(w, p, t, chosen, gpu_key) for w in launches)
     return Workload(algo, p, t, launches, useful_flops(algo, p), impl="flashscope", route=chosen)
+
+
+def compiled_keys(
+    algo: str,
+    p: AttentionProblem,
+    t: TileConfig,
+    *,
+    gpu_key: str = "h100-sxm",
+    route: str | None = None,
+    dq_tiles: TileConfig | None = None,
+) -> list[str]:
+    """The compiled-kernel keys (`compiled.key`) of the Triton kernels `build` launches for these
+    arguments, without building anything (the Gluon backward's route: none)."""
+    check(algo, route, dq_tiles)
+    if algo == "fa2":
+        return [compiled.key("fa2", p, t)]
+    chosen = route or default_route(gpu_key, p)
+    if chosen == "ws":
+        return []
+    keys = [compiled.key("bwd_dkdv", p, t, chosen)]
+    if chosen == "separate":
+        keys.append(compiled.key("bwd_dq", p, dq_tiles or t, chosen))
+    return keys
 
 
 def ctas_of(

@@ -78,7 +78,7 @@ FloatArray = npt.NDArray[np.float64]
 _SCALARS = (
     "stream_blocks", "stream_tail", "tiles", "concurrent", "mma_shapes", "chain", "regs",
     "smem", "mma_pad", "descriptors", "host_descriptors", "local_frame", "stream_seen", "l1_miss",
-    "l2_pad", "barrier", "split_warps",
+    "l2_pad", "barrier", "split_warps", "compiled_key", "compiled_source",
 )  # fmt: skip
 _FLOAT = (
     "alu",
@@ -162,6 +162,8 @@ class Launch:
     barrier: bool = False  # its warpgroups meet at a barrier every iteration (engine.lockstep)
     split_warps: int = 0  # warps splitting a tile's columns, exchanging through shared
     # memory every iteration (engine.XWARP_NS; kernelplan.split_columns)
+    compiled_key: str = ""  # its key in the compiled-kernel tables ("": not a Triton kernel)
+    compiled_source: str = ""  # where its registers and spills come from (compiled.SOURCES)
 
     @classmethod
     def make(
