@@ -8,6 +8,8 @@ from pathlib import Path
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from flashscope.simulator.timing import compiled
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -222,6 +224,29 @@ class Settings(BaseSettings):
     )
     compare_timeline_ctas: int = Field(
         6000, ge=1, description="Most CTAs of the SM timeline GET /api/compare carries."
+    )
+
+    # Kernels compiled on demand (simulator/timing/ondemand.py): a simulation of flashscope's
+    # kernels on an H100/H200 preset whose kernel no table holds has it compiled for sm_90a on
+    # this machine, in the background, for the next simulation of it.
+    compile_on_demand: bool = Field(
+        True,
+        description="Compile (no GPU) the kernels a simulation meets that no table holds, so "
+        "the next simulation takes their registers and spills from the binary.",
+    )
+    compile_cache_dir: Path = Field(
+        compiled.DEFAULT_CACHE,
+        description="Where the kernels compiled on demand are kept (one file per kernel).",
+    )
+    compile_timeout_s: float = Field(
+        300.0, gt=0, description="Longest one background compile (a batch of kernels) may run."
+    )
+    compile_batch: int = Field(4, ge=1, description="Most kernels one background compile takes.")
+    compile_max_pending: int = Field(
+        32, ge=1, description="Most kernels waiting to be compiled; beyond, the estimate stays."
+    )
+    compile_max_status_keys: int = Field(
+        16, ge=1, description="Most kernels one GET /api/compiled asks about."
     )
 
     # Request guards (every route): body size and per-client rate limits on costly endpoints.

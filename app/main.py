@@ -15,6 +15,7 @@ from starlette.datastructures import MutableHeaders
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from flashscope.app import __version__
+from flashscope.app.compute.compiling import KernelCompiler
 from flashscope.app.compute.pool import WorkerPool
 from flashscope.app.config import Settings, get_settings
 from flashscope.app.datasets import Datasets, Timelines
@@ -107,6 +108,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         devices.cancel()
         app.state.pool.close()
         app.state.runs.close()
+        await app.state.compiler.close()
         await app.state.rooms.close()
 
     app = FlashScopeAPI(
@@ -131,6 +133,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         max_per_address=settings.compute_max_pending_per_address,
     )
     app.state.traces = TraceService(app.state.pool, settings)
+    app.state.compiler = KernelCompiler(
+        settings.compile_cache_dir,
+        settings.compile_timeout_s,
+        settings.compile_batch,
+        settings.compile_max_pending,
+    )
     app.state.backend = None
     app.state.runs = RunService(settings)
     app.state.rooms = Rooms(settings)

@@ -6,13 +6,14 @@ makes (app/compute/tasks.py).
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 from flashscope.app.schemas.simulate import FA3_MAX_INTERVALS, SimulateRequest, fa3_config
 from flashscope.simulator.core import hardware
 from flashscope.simulator.core.gpu import GPU
 from flashscope.simulator.core.problem import AttentionProblem, TileConfig
-from flashscope.simulator.timing import fa3, kernelplan
+from flashscope.simulator.timing import compiled, fa3, kernelplan
 from flashscope.simulator.timing.engine import simulate_workload
 from flashscope.simulator.timing.results import SimResult
 from flashscope.simulator.timing.workload import build, ctas_of
@@ -42,6 +43,18 @@ class Parts:
         if b.impl == "flashscope":
             return kernelplan.ctas_of(b.algo, self.problem, self.tiles, **self.kernels)
         return ctas_of(b.algo, self.problem, self.tiles, sms=self.gpu.sms, splits=b.splits)
+
+    def compile_candidates(self, root: Path | None) -> list[str]:
+        """The keys of the Triton kernels this run launches that neither the shipped tables
+        nor the cache under `root` hold (their figures would be the estimate's, or a
+        grouped-query key's nearest binary): what compiling them on this machine would add.
+        Empty on presets of another architecture than the tables' (sm_90)."""
+        b = self.body
+        if b.impl != "flashscope" or b.algo not in kernelplan.KERNEL_ALGOS:
+            return []
+        keys = kernelplan.compiled_keys(b.algo, self.problem, self.tiles, **self.kernels)
+        with compiled.local_cache(root):
+            return [k for k in keys if compiled.wants_compile(k, self.gpu.key)]
 
     def run(self) -> SimResult:
         """The simulation (costly: a compute worker's job); DoesNotFit if it cannot launch."""

@@ -83,7 +83,7 @@ from flashscope.simulator.teach.memory_wall import (
     naive_walk,
 )
 from flashscope.simulator.teach.tracing import build_trace
-from flashscope.simulator.timing import fa3
+from flashscope.simulator.timing import compiled, fa3
 from flashscope.simulator.timing.engine import call_time_s
 from flashscope.simulator.timing.results import SimResult
 
@@ -155,17 +155,25 @@ def simulate(payload: dict[str, Any], state: dict[str, Any]) -> bytes:
     body = SimulateRequest.model_validate(payload["body"])
     if body.algo == fa3.ALGO:
         return _json(fa3_response(parts(body).run_fa3()), _ANY)
-    result = parts(body).run()
-    out = summary(result)
+    result = _run(body, payload)
+    out = summary(result) | {"compiling": payload.get("compiling", {})}
     if body.timeline:
         out["timeline"] = gantt(result, payload["timeline_ctas"])
     return _json(out, _ANY)
 
 
+def _run(body: SimulateRequest, payload: dict[str, Any]) -> SimResult:
+    """The request's simulation, with the kernels compiled on this machine where the route
+    gave their cache."""
+    root = payload.get("compile_cache")
+    with compiled.local_cache(None if root is None else Path(root)):
+        return parts(body).run()
+
+
 def _scheduled(payload: dict[str, Any]) -> tuple[ScheduleParams, SimResult]:
     params = ScheduleParams.model_validate(payload["params"])
     body = SimulateRequest.model_validate(params.simulate_body())
-    return params, parts(body).run()
+    return params, _run(body, payload)
 
 
 def schedule(payload: dict[str, Any], state: dict[str, Any]) -> bytes:

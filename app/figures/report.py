@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from flashscope.simulator.timing.launch import Launch
 from flashscope.simulator.timing.results import LIMITERS, KernelResult, SimResult
 
 
@@ -85,8 +86,18 @@ def summary(r: SimResult) -> dict[str, Any]:
             "bound": fl.bound,
         },
         "counts": counts,
-        "kernels": [_kernel(k) for k in r.kernels],
+        "kernels": [
+            _kernel(k) | _compiled(w) for k, w in zip(r.kernels, r.workload.launches, strict=True)
+        ],
     }
+
+
+def _compiled(w: Launch) -> dict[str, Any]:
+    """A Triton kernel's key in the compiled-kernel tables and where its registers and spills
+    come from (compiled.SOURCES); nothing for other launches."""
+    if not w.compiled_key:
+        return {}
+    return {"compiled": {"key": w.compiled_key, "source": w.compiled_source}}
 
 
 def _shown_sms(sm: np.ndarray, sms: int, max_ctas: int) -> int:

@@ -1,5 +1,6 @@
 """The timing engine over HTTP: POST /api/simulate runs one simulation, GET /api/hardware lists
-the GPU presets with every figure the engine uses (datasheet fields and efficiencies).
+the GPU presets with every figure the engine uses (datasheet fields and efficiencies), GET
+/api/compiled says where the kernels compiled on demand stand (app/compute/compiling.py).
 
 The request is checked here, in the server (every limit, the GPU it edits, the CTAs it would
 launch); the simulation runs in a compute worker (app/compute/tasks.py), which sends back the
@@ -9,9 +10,9 @@ response body ready to go.
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import APIRouter, Request, Response
+from fastapi import APIRouter, Query, Request, Response
 
 from flashscope.app.compute.http import pool_errors, run_task
 from flashscope.app.compute.pool import TaskError
@@ -22,6 +23,7 @@ from flashscope.app.middleware.errors import limit_error, refuse, value_error
 from flashscope.app.schemas.simulate import SimulateRequest, check_simulate_request
 from flashscope.simulator.core import hardware
 from flashscope.simulator.core.calibration import calibration_path
+from flashscope.simulator.timing import compiled, ondemand
 
 router = APIRouter(tags=["simulate"])
 
@@ -74,8 +76,15 @@ async def simulated(
     request: Request, task: str, payload: dict[str, Any], checked: Parts, settings: Settings
 ) -> Any:
     """Run a simulation task in the compute pool: its result (a JSON body), or the error it
-    answers: a kernel that cannot launch names block_m (shared memory) or warps, with the
-    GPU's limit; any other input error answers as the app's ValueError handler does."""
+    answers: a kernel that cannot launch names block_m (shared memory) or warps, with the GPU's
+    limit; any other input error answers as the app's ValueError handler does. Where kernels
+    are compiled on demand, those of the run that no table holds are asked for first; the task
+    reads the cache and says which are still compiling."""
+    if settings.compile_on_demand:
+        root = settings.compile_cache_dir
+        payload["compile_cache"] = str(root)
+        states = request.app.state.compiler.request(checked.compile_candidates(root))
+        payload["compiling"] = {k: v for k, v in states.items() if v != "done"}
     try:
         out = await run_task(request, task, payload)
     except TaskError as exc:
@@ -86,6 +95,36 @@ async def simulated(
         limit = gpu.smem_per_block if field == "block_m" else gpu.max_warps_per_sm
         raise refuse([limit_error(field, str(exc), getattr(body, field), limit, "body")]) from None
     return out
+
+
+@router.get("/api/compiled")
+def get_compiled(
+    request: Request,
+    settings: SettingsDep,
+    key: Annotated[list[str], Query(description="compiled-kernel keys (repeat the parameter)")],
+) -> Any:
+    """Where kernels asked for compiling stand (a simulation's `compiling` names them): done
+    (the next simulation takes the binary's figures), failed, pending, timeout, queue-full, or
+    unknown (never asked for); "off" where the server compiles nothing on demand."""
+    limit = settings.compile_max_status_keys
+    if len(key) > limit:
+        msg = f"at most {limit} keys per request, got {len(key)}"
+        raise refuse([limit_error("key", msg, len(key), limit)])
+    errs = []
+    for k in key:
+        try:
+            ondemand.parse_key(k)
+        except ValueError as exc:
+            errs.append(value_error("key", str(exc), k))
+    if errs:
+        raise refuse(errs)
+    compiler = request.app.state.compiler
+    on = settings.compile_on_demand
+    return {
+        "on_demand": on,
+        "triton": compiled.triton_version(),
+        "keys": {k: compiler.state(k) if on else "off" for k in key},
+    }
 
 
 @router.get("/api/hardware")
