@@ -11,7 +11,11 @@ kernels' choice on that GPU) and the dQ kernel's tiles (`--dq-block-m` …). `--
 `--algo fa3` runs the FA-3 model of flashscope's Hopper forward (simulator/timing/fa3.py) with the
 kernel's options (`--consumers`, `--no-pipeline`, `--pingpong`, `--persistent`, `--ctas`,
 `--band`, `--block-n`, `--stages`; `--dtype fp8` as a simulated what-if); --json prints its
-answer with the shown program's warpgroup timeline. Bad
+answer with the shown program's warpgroup timeline. `--compile` (flashscope's kernels on an
+H100/H200 preset) first compiles, for sm_90a and without a GPU, the kernels that no table holds
+(simulator/timing/ondemand.py), so that their registers and spills come from the binary; kernels
+compiled before are read from the cache (FLASHSCOPE_COMPILE_CACHE_DIR) unless
+FLASHSCOPE_COMPILE_ON_DEMAND=0. Bad
 arguments print one line naming the argument and exit with code 2. The simulator (NumPy) is imported
 when the command runs; torch, triton and FastAPI never are.
 """
@@ -152,6 +156,12 @@ def add_command(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     fa3.add_argument("--band", type=int, default=None, help="causal: heads per band of tiles")
     fa3.add_argument("--program", type=int, default=None, help="the program whose timeline shows")
     fa3.add_argument("--shown-tiles", type=int, default=None, help="its tiles the timeline shows")
+    p.add_argument(
+        "--compile",
+        action="store_true",
+        help="flashscope kernels on an H100/H200: first compile (no GPU, seconds) the kernels no "
+        "table holds, for their registers and spills",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=run)
 
@@ -215,7 +225,7 @@ def run(args: argparse.Namespace) -> int:
     from flashscope.app.figures.report import summary
     from flashscope.simulator.core import hardware
     from flashscope.simulator.core.problem import AttentionProblem, TileConfig
-    from flashscope.simulator.timing import kernelplan
+    from flashscope.simulator.timing import compiled, kernelplan
     from flashscope.simulator.timing.engine import simulate_workload
     from flashscope.simulator.timing.workload import build, ctas_of
 
@@ -276,12 +286,29 @@ def run(args: argparse.Namespace) -> int:
         return _fail(_flag_for(str(exc), "--algo"), str(exc))
     if ctas > MAX_CTAS:
         return _fail("--seq", f"{ctas} CTAs to simulate; the limit is {MAX_CTAS}")
+    if args.compile and args.impl != "flashscope":
+        return _fail("--compile", "--compile applies to --impl flashscope")
+    settings = Settings()
+    cache = settings.compile_cache_dir if settings.compile_on_demand or args.compile else None
+    if args.compile:
+        from flashscope.simulator.timing import ondemand
+
+        keys = kernelplan.compiled_keys(args.algo, problem, tiles, **kw)
+        with compiled.local_cache(cache):
+            if any(compiled.wants_compile(k, gpu.key) for k in keys):
+                print(f"compiling for sm_90a with Triton {compiled.triton_version()} the "
+                      "kernels no table holds …", file=sys.stderr, flush=True)  # fmt: skip
+        states = ondemand.compile_missing(keys, gpu.key, cache, settings.compile_timeout_s)
+        for k, state in states.items():
+            said = "compiled" if state == "done" else f"{state}: its figures stay the estimate's"
+            print(f"  {k}: {said}", file=sys.stderr)
     try:
-        if args.impl == "flashscope":
-            workload = kernelplan.build(args.algo, problem, tiles, **kw)
-        else:
-            workload = build(args.algo, problem, tiles, sms=gpu.sms, splits=args.splits)
-        result = simulate_workload(workload, gpu)
+        with compiled.local_cache(cache):
+            if args.impl == "flashscope":
+                workload = kernelplan.build(args.algo, problem, tiles, **kw)
+            else:
+                workload = build(args.algo, problem, tiles, sms=gpu.sms, splits=args.splits)
+            result = simulate_workload(workload, gpu)
     except ValueError as exc:
         return _fail(_flag_for(str(exc), "--block-m/--block-n/--stages"), str(exc))
     out = summary(result)
@@ -322,5 +349,6 @@ def table(s: dict[str, Any]) -> str:
             f"    {k['name']:<16} {k['ctas']:>8,} CTAs  {k['time_us']:>12,.1f} µs  "
             f"{k['ctas_per_sm']} CTA/SM  smem {k['smem_bytes'] / 1024:,.0f} KiB  "
             f"{k['regs_per_thread']} regs{' (spills)' if k['register_spill'] else ''}"
+            + (f"  [{k['compiled']['source']}]" if "compiled" in k else "")
         )
     return "\n".join(lines)

@@ -9,8 +9,11 @@ preset (calibrated), and writes {sweep, sweep_file, device, date, torch, triton,
 (simulator/calibrate/validation.py says what the summary holds; `sweep` names the sweep, from
 the file's "sweep" field or its name: validation*.json is "protocol", users.json "users").
 `--measured DATASET` re-simulates the measurements of an existing dataset instead (no GPU
-needed): after the engine or a calibration changes; the dataset keeps its sweep. Without a GPU
-and without --measured it prints one line and exits with code 2.
+needed): after the engine or a calibration changes; the dataset keeps its sweep. `--compile`
+first compiles, for sm_90a and without a GPU, the kernels of the sweep that no table holds
+(simulator/timing/ondemand.py, `--jobs` processes, into `--compile-cache`) and simulates with
+their registers and spills, as the server does for a configuration it has not seen. Without a
+GPU and without --measured it prints one line and exits with code 2.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 from flashscope.app.cli.simulate import gpu_name
 from flashscope.app.cli.traffic import positive_int
@@ -51,6 +55,20 @@ def add_command(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     p.add_argument("--no-ncu", action="store_true", help="skip Nsight Compute")
     p.add_argument("--ncu-timeout", type=float, default=300.0, help="seconds for Nsight Compute")
     p.add_argument("--work", type=Path, default=None, help="folder for compile lists and ncu files")
+    p.add_argument(
+        "--compile",
+        action="store_true",
+        help="first compile (no GPU) the kernels no table holds, and simulate with their figures",
+    )
+    p.add_argument(
+        "--compile-cache",
+        type=Path,
+        default=None,
+        help="where --compile keeps them (default: the server's, ~/.cache/flashscope/kernels)",
+    )
+    p.add_argument(
+        "--jobs", type=positive_int, default=2, help="--compile: processes compiling side by side"
+    )
     p.set_defaults(func=run)
 
 
@@ -150,7 +168,16 @@ def run(args: argparse.Namespace) -> int:
         gpu = hardware.from_name(key)
     except ValueError as exc:
         return _fail("--gpu", str(exc))
-    data = build_dataset(entries, measured, env, gpu, ncu, sweep, sweep_file)
+    from flashscope.simulator.timing import compiled
+
+    cache = None
+    if args.compile:
+        cache = args.compile_cache or compiled.DEFAULT_CACHE
+        compiled_on_demand = compile_entries(entries, gpu, cache, args.jobs)
+    with compiled.local_cache(cache):
+        data = build_dataset(entries, measured, env, gpu, ncu, sweep, sweep_file)
+    if cache is not None:
+        data["compiled_on_demand"] = compiled_on_demand
     if old is not None:
         data["resimulated_from"] = str(args.measured)
     args.out.parent.mkdir(parents=True, exist_ok=True)
@@ -166,6 +193,28 @@ def run(args: argparse.Namespace) -> int:
         f"{_num(s['ranking']['spearman_mean'])} → {args.out}"
     )
     return 0
+
+
+def compile_entries(entries: list[Any], gpu: Any, root: Path, jobs: int) -> dict[str, Any]:
+    """Compile, into the cache under `root`, the kernels of the entries that no table or cache
+    holds; what was compiled, with which Triton, and in how long."""
+    import time
+
+    from flashscope.simulator.calibrate.validation import workload_of
+    from flashscope.simulator.timing import compiled, ondemand
+
+    launches = [w for e in entries for w in workload_of(e.config, gpu).launches]
+    keys = sorted({w.compiled_key for w in launches if w.compiled_key})
+    _say(f"compiling for sm_90a with Triton {compiled.triton_version()} in {jobs} processes "
+         "the kernels no table holds")  # fmt: skip
+    start = time.perf_counter()
+    states = ondemand.compile_missing(keys, gpu.key, root, timeout_s=3600.0, jobs=jobs)
+    seconds = time.perf_counter() - start
+    counts = {s: sum(v == s for v in states.values()) for s in sorted(set(states.values()))}
+    _say(f"  {counts} in {seconds:.0f} s")
+    return {"triton": compiled.triton_version(), "arch": "sm_90a", "cache": str(root),
+            "kernels": len(keys), "compiled": len(states), "states": counts,
+            "seconds": round(seconds, 1)}  # fmt: skip
 
 
 def _pct(x: float | None) -> str:

@@ -35,6 +35,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from flashscope.app.runs.checks import backward_check, decode_check, forward_trace
@@ -80,17 +81,30 @@ def _config(job: dict[str, Any]) -> dict[str, Any]:
     return config
 
 
-def _simulated(config: dict[str, Any], device_name: str | None) -> dict[str, Any] | None:
-    """The engine's prediction on the preset of this GPU (None when no preset matches)."""
-    from flashscope.simulator.calibrate.validation import simulate_config
+def _simulated(
+    config: dict[str, Any], device_name: str | None, compile_opts: dict[str, Any] | None = None
+) -> dict[str, Any] | None:
+    """The engine's prediction on the preset of this GPU (None when no preset matches). With
+    `compile_opts` (the server's cache and time limit) the kernels no table holds are compiled
+    first (simulator/timing/ondemand.py: seconds each) and their figures read from the cache."""
+    from flashscope.simulator.calibrate.validation import simulate_config, workload_of
     from flashscope.simulator.core import hardware
+    from flashscope.simulator.timing import compiled, ondemand
 
+    cache = None if compile_opts is None else Path(compile_opts["cache"])
     try:
         gpu = hardware.from_name(hardware.resolve(device_name or ""))
-        result = simulate_config({**config, "gpu": gpu.key}, gpu)
+        config = {**config, "gpu": gpu.key}
+        if cache is not None:
+            keys = [w.compiled_key for w in workload_of(config, gpu).launches if w.compiled_key]
+            ondemand.compile_missing(keys, gpu.key, cache, float(compile_opts["timeout_s"]))
+        with compiled.local_cache(cache):
+            result = simulate_config(config, gpu)
     except ValueError:
         return None
-    return {"gpu": gpu.key, "time_us": result.time_s * 1e6, "limiter": result.limiter}
+    sources = {w.name: w.compiled_source for w in result.workload.launches if w.compiled_key}
+    return {"gpu": gpu.key, "time_us": result.time_s * 1e6, "limiter": result.limiter,
+            "compiled": sources}  # fmt: skip
 
 
 def _flush_l2() -> None:
@@ -422,7 +436,11 @@ def execute(job: dict[str, Any], device: str, progress: Progress) -> dict[str, A
             out["timing"] = _time(config, seed, progress)
             gluon = out["timing"]["gluon"]
             out["simulated_config"] = None if gluon else _simulable(config)
-            out["simulated"] = None if gluon else _simulated(_simulable(config), info.get("gpu"))
+            out["simulated"] = (
+                None
+                if gluon
+                else _simulated(_simulable(config), info.get("gpu"), job.get("compile"))
+            )
             if gluon:
                 out["timing_note"] = (
                     "the timing engine models the Triton kernels; the Gluon forward that "

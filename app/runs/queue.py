@@ -181,7 +181,7 @@ class _Worker:
                 self.kill()
                 return died
         try:
-            self.conn.send(run.request)
+            self.conn.send({**run.request, **self.queue.job_extra})
         except OSError:
             self.kill()
             return died
@@ -228,8 +228,10 @@ class RunQueue:
         max_per_address: int | None = None,
         memory_mib: int = 0,
         seconds_per_run: float = 5.0,
+        job_extra: dict[str, Any] | None = None,
     ) -> None:
         self.executor = executor
+        self.job_extra = dict(job_extra or {})  # the server's own fields, added to every job
         self.devices = devices
         self.max_queued = max_queued
         self.max_per_client = max_queued if max_per_client is None else max_per_client

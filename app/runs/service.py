@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from typing import Any
 
 from flashscope.app.config import Settings
 from flashscope.app.runs.queue import Run, RunQueue
@@ -69,6 +70,7 @@ class RunService:
                     memory_mib=s.runs_worker_memory_mib,
                     timeout_s=s.runs_timeout_s,
                     cache_size=s.runs_cache_size,
+                    job_extra={"compile": compile_options(s)},
                 )
                 queue.start(asyncio.get_running_loop())
                 self._queue = queue
@@ -84,3 +86,11 @@ class RunService:
         if self._queue is not None:
             self._queue.close()
             self._queue = None
+
+
+def compile_options(s: Settings) -> dict[str, Any] | None:
+    """What a timed run needs to compile the kernels no table holds before it simulates them
+    (None: the server compiles nothing on demand)."""
+    if not s.compile_on_demand:
+        return None
+    return {"cache": str(s.compile_cache_dir), "timeout_s": s.compile_timeout_s}

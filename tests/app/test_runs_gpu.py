@@ -106,3 +106,19 @@ def test_a_live_warpgroup_recording_is_shown_on_hopper() -> None:
         timeline = shown["measured"]["timeline"]
         assert timeline["live"] and timeline["device"] == torch.cuda.get_device_name(0)
         assert timeline["intervals"] == wg["programs"][0]["intervals"]
+
+
+def test_a_timed_run_compiles_the_kernels_no_table_holds(tmp_path) -> None:
+    """A timed run at tiles no shipped table holds has them compiled (on the CPU, the server's
+    cache) before the engine simulates it, and says where each kernel's figures came from."""
+    settings = Settings(runs_devices=["cuda:0"], compile_on_demand=True, compile_cache_dir=tmp_path)
+    body = {"mode": "fwd", "what": "time", "batch": 2, "heads": 3, "seq": 1000, "head_dim": 80,
+            "causal": True, "block_m": 128, "block_n": 16, "stages": 4, "warps": 2}  # fmt: skip
+    with TestClient(create_app(settings)) as client:
+        r = client.post("/api/runs", json={**body, "seed": int(time.time()) % 1000})
+        assert r.status_code == 202, r.text
+        run = _finished(client, r.json()["id"])
+    assert run["state"] == "done", run.get("error")
+    simulated = run["result"]["simulated"]
+    assert simulated["compiled"] == {"fa2": "local"}, simulated
+    assert any(tmp_path.rglob("fwd_d80p128_128x16_w2_s4_causal_ragged.json"))
