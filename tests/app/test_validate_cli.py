@@ -461,3 +461,30 @@ def test_calibrate_fits_the_spills_l1_rate_and_the_hosts_share_on_the_fit_half(t
     for k in ("overlap", "cta_setup_ns", "lockstep"):
         assert doc["efficiency"][k] == shipped[k], k
     assert {"overlap", "cta_setup_ns"} <= set(fit["carried"]["fields"])
+
+
+def test_validate_compile_simulates_with_the_kernels_compiled_here(tmp_path, capsys):
+    """A re-simulated row whose forward no table holds (a 2-warp 256×16 tile, d = 64, grouped
+    heads) gets that kernel compiled for sm_90a here first and is simulated with its figures:
+    the same as the engine with that cache, not the estimate's."""
+    from flashscope.simulator.timing import compiled
+
+    name = "validation-users-unseen-NVIDIA-H100-80GB-HBM3-2026-11-27.json"
+    doc = json.loads((ROOT / "benchmarks" / "results" / name).read_text())
+    (row,) = [r for r in doc["rows"] if r["id"].startswith("u001-")]
+    src, out, cache = tmp_path / "one.json", tmp_path / "out.json", tmp_path / "kernels"
+    src.write_text(json.dumps({**doc, "rows": [row]}))
+    args = ["validate", "--measured", str(src), "--out", str(out), "--compile",
+            "--compile-cache", str(cache), "--jobs", "1"]  # fmt: skip
+    assert main(args) == 0
+    got = json.loads(out.read_text())
+    assert got["compiled_on_demand"]["states"] == {"done": 1}
+    gpu = hardware.from_name("h100-sxm")
+    with compiled.local_cache(cache):
+        here = simulate_config(row["config"], gpu).time_s * 1e6
+    estimate = simulate_config(row["config"], gpu).time_s * 1e6
+    assert got["rows"][0]["simulated_us"] == pytest.approx(here)
+    assert abs(here / estimate - 1) > 0.05
+    assert main(args) == 0  # a second time: nothing left to compile
+    assert json.loads(out.read_text())["compiled_on_demand"]["compiled"] == 0
+    assert "compiling for sm_90a" in capsys.readouterr().err
