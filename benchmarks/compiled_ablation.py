@@ -15,9 +15,13 @@ lookup answering "unknown". Per dataset and per (algo, tile set) it writes the t
 errors of both. With `--extra-compiler FILE` (a table of more keys written by
 `compile_spills.py --sweeps … --out FILE`) also a third: the shipped tables with those keys'
 compiler figures added, what the engine would give if the compiler's figures were at hand for
-every kernel it is asked about.
+every kernel it is asked about. With `--compile-here` also a fourth: the kernels no table
+holds compiled on this machine by the installed Triton, as the server and `flashscope validate
+--compile` do (simulator/timing/ondemand.py), into empty caches so the time it took (kept beside)
+is a first compile's.
 
     python benchmarks/compiled_ablation.py DATASET … --extra-compiler FILE --out RESULT.json
+    python benchmarks/compiled_ablation.py DATASET … --compile-here --out RESULT.json
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ import contextlib
 import datetime as dt
 import io
 import json
+import os
 import platform
 import sys
 import tempfile
@@ -82,11 +87,12 @@ def compiler_extra(path: Path) -> contextlib.AbstractContextManager[None]:
     })  # fmt: skip
 
 
-def resimulate(dataset: Path) -> dict[str, Any]:
+def resimulate(dataset: Path, extra: list[str] | None = None) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "out.json"
         with contextlib.redirect_stderr(io.StringIO()):
-            code = cli(["validate", "--measured", str(dataset), "--out", str(out)])
+            argv = ["validate", "--measured", str(dataset), "--out", str(out), *(extra or [])]
+            code = cli(argv)
         if code != 0:
             raise SystemExit(f"{dataset}: flashscope validate exited with {code}")
         doc: dict[str, Any] = json.loads(out.read_text())
@@ -110,15 +116,34 @@ def groups(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     return {k: stats(v) for k, v in sorted(by.items())}
 
 
+def compiled_here(dataset: Path) -> dict[str, Any]:
+    """`dataset` re-simulated with its kernels that no table holds compiled on this machine by
+    the installed Triton (`flashscope validate --compile`), into an empty cache and with an
+    empty Triton cache, so the compile time is a first compile's."""
+    with tempfile.TemporaryDirectory() as cache, tempfile.TemporaryDirectory() as triton:
+        saved = os.environ.get("TRITON_CACHE_DIR")
+        os.environ["TRITON_CACHE_DIR"] = triton
+        try:
+            return resimulate(dataset, ["--compile", "--compile-cache", cache])
+        finally:
+            if saved is None:
+                os.environ.pop("TRITON_CACHE_DIR", None)
+            else:
+                os.environ["TRITON_CACHE_DIR"] = saved
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("datasets", type=Path, nargs="+")
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--extra-compiler", type=Path, help="compiler figures of more keys")
+    ap.add_argument("--compile-here", action="store_true",
+                    help="also compile the kernels no table holds here, and time it")  # fmt: skip
     args = ap.parse_args()
     result: dict[str, Any] = {
         "benchmark": "compiled-table ablation",
         "extra_compiler": str(args.extra_compiler) if args.extra_compiler else None,
+        "triton": compiled.triton_version(),
         "date": dt.date.today().isoformat(),
         "cpu": cpu_model(),
         "versions": {"python": platform.python_version(), "numpy": np.__version__},
@@ -134,8 +159,12 @@ def main() -> int:
         if args.extra_compiler:
             with compiler_extra(args.extra_compiler):
                 entry["compiler_extra"] = groups(resimulate(path)["rows"])
+        if args.compile_here:
+            here = compiled_here(path)
+            entry["compiled_here"] = groups(here["rows"])
+            entry["compiled_on_demand"] = here["compiled_on_demand"]
         result["datasets"][str(path)] = entry
-        for mode in ("tables_off", "compiler_extra"):
+        for mode in ("tables_off", "compiler_extra", "compiled_here"):
             if mode in entry:
                 a, b = entry["shipped"]["all"], entry[mode]["all"]
                 ta, tb = a["time"]["mape_pct"], b["time"]["mape_pct"]
