@@ -95,7 +95,7 @@ def _simulated(
     try:
         gpu = hardware.from_name(hardware.resolve(device_name or ""))
         config = {**config, "gpu": gpu.key}
-        if cache is not None:
+        if compile_opts is not None and cache is not None:
             keys = [w.compiled_key for w in workload_of(config, gpu).launches if w.compiled_key]
             ondemand.compile_missing(keys, gpu.key, cache, float(compile_opts["timeout_s"]))
         with compiled.local_cache(cache):

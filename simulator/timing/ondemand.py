@@ -168,7 +168,7 @@ REPRESENTATIVE_KV_HEADS = {False: 8, True: 2}  # no grouping; groups of 4
 REPRESENTATIVE_SEQ = {False: 4096, True: 4001}  # whole tiles; a length Triton compiles apart
 
 
-def representative(cfg: tuple) -> Kernel:
+def representative(cfg: tuple[Any, ...]) -> Kernel:
     """The binary a key stands for: fp16, 8 heads (in groups of 4 where grouped), N = 4096
     (ragged: 4001)."""
     kind, d, bm, bn, warps, stages, cap, causal, ragged, grouped = cfg
@@ -213,7 +213,7 @@ class _Sm90:
         return True
 
 
-_captured: list[tuple] = []
+_captured: list[tuple[Any, ...]] = []
 
 
 def _patch_launchers() -> None:
@@ -226,7 +226,7 @@ def _patch_launchers() -> None:
     def record(fn: Any, grid: Any, args: Any, constexprs: Any, options: Any) -> None:
         _captured.append((fn, grid, tuple(args), dict(constexprs), dict(options)))
 
-    def tma(tensors: list, override: bool | None = None) -> bool:
+    def tma(tensors: list[Any], override: bool | None = None) -> bool:
         return (True if override is None else override) and tma_ready(*tensors)
 
     for m in (fw, bw):
@@ -257,11 +257,11 @@ def run_launcher(k: Kernel, device: str = "cpu") -> None:
     do = torch.empty_like(q)
     lse = torch.zeros(1, k.heads, k.seq_q, device=device)
     if k.kernel == "dq":
-        bw.run_dq(q, kk, v, do, lse, lse, k.causal, scale, cfg)
+        bw.run_dq(q, kk, v, do, lse, lse, k.causal, scale, cfg)  # type: ignore[no-untyped-call]
     else:
         acc = (torch.zeros(q.shape, dtype=torch.float32, device=device)
                if k.kernel == "dkdv-atomic" else None)  # fmt: skip
-        bw.run_dkdv(q, kk, v, do, lse, lse, k.causal, scale, cfg, dq_acc=acc)
+        bw.run_dkdv(q, kk, v, do, lse, lse, k.causal, scale, cfg, dq_acc=acc)  # type: ignore[no-untyped-call]
 
 
 def compile_kernel(k: Kernel) -> Any:
