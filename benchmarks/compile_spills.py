@@ -2,8 +2,9 @@
 writes simulator/data/compiled-spills.json (and, with --oracle, the check against Nsight Compute).
 
 No GPU: each kernel is compiled for sm_90a on the CPU and its registers, shared memory and
-local loads and stores are read from the binary by flashscope.simulator.timing.ondemand (the
-compiling, the kernels' loop bounds, the engine's units) and flashscope.simulator.timing.sass
+local loads and stores are read from the binary by flashscope.kernels.sm90 (the compiling),
+flashscope.simulator.timing.ondemand (the kernels' loop bounds, the engine's units) and
+flashscope.simulator.timing.sass
 (blocks, loops and the local bytes of each, from the SASS); this script chooses the keys, writes
 the table and, with `--oracle`, compares the predictions, launch by launch, with Nsight
 Compute's counts (`l1tex__t_bytes_pipe_lsu_mem_local_op_ld` / `_st`) and registers in the
@@ -48,14 +49,11 @@ from flashscope.simulator.timing.ondemand import (
     REPRESENTATIVE_KV_HEADS,
     REPRESENTATIVE_SEQ,
     Kernel,
-    _patch_launchers,
-    compile_kernel,
     engine_form,
     engine_key,
     key_block_trips,
     per_cta,
     query_block_trips,
-    read_binary,
     representative,
 )
 from flashscope.simulator.timing.sass import Structure, structure_of
@@ -220,7 +218,9 @@ def table_configs(
 
 def _work(k: Kernel) -> tuple[Kernel, dict[str, Any] | str]:
     try:
-        return k, read_binary(compile_kernel(k))
+        from flashscope.kernels import sm90  # after `--triton` has put its Triton first
+
+        return k, sm90.read_binary(sm90.compile_kernel(k))
     except Exception as exc:  # a configuration that does not compile: say so, go on
         return k, f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
 
@@ -323,7 +323,9 @@ def main(argv: list[str] | None = None) -> int:
     _use_triton(args.triton)
     import triton
 
-    _patch_launchers()
+    from flashscope.kernels import sm90  # the kernels import Triton: only now
+
+    sm90._patch_launchers()
     from flashscope.simulator.timing import compiled
 
     configs = table_configs(args.sweeps)

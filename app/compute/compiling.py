@@ -1,7 +1,7 @@
 """Kernels compiled on demand, in the background: a simulation of flashscope's kernels meets a
 kernel configuration that no table holds (`compiled.source` "estimate", or the nearest binary of
 a grouped-query key), answers with the estimate from its tiles at once, and asks for it here. One
-process at a time (`ondemand.main`, niced) compiles up to `compile_batch` waiting kernels for
+process at a time (kernels/sm90.py, niced) compiles up to `compile_batch` waiting kernels for
 sm_90a into the cache; the next simulation of them reads their registers, shared memory and
 spills from it. GET /api/compiled says where each asked kernel stands.
 

@@ -1,52 +1,45 @@
-"""flashscope's Triton kernels compiled for sm_90a (an H100 or H200) on the CPU, for the timing
-engine: registers, shared memory and register-spill traffic of a kernel configuration that no
-table holds, read from the binary the compiler makes, with no GPU.
+"""Kernel configurations compiled on demand for the timing engine: which binary an engine key
+stands for, the kernels' loop bounds, the engine's units of a binary's local traffic, and the
+processes that compile keys into a cache.
 
 A configuration is named by its key in the engine's compiled-kernel table (`compiled.key`:
 "fwd/d80p128/128x64/w4/s3/causal/ragged"). The key stands for one binary (`representative`):
 fp16, 8 heads (in groups of 4 for a grouped-query key), N = 4096, or 4001 where the key is
-ragged. It is launched as its launcher would launch it (kernels/forward.py, kernels/backward.py)
-with CPU tensors standing in for the arguments, the launch recorded instead of run and compiled
-through Triton's JIT against a stand-in driver that names sm_90a. From the cubin, `cuobjdump
---dump-resource-usage` gives the registers per thread and the spill stack, the metadata the
-dynamic shared memory, and the SASS (`nvdisasm`, read by `sass.structure`) the local loads and
-stores per loop step, per loop entry and per CTA; `engine_form` puts those in the engine's units
-(`compiled.LocalTraffic`) with the kernels' loop bounds (`query_block_trips`,
+ragged. kernels/sm90.py compiles it for sm_90a (an H100 or H200) on any machine, with no GPU,
+and reads the binary: registers per thread, dynamic shared memory, and the local loads and stores
+of its SASS per loop step, loop entry and CTA (`sass.structure`), which `engine_form` puts in the
+engine's units (`compiled.LocalTraffic`) with the kernels' loop bounds (`query_block_trips`,
 `key_block_trips`). Triton ships ptxas, cuobjdump and nvdisasm in its wheel, so this runs
 wherever flashscope is installed.
 
 How close this comes to the measured kernels: every launch of the measured datasets compiled as
 it ran has Nsight Compute's local bytes to the byte and its registers exactly
-(benchmarks/results/compiled-spills-oracle-2026-11-26.json, with the Triton the GPU ran). On two
-sweeps the engine had never seen, the compiler's figures for their 299 kernels took the time
-MAPE from 26.2% and 33.1% to 20.8% and 24.5% and the DRAM bytes MAPE from 42% and 167% to 10.9%
-and 8.7% (benchmarks/results/compiled-ablation-2026-11-27.json, docs/validation.md).
+(benchmarks/results/compiled-spills-oracle-2026-11-26.json, with the Triton the GPU ran); on a
+GPU the binary compiled so is the one the GPU runs (tests/kernels/test_ondemand_gpu.py). On four
+sweeps the engine had never seen, compiling their kernels took the time MAPE from 26-33% to
+20-25% and the DRAM bytes MAPE from 42-167% to 9-25%
+(benchmarks/results/compiled-on-demand-2026-11-27.json, docs/validation.md).
 
-Compiling patches the launchers' module globals, so it runs in a process of its own: `main`
-(`python -m flashscope.simulator.timing.ondemand --cache DIR KEY...`), driven by
-`compile_keys`. Each key's result, or the reason it did not compile, is a JSON file in the cache
-folder of the installed Triton's version (`cache_folder`), which `compiled.local_entry` reads.
+Compiling patches the launchers' module globals, so it runs in a process of its own (`COMPILER`,
+started by `command`; `compile_keys` waits for it). Each key's result, or the reason it did not
+compile, is a JSON file in the cache folder of the installed Triton's version
+(`compiled.cache_file`), which `compiled.local_entry` reads.
 """
 
 from __future__ import annotations
 
-import argparse
-import contextlib
-import json
-import math
 import os
 import re
 import subprocess
 import sys
-import tempfile
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from flashscope.simulator.core.problem import AttentionProblem, TileConfig
 from flashscope.simulator.timing import compiled
-from flashscope.simulator.timing.sass import Structure, parse_sass, structure, structure_of
+from flashscope.simulator.timing.sass import Structure
 
 # --- the kernels' loop bounds ---------------------------------------------------------------
 
@@ -187,124 +180,11 @@ def engine_key(k: Kernel) -> str:
     return compiled.key(launch, p, t, "atomic" if k.kernel == "dkdv-atomic" else "separate")
 
 
-# --- compiling on the CPU --------------------------------------------------------------------
+# --- a key, and the processes that compile keys ------------------------------------------------
 
-
-class _Sm90:
-    """Just enough of Triton's driver for its JIT to compile for sm_90a with no GPU present."""
-
-    def get_current_target(self) -> Any:
-        from triton.backends.compiler import GPUTarget
-
-        return GPUTarget("cuda", 90, 32)
-
-    def get_current_device(self) -> int:
-        return 0
-
-    def get_current_stream(self, device: int | None = None) -> int:
-        return 0
-
-    def get_active_torch_device(self) -> Any:
-        import torch
-
-        return torch.device("cpu")
-
-    def is_active(self) -> bool:
-        return True
-
-
-_captured: list[tuple[Any, ...]] = []
-
-
-def _patch_launchers() -> None:
-    """The launchers record their launch instead of running it, and take the tensor-memory
-    path as on Hopper (where every stride allows it)."""
-    import flashscope.kernels.backward as bw
-    import flashscope.kernels.forward as fw
-    from flashscope.kernels.inputs import tma_ready
-
-    def record(fn: Any, grid: Any, args: Any, constexprs: Any, options: Any) -> None:
-        _captured.append((fn, grid, tuple(args), dict(constexprs), dict(options)))
-
-    def tma(tensors: list[Any], override: bool | None = None) -> bool:
-        return (True if override is None else override) and tma_ready(*tensors)
-
-    for m in (fw, bw):
-        m.launch = record  # type: ignore[attr-defined]
-        m.use_tma_for = tma  # type: ignore[attr-defined]
-        m.prepare_tma = lambda tma: None  # type: ignore[attr-defined]
-
-
-def run_launcher(k: Kernel, device: str = "cpu") -> None:
-    """Call the launcher of `k`'s kernel on tensors of its shapes on `device`, as
-    `flash_attention` would with its tiles (batch 1: the batch is no argument of the kernels;
-    the values are left as allocated: only the binary matters)."""
-    import torch
-
-    import flashscope.kernels.backward as bw
-    import flashscope.kernels.forward as fw
-    from flashscope.kernels.config import KernelConfig
-
-    dt = {"fp16": torch.float16, "bf16": torch.bfloat16}[k.dtype]
-    q = torch.empty(1, k.heads, k.seq_q, k.head_dim, dtype=dt, device=device)
-    kk = torch.empty(1, k.kv_heads, k.seq_k, k.head_dim, dtype=dt, device=device)
-    v = torch.empty_like(kk)
-    cfg = KernelConfig(k.block_m, k.block_n, k.warps, k.stages, maxnreg=k.maxnreg)
-    scale = 1.0 / math.sqrt(k.head_dim)
-    if k.kernel == "fwd":
-        fw.launch_forward(q, kk, v, k.causal, scale, cfg)
-        return
-    do = torch.empty_like(q)
-    lse = torch.zeros(1, k.heads, k.seq_q, device=device)
-    if k.kernel == "dq":
-        bw.run_dq(q, kk, v, do, lse, lse, k.causal, scale, cfg)  # type: ignore[no-untyped-call]
-    else:
-        acc = (torch.zeros(q.shape, dtype=torch.float32, device=device)
-               if k.kernel == "dkdv-atomic" else None)  # fmt: skip
-        bw.run_dkdv(q, kk, v, do, lse, lse, k.causal, scale, cfg, dq_acc=acc)  # type: ignore[no-untyped-call]
-
-
-def compile_kernel(k: Kernel) -> Any:
-    """Triton's CompiledKernel for `k`, compiled for sm_90a with CPU tensors (the launchers
-    patched by `_patch_launchers`: the launch recorded, then compiled against `_Sm90`)."""
-    from triton.runtime import driver
-
-    _captured.clear()
-    run_launcher(k)
-    fn, grid, args, constexprs, options = _captured[-1]
-    saved = driver._active
-    driver.set_active(_Sm90())
-    try:
-        return fn.warmup(*args, **constexprs, **options, grid=grid)
-    finally:
-        driver._active = saved
-
-
-def _tool(name: str) -> Path:
-    import triton
-
-    return Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / name
-
-
-def read_binary(compiled: Any) -> dict[str, Any]:
-    """Registers, spill stack and the local-traffic structure of one compiled kernel."""
-    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
-        f.write(compiled.asm["cubin"])
-        f.flush()
-        usage = subprocess.run([_tool("cuobjdump"), "--dump-resource-usage", f.name],
-                               capture_output=True, text=True, check=True).stdout  # fmt: skip
-        sass = subprocess.run([_tool("nvdisasm"), "-c", f.name],
-                              capture_output=True, text=True, check=True).stdout  # fmt: skip
-    found = dict(re.findall(r"(REG|STACK|LOCAL):(\d+)", usage))
-    s = structure(parse_sass(sass, compiled.metadata.name))
-    return {"registers": int(found["REG"]), "stack": int(found["STACK"]),
-            "shared": int(compiled.metadata.shared),
-            "structure": asdict(s), "binary": compiled.metadata.hash[:16]}  # fmt: skip
-
-
-# --- a key, compiled --------------------------------------------------------------------------
-
-NICE = 10  # the compiling process runs this much nicer than whoever started it
+# The module that compiles, run as a process of its own (kernels/sm90.py: it launches the
+# kernels' own launchers, which the simulator never imports)
+COMPILER = "flashscope.kernels.sm90"
 _KEY = re.compile(
     r"(?P<kind>fwd|dq|dkdv|dkdv-atomic)/d(?P<d>\d+)(?:p(?P<pad>\d+))?/(?P<bm>\d+)x(?P<bn>\d+)"
     r"/w(?P<w>\d+)/s(?P<s>\d+)/(?P<mask>causal|full)(?P<ragged>/ragged)?(?P<gqa>/gqa)?"
@@ -328,58 +208,10 @@ def parse_key(key: str) -> Kernel:
     return k
 
 
-def entry_of(key: str) -> dict[str, Any]:
-    """Key `key` compiled and read: its registers, shared memory, spill stack, and its local
-    traffic in the engine's units (None where it has none)."""
-    k = parse_key(key)
-    start = time.perf_counter()
-    b = read_binary(compile_kernel(k))
-    form = engine_form(structure_of(b["structure"]), k)
-    spills = form | {"stack": b["stack"], "binary": b["binary"]} if any(form.values()) else None
-    return {"format": compiled.FORMAT, "key": key, "registers": b["registers"],
-            "shared": b["shared"], "stack": b["stack"], "binary": b["binary"], "kernel": spills,
-            "triton": compiled.triton_version(), "arch": "sm_90a",
-            "seconds": round(time.perf_counter() - start, 3)}  # fmt: skip
-
-
-def _write(path: Path, doc: dict[str, Any]) -> None:
-    """Write `doc` whole or not at all (readers in other processes never see half a file)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
-    with os.fdopen(fd, "w") as f:
-        json.dump(doc, f, indent=1, sort_keys=True)
-    os.replace(tmp, path)
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Compile each key and write its cache file (a key that does not compile: the reason);
-    one JSON line per key on stdout."""
-    ap = argparse.ArgumentParser(description="compile flashscope's kernels for sm_90a, no GPU")
-    ap.add_argument("--cache", type=Path, required=True, help="the cache's root folder")
-    ap.add_argument("keys", nargs="+")
-    args = ap.parse_args(argv)
-    os.environ["TRITON_INTERPRET"] = "0"  # the compiler, not the interpreter
-    with contextlib.suppress(OSError, AttributeError):  # (no nice on some systems)
-        os.nice(NICE)  # the server and its simulations first
-    _patch_launchers()
-    for key in args.keys:
-        path = compiled.cache_file(args.cache, key)
-        try:
-            doc = entry_of(key)
-        except Exception as exc:  # a configuration that does not compile: kept as the reason
-            first = str(exc).splitlines()[0][:300] if str(exc) else ""
-            doc = {"format": compiled.FORMAT, "key": key, "error": f"{type(exc).__name__}: {first}",
-                   "triton": compiled.triton_version()}  # fmt: skip
-        _write(path, doc)
-        print(json.dumps({"key": key, "ok": "error" not in doc, "seconds": doc.get("seconds")}),
-              flush=True)  # fmt: skip
-    return 0
-
-
 def command(root: Path, keys: list[str]) -> tuple[list[str], dict[str, str]]:
     """The command line and environment of a process that compiles `keys` into the cache under
     `root` (`main`)."""
-    argv = [sys.executable, "-m", "flashscope.simulator.timing.ondemand", "--cache", str(root)]
+    argv = [sys.executable, "-m", COMPILER, "--cache", str(root)]
     return [*argv, *keys], os.environ | {"TRITON_INTERPRET": "0"}
 
 
@@ -412,7 +244,3 @@ def compile_missing(
     with compiled.local_cache(root):
         missing = [k for k in dict.fromkeys(keys) if compiled.wants_compile(k, gpu_key)]
     return compile_keys(missing, root, timeout_s, jobs) if missing else {}
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,4 +1,4 @@
-"""On a GPU: the binary that simulator/timing/ondemand.py compiles on the CPU for a key, with a
+"""On a GPU: the binary that kernels/sm90.py compiles on the CPU for a key, with a
 stand-in driver and CPU tensors, is the binary the GPU runs for the same launch: the same hash,
 registers and shared memory.
 
@@ -15,6 +15,7 @@ import torch
 
 import flashscope.kernels.backward as bw
 import flashscope.kernels.forward as fw
+from flashscope.kernels.sm90 import run_launcher
 from flashscope.simulator.timing import compiled, ondemand
 
 pytestmark = [
@@ -42,7 +43,7 @@ def _on_gpu(key: str, monkeypatch: pytest.MonkeyPatch) -> Any:
 
     for m in (fw, bw):
         monkeypatch.setattr(m, "launch", launch)
-    ondemand.run_launcher(ondemand.parse_key(key), "cuda")
+    run_launcher(ondemand.parse_key(key), "cuda")
     torch.cuda.synchronize()
     return got[-1]
 
