@@ -163,7 +163,7 @@ def test_a_recorded_schedule_is_shown_beside_the_simulated_one(client):
     assert h100["chosen"]["measured_schedule"]["device"] == "NVIDIA H100 80GB HBM3"
 
 
-USERS = sorted(DATA_DIR.glob("validation-users-*.json.gz"))
+USERS = sorted(DATA_DIR.glob("validation-users-h100-*.json.gz"))
 
 
 def _users_doc() -> dict:
@@ -250,13 +250,35 @@ def test_a_host_bound_call_is_simulated_as_a_whole_call(client):
 
 
 def test_a_sweep_or_gpu_without_a_dataset_gets_422(client, tmp_path):
-    r = client.get("/api/compare?sweep=users&gpu=h200")
+    r = client.get("/api/compare?sweep=users&gpu=a100")
     assert r.status_code == 422 and r.json()["detail"][0]["field"] == "gpu"
     assert client.get("/api/compare?sweep=papers").status_code == 422
     shutil.copy(next(p for p in SHIPPED if "h100" in p.name), tmp_path)
     with TestClient(create_app(Settings(datasets_dir=tmp_path))) as c:
         r = c.get("/api/compare?sweep=users")
         assert r.status_code == 422 and r.json()["detail"][0]["field"] == "sweep"
+
+
+def test_the_h200s_users_sweep_is_offered_beside_the_h100s(client):
+    """The H200's share of the users' sweep (the entries measured there) is its own dataset,
+    headline over its held-out half, each row a configuration of the H100's sweep (the
+    backward's route is the one the kernels took on each GPU)."""
+    import gzip
+
+    from flashscope.simulator.calibrate.validation import summarize
+
+    (path,) = sorted(DATA_DIR.glob("validation-users-h200-*.json.gz"))
+    doc = json.loads(gzip.decompress(path.read_bytes()))
+    listed = {d["key"]: d for d in client.get("/api/compare").json()["datasets"]}
+    assert listed["h200:users"]["headline"] == "holdout"
+    body = client.get("/api/compare?sweep=users&gpu=h200").json()
+    assert body["dataset"]["key"] == "h200:users" and len(body["rows"]) == len(doc["rows"])
+    want = summarize(doc["rows"])["holdout"]["time"]["mape_pct"]
+    assert body["dataset"]["summary"]["holdout"]["time"]["mape_pct"] == pytest.approx(want)
+    h100 = {r["id"]: r["config"] for r in _users_doc()["rows"]}
+    same = {"gpu": None, "route": None}
+    assert all(h100[r["id"]] | same == r["config"] | same for r in doc["rows"])
+    assert {r["subset"] for r in doc["rows"]} == {"fit", "holdout"}
 
 
 def test_gzipped_datasets_are_read_and_a_broken_one_skipped(tmp_path):
