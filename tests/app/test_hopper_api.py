@@ -93,12 +93,21 @@ def test_unrecorded_variants_get_the_nearest_time_labelled(client):
 
 
 def test_a_gpu_without_a_dataset_says_so(client):
-    body = client.get("/api/hopper", params={"gpu": "h200"}).json()
+    body = client.get("/api/hopper", params={"gpu": "h100-pcie"}).json()
     m = body["measured"]
     assert not m["available"] and m["timeline"] is None and m["time"] is None
-    assert m["why"].startswith("no measurement for this GPU (h200)")
+    assert m["why"].startswith("no measurement for this GPU (h100-pcie)")
     assert body["variants"] == [] and [c["source"] for c in body["compare"]] == ["simulated"] * 3
-    assert body["gpu"] == "h200" and body["simulated"]["gpu"] == "h200"
+    assert body["gpu"] == "h100-pcie" and body["simulated"]["gpu"] == "h100-pcie"
+
+
+def test_the_h200s_recording_is_shown_on_the_h200(client):
+    """The shipped H200 recording: its timeline and variant times, measured on an H200."""
+    body = client.get("/api/hopper", params={"gpu": "h200"}).json()
+    m = body["measured"]
+    assert m["available"] and m["timeline"] is not None and m["time"] is not None
+    assert body["variants"] and body["gpu"] == "h200"
+    assert "H200" in m["device"]
 
 
 def test_fp8_is_a_simulated_what_if_with_nothing_measured(client):

@@ -111,7 +111,13 @@ def test_toggles_change_the_url_and_the_picture(page, live_server):
     before = page.locator("#time-measured").inner_text()
     page.locator("select[name=gpu]").select_option("h200")
     _reloaded(page, before)
-    assert _params(page)["gpu"] == "h200"
+    assert _params(page)["gpu"] == "h200"  # the shipped H200 recording
+    assert "No measurement for this GPU" not in page.locator("#now-measured").inner_text()
+    assert sorted(_rows(page, "y2")) == ["consumer 0", "consumer 1", "consumer 2", "loader"]
+    before = page.locator("#time-measured").inner_text()
+    page.locator("select[name=gpu]").select_option("h100-pcie")
+    _reloaded(page, before)
+    assert _params(page)["gpu"] == "h100-pcie"
     assert "No measurement for this GPU" in page.locator("#now-measured").inner_text()
     assert _rows(page, "y2") == []
     assert page.log.console_errors == [] and page.log.page_errors == []
