@@ -356,8 +356,8 @@ def local_state(k: str, root: Path | None = None) -> str | None:
 
 
 def local_entry(k: str) -> dict[str, Any] | None:
-    """Key `k` as compiled on this machine (kernels/sm90.py `entry_of`), from the cache in use (None:
-    no cache, not compiled, or the compiler refused it)."""
+    """Key `k` as compiled on this machine (kernels/sm90.py, `entry_of`), from the cache in use
+    (None: no cache, not compiled, or the compiler refused it)."""
     doc = _local_doc(k, _local_root)
     return None if doc is None or "error" in doc else doc
 
