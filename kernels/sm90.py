@@ -85,11 +85,11 @@ def run_launcher(k: Kernel, device: str = "cpu") -> None:
     do = torch.empty_like(q)
     lse = torch.zeros(1, k.heads, k.seq_q, device=device)
     if k.kernel == "dq":
-        bw.run_dq(q, kk, v, do, lse, lse, k.causal, scale, cfg)  # type: ignore[no-untyped-call]
+        bw.run_dq(q, kk, v, do, lse, lse, k.causal, scale, cfg)
     else:
         acc = (torch.zeros(q.shape, dtype=torch.float32, device=device)
                if k.kernel == "dkdv-atomic" else None)  # fmt: skip
-        bw.run_dkdv(q, kk, v, do, lse, lse, k.causal, scale, cfg, dq_acc=acc)  # type: ignore[no-untyped-call]
+        bw.run_dkdv(q, kk, v, do, lse, lse, k.causal, scale, cfg, dq_acc=acc)
 
 
 def compile_kernel(k: Kernel) -> Any:
