@@ -5,8 +5,9 @@ process at a time (kernels/sm90.py, niced) compiles up to `compile_batch` waitin
 sm_90a into the cache; the next simulation of them reads their registers, shared memory and
 spills from it. GET /api/compiled says where each asked kernel stands.
 
-A kernel that timed out is not asked for again while the server runs (its estimate stays); one
-the compiler refused has its reason in the cache and is never asked for again.
+A kernel that timed out (or whose process could not start) is not asked for again while the
+server runs (its estimate stays); one the compiler refused has its reason in the cache and is
+never asked for again.
 """
 
 from __future__ import annotations
@@ -76,12 +77,17 @@ class KernelCompiler:
 
     async def _compile(self, keys: list[str]) -> None:
         argv, env = ondemand.command(self.root, keys)
-        self._proc = await asyncio.create_subprocess_exec(
-            *argv,
-            env=env,
-            stdout=asyncio.subprocess.DEVNULL,
-            stderr=asyncio.subprocess.DEVNULL,
-        )
+        try:
+            self._proc = await asyncio.create_subprocess_exec(
+                *argv,
+                env=env,
+                stdout=asyncio.subprocess.DEVNULL,
+                stderr=asyncio.subprocess.DEVNULL,
+            )
+        except OSError as exc:  # no process to be had: these keep the estimate
+            log.warning("cannot start the compiler: %s", exc)
+            self.timed_out.update(keys)
+            return
         try:
             await asyncio.wait_for(self._proc.wait(), self.timeout_s)
         except TimeoutError:

@@ -127,3 +127,25 @@ def test_off_compiles_nothing(tmp_path: Path) -> None:
         key = out["kernels"][0]["compiled"]["key"]
         assert c.get("/api/compiled", params={"key": key}).json()["keys"] == {key: "off"}
     assert not any(tmp_path.iterdir())
+
+
+def test_a_compiler_that_cannot_start_leaves_the_estimate(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def command(root: Path, keys: list[str]) -> tuple[list[str], dict[str, str]]:
+        return [str(tmp_path / "no-such-python"), *keys], {}
+
+    monkeypatch.setattr(ondemand, "command", command)
+    settings = Settings(compile_on_demand=True, compile_cache_dir=tmp_path)
+    with TestClient(create_app(settings)) as c:
+        out = c.post("/api/simulate", json=BODY).json()
+        key = out["kernels"][0]["compiled"]["key"]
+        for _ in range(100):
+            state = c.get("/api/compiled", params={"key": key}).json()["keys"][key]
+            if state != "pending":
+                break
+            time.sleep(0.05)
+        assert state == "timeout"
+        again = c.post("/api/simulate", json=BODY).json()
+        assert again["kernels"][0]["compiled"]["source"] == "estimate"
+        assert again["compiling"] == {key: "timeout"}  # not asked for again
