@@ -180,7 +180,7 @@ def test_the_documented_table_of_the_users_sweep_is_the_computed_one():
 
     from flashscope.simulator.calibrate.known_misses import measured_misses
 
-    (path,) = DATA_DIR.glob("validation-users-*.json.gz")
+    (path,) = DATA_DIR.glob("validation-users-h100-*.json.gz")
     misses = measured_misses(json.loads(gzip.decompress(path.read_bytes()))["rows"])
     doc = (Path(__file__).resolve().parents[3] / "docs" / "validation.md").read_text()
     section = doc.split("### Known misses", 1)[1].split("\n\n", 3)[2]
