@@ -210,7 +210,7 @@ def parse_key(key: str) -> Kernel:
 
 def command(root: Path, keys: list[str]) -> tuple[list[str], dict[str, str]]:
     """The command line and environment of a process that compiles `keys` into the cache under
-    `root` (`main`)."""
+    `root` (`COMPILER`'s `main`)."""
     argv = [sys.executable, "-m", COMPILER, "--cache", str(root)]
     return [*argv, *keys], os.environ | {"TRITON_INTERPRET": "0"}
 
@@ -219,7 +219,8 @@ def compile_keys(keys: list[str], root: Path, timeout_s: float, jobs: int = 1) -
     """Compile `keys` into the cache under `root` in `jobs` processes of their own side by side,
     all stopped after `timeout_s`: key → "done", "failed" (the compiler refused it: the reason
     is in its file) or "timeout" (nothing written; a later request tries again)."""
-    shares = [keys[i::jobs] for i in range(max(1, jobs)) if keys[i::jobs]]
+    jobs = max(1, jobs)
+    shares = [keys[i::jobs] for i in range(jobs) if keys[i::jobs]]
     procs = []
     for share in shares:
         argv, env = command(root, share)
