@@ -386,17 +386,41 @@ def wants_compile(k: str, gpu_key: str = "h100-sxm") -> bool:
     return on_sm90(gpu_key) and source(k, gpu_key) in ("estimate", "compiler-nearest")
 
 
-def lookup(k: str, gpu_key: str = "h100-sxm") -> LocalTraffic | None:
-    """The spill entry for key `k` on GPU preset `gpu_key` (a custom GPU counts as its base), from
-    the first `source` that knows the key (None: it does not spill, or nothing is known of it:
-    `registers` says which)."""
+class Known(NamedTuple):
+    """What is known of one compiled kernel on one GPU preset, and from where (`SOURCES`)."""
+
+    source: str
+    registers: int | None  # per thread (None: nothing knows the key)
+    shared: int | None  # dynamic shared memory per CTA (None: not in the compiler's table)
+    traffic: LocalTraffic | None  # its spills (None: it does not spill, or nothing knows it)
+
+
+def known(k: str, gpu_key: str = "h100-sxm") -> Known:
+    """Key `k` on GPU preset `gpu_key` (a custom GPU counts as its base), each figure from the
+    first `source` that knows the key: registers measured, else the compiler's; shared memory
+    the compiler's; spills measured where measured."""
     src = source(k, gpu_key)
-    if src == "measured":
-        return table().get(k)
+    if src == "estimate":
+        return Known(src, None, None, None)
     if src == "local":
-        found = (local_entry(k) or {}).get("kernel")
-        return None if found is None else LocalTraffic.from_entry(found)
-    return compiler_table().get(compiler_key(k)) if src.startswith("compiler") else None
+        entry = local_entry(k) or {}
+        spills = entry.get("kernel")
+        traffic = None if spills is None else LocalTraffic.from_entry(spills)
+        return Known(src, int(entry["registers"]), int(entry["shared"]), traffic)
+    near = compiler_key(k)
+    regs = register_table().get(k) if src == "measured" else None
+    return Known(
+        src,
+        regs if regs is not None else compiler_registers().get(near),
+        compiler_shared().get(near),
+        table().get(k) if src == "measured" else compiler_table().get(near),
+    )
+
+
+def lookup(k: str, gpu_key: str = "h100-sxm") -> LocalTraffic | None:
+    """The spill entry for key `k` on GPU preset `gpu_key` (`known`; None: it does not spill,
+    or nothing is known of it: `registers` says which)."""
+    return known(k, gpu_key).traffic
 
 
 @functools.cache
@@ -419,22 +443,14 @@ def writeback(k: str, gpu_key: str = "h100-sxm") -> PerThread | None:
 
 def registers(k: str, gpu_key: str = "h100-sxm") -> int | None:
     """The compiled register count for key `k` on `gpu_key`: measured, else the compiler's or
-    this machine's compile (`source`; None: nothing knows the key, or another architecture)."""
-    src = source(k, gpu_key)
-    if src == "measured" and k in register_table():
-        return register_table()[k]
-    if src == "local":
-        return int((local_entry(k) or {})["registers"])
-    return None if src == "estimate" else compiler_registers().get(compiler_key(k))
+    this machine's compile (`known`; None: nothing knows the key, or another architecture)."""
+    return known(k, gpu_key).registers
 
 
 def shared(k: str, gpu_key: str = "h100-sxm") -> int | None:
-    """The compiled kernel's dynamic shared memory per CTA for key `k` on `gpu_key` (None:
-    the compiler's table does not hold the key, or another architecture)."""
-    src = source(k, gpu_key)
-    if src == "local":
-        return int((local_entry(k) or {})["shared"])
-    return None if src == "estimate" else compiler_shared().get(compiler_key(k))
+    """The compiled kernel's dynamic shared memory per CTA for key `k` on `gpu_key` (`known`;
+    None: the compiler's table does not hold the key, or another architecture)."""
+    return known(k, gpu_key).shared
 
 
 @dataclass(frozen=True)

@@ -440,14 +440,12 @@ def with_local_traffic(
     if launch.name not in compiled.LAUNCH_KERNEL:
         return launch
     k = compiled.key(launch.name, p, tiles, route)
+    found = compiled.known(k, gpu_key)
     launch = dataclasses.replace(
-        launch,
-        regs=compiled.registers(k, gpu_key),
-        smem=compiled.shared(k, gpu_key),
-        compiled_key=k,
-        compiled_source=compiled.source(k, gpu_key),
-    )
-    traffic = compiled.lookup(k, gpu_key)
+        launch, regs=found.registers, smem=found.shared, compiled_key=k,
+        compiled_source=found.source,
+    )  # fmt: skip
+    traffic = found.traffic
     if traffic is None and launch.regs is None:
         # a kernel the table does not know: its spills from the registers its tiles ask for
         overhead = Efficiency().reg_overhead
