@@ -293,13 +293,14 @@ def run(args: argparse.Namespace) -> int:
     if args.compile:
         from flashscope.simulator.timing import ondemand
 
-        keys = kernelplan.compiled_keys(args.algo, problem, tiles, **kw)
-        with compiled.local_cache(settings.compile_cache_dir):
-            if any(compiled.wants_compile(k, gpu.key) for k in keys):
-                print(f"compiling for sm_90a with Triton {compiled.triton_version()} the "
-                      "kernels no table holds …", file=sys.stderr, flush=True)  # fmt: skip
         root = settings.compile_cache_dir
-        states = ondemand.compile_missing(keys, gpu.key, root, settings.compile_timeout_s)
+        with compiled.local_cache(root):
+            missing = [k for k in kernelplan.compiled_keys(args.algo, problem, tiles, **kw)
+                       if compiled.wants_compile(k, gpu.key)]  # fmt: skip
+        if missing:
+            print(f"compiling for sm_90a with Triton {compiled.triton_version()} the "
+                  "kernels no table holds …", file=sys.stderr, flush=True)  # fmt: skip
+        states = ondemand.compile_keys(missing, root, settings.compile_timeout_s) if missing else {}
         for k, state in states.items():
             said = "compiled" if state == "done" else f"{state}: its figures stay the estimate's"
             print(f"  {k}: {said}", file=sys.stderr)

@@ -200,11 +200,10 @@ def compile_entries(entries: list[Any], gpu: Any, root: Path, jobs: int) -> dict
     holds; what was compiled, with which Triton, and in how long."""
     import time
 
-    from flashscope.simulator.calibrate.validation import workload_of
+    from flashscope.simulator.calibrate.validation import kernel_keys
     from flashscope.simulator.timing import compiled, ondemand
 
-    launches = [w for e in entries for w in workload_of(e.config, gpu).launches]
-    keys = sorted({w.compiled_key for w in launches if w.compiled_key})
+    keys = sorted({k for e in entries for k in kernel_keys(e.config, gpu)})
     _say(f"compiling for sm_90a with Triton {compiled.triton_version()} in {jobs} processes "
          "the kernels no table holds")  # fmt: skip
     start = time.perf_counter()

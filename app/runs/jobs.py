@@ -87,17 +87,18 @@ def _simulated(
     """The engine's prediction on the preset of this GPU (None when no preset matches). With
     `compile_opts` (the server's cache and time limit) the kernels no table holds are compiled
     first (simulator/timing/ondemand.py: seconds each) and their figures read from the cache."""
-    from flashscope.simulator.calibrate.validation import simulate_config, workload_of
+    from flashscope.simulator.calibrate.validation import kernel_keys, simulate_config
     from flashscope.simulator.core import hardware
     from flashscope.simulator.timing import compiled, ondemand
 
-    cache = None if compile_opts is None else Path(compile_opts["cache"])
+    cache = None
     try:
         gpu = hardware.from_name(hardware.resolve(device_name or ""))
         config = {**config, "gpu": gpu.key}
-        if compile_opts is not None and cache is not None:
-            keys = [w.compiled_key for w in workload_of(config, gpu).launches if w.compiled_key]
-            ondemand.compile_missing(keys, gpu.key, cache, float(compile_opts["timeout_s"]))
+        if compile_opts is not None:
+            cache = Path(compile_opts["cache"])
+            timeout = float(compile_opts["timeout_s"])
+            ondemand.compile_missing(kernel_keys(config, gpu), gpu.key, cache, timeout)
         with compiled.local_cache(cache):
             result = simulate_config(config, gpu)
     except ValueError:

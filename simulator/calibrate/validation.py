@@ -169,19 +169,31 @@ def dq_tiles_of(c: dict[str, Any]) -> TileConfig | None:
     )
 
 
+def _kernel_options(c: dict[str, Any], gpu: GPU, p: AttentionProblem) -> dict[str, Any]:
+    """kernelplan's options for an impl flashscope configuration: the datasets' backward rows
+    timed the Triton backward, so its route where a row has none (the Gluon backward's rows are
+    simulator/calibrate/ws_rows.py's)."""
+    route = c.get("route") or (
+        kernelplan.kernel_route(gpu.key, p) if c["algo"] == "fa2-bwd" else None
+    )
+    return {"gpu_key": gpu.key, "route": route, "dq_tiles": dq_tiles_of(c)}
+
+
 def workload_of(c: dict[str, Any], gpu: GPU) -> Workload:
     """The engine's workload of one configuration (impl flashscope: the kernels' launches)."""
     p, t = problem_of(c), tiles_of(c)
     if c.get("impl", "convention") == "flashscope":
-        # the datasets' backward rows timed the Triton backward: its route where a row has none
-        # (the Gluon backward's rows are simulator/calibrate/ws_rows.py's)
-        route = c.get("route") or (
-            kernelplan.kernel_route(gpu.key, p) if c["algo"] == "fa2-bwd" else None
-        )
-        return kernelplan.build(
-            c["algo"], p, t, gpu_key=gpu.key, route=route, dq_tiles=dq_tiles_of(c)
-        )
+        return kernelplan.build(c["algo"], p, t, **_kernel_options(c, gpu, p))
     return build(c["algo"], p, t, sms=gpu.sms, splits=c.get("splits"))
+
+
+def kernel_keys(c: dict[str, Any], gpu: GPU) -> list[str]:
+    """The compiled-kernel keys of the Triton kernels `workload_of` launches for `c`, without
+    building it (none for the papers' algorithms)."""
+    if c.get("impl", "convention") != "flashscope":
+        return []
+    p = problem_of(c)
+    return kernelplan.compiled_keys(c["algo"], p, tiles_of(c), **_kernel_options(c, gpu, p))
 
 
 def simulate_config(c: dict[str, Any], gpu: GPU | None = None) -> SimResult:

@@ -135,3 +135,19 @@ def test_a_compile_on_this_cpu_agrees_with_the_shipped_compiler_table(tmp_path: 
         assert compiled.source(new) == "local"
     # a key it cannot read is answered at once, as failed, and nothing else is touched
     assert ondemand.compile_keys(["fwd/d64"], tmp_path, timeout_s=600) == {"fwd/d64": "failed"}
+
+
+def test_a_datasets_kernel_keys_are_those_of_its_workload() -> None:
+    """validation.kernel_keys (what is compiled before a dataset is re-simulated) names the
+    Triton kernels workload_of builds, backward routes included, on either GPU."""
+    from flashscope.simulator.calibrate.validation import kernel_keys, workload_of
+    from flashscope.simulator.core import hardware
+
+    name = "validation-users-NVIDIA-H100-80GB-HBM3-2026-11-26-resimulated.json"
+    rows = json.loads((Path("benchmarks/results") / name).read_text())["rows"]
+    for gpu in (hardware.from_name("h100-sxm"), hardware.from_name("h200")):
+        for r in random.sample(rows, 40):
+            built = workload_of(r["config"], gpu).launches
+            want = sorted(w.compiled_key for w in built if w.compiled_key)
+            assert sorted(kernel_keys(r["config"], gpu)) == want, r["id"]
+    assert kernel_keys({**rows[0]["config"], "impl": "convention"}, gpu) == []
