@@ -99,6 +99,17 @@ def resimulate(dataset: Path, extra: list[str] | None = None) -> dict[str, Any]:
         return doc
 
 
+def resimulated(doc: dict[str, Any]) -> dict[str, Any]:
+    """A dataset held in memory (merged from others, say) re-simulated as `resimulate` does a
+    file's, without the temporary file's name it went through."""
+    with tempfile.TemporaryDirectory() as tmp:
+        src = Path(tmp) / "merged.json"
+        src.write_text(json.dumps(doc))
+        out = resimulate(src)
+    out.pop("resimulated_from", None)
+    return out
+
+
 def stats(rows: list[dict[str, Any]]) -> dict[str, Any]:
     out: dict[str, Any] = {"rows": len(rows)}
     for name, sim, meas in (("time", "simulated_us", "measured_us"),

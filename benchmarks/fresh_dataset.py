@@ -18,14 +18,13 @@ import argparse
 import gzip
 import json
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.compiled_ablation import resimulate
+from benchmarks.compiled_ablation import resimulated
 
 SWEEP = "fresh"
 
@@ -50,11 +49,7 @@ def main() -> int:
     ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args()
     paths = [p.resolve() for p in args.datasets]
-    with tempfile.TemporaryDirectory() as tmp:
-        src = Path(tmp) / "merged.json"
-        src.write_text(json.dumps(merged(paths)))
-        doc = resimulate(src)
-    doc.pop("resimulated_from", None)  # a temporary file's name
+    doc = resimulated(merged(paths))
     doc["merged_from"] = [str(p.relative_to(ROOT)) for p in paths]
     name = args.out.name.removesuffix(".gz")
     with open(args.out, "wb") as f, gzip.GzipFile(name, "wb", 9, f, mtime=0) as z:
