@@ -15,6 +15,7 @@ from flashscope.kernels.config import INTERPRETER, KernelConfig, lookup, table_k
 from flashscope.kernels.device import interpreting
 from flashscope.kernels.inputs import tma_ready
 from flashscope.kernels.tuning import autotuned
+from flashscope.simulator.core.problem import cdiv as cdiv
 from flashscope.simulator.timing.kernelplan import tuned_keys
 
 LOG2E = 1.4426950408889634  # scores go to the log2 domain with one multiply (exp2, not exp)
@@ -36,12 +37,8 @@ def output(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> 
 
 # `triton.cdiv` and `triton.next_power_of_2` are constexpr functions: called on the host they
 # go through Triton's JIT call machinery, about 5.5 µs a call, and a forward's host path asked
-# them about ten times (benchmarks/results/host-path-*.json). The launch paths use these.
-
-
-def cdiv(a: int, b: int) -> int:
-    """⌈a / b⌉ for positive b, as `triton.cdiv` gives it."""
-    return -(-a // b)
+# them about ten times (benchmarks/results/host-path-*.json). The launch paths use these (the
+# ceiling division is the simulator's, re-exported).
 
 
 def next_pow2(n: int) -> int:

@@ -37,15 +37,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from flashscope.simulator.core.problem import AttentionProblem, TileConfig
+from flashscope.simulator.core.problem import AttentionProblem, TileConfig, cdiv
 from flashscope.simulator.timing import compiled
 from flashscope.simulator.timing.sass import Structure
 
 # --- the kernels' loop bounds ---------------------------------------------------------------
-
-
-def cdiv(a: int, b: int) -> int:
-    return -(-a // b)
 
 
 def _count(lo: int, hi: int, step: int) -> int:
