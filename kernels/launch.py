@@ -17,6 +17,7 @@ from flashscope.kernels.inputs import tma_ready
 from flashscope.kernels.tuning import autotuned
 from flashscope.simulator.core.problem import cdiv as cdiv
 from flashscope.simulator.timing.kernelplan import tuned_keys
+from flashscope.simulator.timing.occupancy import pad_head_dim
 
 LOG2E = 1.4426950408889634  # scores go to the log2 domain with one multiply (exp2, not exp)
 
@@ -46,9 +47,9 @@ def next_pow2(n: int) -> int:
     return 1 << (n - 1).bit_length()
 
 
-def pad_dim(d: int) -> int:
-    """head_dim as held on chip: the next power of two, at least 16 (the smallest dot)."""
-    return max(16, next_pow2(d))
+# head_dim as held on chip: the next power of two, at least 16 (the smallest dot); the timing
+# engine's own rule, so the kernels and their model pad alike
+pad_dim = pad_head_dim
 
 
 def dot_precision(dtype: torch.dtype) -> str:

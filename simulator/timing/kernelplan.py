@@ -56,7 +56,7 @@ from flashscope.simulator.core.problem import STATS_BYTES, AttentionProblem, Til
 from flashscope.simulator.timing import compiled
 from flashscope.simulator.timing.engine import _pad_rows, warpgroup_layout
 from flashscope.simulator.timing.launch import ACC_BYTES, Launch, Product
-from flashscope.simulator.timing.occupancy import register_demand, warp_level
+from flashscope.simulator.timing.occupancy import pad_head_dim, register_demand, warp_level
 from flashscope.simulator.timing.workload import (
     Workload,
     _fa2,
@@ -95,10 +95,6 @@ def tuned_routes() -> dict[str, dict[str, str]]:
         return {}
     gpus = json.loads(TUNED_FILE.read_text())["gpus"]
     return {TUNED_GPUS[name]: e.get("routes", {}) for name, e in gpus.items() if name in TUNED_GPUS}
-
-
-def pad_head_dim(d: int) -> int:
-    return max(16, 1 << (d - 1).bit_length())
 
 
 def tuned_keys(key: str, seq_len: int | None) -> list[str]:
