@@ -13,13 +13,16 @@ may cap the registers per thread (`maxnreg`) to fit one more CTA per SM.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import lru_cache, wraps
 from pathlib import Path
+from typing import TypeVar
 
 from flashscope.simulator.core.problem import MAX_REG_CAP, MIN_REG_CAP, REG_CAP_STEP
 
 TUNED_FILE = Path(__file__).with_name("tuned.json")
+T = TypeVar("T")
 
 
 def _power_of_two(x: int) -> bool:
@@ -84,6 +87,32 @@ def tuned_table() -> dict[str, dict[str, dict]]:
     if not TUNED_FILE.exists():
         return {}
     return json.loads(TUNED_FILE.read_text())["gpus"]
+
+
+MAX_REMEMBERED = 4096  # answers a `per_table` function keeps; it starts again when full
+
+
+def per_table(fn: Callable[..., T]) -> Callable[..., T]:
+    """`fn` (of hashable arguments, its answer read from the tuned table) remembering its
+    answers until the table is read again (`merge_tuned`, a test's `tuned_table.cache_clear()`):
+    a kernel's tuned lookup builds a dozen keys, and runs on every call of the kernel."""
+    memo: dict[tuple, T] = {}
+    read: list[object] = [None]  # the table the answers come from
+
+    @wraps(fn)
+    def remembered(*args: Hashable, **kwargs: Hashable) -> T:
+        table = tuned_table()
+        if read[0] is not table:
+            memo.clear()
+            read[0] = table
+        key = (args, tuple(kwargs.items()))
+        if key not in memo:
+            if len(memo) >= MAX_REMEMBERED:
+                memo.clear()
+            memo[key] = fn(*args, **kwargs)
+        return memo[key]
+
+    return remembered
 
 
 def merge_tuned(gpu: str, chosen: dict[str, object]) -> None:

@@ -140,14 +140,18 @@ def launch(
     args: Sequence[object],
     constexprs: Mapping[str, object],
     options: Mapping[str, object],
+    key: tuple | None = None,
 ) -> None:
     """`fn[grid](*args, **constexprs, **options)`, past Triton's binding for a known signature.
 
     `args` are the kernel's leading parameters in order, `constexprs` all the rest by name,
-    `options` Triton's launch options (num_warps, num_stages, maxnreg).
+    `options` Triton's launch options (num_warps, num_stages, maxnreg). `key`: these arguments'
+    `signature` where the caller already has it (from an earlier call whose arguments are
+    alike in everything a signature holds), to save working it out again.
     """
-    key = None
-    if ENABLED and not interpreting() and not _hooks_set():
+    if not ENABLED or interpreting() or _hooks_set():
+        key = None
+    elif key is None:
         with suppress(_Unkeyed):  # an argument of unknown kind: Triton binds every call
             key = signature(fn, args, constexprs, options)
     known = _kernels.get(key) if key is not None else None

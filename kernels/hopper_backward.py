@@ -57,7 +57,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     warpgroup_mma_wait,
 )
 
-from flashscope.kernels.config import fills_no_tile, table_key, tuned_entry
+from flashscope.kernels.config import fills_no_tile, per_table, table_key, tuned_entry
 from flashscope.kernels.device import interpreting
 from flashscope.kernels.fastlaunch import launch
 from flashscope.kernels.hopper_forward import (
@@ -573,6 +573,7 @@ def launch_backward_ws(
     return dq_acc.to(q.dtype), dk, dv
 
 
+@per_table
 def tuned_config(
     gpu: str, d_pad: int, causal: bool, seq_len: int, edge: bool = False
 ) -> BwdConfig | None:

@@ -39,8 +39,10 @@ from __future__ import annotations
 
 import heapq
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import lru_cache, partial
+from typing import Any
 
 import numpy as np
 import torch
@@ -54,10 +56,11 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     warpgroup_mma,
     warpgroup_mma_wait,
 )
+from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
-from flashscope.kernels.config import fills_no_tile, route, table_key, tuned_entry
+from flashscope.kernels.config import fills_no_tile, per_table, route, table_key, tuned_entry
 from flashscope.kernels.device import interpreting
-from flashscope.kernels.fastlaunch import launch
+from flashscope.kernels.fastlaunch import launch, signature
 from flashscope.kernels.launch import LOG2E, flat_rows, gpu_name, output, pad_dim
 from flashscope.simulator.timing.kernelplan import tuned_keys
 
@@ -776,6 +779,7 @@ def copy_engine_reason(*xs: torch.Tensor) -> str | None:
     return None
 
 
+@per_table
 def tuned_config(
     gpu: str, d_pad: int, causal: bool, seq_len: int, edge: bool = False
 ) -> WsConfig | None:
@@ -901,17 +905,42 @@ def _hopper(index: int) -> bool:
     return torch.cuda.get_device_capability(index)[0] == 9
 
 
+# A Gluon TensorDescriptor checks its geometry when it is built (about 5 µs of the host's time,
+# four times a forward call), and a call's descriptors repeat an earlier call's geometry on
+# other tensors. So one checked descriptor per geometry is kept, without its tensor (kept, it
+# would hold the tensor's memory), and each call gets a copy on its own tensor; the one check
+# that depends on the tensor, its 16-byte alignment, is made on every call.
+_FRAMES: dict[tuple, dict] = {}
+MAX_FRAMES = 256  # geometries remembered; the table starts again when full
+
+
+def framed(key: tuple, x: torch.Tensor, build: Callable[[], Any]) -> Any:
+    """`build()`, a TensorDescriptor of x, or a copy on x of the one built for `key` (which must
+    name everything but x that `build` depends on)."""
+    fields = _FRAMES.get(key)
+    if fields is None or x.data_ptr() % 16:  # unaligned: built, and refused, by Triton
+        desc = build()
+        if len(_FRAMES) >= MAX_FRAMES:
+            _FRAMES.clear()
+        _FRAMES[key] = {**vars(desc), "base": None}
+        return desc
+    desc = object.__new__(TensorDescriptor)
+    vars(desc).update(fields)
+    desc.base = x
+    return desc
+
+
 def _descriptor(x: torch.Tensor, rows: int):
     """A descriptor of x flattened to (B·H·N, d), moved in (rows, pad_dim(d)) tiles: past column
     d the copy engine fills the tiles it loads with zeros and drops the columns of those it
     stores, so a head_dim that is not a power of two runs at the next one up."""
-    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+    return framed((x.shape, x.stride(2), x.dtype, rows), x, partial(_new_descriptor, x, rows))
 
+
+def _new_descriptor(x: torch.Tensor, rows: int):
     n, d = x.shape[0] * x.shape[1] * x.shape[2], x.shape[3]
     d_pad = pad_dim(d)
-    return TensorDescriptor(
-        x, [n, d], [x.stride(2), 1], [rows, d_pad], _layout(rows, d_pad, x.dtype)
-    )
+    return TensorDescriptor(x, [n, d], [x.stride(2), 1], [rows, d_pad], _layout(rows, d_pad, x.dtype))
 
 
 def _arguments(
@@ -1000,10 +1029,62 @@ def launch_forward_ws(
     b, h, n_q, _ = q.shape
     o = output(q.shape, q.dtype, q.device)
     lse = output((b, h, n_q), torch.float32, q.device)
-    sms = _sms(q.device.index or 0)
-    programs = cfg.programs(cfg.tiles(b * h, n_q), sms)
-    launch(_attn_fwd_ws, (programs,), *_arguments(q, k, v, o, lse, causal, scale, cfg, sms, record))
+    if record is not None:
+        sms = _sms(q.device.index or 0)
+        programs = cfg.programs(cfg.tiles(b * h, n_q), sms)
+        args = _arguments(q, k, v, o, lse, causal, scale, cfg, sms, record)
+        launch(_attn_fwd_ws, (programs,), *args)
+        return o, lse
+    where = (q.shape, k.shape, v.shape, q.stride(2), k.stride(2), v.stride(2), q.dtype, causal,
+             cfg, q.device, torch.cuda.current_device(), HALF_STEPS, SCHEDULE_TILES,
+             MAX_SCHEDULED_TILES)  # the switches: benchmarks change them  # fmt: skip
+    plan = _PLANS.get(where)
+    if plan is None:
+        plan = _plan(q, k, v, o, lse, causal, scale, cfg, _sms(q.device.index or 0))
+        if len(_PLANS) >= MAX_PLANS:
+            _PLANS.clear()
+        _PLANS[where] = plan
+    args = _planned(plan, q, k, v, o, lse, scale, cfg)
+    launch(_attn_fwd_ws, plan.grid, args, plan.constexprs, plan.options, key=plan.key)
     return o, lse
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """What a forward call's shapes, strides, dtype, mask, configuration and device fix (all of
+    `_arguments` but the tensors and the scale), worked out once: the grid, the integer
+    arguments, the schedule, the constexprs, the launch options and fastlaunch's key."""
+
+    grid: tuple[int]
+    sizes: tuple[int, ...]  # H, GROUP, N_Q, N_K, tiles, band
+    schedule: torch.Tensor | None
+    constexprs: dict
+    options: dict
+    key: tuple
+
+
+# A forward's host time matters where its kernel is short: at N = 1000 (d = 128, causal) the
+# kernel takes about 165 µs on an H100 and the routed call's host path took 170-230 µs
+# (benchmarks/results/host-path-*.json), of which re-deriving `_arguments` and fastlaunch's
+# signature from the tensors was a good part. A geometry seen before reuses its plan.
+_PLANS: dict[tuple, _Plan] = {}
+MAX_PLANS = 256
+
+
+def _plan(q, k, v, o, lse, causal: bool, scale: float, cfg: WsConfig, sms: int) -> _Plan:
+    args, constexprs, options = _arguments(q, k, v, o, lse, causal, scale, cfg, sms)
+    programs = cfg.programs(cfg.tiles(q.shape[0] * q.shape[1], q.shape[2]), sms)
+    schedule = args[12] if args[12] is not lse else None
+    return _Plan((programs,), tuple(args[6:12]), schedule, constexprs, options,
+                 signature(_attn_fwd_ws, args, constexprs, options))  # fmt: skip
+
+
+def _planned(plan: _Plan, q, k, v, o, lse, scale: float, cfg: WsConfig) -> tuple:
+    """`_arguments`' positional arguments (not recorded) from a plan of the call's geometry."""
+    sched = lse if plan.schedule is None else plan.schedule
+    descs = (_descriptor(q, cfg.block_m), _descriptor(k, cfg.block_n),
+             _descriptor(v, cfg.block_n), _descriptor(o, cfg.block_m))  # fmt: skip
+    return (*descs, lse, scale * LOG2E, *plan.sizes, sched, lse, 0, 0, 0, 0, o, q.shape[3])
 
 
 class _Sm90Target:

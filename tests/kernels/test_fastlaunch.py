@@ -159,6 +159,28 @@ def test_hooks_the_switch_and_the_interpreter_send_every_call_through_triton(fak
     assert len(fake.triton_calls) == 6 and len(fake.kernel.calls) == 1
 
 
+def test_a_key_given_by_the_caller_stands_for_its_signature(fake, monkeypatch):
+    """A caller that has the arguments' signature from an earlier call passes it as `key`: the
+    call goes where that signature's kernel is, without working it out; with fastlaunch off or
+    a hook set, such a call still goes through Triton."""
+    x, y = torch.empty(64), torch.empty(64)
+    args, constexprs, options = (x, 64, True), {"MODE": "a", "BLOCK": 32}, {"num_warps": 4}
+    key = fastlaunch.signature(fake, args, constexprs, options)
+    fastlaunch.launch(fake, (1,), args, constexprs, options, key=key)
+    assert len(fake.triton_calls) == 1 and not fake.kernel.calls
+
+    def worked_out(*a):
+        raise AssertionError("the key was given")
+
+    monkeypatch.setattr(fastlaunch, "signature", worked_out)
+    fastlaunch.launch(fake, (2,), (y, 64, True), constexprs, options, key=key)
+    (call,) = fake.kernel.calls
+    assert call[:3] == (2, 1, 1) and call[9] is y
+    monkeypatch.setattr(fastlaunch, "ENABLED", False)
+    fastlaunch.launch(fake, (2,), (y, 64, True), constexprs, options, key=key)
+    assert len(fake.triton_calls) == 2 and len(fake.kernel.calls) == 1
+
+
 def test_the_table_starts_again_when_full(fake, monkeypatch):
     monkeypatch.setattr(fastlaunch, "MAX_SIGNATURES", 3)
     x = torch.empty(8)

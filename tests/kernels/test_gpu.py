@@ -355,6 +355,34 @@ def test_the_tuned_route_runs_the_gluon_forward(seed: int, monkeypatch) -> None:
         assert_close(g, r, lp, name, seed)
 
 
+def test_a_planned_gluon_call_is_bit_for_bit_a_call_through_triton(seed: int) -> None:
+    """The Gluon forward's second call of a geometry (its plan, its descriptors copied, the
+    plan's fastlaunch key) on fresh inputs goes straight to the kernel, and gives what a call
+    through Triton's binding gives: persistent scheduled causal tiles over GQA at lengths that
+    fill no tile, three warpgroups at N_q ≠ N_k, one at head_dim 256."""
+    from flashscope.kernels import fastlaunch
+    from flashscope.kernels.hopper_forward import WsConfig, launch_forward_ws
+
+    cases = [  # configuration, (B, H, H_kv, N_q, N_k, d), causal
+        (WsConfig(2, 128, 2, True, pingpong=True, persistent=True, band=2),
+         (2, 4, 2, 1000, 1000, 128), True),
+        (WsConfig(3, 128, 2, True), (1, 8, 8, 777, 2049, 64), False),
+        (WsConfig(1, 64, 2, False, persistent=True), (1, 2, 2, 1000, 1000, 256), True),
+    ]  # fmt: skip
+    for cfg, (b, h, hk, n_q, n_k, d), causal in cases:
+        for dtype in (F16, BF16, F16):
+            q = rand(b, h, n_q, d, dtype=dtype)
+            k, v = rand(b, hk, n_k, d, dtype=dtype), rand(b, hk, n_k, d, dtype=dtype)
+            before = fastlaunch.stats()["direct"]
+            o, lse = launch_forward_ws(q, k, v, causal, d**-0.5, cfg)
+            direct = fastlaunch.stats()["direct"] - before
+            with fastlaunch.through_triton():
+                o_triton, lse_triton = launch_forward_ws(q, k, v, causal, d**-0.5, cfg)
+            what = f"{cfg.as_list()} {(b, h, hk, n_q, n_k, d)} {dtype} seed={seed}"
+            assert torch.equal(o, o_triton) and torch.equal(lse, lse_triton), what
+        assert direct == 1, f"{what}: the third call went through Triton"
+
+
 def test_the_recorded_forward_computes_the_same_and_stamps_every_phase(seed: int) -> None:
     from flashscope.kernels.hopper_forward import WsConfig, launch_forward_ws
     from flashscope.kernels.warpgroups import (

@@ -467,3 +467,95 @@ def test_choose_writes_odd_lengths_to_their_buckets_edge_entries(tmp_path, monke
     assert set(saved["routes"]) == {"fwd-route/16/d256/causal/n2048"}
     monkeypatch.undo()
     config.tuned_table.cache_clear()
+
+
+def _geometry(rng: random.Random) -> tuple:
+    """Inputs and a configuration of a random call the kernel takes: batch, heads over K/V
+    heads, lengths that fill a tile or not, a head_dim padded or not, a schedule or not."""
+    b, hk, group = rng.randint(1, 3), rng.randint(1, 3), rng.choice([1, 2, 4])
+    n_q, n_k = rng.choice([64, 200, 384, 1000]), rng.choice([64, 130, 512, 1000])
+    d = rng.choice([64, 80, 96, 128])
+    dtype = rng.choice([torch.float16, torch.bfloat16])
+    q = torch.randn(b, hk * group, n_q, d, dtype=dtype)
+    k, v = (torch.randn(b, hk, n_k, d, dtype=dtype) for _ in range(2))
+    cfg = WsConfig(rng.choice([1, 2, 3]), rng.choice([64, 128]), 2, True,
+                   persistent=rng.random() < 0.5, band=rng.choice([0, 1, 2]))  # fmt: skip
+    return q, k, v, cfg, rng.random() < 0.7
+
+
+def test_a_planned_call_passes_what_arguments_would_for_any_tensors(monkeypatch) -> None:
+    """The plan of a geometry, made at one call, gives a later call on other tensors of that
+    geometry the positional arguments `_arguments` builds for it, descriptor by descriptor, and
+    the same fastlaunch signature; the launch's grid, constexprs and options are the plan's."""
+    from flashscope.kernels import fastlaunch, hopper_forward
+    from flashscope.kernels.fastlaunch import signature
+
+    monkeypatch.setattr(fastlaunch, "_current_device", lambda: 0)
+    rng = random.Random()
+    for _ in range(6):
+        q, k, v, cfg, causal = _geometry(rng)
+        sms = rng.choice([66, 132])
+        o, lse = torch.empty_like(q), torch.empty(q.shape[:3])
+        plan = hopper_forward._plan(q, k, v, o, lse, causal, 0.1, cfg, sms)
+        q2, k2, v2, o2 = (x.clone() for x in (q, k, v, o))
+        lse2 = torch.empty_like(lse)
+        want, constexprs, options = hopper_forward._arguments(q2, k2, v2, o2, lse2, causal, 0.3,
+                                                              cfg, sms)  # fmt: skip
+        got = hopper_forward._planned(plan, q2, k2, v2, o2, lse2, 0.3, cfg)
+        assert len(got) == len(want)
+        for i, (a, b) in enumerate(zip(got, want, strict=True)):
+            if isinstance(b, hopper_forward.TensorDescriptor):
+                assert type(a) is type(b) and vars(a) == vars(b) and a.base is b.base, i
+            elif isinstance(b, torch.Tensor):
+                assert a is b or (i == 12 and torch.equal(a, b)), i  # the schedule: cached
+            else:
+                assert a == b and type(a) is type(b), i
+        assert plan.constexprs == constexprs and plan.options == options
+        assert plan.key == signature(hopper_forward._attn_fwd_ws, want, constexprs, options)
+        tiles = cfg.tiles(q.shape[0] * q.shape[1], q.shape[2])
+        assert plan.grid == (cfg.programs(tiles, sms),)
+
+
+def test_a_copied_descriptor_is_a_new_ones_and_holds_no_tensor() -> None:
+    """`_descriptor` of a geometry seen before copies its kept descriptor onto the new tensor:
+    every field as Triton would build it; the kept one does not keep its first tensor alive;
+    a tensor off the 16-byte alignment is still refused, by Triton."""
+    import gc
+    import weakref
+
+    from flashscope.kernels.hopper_forward import TensorDescriptor, _descriptor, _new_descriptor
+
+    first = torch.randn(2, 3, 257, 80, dtype=torch.float16)
+    gone = weakref.ref(first)
+    kept = _descriptor(first, 64)
+    del first, kept
+    gc.collect()
+    assert gone() is None
+    x = torch.randn(2, 3, 257, 80, dtype=torch.float16)
+    copy, new = _descriptor(x, 64), _new_descriptor(x, 64)
+    assert type(copy) is TensorDescriptor and vars(copy) == vars(new) and copy.base is x
+    assert copy.shape == [2 * 3 * 257, 80] and copy.block_shape == [64, 128]
+    base = torch.empty(x.numel() + 1, dtype=torch.float16)
+    with pytest.raises(AssertionError, match="16-byte"):
+        _descriptor(base[1:].view(x.shape), 64)
+
+
+def test_the_tuned_lookup_follows_the_table_when_it_is_read_again(tmp_path, monkeypatch) -> None:
+    """`tuned_config` remembers its answers, for as long as the table they came from."""
+    import flashscope.kernels.config as config
+
+    table = json.loads(TUNED_FILE.read_text())
+    path = tmp_path / "tuned.json"
+    path.write_text(json.dumps(table))
+    monkeypatch.setattr(config, "TUNED_FILE", path)
+    config.tuned_table.cache_clear()
+    gpu, key = "NVIDIA H200", "fwd/16/d128/full/n4096"
+    before = tuned_config(gpu, 128, False, 4096)
+    cfg = [random.choice([2, 3]), 128, 2, 1, 1, 1]
+    config.merge_tuned(gpu, {"fwd-route/16/d128/full/n4096": "ws", f"ws/{key}": cfg})
+    assert tuned_config(gpu, 128, False, 4096) == WsConfig.from_list(cfg) != before
+    config.merge_tuned(gpu, {"fwd-route/16/d128/full/n4096": "triton"})
+    assert tuned_config(gpu, 128, False, 4096) is None
+    monkeypatch.undo()
+    config.tuned_table.cache_clear()
+    assert tuned_config(gpu, 128, False, 4096) == before
