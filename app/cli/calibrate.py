@@ -330,7 +330,11 @@ def _fit_step(
         assert host_local is not None
         fit_doc: Json = {"params": list(host_local["values"]), "values": host_local["values"]}
         values: dict[str, Any] = dict(host_local["values"])
-        fitted_hw: dict[str, Any] = {}
+        # the start's fitted hardware fields (the L2's bandwidth), which the fit ran with: kept
+        # (not the ceilings' measured value), and said so
+        fitted_hw: dict[str, Any] = _start_hardware(inputs.start)
+        if fitted_hw:
+            fit_doc["carried_hardware"] = {"from": str(args.start), "fields": fitted_hw}
     else:
         fit_doc, values, fitted_hw = _fit(gpu, rows, args.max_evals, args.alone_weight)
     if host_local is not None:
@@ -431,6 +435,15 @@ def _start_values(doc: Json) -> Json:
     fit = doc.get("fit") or {}
     carried = (fit.get("carried") or {}).get("fields") or {}
     return {**carried, **(fit.get("values") or {})}
+
+
+def _start_hardware(doc: Json | None) -> Json:
+    """The hardware fields (`fitting.HARDWARE_FIELDS`) a --start calibration fitted, or {}."""
+    from flashscope.simulator.calibrate.fitting import HARDWARE_FIELDS
+
+    if doc is None:
+        return {}
+    return {k: v for k, v in _start_values(doc).items() if k in HARDWARE_FIELDS}
 
 
 def _carried(start_doc: Json, start: Path, fitted: set[str]) -> Json | None:

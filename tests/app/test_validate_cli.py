@@ -461,6 +461,10 @@ def test_calibrate_fits_the_spills_l1_rate_and_the_hosts_share_on_the_fit_half(t
     for k in ("overlap", "cta_setup_ns", "lockstep"):
         assert doc["efficiency"][k] == shipped[k], k
     assert {"overlap", "cta_setup_ns"} <= set(fit["carried"]["fields"])
+    # and so is the L2's fitted bandwidth, which the fit ran with (not the ceilings' measured one)
+    l2_gbs = doc["hardware"]["l2_gbs"]
+    assert l2_gbs == shipped["l2_gbs"] != doc["measured"]["ceilings"]["l2_read"]["gbs"]
+    assert fit["carried_hardware"]["fields"] == {"l2_gbs": shipped["l2_gbs"]}
 
 
 def test_validate_compile_simulates_with_the_kernels_compiled_here(tmp_path, capsys):
