@@ -940,7 +940,8 @@ def _descriptor(x: torch.Tensor, rows: int):
 def _new_descriptor(x: torch.Tensor, rows: int):
     n, d = x.shape[0] * x.shape[1] * x.shape[2], x.shape[3]
     d_pad = pad_dim(d)
-    return TensorDescriptor(x, [n, d], [x.stride(2), 1], [rows, d_pad], _layout(rows, d_pad, x.dtype))
+    layout = _layout(rows, d_pad, x.dtype)
+    return TensorDescriptor(x, [n, d], [x.stride(2), 1], [rows, d_pad], layout)
 
 
 def _arguments(
