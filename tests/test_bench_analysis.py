@@ -1,0 +1,87 @@
+"""The analyses of measured data that need no GPU: benchmarks/band_order.py's tile ranks and
+summary, benchmarks/host_noise.py's comparison of the two machines."""
+
+from __future__ import annotations
+
+import gzip
+import itertools
+import json
+import random
+import sys
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from benchmarks import band_order, host_noise
+from flashscope.kernels.hopper_forward import tile_costs
+
+
+@pytest.mark.parametrize("name", list(band_order.CONFIGS))
+def test_a_tiles_rank_is_its_weight_in_its_head(name: str) -> None:
+    """Rank 0 is a head's heaviest tile, as the kernel orders causal tiles (the host's own
+    costing of the launch order, `tile_costs`): in any band, every tile of one rank costs the
+    same and the costs fall with the rank."""
+    band = random.choice([1, 2, 4, 8])
+    cfg = replace(band_order.CONFIGS[name], band=band)
+    b, h, n, _ = band_order.SHAPE
+    costs = tile_costs(cfg, b * h, n, n, halves=False)
+    per_head = -(-n // cfg.tile_m)
+    rank = band_order.rank_of(len(costs), per_head, band)
+    by_rank = [np.unique(costs[rank == r]) for r in range(per_head)]
+    assert all(len(c) == 1 for c in by_rank), (name, band)
+    assert all(a[0] >= b[0] for a, b in itertools.pairwise(by_rank)), (name, band)
+    assert by_rank[0] > by_rank[-1]
+
+
+def test_the_summary_reads_spans_and_ranks_from_the_stamps() -> None:
+    """Program spans from the roles' stamps (unstamped roles left out), the launch's span, and
+    the mean span of each rank's tiles."""
+    cfg = replace(band_order.CONFIGS["np2w"], band=1)
+    b, h, n, _ = band_order.SHAPE
+    per_head = -(-n // cfg.tile_m)
+    programs = b * h * per_head
+    rng = np.random.default_rng()
+    start = rng.integers(1_000, 2_000, programs).astype(np.int64)
+    span = 1_000 * (per_head - np.arange(programs) % per_head)  # ns, heaviest first
+    edges = np.full((programs, cfg.consumers + 1, 4), -1, dtype=np.int64)
+    for role in range(cfg.consumers + 1):
+        late = rng.integers(0, 50, programs)  # each role starts a little after the first
+        edges[:, role, 1] = start + late
+        edges[:, role, 3] = start + span - late
+    edges[:, 0, 1] = start  # consumer 0 starts first and ends last
+    edges[:, 0, 3] = start + span
+    edges[::7, 1] = -1  # a role that left no stamps
+    out = band_order.summary(edges, cfg, 1)
+    assert out["launch_span_us"] == pytest.approx((np.max(start + span) - start.min()) / 1e3)
+    assert out["mean_program_us"] == pytest.approx(span.mean() / 1e3)
+    assert out["mean_tile_us_by_rank"] == pytest.approx([per_head - r for r in range(per_head)])
+
+
+def test_host_noise_splits_the_halves_as_the_datasets_do(tmp_path, monkeypatch) -> None:
+    """Its held-out and fit figures are the datasets' own summaries, split by `host_bound`;
+    the pairs are every configuration host-bound on either GPU, each with both machines'
+    call times and kernel durations."""
+    from flashscope.simulator.calibrate.known_misses import host_bound
+    from flashscope.simulator.calibrate.validation import summarize
+
+    out = tmp_path / "noise.json"
+    monkeypatch.setattr(sys, "argv", ["host_noise.py", "--out", str(out)])
+    assert host_noise.main() == 0
+    doc = json.loads(out.read_text())
+    paired = {p["id"] for p in doc["pairs"]}
+    ids = {}
+    for gpu, name in host_noise.DATASETS.items():
+        rows = json.loads(gzip.decompress((host_noise.DATA / name).read_bytes()))["rows"]
+        ids[gpu] = {r["id"] for r in rows}
+        for half in ("holdout", "fit"):
+            got = doc["halves"][f"{gpu}/{half}"]
+            want = summarize(rows)[half]["time"]
+            assert got["all"]["mape_pct"] == pytest.approx(want["mape_pct"])
+            bound = [r for r in rows if r["subset"] == half and host_bound(r)]
+            assert got["host_bound"]["n"] == len(bound)
+            assert got["all"]["n"] == got["host_bound"]["n"] + got["not_host_bound"]["n"]
+        ids[f"{gpu}/bound"] = {r["id"] for r in rows if host_bound(r)}
+    both = ids["h100"] & ids["h200"]
+    assert paired == (ids["h100/bound"] | ids["h200/bound"]) & both
+    assert all(len(p["call_us"]) == 2 and len(p["kernels_us"]) == 2 for p in doc["pairs"])
