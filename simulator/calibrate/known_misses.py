@@ -279,7 +279,9 @@ MISS_CLASSES: tuple[MissClass, ...] = (
         "host-bound calls",
         "calls bound by the host: their kernels ran on the GPU for under "
         f"{HOST_BOUND_SHARE:.0%} of the call (Nsight Compute), small backward problems above all",
-        "a host cost that varies from call to call: the engine floors a call at one fitted "
+        "a host cost that varies from call to call and from machine to machine (the same "
+        "call measured 0.3-5.3 times as long on the H200's host as on the H100's, its kernels "
+        "within 9%: benchmarks/host_noise.py): the engine floors a call at one fitted "
         "cost per launch, a share of it per tensor descriptor the host makes and one per "
         "backward (host_launch_us, engine.HOST_DESCRIPTOR_LAUNCHES, host_backward_us)",
         host_bound,
