@@ -29,7 +29,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from flashscope.kernels.hopper_forward import WsConfig
+from flashscope.kernels.hopper_forward import WsConfig, tile_ranks
 from flashscope.simulator.calibrate.fa3_rows import config_of
 from flashscope.simulator.core import hardware
 from flashscope.simulator.core.problem import AttentionProblem
@@ -56,14 +56,7 @@ def spans(edges: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return np.where(ok, t0, np.inf).min(1), np.where(ok, t1, -np.inf).max(1)
 
 
-def rank_of(tiles: int, tiles_per_head: int, band: int) -> np.ndarray:
-    """Each launch-order tile's rank in its head (0: heaviest), as `_tile` orders causal tiles
-    (heads whose count the band does not divide are not in these shapes)."""
-    t = np.arange(tiles)
-    return (t % (band * tiles_per_head)) // band
-
-
-def summary(edges: np.ndarray, cfg: WsConfig, band: int) -> dict:
+def summary(edges: np.ndarray, cfg: WsConfig) -> dict:
     start, end = spans(edges)
     span_us = (end - start) / 1e3
     out = {
@@ -72,7 +65,7 @@ def summary(edges: np.ndarray, cfg: WsConfig, band: int) -> dict:
     }
     if not cfg.persistent:  # program = tile
         per_head = -(-SHAPE[2] // cfg.tile_m)
-        rank = rank_of(len(span_us), per_head, band)
+        rank = tile_ranks(cfg, SHAPE[0] * SHAPE[1], SHAPE[2])
         out["mean_tile_us_by_rank"] = [float(span_us[rank == r].mean()) for r in range(per_head)]
     return out
 
@@ -140,7 +133,7 @@ def main() -> int:
     for key, row in rows.items():
         name, band = key.rsplit("_b", 1)
         cfg = replace(CONFIGS[name], band=int(band))
-        row.update(summary(edges[key], cfg, int(band)))
+        row.update(summary(edges[key], cfg))
         row["median_ms"] = sorted(row["ms"])[1]
         model = config_of(f"ws{cfg.as_list()}")
         row["fa3_model_ms"] = simulate_fa3(problem, model, gpu).time_ns / 1e6

@@ -828,18 +828,23 @@ def _half(cfg: WsConfig, causal: bool) -> bool:
     return causal and HALF_STEPS and not cfg.pipeline and cfg.tile_m % cfg.block_n != 0
 
 
-def tile_costs(cfg: WsConfig, rows: int, n_q: int, n_k: int, halves: bool) -> np.ndarray:
-    """The causal tiles of a launch in launch order (`_tile`'s arithmetic, on the host), each
-    costed for `schedule`: its key blocks (with `halves`, the kernel's HALF, a half step as
-    half) and one more for the tile's own work (its Q, O and LSE, the pipeline filling and
-    draining)."""
+def tile_ranks(cfg: WsConfig, rows: int, n_q: int) -> np.ndarray:
+    """Each causal tile's rank in its (batch, head) row, in launch order (`_tile`'s arithmetic,
+    on the host): 0 for the row's heaviest (bottom) query block."""
     t = np.arange(cfg.tiles(rows, n_q))
     n_mb = -(-n_q // cfg.tile_m)
     band = cfg.band or rows
     first = t // (band * n_mb) * band
     size = np.minimum(band, rows - first)
-    rank = (t - first * n_mb) // size
-    m0 = n_q - (rank + 1) * cfg.tile_m  # = N_Q − (n_mb − pid_m)·TILE_M
+    return (t - first * n_mb) // size
+
+
+def tile_costs(cfg: WsConfig, rows: int, n_q: int, n_k: int, halves: bool) -> np.ndarray:
+    """The causal tiles of a launch in launch order (`_tile`'s arithmetic, on the host), each
+    costed for `schedule`: its key blocks (with `halves`, the kernel's HALF, a half step as
+    half) and one more for the tile's own work (its Q, O and LSE, the pipeline filling and
+    draining)."""
+    m0 = n_q - (tile_ranks(cfg, rows, n_q) + 1) * cfg.tile_m  # = N_Q − (n_mb − pid_m)·TILE_M
     hi = np.clip(np.minimum(n_k, m0 + cfg.tile_m + n_k - n_q), 0, None)
     steps = np.maximum(-(-hi // cfg.block_n), 1)
     if halves:
@@ -1074,9 +1079,9 @@ MAX_PLANS = 256
 
 def _plan(q, k, v, o, lse, causal: bool, scale: float, cfg: WsConfig, sms: int) -> _Plan:
     args, constexprs, options = _arguments(q, k, v, o, lse, causal, scale, cfg, sms)
-    programs = cfg.programs(cfg.tiles(q.shape[0] * q.shape[1], q.shape[2]), sms)
+    sizes = tuple(args[6:12])  # H, GROUP, N_Q, N_K, tiles, band
     schedule = args[12] if args[12] is not lse else None
-    return _Plan((programs,), tuple(args[6:12]), schedule, constexprs, options,
+    return _Plan((cfg.programs(sizes[4], sms),), sizes, schedule, constexprs, options,
                  signature(_attn_fwd_ws, args, constexprs, options))  # fmt: skip
 
 
