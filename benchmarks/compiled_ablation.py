@@ -110,6 +110,13 @@ def resimulated(doc: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def report(doc: dict[str, Any], out: Path) -> None:
+    """One line on a dataset written to `out`: its rows, time MAPE and share within 10%."""
+    t = doc["summary"]["all"]["time"]
+    print(f"{len(doc['rows'])} rows → {out}: time MAPE {t['mape_pct']:.1f}%, "
+          f"{t['within_10pct']:.0%} within 10%")  # fmt: skip
+
+
 def stats(rows: list[dict[str, Any]]) -> dict[str, Any]:
     out: dict[str, Any] = {"rows": len(rows)}
     for name, sim, meas in (("time", "simulated_us", "measured_us"),

@@ -24,7 +24,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.compiled_ablation import resimulated
+from benchmarks.compiled_ablation import report, resimulated
 
 SWEEP = "fresh"
 
@@ -54,9 +54,7 @@ def main() -> int:
     name = args.out.name.removesuffix(".gz")
     with open(args.out, "wb") as f, gzip.GzipFile(name, "wb", 9, f, mtime=0) as z:
         z.write(json.dumps(doc).encode())
-    t = doc["summary"]["all"]["time"]
-    print(f"{len(doc['rows'])} rows → {args.out}: time MAPE {t['mape_pct']:.1f}%, "
-          f"{t['within_10pct']:.0%} within 10%")  # fmt: skip
+    report(doc, args.out)
     return 0
 
 

@@ -23,6 +23,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from flashscope.simulator.calibrate.known_misses import host_bound
+from flashscope.simulator.calibrate.validation import error_stats
 
 DATA = ROOT / "app" / "data"
 DATASETS = {"h100": "validation-users-h100-2026-11-26.json.gz",
@@ -41,9 +42,9 @@ def spread(xs: list[float]) -> dict:
 
 
 def mape(rows: list[dict]) -> dict:
-    errs = [abs(r["simulated_us"] / r["measured_us"] - 1) for r in rows]
-    return {"n": len(errs), "mape_pct": 100 * statistics.mean(errs),
-            "within_10pct": sum(e <= 0.1 for e in errs) / len(errs)}  # fmt: skip
+    """The time's error figures of `rows` (the validation summary's)."""
+    return error_stats([r["id"] for r in rows], [r["measured_us"] for r in rows],
+                       [r["simulated_us"] for r in rows])  # fmt: skip
 
 
 def main() -> int:

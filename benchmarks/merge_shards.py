@@ -20,7 +20,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.compiled_ablation import resimulated
+from benchmarks.compiled_ablation import report, resimulated
 
 SAME = ("sweep", "sweep_file", "gpu", "device", "torch", "triton", "cuda", "sms", "l2_bytes")
 
@@ -51,11 +51,9 @@ def main() -> int:
     ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args()
     out = resimulated(merged([json.loads(p.read_text()) for p in args.parts]))
-    out["parts"] = len(args.parts)
+    out["parts"] = len(args.parts)  # the re-simulation keeps only a dataset's own fields
     args.out.write_text(json.dumps(out, indent=1) + "\n")
-    t = out["summary"]["all"]["time"]
-    print(f"{len(out['rows'])} rows → {args.out}: time MAPE {t['mape_pct']:.1f}%, "
-          f"{t['within_10pct']:.0%} within 10%")  # fmt: skip
+    report(out, args.out)
     return 0
 
 
