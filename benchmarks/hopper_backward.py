@@ -7,13 +7,14 @@ Two parts, written to one JSON file (device, date, versions, raw passes):
   and bf16) against the float64 reference, with the Triton backward's error on the same inputs
   beside it; a row passes when every error is within twice Triton's (+1e-3);
 - time: the papers' protocol (batch × N = 16384, heads × d = 2048), N from 1024 to 16384,
-  d 64 and 128, causal or not, fp16 and bf16; with `--odd`, lengths that fill no tile
-  (N = 1000, 3000, 5000, batch ≈ 16384 / N) at head_dim 80, 96, 128 and 256 instead (80 and 96
-  run padded to 128; at 256 the Gluon kernel does not run). Per row every implementation is
-  timed in turn, `--passes` times over (do_bench medians, L2-sized input rotation); the row's
-  figure is the median pass. The Gluon kernel runs with each candidate configuration.
+  d 64 and 128 (or `--dims`), causal or not, fp16 and bf16; with `--odd`, lengths that fill no
+  tile (N = 1000, 3000, 5000, batch ≈ 16384 / N) at head_dim 80, 96, 128 and 256 instead (80 and
+  96 run padded to 128). Per row every implementation is timed in turn, `--passes` times over
+  (do_bench medians, L2-sized input rotation); the row's figure is the median pass. The Gluon
+  kernel runs with each candidate configuration.
 
-    python benchmarks/hopper_backward.py [--quick] [--dtype fp16|bf16] [--odd] [--out FILE]
+    python benchmarks/hopper_backward.py [--quick] [--dtype fp16|bf16] [--odd] [--dims 256]
+        [--no-check] [--out FILE]
 
 `--table` prints the tuned-table entries of the buckets where a Gluon configuration beat the
 Triton backward by 2% or more in that result: kernels/tuned.json's "bwd-ws" section, or from an
@@ -42,12 +43,17 @@ CHECK_SHAPES = [  # (batch, heads, kv_heads, n_q, n_k, d, causal)
     (1, 2, 2, 130, 70, 128, False), (1, 2, 2, 1, 129, 128, True),
     (1, 4, 1, 3001, 3001, 64, True), (1, 4, 2, 1000, 1000, 96, True),
     (1, 3, 3, 777, 2049, 80, False), (2, 2, 2, 300, 300, 40, True),
+    (2, 4, 4, 256, 256, 256, False), (2, 4, 4, 256, 256, 256, True),
+    (1, 4, 2, 1000, 1000, 256, True), (1, 3, 3, 777, 2049, 256, True),
+    (1, 3, 3, 2049, 777, 256, False), (1, 2, 2, 1, 129, 256, True),
+    (1, 2, 2, 130, 70, 256, False), (1, 4, 1, 1000, 3001, 192, False),
+    (1, 2, 2, 300, 300, 160, True),
 ]  # fmt: skip
 ODD_LENS, ODD_DIMS = (1000, 3000, 5000), (80, 96, 128, 256)
 WIN = 0.98  # a Gluon configuration is routed where it takes at most this share of Triton's time
 
 
-def check_rows(dtypes) -> list[dict]:
+def check_rows(dtypes, dims=None) -> list[dict]:
     import torch
 
     from flashscope.kernels.backward import launch_backward
@@ -58,6 +64,8 @@ def check_rows(dtypes) -> list[dict]:
 
     rows = []
     for b, h, h_kv, n_q, n_k, d, causal in CHECK_SHAPES:
+        if dims is not None and pad_dim(d) not in {pad_dim(x) for x in dims}:
+            continue
         for dtype in dtypes:
             torch.manual_seed(n_q * 31 + n_k)
             q = torch.randn(b, h, n_q, d, device="cuda", dtype=dtype)
@@ -191,6 +199,14 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help=f"time N in {ODD_LENS} and head_dim in {ODD_DIMS} instead of the protocol",
     )
+    ap.add_argument(
+        "--dims",
+        type=int,
+        nargs="+",
+        help="head dims of the protocol's rows "
+        "(default 64 128); the check keeps the shapes run at these",
+    )
+    ap.add_argument("--no-check", action="store_true", help="time only")
     ap.add_argument("--out", type=Path)
     ap.add_argument("--table", type=Path, help="print the tuned-table entries of this result")
     args = ap.parse_args(argv)
@@ -216,12 +232,12 @@ def main(argv: list[str] | None = None) -> int:
         "protocol": "batch × N = 16384, heads × d = 2048; do_bench medians (L2 flushed, inputs "
         "rotated past L2); row ms = median of the passes; TFLOP/s with 2.5 × 4·B·H·N²·d "
         "(halved when causal)",
-        "check": check_rows(dtypes),
+        "check": [] if args.no_check else check_rows(dtypes, args.dims),
         "time": time_rows(
             dtypes,
             ODD_LENS if args.odd else (2048, 16384) if args.quick else SEQ_LENS,
             1 if args.quick else args.passes,
-            ODD_DIMS if args.odd else (64, 128),
+            args.dims or (ODD_DIMS if args.odd else (64, 128)),
         ),
     }
     gpu = doc["device"].replace(" ", "-")

@@ -23,14 +23,23 @@ work of one key block is split between warpgroups, after FlashAttention-3's back
   another's products;
 - the loader gives its registers up to the consumers (`warp_specialize`'s budgets).
 
+At head dims past 128 (`_attn_bwd_split`) a warpgroup's dK and dV of 64 keys would not fit its
+registers, so the two warpgroups share one block of 64 keys by halves of the head dimension:
+each finds Pᵀ and dSᵀ for half the step's query rows, both halves meet in shared memory, and
+each then runs dV, dK and dQ for its half of the columns. dQ's tiles go out through the step's
+Q and dO stage once both warpgroups are done with it (shared memory holds nothing else free).
+Against per-element atomics for dQ this took d = 256 from 0.68–0.75× sdpa-cudnn to 0.79–0.92× on
+an H100 (benchmarks/results/hopper-backward-*-d256*.json).
+
 The pass that computes D = rowsum(dO ∘ O) also zeroes the fp32 dQ buffer, the kernel adds dQ
 already scaled, and one cast finishes it: two passes over the buffer fewer than the Triton
 backward's atomic route (a fill of its own and a scale), which took about 5% off a d = 128,
 N = 2048 call on an H100. Five products per tile pair, as the FlashAttention-2 paper counts them.
 
 Limits (`supports` says why a call does not qualify; the Triton backward runs everything else):
-a Hopper GPU, fp16 or bf16, head_dim 33 to 128, inputs that flatten to (B·H·N, d) with rows on
-16-byte boundaries. A head_dim that is not 64 or 128 runs at the next of them: the copy engine
+a Hopper GPU, fp16 or bf16, head_dim 33 to 256 (past 128: two consumers, 64-row query blocks),
+inputs that flatten to (B·H·N, d) with rows on 16-byte boundaries. A head_dim that is not 64,
+128 or 256 runs at the next of them: the copy engine
 fills the columns past d with zeros on the way in and drops them on the way out, and dK and dV
 store d columns. Any N_q and N_k: a last key block that N_k does not fill masks its keys and
 stores only its own rows; a last query block that N_q does not fill reads no LSE or D past N_q
@@ -94,9 +103,10 @@ MAX_BAND = 256
 class BwdConfig:
     """One launch of the warp-specialized backward.
 
-    consumers: warpgroups per program, each owning 64 keys (the key block is 64·consumers);
-    block_m: query rows per step; stages: depth of the Q/dO ring; band: the programs in bands
-    of that many heads, key block by key block (`_block`); 0: head after head.
+    consumers: warpgroups per program, each owning 64 keys (the key block is 64·consumers;
+    at head_dim 256 two warpgroups share a block of 64 keys by halves of the head dimension,
+    `_attn_bwd_split`); block_m: query rows per step; stages: depth of the Q/dO ring; band: the
+    programs in bands of that many heads, key block by key block (`_block`); 0: head after head.
     """
 
     consumers: int = 2
@@ -114,9 +124,9 @@ class BwdConfig:
         if not (isinstance(self.band, int) and 0 <= self.band <= MAX_BAND):
             raise ValueError(f"band must be 0 to {MAX_BAND}, got {self.band!r}")
 
-    @property
-    def block_n(self) -> int:
-        return KEYS_PER_CONSUMER * self.consumers
+    def keys(self, head_dim: int) -> int:
+        """Keys per program (the key block) at `head_dim` as run."""
+        return KEYS_PER_CONSUMER * (1 if head_dim > 128 else self.consumers)
 
     def as_list(self) -> list[int]:
         """As the tuned table holds it (a band of 0 left out)."""
@@ -132,21 +142,26 @@ class BwdConfig:
 
     def shared_bytes(self, head_dim: int, elem: int = 2) -> int:
         """K and V of the block, the Q/dO ring with each step's LSE and D (fp32), two buffers
-        of the block's dSᵀ, and the mbarriers."""
-        kv = 2 * self.block_n * head_dim * elem
+        of the block's dSᵀ (and of Pᵀ at head_dim 256), the fp32 dQ tiles the copy engine adds
+        (none at 256: dQ goes out by atomics) and the mbarriers."""
+        keys = self.keys(head_dim)
+        kv = 2 * keys * head_dim * elem
         ring = self.stages * self.block_m * (2 * head_dim * elem + 2 * 4)
-        ds = 2 * self.block_n * self.block_m * elem
-        dq = self.block_m * head_dim * 4
+        split = head_dim > 128
+        ds = 2 * keys * self.block_m * elem * (2 if split else 1)
+        dq = 0 if split else self.block_m * head_dim * 4
         return kv + ring + ds + dq + 8 * (5 + 2 * self.stages)
 
 
 # The configurations benchmarks/hopper_backward.py times per head_dim (and the tuned table picks
 # from): two warpgroups of 64 keys; at 64, query blocks of 64 or 128 rows; at 128, a ring of 2 or
 # 3 stages (the registers leave no room for 128-row query blocks); the fastest of each also in
-# bands of 16 heads (`_block`).
+# bands of 16 heads (`_block`). At 256 the two warpgroups share 64 keys, and shared memory holds
+# a ring of two stages at most.
 CANDIDATES = {
     64: (BwdConfig(2, 64, 2), BwdConfig(2, 128, 2), BwdConfig(2, 128, 2, 16)),
     128: (BwdConfig(2, 64, 2), BwdConfig(2, 64, 3), BwdConfig(2, 64, 2, 16)),
+    256: (BwdConfig(2, 64, 2), BwdConfig(2, 64, 2, 16)),
 }
 
 
@@ -470,13 +485,217 @@ def _attn_bwd_ws(q_desc, k_desc, v_desc, do_desc, LSE, DELTA, DQ, DK, DV, qk_sca
 # fmt: on
 
 
+# fmt: off
+@gluon.jit
+def _split_step(dk, dv, st, s, qb, q_row0, key0, masked, ctx, s_layout: gl.constexpr,
+                o_layout: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr,
+                STAGES: gl.constexpr, C: gl.constexpr, DIM: gl.constexpr, NEXT: gl.constexpr):
+    """Ring step s, query block qb, for warpgroup C of the head-dim split (`_split_consumer`):
+    its half of the block's queries against all 64 keys for Pᵀ and dSᵀ, then its half of the
+    head dim for dK, dV and dQ over the whole step. NEXT: issue the next step's Sᵀ before this
+    step's dQ is added (returned with dK and dV)."""
+    (k_smem, v_smem, pt_smem, ds_smem, q_smem, do_smem, lse_smem, delta_smem, q_ready, q_empty,
+     q_used, ds_ready, ds_free, DQ, qk_scale2, scale, bounds) = ctx
+    dtype: gl.constexpr = k_smem.dtype
+    HALF_M: gl.constexpr = BLOCK_M // 2
+    HALF_D: gl.constexpr = HEAD_DIM // 2
+    off, _, n_k = bounds
+    slot = s % STAGES
+    zero = gl.zeros([64, HALF_M], gl.float32, s_layout)
+    do_c = do_smem.index(slot).slice(C * HALF_M, HALF_M)
+    dpt = warpgroup_mma(v_smem, do_c.permute((1, 0)), zero, use_acc=False, is_async=True)
+    m0 = qb * BLOCK_M + C * HALF_M  # the warpgroup's first query row of the step
+    cols = m0 + gl.arange(0, HALF_M, layout=gl.SliceLayout(0, s_layout))
+    lse2 = lse_smem.index(slot).slice(C * HALF_M, HALF_M).load(gl.SliceLayout(0, s_layout))
+    pt = gl.exp2(st * qk_scale2 - lse2[None, :])
+    if masked:
+        rows = key0 + gl.arange(0, 64, layout=gl.SliceLayout(1, s_layout))
+        keep = (rows[:, None] <= cols[None, :] + off) & (rows < n_k)[:, None]
+        pt = gl.where(keep, pt, 0.0)
+    dpt = warpgroup_mma_wait(0, deps=(dpt,))
+    delta = delta_smem.index(slot).slice(C * HALF_M, HALF_M).load(gl.SliceLayout(0, s_layout))
+    ds16 = (pt * (dpt - delta[None, :])).to(dtype)
+    p16 = pt.to(dtype)
+    # Pᵀ and dSᵀ of the warpgroup's queries into the step's buffers (two, in turn); once both
+    # warpgroups' halves are in, each runs its columns of dV += Pᵀ dO, dK += dSᵀ Q and
+    # dQ = dS K over the whole step
+    buf = s % 2
+    mbarrier.wait(ds_free.index(buf), ((s // 2) & 1) ^ 1)  # a fresh barrier counts as freed
+    pt_smem.index(buf).slice(C * HALF_M, HALF_M, dim=1).store(p16)
+    ds_smem.index(buf).slice(C * HALF_M, HALF_M, dim=1).store(ds16)
+    fence_async_shared()
+    mbarrier.arrive(ds_ready.index(buf), count=1)
+    mbarrier.wait(ds_ready.index(buf), (s // 2) & 1)
+    # dQ first, so that its registers are free again before the next step's Sᵀ is issued
+    dq = warpgroup_mma(ds_smem.index(buf).permute((1, 0)),
+                       k_smem.slice(C * HALF_D, HALF_D, dim=1),
+                       gl.zeros([BLOCK_M, HALF_D], gl.float32, o_layout), use_acc=False,
+                       is_async=True)
+    dv = warpgroup_mma(pt_smem.index(buf), do_smem.index(slot).slice(C * HALF_D, HALF_D, dim=1),
+                       dv, is_async=True)
+    dk = warpgroup_mma(ds_smem.index(buf), q_smem.index(slot).slice(C * HALF_D, HALF_D, dim=1),
+                       dk, is_async=True)
+    dq = warpgroup_mma_wait(2, deps=(dq,))
+    dv, dk = warpgroup_mma_wait(0, deps=(dv, dk))
+    mbarrier.arrive(ds_free.index(buf), count=1)
+    # The warpgroup's columns of dQ, scaled, go out through shared memory and the copy engine
+    # adds them into the fp32 buffer (cp.reduce.async.bulk). Shared memory has no room left for
+    # a tile of its own: once both warpgroups are done with the step's Q and dO, warpgroup 0
+    # puts its 64 × HEAD_DIM/2 fp32 tile where Q was and warpgroup 1 where dO was (32 KiB each),
+    # and the stage goes back to the loader once the copy engine has read it. Rows past N_q
+    # hold zeros (their P is 0), so the tile needs no mask.
+    mbarrier.arrive(q_used.index(slot), count=1)
+    mbarrier.wait(q_used.index(slot), (s // STAGES) & 1)
+    if C == 0:
+        tile = q_smem.index(slot)._reinterpret(gl.float32, [BLOCK_M, HALF_D], DQ.layout)
+    else:
+        tile = do_smem.index(slot)._reinterpret(gl.float32, [BLOCK_M, HALF_D], DQ.layout)
+    tile.store(dq * scale)
+    fence_async_shared()
+    _reduce_add(DQ, [q_row0 + qb * BLOCK_M, C * HALF_D], tile)
+    if NEXT:
+        st = _split_issue(k_smem, q_smem, q_ready, s + 1, s_layout, BLOCK_M, STAGES, C)
+    tma.store_wait(0)
+    mbarrier.arrive(q_empty.index(slot), count=1)
+    if NEXT:
+        # (waited here, not at the next step: an accumulator in flight across the loop's back
+        # edge makes ptxas serialize every wgmma of the kernel)
+        st = warpgroup_mma_wait(0, deps=(st,))
+        return dk, dv, st
+    else:
+        return dk, dv
+
+
+@gluon.jit
+def _split_issue(k_smem, q_smem, q_ready, s, s_layout: gl.constexpr, BLOCK_M: gl.constexpr,
+                 STAGES: gl.constexpr, C: gl.constexpr):
+    """Issue Sᵀ = K Qᵀ of ring step s for warpgroup C's half of the queries (asynchronous),
+    once its Q and dO landed."""
+    HALF_M: gl.constexpr = BLOCK_M // 2
+    slot = s % STAGES
+    mbarrier.wait(q_ready.index(slot), (s // STAGES) & 1)
+    zero = gl.zeros([64, HALF_M], gl.float32, s_layout)
+    q_c = q_smem.index(slot).slice(C * HALF_M, HALF_M)
+    return warpgroup_mma(k_smem, q_c.permute((1, 0)), zero, use_acc=False, is_async=True)
+
+
+@gluon.jit
+def _split_consumer(args, C: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr,
+                    STAGES: gl.constexpr, CAUSAL: gl.constexpr, KEY_EDGE: gl.constexpr,
+                    DIM: gl.constexpr, BAND: gl.constexpr):
+    """Warpgroup C of two sharing a block of 64 keys at head_dim 256: columns
+    [HEAD_DIM/2 · C, HEAD_DIM/2 · (C + 1)) of the block's dK and dV through every step, then
+    their store."""
+    (k_smem, v_smem, q_smem, do_smem, lse_smem, delta_smem, pt_smem, ds_smem, kv_ready, q_ready,
+     q_empty, q_used, ds_ready, ds_free, DQ, DK, DV, qk_scale2, scale, N_Q, N_K, H, GROUP) = args
+    HALF_D: gl.constexpr = HEAD_DIM // 2
+    s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                       instr_shape=[16, BLOCK_M // 2, 16])
+    o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                       instr_shape=[16, HALF_D, 16])
+    dtype: gl.constexpr = k_smem.dtype
+    j, bkv = _block(BAND)
+    key0 = j * 64
+    dk = gl.zeros([64, HALF_D], gl.float32, o_layout)
+    dv = gl.zeros([64, HALF_D], gl.float32, o_layout)
+    first, unmasked, n_qb = _steps(j, N_Q, N_K, BLOCK_M, 64, CAUSAL)
+    if CAUSAL:
+        off = N_K - N_Q
+        edge = False
+    else:
+        off = N_K + N_Q
+        edge = KEY_EDGE and (j + 1) * 64 > N_K
+    ctx = (k_smem, v_smem, pt_smem, ds_smem, q_smem, do_smem, lse_smem, delta_smem, q_ready,
+           q_empty, q_used, ds_ready, ds_free, DQ, qk_scale2, scale, (off, N_Q, N_K))
+    per_head = n_qb - first
+    total = GROUP * per_head
+    mbarrier.wait(kv_ready, 0)
+    if total > 0:
+        st = _split_issue(k_smem, q_smem, q_ready, 0, s_layout, BLOCK_M, STAGES, C)
+        st = warpgroup_mma_wait(0, deps=(st,))
+        for s in range(total - 1):
+            g = s // per_head
+            qb = first + s - g * per_head
+            q_row0 = _q_row(bkv, g, H, GROUP, N_Q)
+            dk, dv, st = _split_step(dk, dv, st, s, qb, q_row0, key0, edge or qb < unmasked,
+                                     ctx, s_layout, o_layout, HEAD_DIM, BLOCK_M, STAGES, C,
+                                     DIM, True)
+        s = total - 1
+        q_row0 = _q_row(bkv, GROUP - 1, H, GROUP, N_Q)
+        dk, dv = _split_step(dk, dv, st, s, n_qb - 1, q_row0, key0, edge or n_qb - 1 < unmasked,
+                             ctx, s_layout, o_layout, HEAD_DIM, BLOCK_M, STAGES, C, DIM, False)
+    # the warpgroup's columns of dK and dV, those below DIM; a block that N_K does not fill
+    # stores its own rows only
+    r = gl.arange(0, 64, layout=gl.SliceLayout(1, o_layout))
+    c = C * HALF_D + gl.arange(0, HALF_D, layout=gl.SliceLayout(0, o_layout))
+    rows = (bkv * N_K + key0 + r).to(gl.int64)
+    offs = rows[:, None] * DIM + c[None, :]
+    if KEY_EDGE or DIM < HEAD_DIM:
+        inside = ((key0 + r) < N_K)[:, None] & (c < DIM)[None, :]
+        gl.store(DK + offs, (dk * scale).to(dtype), mask=inside)
+        gl.store(DV + offs, dv.to(dtype), mask=inside)
+    else:
+        gl.store(DK + offs, (dk * scale).to(dtype))
+        gl.store(DV + offs, dv.to(dtype))
+
+
+@gluon.jit
+def _attn_bwd_split(q_desc, k_desc, v_desc, do_desc, LSE, DELTA, DQ, DK, DV, qk_scale2, scale,
+                    H, GROUP, N_Q, N_K, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr,
+                    STAGES: gl.constexpr, CAUSAL: gl.constexpr, KEY_EDGE: gl.constexpr,
+                    CONSUMER_REGS: gl.constexpr, DIM: gl.constexpr, BAND: gl.constexpr):
+    """Program (j, b · H_kv + h_kv) at head_dim 256: key block j (64 keys) of that K/V head,
+    over every query head of its group, two warpgroups sharing the block by halves of the head
+    dimension (`_split_consumer`)."""
+    dtype: gl.constexpr = q_desc.dtype
+    k_smem = gl.allocate_shared_memory(dtype, [64, HEAD_DIM], k_desc.layout)
+    v_smem = gl.allocate_shared_memory(dtype, [64, HEAD_DIM], v_desc.layout)
+    q_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_M, HEAD_DIM], q_desc.layout)
+    do_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_M, HEAD_DIM], do_desc.layout)
+    row_layout: gl.constexpr = gl.SwizzledSharedLayout(vec=1, per_phase=1, max_phase=1, order=[0])
+    lse_smem = gl.allocate_shared_memory(gl.float32, [STAGES, BLOCK_M], row_layout)
+    delta_smem = gl.allocate_shared_memory(gl.float32, [STAGES, BLOCK_M], row_layout)
+    p_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([64, BLOCK_M], dtype)
+    pt_smem = gl.allocate_shared_memory(dtype, [2, 64, BLOCK_M], p_layout)
+    ds_smem = gl.allocate_shared_memory(dtype, [2, 64, BLOCK_M], p_layout)
+    ds_ready = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    ds_free = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    kv_ready = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    q_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    q_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    q_used = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    mbarrier.init(kv_ready, count=1)
+    for s in gl.static_range(STAGES):
+        mbarrier.init(q_ready.index(s), count=2)  # the copies' bytes, and LSE and D stored
+        mbarrier.init(q_empty.index(s), count=2)
+        mbarrier.init(q_used.index(s), count=2)  # both warpgroups' products have read it
+    for b in gl.static_range(2):
+        mbarrier.init(ds_ready.index(b), count=2)
+        mbarrier.init(ds_free.index(b), count=2)
+
+    shared = (k_smem, v_smem, q_smem, do_smem, lse_smem, delta_smem, pt_smem, ds_smem, kv_ready,
+              q_ready, q_empty, q_used, ds_ready, ds_free, DQ, DK, DV, qk_scale2, scale, N_Q, N_K,
+              H, GROUP)
+    loads = (q_desc, k_desc, v_desc, do_desc, k_smem, v_smem, q_smem, do_smem, lse_smem,
+             delta_smem, kv_ready, q_ready, q_empty, LSE, DELTA, N_Q, N_K, H, GROUP)
+    gl.warp_specialize([(_split_consumer, (shared, 0, HEAD_DIM, BLOCK_M, STAGES, CAUSAL, KEY_EDGE,
+                                           DIM, BAND)),
+                        (_split_consumer, (shared, 1, HEAD_DIM, BLOCK_M, STAGES, CAUSAL, KEY_EDGE,
+                                           DIM, BAND)),
+                        (_loader, (loads, BLOCK_M, 64, STAGES, CAUSAL, BAND))],
+                       [4, 1], [CONSUMER_REGS, _LOADER_REGS])
+# fmt: on
+
+
 def supports(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cfg: BwdConfig) -> str | None:
     """None when this kernel can run the backward of the call with `cfg`, else why not."""
     if q.dtype not in _GL_DTYPES:
         return f"needs fp16 or bf16, got {q.dtype}"
     d = q.shape[3]
-    if pad_dim(d) not in (64, 128):
-        return f"needs a head_dim of 33 to 128, got {d}"
+    if pad_dim(d) not in (64, 128, 256):
+        return f"needs a head_dim of 33 to 256, got {d}"
+    if pad_dim(d) == 256 and (cfg.consumers, cfg.block_m) != (2, 64):
+        return f"runs head_dim {d} with 2 consumers and 64-row query blocks only, got {cfg}"
     need = cfg.shared_bytes(pad_dim(d))
     if need > SHARED_LIMIT:
         return f"needs {need} bytes of shared memory per CTA with {cfg} at head_dim {d}"
@@ -487,11 +706,14 @@ def _arguments(q, k, v, do, lse, delta, dq_acc, dk, dv, causal: bool, scale: flo
                cfg: BwdConfig) -> tuple:  # fmt: skip
     """The kernel's (positional arguments, constexprs, launch options)."""
     h, n_q, n_k = q.shape[1], q.shape[2], k.shape[2]
+    d_pad = pad_dim(q.shape[3])
+    split = d_pad > 128
+    keys = cfg.keys(d_pad)
     launch_regs, consumer_regs = cfg.registers()
     args = (
         _descriptor(q, cfg.block_m),
-        _descriptor(k, cfg.block_n),
-        _descriptor(v, cfg.block_n),
+        _descriptor(k, keys),
+        _descriptor(v, keys),
         _descriptor(do, cfg.block_m),
         lse,
         delta,
@@ -506,17 +728,23 @@ def _arguments(q, k, v, do, lse, delta, dq_acc, dk, dv, causal: bool, scale: flo
         n_k,
     )
     constexprs = dict(
-        HEAD_DIM=pad_dim(q.shape[3]),
+        HEAD_DIM=d_pad,
         DIM=q.shape[3],
         BLOCK_M=cfg.block_m,
-        CONSUMERS=cfg.consumers,
         STAGES=cfg.stages,
         CAUSAL=causal,
-        KEY_EDGE=n_k % cfg.block_n != 0,
+        KEY_EDGE=n_k % keys != 0,
         CONSUMER_REGS=consumer_regs,
         BAND=cfg.band,
     )
+    if not split:
+        constexprs["CONSUMERS"] = cfg.consumers
     return args, constexprs, {"num_warps": 4, "maxnreg": launch_regs}
+
+
+def _kernel(head_dim: int):
+    """The kernel that runs `head_dim` (as a program of Triton's)."""
+    return _attn_bwd_split if pad_dim(head_dim) > 128 else _attn_bwd_ws
 
 
 def _dq_descriptor(dq_acc: torch.Tensor, cfg: BwdConfig):
@@ -532,7 +760,7 @@ def _dq_descriptor(dq_acc: torch.Tensor, cfg: BwdConfig):
 
 
 def _grid(k: torch.Tensor, cfg: BwdConfig) -> tuple[int, int]:
-    return (-(-k.shape[2] // cfg.block_n), k.shape[0] * k.shape[1])
+    return (-(-k.shape[2] // cfg.keys(pad_dim(k.shape[3]))), k.shape[0] * k.shape[1])
 
 
 def launch_backward_ws(
@@ -569,7 +797,7 @@ def launch_backward_ws(
     args, constexprs, options = _arguments(
         q, k, v, do, lse, delta, dq_acc, dk, dv, causal, scale, cfg
     )
-    launch(_attn_bwd_ws, _grid(k, cfg), args, constexprs, options)
+    launch(_kernel(q.shape[3]), _grid(k, cfg), args, constexprs, options)
     return dq_acc.to(q.dtype), dk, dv
 
 
@@ -613,12 +841,12 @@ def compile_sm90(
     nothing runs; `edges`: for lengths that fill neither tile): Triton's CompiledKernel."""
     if interpreting():
         raise RuntimeError("compile_sm90 needs TRITON_INTERPRET unset (run it in a process apart)")
-    n = 2 * cfg.block_n * cfg.block_m - (7 if edges else 0)
+    n = 2 * cfg.keys(pad_dim(head_dim)) * cfg.block_m - (7 if edges else 0)
     q = torch.empty(1, 2, n, head_dim, dtype=dtype)
     lse = torch.empty(1, 2, n)
     acc = torch.empty(1, 2, n, head_dim)
     args, constexprs, options = _arguments(q, q, q, q, lse, lse, acc, q, q, causal, 0.1, cfg)
-    return warmup_sm90(_attn_bwd_ws, args, constexprs, options)
+    return warmup_sm90(_kernel(head_dim), args, constexprs, options)
 
 
 def compile_report(configs: list[tuple[BwdConfig, int]], edges: bool = False) -> list[dict]:

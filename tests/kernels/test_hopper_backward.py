@@ -39,16 +39,19 @@ def test_a_bad_configuration_is_refused_by_name(bad: dict) -> None:
         BwdConfig(**bad)
 
 
-@pytest.mark.parametrize("cfg", [c for cs in CANDIDATES.values() for c in cs], ids=str)
-def test_the_candidates_fit_one_sms_registers_and_shared_memory(cfg: BwdConfig) -> None:
+@pytest.mark.parametrize(
+    ("d", "cfg"), [(d, c) for d, cs in CANDIDATES.items() for c in cs], ids=str
+)
+def test_the_candidates_fit_one_sms_registers_and_shared_memory(d: int, cfg: BwdConfig) -> None:
     launch, consumer = cfg.registers()
     warps = 4 * (cfg.consumers + 1)
     assert launch * 32 * warps <= REGS_PER_SM
     assert consumer * 128 * cfg.consumers + LOADER_REGS * 128 <= launch * 32 * warps
-    assert consumer == 240  # what the dK and dV accumulators of 64 keys at d = 128 need
-    d = next(d for d, cs in CANDIDATES.items() if cfg in cs)
+    # what the dK and dV accumulators of 64 keys need at d = 128 (at 256: half the columns each)
+    assert consumer == 240
     assert cfg.shared_bytes(d) <= SHARED_LIMIT
-    assert cfg.block_n == 64 * cfg.consumers
+    # at 256 two warpgroups share 64 keys (the head dimension split between them)
+    assert cfg.keys(d) == (64 if d == 256 else 64 * cfg.consumers)
 
 
 def test_a_call_that_does_not_qualify_says_why() -> None:
@@ -56,11 +59,15 @@ def test_a_call_that_does_not_qualify_says_why() -> None:
     q = torch.zeros(1, 2, 128, 128)
     assert "fp16 or bf16" in supports(q, q, q, cfg)
     q = q.half()
-    for d in (16, 32, 136, 256):
+    for d in (16, 32, 264, 512):
         odd = torch.zeros(1, 2, 128, d, dtype=torch.half)
-        assert "head_dim of 33 to 128" in supports(odd, odd, odd, cfg)
-    padded = torch.zeros(1, 2, 128, 96, dtype=torch.half)  # runs at 128: only the GPU is missing
-    assert "Hopper GPU" in supports(padded, padded, padded, cfg)
+        assert "head_dim of 33 to 256" in supports(odd, odd, odd, cfg)
+    for d in (96, 192):  # run at 128 and 256: only the GPU is missing
+        padded = torch.zeros(1, 2, 128, d, dtype=torch.half)
+        assert "Hopper GPU" in supports(padded, padded, padded, cfg)
+    wide = torch.zeros(1, 2, 128, 256, dtype=torch.half)
+    for other in (BwdConfig(1, 64, 2), BwdConfig(2, 128, 2)):
+        assert "2 consumers and 64-row query blocks" in supports(wide, wide, wide, other)
     assert "(B·H·N, d)" in supports(q.transpose(1, 2), q, q, cfg)
     assert "Hopper GPU" in supports(q, q, q, cfg)  # CPU tensors
     assert "shared memory" in supports(q, q, q, BwdConfig(2, 128, 3))  # 128 rows at d = 128
