@@ -320,8 +320,9 @@ WS_FP32 = 3.5
 @dataclasses.dataclass(frozen=True)
 class WsConfig:
     """One launch of the warp-specialized backward (kernels/hopper_backward.BwdConfig):
-    consumers warpgroups of 64 keys each, block_m query rows per step, a ring of `stages`
-    Q/dO buffers, programs in bands of `band` heads (0: head after head)."""
+    consumers warpgroups of 64 keys each (at a head_dim run at 256, two sharing 64 keys by
+    halves of the head dimension), block_m query rows per step, a ring of `stages` Q/dO
+    buffers, programs in bands of `band` heads (0: head after head)."""
 
     consumers: int = 2
     block_m: int = 64
@@ -334,13 +335,13 @@ class WsConfig:
         if self.stages not in (1, 2, 3) or not 0 <= self.band <= 256:
             raise ValueError("the ws backward takes 1 to 3 stages and bands of 0 to 256 heads")
 
-    @property
-    def block_n(self) -> int:
-        return KEYS_PER_CONSUMER * self.consumers
+    def keys(self, head_dim: int) -> int:
+        """Keys per program (kernels/hopper_backward.BwdConfig.keys)."""
+        split = pad_head_dim(head_dim) > 128
+        return KEYS_PER_CONSUMER * (1 if split else self.consumers)
 
-    @property
-    def tiles(self) -> TileConfig:
-        return TileConfig(self.block_m, self.block_n, self.stages, 4 * self.consumers)
+    def tiles(self, head_dim: int) -> TileConfig:
+        return TileConfig(self.block_m, self.keys(head_dim), self.stages, 4 * self.consumers)
 
 
 @lru_cache
@@ -358,8 +359,8 @@ def tuned_ws() -> dict[str, dict[str, dict[str, list[int]]]]:
 
 def ws_supports(p: AttentionProblem) -> bool:
     """Whether the Gluon backward can run `p` (kernels/hopper_backward.supports, less the
-    tensors' layout): fp16 or bf16, head_dim 33 to 128 with rows on 16-byte boundaries."""
-    return p.dtype in WS_DTYPES and 33 <= p.head_dim <= 128 and p.head_dim * p.dtype_bytes % 16 == 0
+    tensors' layout): fp16 or bf16, head_dim 33 to 256 with rows on 16-byte boundaries."""
+    return p.dtype in WS_DTYPES and 33 <= p.head_dim <= 256 and p.head_dim * p.dtype_bytes % 16 == 0
 
 
 def ws_config(gpu_key: str, p: AttentionProblem) -> WsConfig | None:
@@ -405,8 +406,9 @@ def band_order(n_kv: int, heads: int, band: int) -> np.ndarray:
 
 def _ws_kernel(p: AttentionProblem, cfg: WsConfig) -> Launch:
     """The Gluon backward's kernel: the atomic route's dK/dV kernel with the key block split
-    between `consumers` warpgroups and dQ's share reduce-added from shared memory."""
-    t = cfg.tiles
+    between `consumers` warpgroups (at head_dim 256: 64 keys, the head dimension split) and
+    dQ's share reduce-added from shared memory."""
+    t = cfg.tiles(p.head_dim)
     w = _dkdv_kernel(p, t, atomic=True, fp32_per_score=WS_FP32)
     n_kv = cdiv(p.seq_k, t.block_n)
     w = dataclasses.replace(
@@ -574,7 +576,7 @@ def build(
         if chosen == "ws":
             if not ws_supports(p):
                 raise ValueError(
-                    "route ws (the Gluon backward) takes fp16 or bf16 and head_dim 33-128, "
+                    "route ws (the Gluon backward) takes fp16 or bf16 and head_dim 33-256, "
                     "a multiple of 8"
                 )
             cfg = ws or ws_config(gpu_key, p) or default_ws(p)
@@ -629,7 +631,8 @@ def ctas_of(
     chosen = route or default_route(gpu_key, p)
     if chosen == "ws":
         cfg = ws_config(gpu_key, p) or default_ws(p)
-        return pre + cdiv(p.seq_k, cfg.block_n) * p.batch * p.kv_heads + cdiv(p.seq_q, 64) * bh
+        keys = cfg.keys(p.head_dim)
+        return pre + cdiv(p.seq_k, keys) * p.batch * p.kv_heads + cdiv(p.seq_q, 64) * bh
     if chosen == "separate":
         return pre + cdiv(p.seq_q, (dq_tiles or t).block_m) * bh + dkdv
     return pre + 3 * cdiv(p.seq_q, 64) * bh + dkdv
