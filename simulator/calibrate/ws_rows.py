@@ -6,9 +6,10 @@ protocol on an H100 and an H200, the odd lengths and head_dims on an H100), each
 benchmarks/hopper_backward.py runs them) and a configuration [consumers, block_m, stages(,
 band)] with its measured milliseconds. The split is by problem (`held_out`: a seeded shuffle,
 half the problems of each GPU held out), so every held-out problem keeps all its
-configurations and their ranking can be checked. The engine runs each as
-`kernelplan.build(..., route="ws", ws=...)`: the preprocess that zeroes the dQ buffer, the
-kernel, the cast.
+configurations and their ranking can be checked. The rows of `LATER` (head_dim 256, whose
+kernel came after the fit) are held out whole and summarized apart (`summary`'s "later"). The
+engine runs each as `kernelplan.build(..., route="ws", ws=...)`: the preprocess that zeroes the
+dQ buffer, the kernel, the cast.
 """
 
 from __future__ import annotations
@@ -34,6 +35,13 @@ RESULTS = {
         "hopper-backward-odd-NVIDIA-H100-80GB-HBM3-2026-11-26-dq-fused.json",
     ),
     "h200": ("hopper-backward-NVIDIA-H200-2026-11-27-dq-fused.json",),
+}
+# Results of kernels measured after WS_CHAIN and WS_FP32 were fitted: every row held out.
+LATER = {
+    "h100-sxm": (
+        "hopper-backward-NVIDIA-H100-80GB-HBM3-2026-11-27-d256.json",
+        "hopper-backward-odd-NVIDIA-H100-80GB-HBM3-2026-11-27-d256.json",
+    ),
 }
 SPLIT_SEED = 20261127
 # Pairs of one problem whose measured times differ by more than this share count for ranking.
@@ -68,24 +76,29 @@ def problem_of(row: dict[str, Any]) -> AttentionProblem:
     )
 
 
-def all_rows() -> list[Row]:
+def all_rows(later: bool = False) -> list[Row]:
+    """The rows of `RESULTS`, and with `later` those of `LATER` after them."""
     rows = []
-    for gpu, files in RESULTS.items():
-        for name in files:
-            for r in json.loads((RESULTS_DIR / name).read_text())["time"]:
-                p = problem_of(r)
-                for kind, ms in r["ms"].items():
-                    if kind.startswith("gluon"):
-                        cfg = kernelplan.WsConfig(*json.loads(kind.removeprefix("gluon")))
-                        rows.append(Row(gpu, name, p, cfg, float(ms)))
+    sources = [(g, f) for g, files in RESULTS.items() for f in files]
+    if later:
+        sources += [(g, f) for g, files in LATER.items() for f in files]
+    for gpu, name in sources:
+        for r in json.loads((RESULTS_DIR / name).read_text())["time"]:
+            p = problem_of(r)
+            for kind, ms in r["ms"].items():
+                if kind.startswith("gluon"):
+                    cfg = kernelplan.WsConfig(*json.loads(kind.removeprefix("gluon")))
+                    rows.append(Row(gpu, name, p, cfg, float(ms)))
     return rows
 
 
 def held_out(rows: list[Row]) -> set[tuple[Any, ...]]:
-    """The held-out problems: per GPU, half of them (rounded down) at random (`SPLIT_SEED`)."""
-    out: set[tuple[Any, ...]] = set()
+    """The held-out problems: per GPU, half of those of `RESULTS` (rounded down) at random
+    (`SPLIT_SEED`), and every one of `LATER`."""
+    later = {f for files in LATER.values() for f in files}
+    out: set[tuple[Any, ...]] = {r.problem_key for r in rows if r.source in later}
     for gpu in RESULTS:
-        keys = sorted({r.problem_key for r in rows if r.gpu == gpu})
+        keys = sorted({r.problem_key for r in rows if r.gpu == gpu and r.source not in later})
         random.Random(f"{SPLIT_SEED}/{gpu}").shuffle(keys)
         out.update(keys[: len(keys) // 2])
     return out
@@ -132,7 +145,7 @@ def ranking(rows: list[dict[str, Any]]) -> dict[str, int]:
 
 def compare(rows: list[Row] | None = None) -> list[dict[str, Any]]:
     """Every row (or `rows`, some of them) with its model time and side of the split."""
-    every = all_rows()
+    every = all_rows(later=True)
     rows = every if rows is None else rows
     out = held_out(every)
     return [
@@ -150,10 +163,17 @@ def compare(rows: list[Row] | None = None) -> list[dict[str, Any]]:
 
 
 def summary(compared: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    """Per GPU and side of the split: `errors` and `ranking`."""
+    """Per GPU and side of the split: `errors` and `ranking`; "later": the rows of `LATER`."""
+    later = {f for files in LATER.values() for f in files}
     out: dict[str, dict[str, Any]] = {}
     for gpu in RESULTS:
-        for side, held in (("held_out", True), ("fit", False)):
-            part = [r for r in compared if r["gpu"] == gpu and r["held_out"] == held]
-            out.setdefault(gpu, {})[side] = {**errors(part), "ranking": ranking(part)}
+        mine = [r for r in compared if r["gpu"] == gpu]
+        parts = {
+            "held_out": [r for r in mine if r["held_out"] and r["source"] not in later],
+            "fit": [r for r in mine if not r["held_out"]],
+            "later": [r for r in mine if r["source"] in later],
+        }
+        for side, part in parts.items():
+            if part or side != "later":
+                out.setdefault(gpu, {})[side] = {**errors(part), "ranking": ranking(part)}
     return out

@@ -447,7 +447,8 @@ def test_gluon_backward_matches_the_reference(seed: int, dtype: torch.dtype, mon
     shapes = [(2, 4, 4, 256, 256), (1, 8, 2, 384, 640), (1, 4, 1, 1000, 1000),
               (2, 2, 2, 777, 2049), (1, 2, 2, 2049, 777), (1, 2, 1, 1, 129),
               (1, 2, 2, 130, 70)]  # fmt: skip
-    padded = {64: 40, 128: 96}  # head dims that run at the candidate's, on two of the shapes
+    # head dims that run at the candidate's, on two of the shapes
+    padded = {64: 40, 128: 96, 256: 192}
     for d_pad, configs in CANDIDATES.items():
         cases = [(d_pad, s, c) for s in shapes for c in (False, True)]
         cases += [(padded[d_pad], s, c) for s in shapes[1:3] for c in (False, True)]
@@ -477,12 +478,17 @@ def test_gluon_backward_matches_the_reference(seed: int, dtype: torch.dtype, mon
             assert_close(g, r, lp, f"{name} band={band} {(b, h, hk, n_q, n_k)} {dtype}", seed)
 
 
-@pytest.mark.parametrize("shape", [(2, 4, 2048, 64), (1, 4, 1000, 96)], ids=["whole", "edge"])
+@pytest.mark.parametrize(
+    "shape",
+    [(2, 4, 2048, 64), (1, 4, 1000, 96), (1, 4, 2048, 256), (1, 4, 1000, 192)],
+    ids=["whole", "edge", "whole-256", "edge-192"],
+)
 def test_the_tuned_route_runs_the_gluon_backward(seed: int, shape: tuple, monkeypatch) -> None:
     """Where the tuned table names a configuration, a plain backward through autograd runs the
     Gluon kernel (and gets the Triton kernel's gradients); FLASHSCOPE_WS_BWD=0 keeps Triton.
-    Both shapes are routed on an H100: whole tiles at d = 64, and a length that fills no tile at
-    a head_dim run padded to 128."""
+    Every shape is routed on an H100: whole tiles at d = 64 and 256 (the head dimension split
+    between the warpgroups), and lengths that fill no tile at head dims run padded to 128 and
+    256."""
     from flashscope.kernels import attention, hopper_backward
 
     q, k, v, do = (rand(*shape) for _ in range(4))
