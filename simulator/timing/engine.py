@@ -34,7 +34,8 @@ launch, and its CTAs take the SMs' slots as that launch's CTAs leave them):
    them) adds a latency `mma_chain_ns` that its warpgroup cannot fill itself, at least (work /
    warpgroups along the rows) + iterations · chain · latency (plus, for bulk reduce-adds, what
    `bulk_read_ns` and the tile's transfer take beyond an iteration's work: the copy engine must have
-   read the tile out of its shared-memory buffer before the next iteration's tile goes there; each
+   read the tile out of its shared-memory buffer before the next iteration's tile goes there, or
+   all of it where the kernel waits for that read in the same iteration, `reduce_waited`; each
    reduce-add also costs the warps `reduce_op_ns`). Before the loop: CTA set-up, the tensor
    descriptors it builds itself (`DESCRIPTOR_NS` each), the latency of the first load and the edge
    bytes. c is the residency a full GPU has (CTAs per SM), or ⌈CTAs / SMs⌉ when the grid cannot fill
@@ -391,6 +392,7 @@ class _Work:
     iters: np.ndarray  # (n,)
     wait: np.ndarray | None  # (n,) the waits on products (`chain`), None without
     reduce_write: np.ndarray | None  # (n,) bytes of bulk reduce-adds, None without
+    reduce_waited: bool  # the read of each reduce-add's tile waited for in its own iteration
     kind: str  # "lockstep", "two_stage" or "" (how the CTA's own overlap depends on c)
     along_m: int
     drift: int
@@ -473,7 +475,7 @@ def _work(w: Launch, t: TileConfig, r: _Rates, loop_hit: np.ndarray, spills: boo
     if w.descriptors:
         edge_wait = edge_wait + w.descriptors * DESCRIPTOR_NS * 1e-9
     return _Work(tensor, sfu, vector, loads, local, edge_bytes, w.iters * latency, edge_wait,
-                 w.iters, wait, reduce_write, kind, along_m, drift)  # fmt: skip
+                 w.iters, wait, reduce_write, w.reduce_waited, kind, along_m, drift)  # fmt: skip
 
 
 def _durations(
@@ -554,10 +556,12 @@ def _durations_of(
             # memory before the next tile's goes there (the kernel waits on that read, not on
             # the reduce's completion, and only just before the next store: an iteration
             # later): what the copy engine's start and the tile's transfer take beyond that
-            # iteration's work.
+            # iteration's work. A kernel that waits on the read in the iteration that wrote
+            # the tile (`reduce_waited`) pays all of it.
             it = np.maximum(x.iters, 1)
             bulk = eff.bulk_read_ns * 1e-9 + x.reduce_write / it / r.l2
-            wait = wait + x.iters * np.maximum(bulk - thr / it, 0.0)
+            exposed = bulk if x.reduce_waited else np.maximum(bulk - thr / it, 0.0)
+            wait = wait + x.iters * exposed
         chained = thr / x.along_m + wait
 
     def loop_with(busy: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -417,6 +417,11 @@ def _ws_kernel(p: AttentionProblem, cfg: WsConfig) -> Launch:
         regs=WS_REGS[cfg.consumers],
         chain=WS_CHAIN,
         barrier=True,  # the consumers meet before dQ's share every step
+        # past d = 128 the dQ tiles borrow the step's Q/dO stage, which goes back to the loader
+        # only once the copy engine has read them: each step waits for that read (a kernel
+        # measured with dQ computed but not written ran 0.60x the time,
+        # benchmarks/results/hopper-backward-d256-dq-ablation-*)
+        reduce_waited=pad_head_dim(p.head_dim) > 128,
         # Q, K, V, dO and the dQ buffer described once on the host (TMA)
         host_descriptors=5,
     )
