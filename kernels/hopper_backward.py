@@ -358,6 +358,24 @@ def _step(dk, dv, st, s, qb, q_row0, key0, masked, ctx, s_layout: gl.constexpr,
 
 
 @gluon.jit
+def _store_dkdv(dk, dv, c, DK, DV, row0, key0, N_K, scale, o_layout: gl.constexpr,
+                KEY_EDGE: gl.constexpr, NARROW: gl.constexpr, DIM: gl.constexpr):
+    """Store dK (scaled) and dV of the 64 keys from flattened row `row0` (key `key0` of its
+    head), columns `c`: where the block may pass N_K (KEY_EDGE) or columns reach past DIM
+    (NARROW), only the keys before N_K and the columns before DIM."""
+    dtype: gl.constexpr = DK.dtype.element_ty
+    r = gl.arange(0, 64, layout=gl.SliceLayout(1, o_layout))
+    offs = (row0 + r).to(gl.int64)[:, None] * DIM + c[None, :]
+    if KEY_EDGE or NARROW:
+        inside = ((key0 + r) < N_K)[:, None] & (c < DIM)[None, :]
+        gl.store(DK + offs, (dk * scale).to(dtype), mask=inside)
+        gl.store(DV + offs, dv.to(dtype), mask=inside)
+    else:
+        gl.store(DK + offs, (dk * scale).to(dtype))
+        gl.store(DV + offs, dv.to(dtype))
+
+
+@gluon.jit
 def _consumer(args, C: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr,
               BLOCK_N: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
               KEY_EDGE: gl.constexpr, CONSUMERS: gl.constexpr, DIM: gl.constexpr,
@@ -376,7 +394,6 @@ def _consumer(args, C: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constex
     dq_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                         instr_shape=[16, DQ_N, 16])
     op_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
-    dtype: gl.constexpr = k_smem.dtype
     KEYS: gl.constexpr = 64
     j, bkv = _block(BAND)
     key0 = j * BLOCK_N + C * KEYS  # the warpgroup's first key within the head
@@ -415,19 +432,10 @@ def _consumer(args, C: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constex
                        ctx, s_layout, dq_layout, op_layout, HEAD_DIM, BLOCK_M, STAGES, C,
                        CONSUMERS, ROW_SPLIT, False)
         tma.store_wait(0)  # (before the program's shared memory goes)
-    # dK and dV of the warpgroup's keys, DIM of the HEAD_DIM columns; a block that N_K does not
-    # fill stores its own rows only
-    r = gl.arange(0, KEYS, layout=gl.SliceLayout(1, o_layout))
+    # dK and dV of the warpgroup's keys, DIM of the HEAD_DIM columns
     c = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, o_layout))
-    rows = (bkv * N_K + key0 + r).to(gl.int64)
-    offs = rows[:, None] * DIM + c[None, :]
-    if KEY_EDGE or DIM < HEAD_DIM:
-        inside = ((key0 + r) < N_K)[:, None] & (c < DIM)[None, :]
-        gl.store(DK + offs, (dk * scale).to(dtype), mask=inside)
-        gl.store(DV + offs, dv.to(dtype), mask=inside)
-    else:
-        gl.store(DK + offs, (dk * scale).to(dtype))
-        gl.store(DV + offs, dv.to(dtype))
+    _store_dkdv(dk, dv, c, DK, DV, bkv * N_K + key0, key0, N_K, scale, o_layout, KEY_EDGE,
+                DIM < HEAD_DIM, DIM)
 
 
 @gluon.jit
@@ -593,7 +601,6 @@ def _split_consumer(args, C: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M: gl.c
                                                        instr_shape=[16, BLOCK_M // 2, 16])
     o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                        instr_shape=[16, HALF_D, 16])
-    dtype: gl.constexpr = k_smem.dtype
     j, bkv = _block(BAND)
     key0 = j * 64
     dk = gl.zeros([64, HALF_D], gl.float32, o_layout)
@@ -624,19 +631,10 @@ def _split_consumer(args, C: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M: gl.c
         q_row0 = _q_row(bkv, GROUP - 1, H, GROUP, N_Q)
         dk, dv = _split_step(dk, dv, st, s, n_qb - 1, q_row0, key0, edge or n_qb - 1 < unmasked,
                              ctx, s_layout, o_layout, HEAD_DIM, BLOCK_M, STAGES, C, DIM, False)
-    # the warpgroup's columns of dK and dV, those below DIM; a block that N_K does not fill
-    # stores its own rows only
-    r = gl.arange(0, 64, layout=gl.SliceLayout(1, o_layout))
+    # the warpgroup's columns of dK and dV, those below DIM
     c = C * HALF_D + gl.arange(0, HALF_D, layout=gl.SliceLayout(0, o_layout))
-    rows = (bkv * N_K + key0 + r).to(gl.int64)
-    offs = rows[:, None] * DIM + c[None, :]
-    if KEY_EDGE or DIM < HEAD_DIM:
-        inside = ((key0 + r) < N_K)[:, None] & (c < DIM)[None, :]
-        gl.store(DK + offs, (dk * scale).to(dtype), mask=inside)
-        gl.store(DV + offs, dv.to(dtype), mask=inside)
-    else:
-        gl.store(DK + offs, (dk * scale).to(dtype))
-        gl.store(DV + offs, dv.to(dtype))
+    _store_dkdv(dk, dv, c, DK, DV, bkv * N_K + key0, key0, N_K, scale, o_layout, KEY_EDGE,
+                DIM < HEAD_DIM, DIM)
 
 
 @gluon.jit
