@@ -18,7 +18,7 @@ from flashscope.simulator.core.problem import (
     is_power_of_two,
 )
 from flashscope.simulator.timing import fa3
-from flashscope.simulator.timing.kernelplan import WS_DTYPES
+from flashscope.simulator.timing.kernelplan import WS_DTYPES, WS_HEAD_DIMS
 from flashscope.simulator.timing.workload import ALGOS
 
 Algo = Literal[(*ALGOS, fa3.ALGO)]  # type: ignore[valid-type]
@@ -77,7 +77,8 @@ class SimulateRequest(BaseModel):
     route: Literal["separate", "atomic", "ws"] | None = Field(
         None,
         description="flashscope fa2-bwd: the Triton backward's dQ route, or ws (the Gluon "
-        "backward: fp16/bf16, head_dim 33-128, a multiple of 8); default: the kernels' choice.",
+        f"backward: fp16/bf16, head_dim {WS_HEAD_DIMS[0]}-{WS_HEAD_DIMS[1]}, a multiple of 8); "
+        "default: the kernels' choice.",
     )
     dq_block_m: int | None = Field(None, ge=1, description="flashscope fa2-bwd: dQ kernel rows.")
     dq_block_n: int | None = Field(None, ge=1, description="flashscope fa2-bwd: dQ kernel keys.")
@@ -225,10 +226,13 @@ def _check_kernels(r: SimulateRequest, s: Settings, where: str) -> list[dict[str
                 "route", "route and the dQ tiles apply to impl flashscope, fa2-bwd", r.route, where
             )
         )
+    lo, hi = WS_HEAD_DIMS
     if r.route == "ws" and not (
-        r.dtype in WS_DTYPES and 33 <= r.head_dim <= 128 and r.head_dim % 8 == 0
+        r.dtype in WS_DTYPES and lo <= r.head_dim <= hi and r.head_dim % 8 == 0
     ):
-        msg = "route ws (the Gluon backward) takes fp16 or bf16, head_dim 33-128 a multiple of 8"
+        msg = (
+            f"route ws (the Gluon backward) takes fp16 or bf16, head_dim {lo}-{hi}, a multiple of 8"
+        )
         errs.append(value_error("route", msg, r.route, where))
     if r.route == "ws" and any(v is not None for v in dq.values()):
         msg = "the dQ tiles apply to the separate route, not ws"

@@ -296,6 +296,7 @@ def _dq_cast(p: AttentionProblem) -> Launch:
 # and its launch. Its configurations are the tuned table's [consumers, block_m, stages(, band)].
 WS_SECTIONS = ("bwd-ws", "bwd-ws-edge")
 WS_DTYPES = ("fp16", "bf16")
+WS_HEAD_DIMS = (33, 256)  # head dims it runs, multiples of 8 (kernels/hopper_backward.supports)
 KEYS_PER_CONSUMER = 64  # keys one consumer warpgroup owns
 # The registers a CTA launches with (BwdConfig.registers: 4·(consumers + 1) warps of 248 or 168),
 # per consumer thread (the engine counts the consumers' warps): one CTA per SM either way, as
@@ -360,7 +361,8 @@ def tuned_ws() -> dict[str, dict[str, dict[str, list[int]]]]:
 def ws_supports(p: AttentionProblem) -> bool:
     """Whether the Gluon backward can run `p` (kernels/hopper_backward.supports, less the
     tensors' layout): fp16 or bf16, head_dim 33 to 256 with rows on 16-byte boundaries."""
-    return p.dtype in WS_DTYPES and 33 <= p.head_dim <= 256 and p.head_dim * p.dtype_bytes % 16 == 0
+    lo, hi = WS_HEAD_DIMS
+    return p.dtype in WS_DTYPES and lo <= p.head_dim <= hi and p.head_dim * p.dtype_bytes % 16 == 0
 
 
 def ws_config(gpu_key: str, p: AttentionProblem) -> WsConfig | None:
@@ -580,8 +582,9 @@ def build(
         chosen = route or default_route(gpu_key, p)
         if chosen == "ws":
             if not ws_supports(p):
+                lo, hi = WS_HEAD_DIMS
                 raise ValueError(
-                    "route ws (the Gluon backward) takes fp16 or bf16 and head_dim 33-256, "
+                    f"route ws (the Gluon backward) takes fp16 or bf16 and head_dim {lo}-{hi}, "
                     "a multiple of 8"
                 )
             cfg = ws or ws_config(gpu_key, p) or default_ws(p)

@@ -18,8 +18,9 @@ BODY = {
 }
 
 
-def test_route_ws_simulates(client):
-    r = client.post("/api/simulate", json={**BODY, "route": "ws"})
+@pytest.mark.parametrize("head_dim", [128, 192, 256])
+def test_route_ws_simulates(client, head_dim):
+    r = client.post("/api/simulate", json={**BODY, "route": "ws", "head_dim": head_dim})
     assert r.status_code == 200, r.text
     names = [k["name"] for k in r.json()["kernels"]]
     assert names == ["bwd_preprocess", "bwd_ws", "dq_cast"]
@@ -28,7 +29,7 @@ def test_route_ws_simulates(client):
 @pytest.mark.parametrize(
     "body",
     [
-        {"route": "ws", "head_dim": 256},
+        {"route": "ws", "head_dim": 32},
         {"route": "ws", "head_dim": 24},
         {"route": "ws", "dtype": "fp32"},
         {"route": "ws", "dq_block_m": 64},
