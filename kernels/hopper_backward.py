@@ -500,8 +500,8 @@ def _split_step(dk, dv, st, s, qb, q_row0, key0, masked, ctx, s_layout: gl.const
                 STAGES: gl.constexpr, C: gl.constexpr, DIM: gl.constexpr, NEXT: gl.constexpr):
     """Ring step s, query block qb, for warpgroup C of the head-dim split (`_split_consumer`):
     its half of the block's queries against all 64 keys for Pᵀ and dSᵀ, then its half of the
-    head dim for dK, dV and dQ over the whole step. NEXT: issue the next step's Sᵀ before this
-    step's dQ is added (returned with dK and dV)."""
+    head dim for dK, dV and dQ over the whole step. NEXT: issue the next step's Sᵀ while the
+    copy engine reads this step's dQ tile (returned with dK and dV)."""
     (k_smem, v_smem, pt_smem, ds_smem, q_smem, do_smem, lse_smem, delta_smem, q_ready, q_empty,
      q_used, ds_ready, ds_free, DQ, qk_scale2, scale, bounds) = ctx
     dtype: gl.constexpr = k_smem.dtype
@@ -534,7 +534,8 @@ def _split_step(dk, dv, st, s, qb, q_row0, key0, masked, ctx, s_layout: gl.const
     fence_async_shared()
     mbarrier.arrive(ds_ready.index(buf), count=1)
     mbarrier.wait(ds_ready.index(buf), (s // 2) & 1)
-    # dQ first, so that its registers are free again before the next step's Sᵀ is issued
+    # the step's three products over the warpgroup's columns; the stage is reused for dQ's tile
+    # only once all three (and the other warpgroup's) are done
     dq = warpgroup_mma(ds_smem.index(buf).permute((1, 0)),
                        k_smem.slice(C * HALF_D, HALF_D, dim=1),
                        gl.zeros([BLOCK_M, HALF_D], gl.float32, o_layout), use_acc=False,
