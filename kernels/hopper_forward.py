@@ -40,7 +40,7 @@ from __future__ import annotations
 import heapq
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache, partial
 from typing import Any
 
@@ -963,6 +963,13 @@ def _arguments(
 ) -> tuple:
     """The kernel's (positional arguments, constexprs, launch options) for one call on a GPU of
     `sms` SMs; `record`: the recorded variant, stamping into its buffer."""
+    plan = _geometry(q, k, causal, cfg, sms, record)
+    return _planned(plan, q, k, v, o, lse, scale, cfg, record), plan.constexprs, plan.options
+
+
+def _geometry(q, k, causal: bool, cfg: WsConfig, sms: int, record: Recording | None = None):
+    """What the call's shapes, mask, configuration, device and recording fix (`_Plan`, without
+    fastlaunch's key)."""
     h, n_q, n_k = q.shape[1], q.shape[2], k.shape[2]
     launch_regs, consumer_regs = cfg.registers()
     rows = q.shape[0] * h
@@ -970,28 +977,8 @@ def _arguments(
     scheduled = causal and cfg.persistent and SCHEDULE_TILES and tiles <= MAX_SCHEDULED_TILES
     programs = cfg.programs(tiles, sms)
     halves = _half(cfg, causal)
-    sched = _schedule_tensor(cfg, rows, n_q, n_k, halves, programs, q.device) if scheduled else lse
-    args = (
-        _descriptor(q, cfg.block_m),
-        _descriptor(k, cfg.block_n),
-        _descriptor(v, cfg.block_n),
-        _descriptor(o, cfg.block_m),
-        lse,
-        scale * LOG2E,
-        h,
-        h // k.shape[1],
-        n_q,
-        n_k,
-        tiles,
-        cfg.band or rows,
-        sched,
-        lse if record is None else record.buffer,
-        0 if record is None else record.programs,
-        0 if record is None else record.detail,
-        0 if record is None else record.steps,
-        0 if record is None else record.tiles,
-        o,
-        q.shape[3],
+    schedule = (
+        _schedule_tensor(cfg, rows, n_q, n_k, halves, programs, q.device) if scheduled else None
     )
     constexprs = dict(
         HEAD_DIM=pad_dim(q.shape[3]),
@@ -1010,7 +997,9 @@ def _arguments(
         Q_EDGE=n_q % cfg.block_m != 0,
         O_IN_Q=cfg.o_in_q(pad_dim(q.shape[3])),
     )
-    return args, constexprs, {"num_warps": 4, "maxnreg": launch_regs}  # fmt: skip
+    sizes = (h, h // k.shape[1], n_q, n_k, tiles, cfg.band or rows)
+    options = {"num_warps": 4, "maxnreg": launch_regs}
+    return _Plan((programs,), sizes, schedule, constexprs, options)
 
 
 def launch_forward_ws(
@@ -1036,10 +1025,9 @@ def launch_forward_ws(
     o = output(q.shape, q.dtype, q.device)
     lse = output((b, h, n_q), torch.float32, q.device)
     if record is not None:
-        sms = _sms(q.device.index or 0)
-        programs = cfg.programs(cfg.tiles(b * h, n_q), sms)
-        args = _arguments(q, k, v, o, lse, causal, scale, cfg, sms, record)
-        launch(_attn_fwd_ws, (programs,), *args)
+        plan = _geometry(q, k, causal, cfg, _sms(q.device.index or 0), record)
+        args = _planned(plan, q, k, v, o, lse, scale, cfg, record)
+        launch(_attn_fwd_ws, plan.grid, args, plan.constexprs, plan.options)
         return o, lse
     where = (q.shape, k.shape, v.shape, q.stride(2), k.stride(2), v.stride(2), q.dtype, causal,
              cfg, q.device, torch.cuda.current_device(), HALF_STEPS, SCHEDULE_TILES,
@@ -1059,14 +1047,15 @@ def launch_forward_ws(
 class _Plan:
     """What a forward call's shapes, strides, dtype, mask, configuration and device fix (all of
     `_arguments` but the tensors and the scale), worked out once: the grid, the integer
-    arguments, the schedule, the constexprs, the launch options and fastlaunch's key."""
+    arguments, the schedule (None: the kernel gets LSE in its place, unread), the constexprs,
+    the launch options and fastlaunch's key."""
 
     grid: tuple[int]
     sizes: tuple[int, ...]  # H, GROUP, N_Q, N_K, tiles, band
     schedule: torch.Tensor | None
     constexprs: dict
     options: dict
-    key: tuple
+    key: tuple | None = None
 
 
 # A forward's host time matters where its kernel is short: at N = 1000 (d = 128, causal) the
@@ -1078,19 +1067,22 @@ MAX_PLANS = 256
 
 
 def _plan(q, k, v, o, lse, causal: bool, scale: float, cfg: WsConfig, sms: int) -> _Plan:
-    args, constexprs, options = _arguments(q, k, v, o, lse, causal, scale, cfg, sms)
-    sizes = tuple(args[6:12])  # H, GROUP, N_Q, N_K, tiles, band
-    schedule = args[12] if args[12] is not lse else None
-    return _Plan((cfg.programs(sizes[4], sms),), sizes, schedule, constexprs, options,
-                 signature(_attn_fwd_ws, args, constexprs, options))  # fmt: skip
+    """The plan of the call's geometry (not recorded), with fastlaunch's key."""
+    plan = _geometry(q, k, causal, cfg, sms)
+    args = _planned(plan, q, k, v, o, lse, scale, cfg)
+    return replace(plan, key=signature(_attn_fwd_ws, args, plan.constexprs, plan.options))
 
 
-def _planned(plan: _Plan, q, k, v, o, lse, scale: float, cfg: WsConfig) -> tuple:
-    """`_arguments`' positional arguments (not recorded) from a plan of the call's geometry."""
+def _planned(
+    plan: _Plan, q, k, v, o, lse, scale: float, cfg: WsConfig, record: Recording | None = None
+) -> tuple:
+    """The kernel's positional arguments for these tensors, from a plan of their geometry."""
     sched = lse if plan.schedule is None else plan.schedule
     descs = (_descriptor(q, cfg.block_m), _descriptor(k, cfg.block_n),
              _descriptor(v, cfg.block_n), _descriptor(o, cfg.block_m))  # fmt: skip
-    return (*descs, lse, scale * LOG2E, *plan.sizes, sched, lse, 0, 0, 0, 0, o, q.shape[3])
+    stamps = (lse, 0, 0, 0, 0) if record is None else (
+        record.buffer, record.programs, record.detail, record.steps, record.tiles)  # fmt: skip
+    return (*descs, lse, scale * LOG2E, *plan.sizes, sched, *stamps, o, q.shape[3])
 
 
 class _Sm90Target:
