@@ -99,6 +99,13 @@ def dq_share(block_m, head_dim, consumers):
 MAX_BAND = 256
 
 
+def splits_head_dim(d_pad: int) -> bool:
+    """Whether a head_dim run at `d_pad` takes the program whose two warpgroups share one key
+    block by halves of the head dimension (`_attn_bwd_split`): past 128, where one
+    warpgroup's dK and dV of 64 keys would not fit its registers."""
+    return d_pad > 128
+
+
 @dataclass(frozen=True)
 class BwdConfig:
     """One launch of the warp-specialized backward.
@@ -126,7 +133,7 @@ class BwdConfig:
 
     def keys(self, head_dim: int) -> int:
         """Keys per program (the key block) at `head_dim` as run."""
-        return KEYS_PER_CONSUMER * (1 if head_dim > 128 else self.consumers)
+        return KEYS_PER_CONSUMER * (1 if splits_head_dim(head_dim) else self.consumers)
 
     def as_list(self) -> list[int]:
         """As the tuned table holds it (a band of 0 left out)."""
@@ -143,14 +150,15 @@ class BwdConfig:
     def shared_bytes(self, head_dim: int, elem: int = 2) -> int:
         """K and V of the block, the Q/dO ring with each step's LSE and D (fp32), two buffers
         of the block's dSᵀ (and of Pᵀ at head_dim 256), the fp32 dQ tiles the copy engine adds
-        (none at 256: dQ goes out by atomics) and the mbarriers."""
+        (none at 256: they borrow the step's Q/dO stage) and the mbarriers (at 256 one more per
+        stage: both warpgroups done with it)."""
         keys = self.keys(head_dim)
         kv = 2 * keys * head_dim * elem
         ring = self.stages * self.block_m * (2 * head_dim * elem + 2 * 4)
-        split = head_dim > 128
+        split = splits_head_dim(head_dim)
         ds = 2 * keys * self.block_m * elem * (2 if split else 1)
         dq = 0 if split else self.block_m * head_dim * 4
-        return kv + ring + ds + dq + 8 * (5 + 2 * self.stages)
+        return kv + ring + ds + dq + 8 * (5 + (3 if split else 2) * self.stages)
 
 
 # The configurations benchmarks/hopper_backward.py times per head_dim (and the tuned table picks
@@ -706,7 +714,6 @@ def _arguments(q, k, v, do, lse, delta, dq_acc, dk, dv, causal: bool, scale: flo
     """The kernel's (positional arguments, constexprs, launch options)."""
     h, n_q, n_k = q.shape[1], q.shape[2], k.shape[2]
     d_pad = pad_dim(q.shape[3])
-    split = d_pad > 128
     keys = cfg.keys(d_pad)
     launch_regs, consumer_regs = cfg.registers()
     args = (
@@ -736,14 +743,14 @@ def _arguments(q, k, v, do, lse, delta, dq_acc, dk, dv, causal: bool, scale: flo
         CONSUMER_REGS=consumer_regs,
         BAND=cfg.band,
     )
-    if not split:
+    if not splits_head_dim(d_pad):
         constexprs["CONSUMERS"] = cfg.consumers
     return args, constexprs, {"num_warps": 4, "maxnreg": launch_regs}
 
 
 def _kernel(head_dim: int):
     """The kernel that runs `head_dim` (as a program of Triton's)."""
-    return _attn_bwd_split if pad_dim(head_dim) > 128 else _attn_bwd_ws
+    return _attn_bwd_split if splits_head_dim(pad_dim(head_dim)) else _attn_bwd_ws
 
 
 def _dq_descriptor(dq_acc: torch.Tensor, cfg: BwdConfig):

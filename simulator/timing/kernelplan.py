@@ -318,6 +318,12 @@ WS_CHAIN = 3
 WS_FP32 = 3.5
 
 
+def ws_splits_head_dim(head_dim: int) -> bool:
+    """Whether the Gluon backward runs `head_dim` with its two warpgroups sharing 64 keys by
+    halves of the head dimension (kernels/hopper_backward.splits_head_dim: past 128 as run)."""
+    return pad_head_dim(head_dim) > 128
+
+
 @dataclasses.dataclass(frozen=True)
 class WsConfig:
     """One launch of the warp-specialized backward (kernels/hopper_backward.BwdConfig):
@@ -338,8 +344,7 @@ class WsConfig:
 
     def keys(self, head_dim: int) -> int:
         """Keys per program (kernels/hopper_backward.BwdConfig.keys)."""
-        split = pad_head_dim(head_dim) > 128
-        return KEYS_PER_CONSUMER * (1 if split else self.consumers)
+        return KEYS_PER_CONSUMER * (1 if ws_splits_head_dim(head_dim) else self.consumers)
 
     def tiles(self, head_dim: int) -> TileConfig:
         return TileConfig(self.block_m, self.keys(head_dim), self.stages, 4 * self.consumers)
@@ -423,7 +428,7 @@ def _ws_kernel(p: AttentionProblem, cfg: WsConfig) -> Launch:
         # only once the copy engine has read them: each step waits for that read (a kernel
         # measured with dQ computed but not written ran 0.60x the time,
         # benchmarks/results/hopper-backward-d256-dq-ablation-*)
-        reduce_waited=pad_head_dim(p.head_dim) > 128,
+        reduce_waited=ws_splits_head_dim(p.head_dim),
         # Q, K, V, dO and the dQ buffer described once on the host (TMA)
         host_descriptors=5,
     )
