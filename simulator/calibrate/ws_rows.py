@@ -43,6 +43,7 @@ LATER = {
         "hopper-backward-odd-NVIDIA-H100-80GB-HBM3-2026-11-27-d256.json",
     ),
 }
+_LATER_FILES = frozenset(f for files in LATER.values() for f in files)
 SPLIT_SEED = 20261127
 # Pairs of one problem whose measured times differ by more than this share count for ranking.
 RANK_GAP = 0.05
@@ -95,10 +96,11 @@ def all_rows(later: bool = False) -> list[Row]:
 def held_out(rows: list[Row]) -> set[tuple[Any, ...]]:
     """The held-out problems: per GPU, half of those of `RESULTS` (rounded down) at random
     (`SPLIT_SEED`), and every one of `LATER`."""
-    later = {f for files in LATER.values() for f in files}
-    out: set[tuple[Any, ...]] = {r.problem_key for r in rows if r.source in later}
+    out: set[tuple[Any, ...]] = {r.problem_key for r in rows if r.source in _LATER_FILES}
     for gpu in RESULTS:
-        keys = sorted({r.problem_key for r in rows if r.gpu == gpu and r.source not in later})
+        keys = sorted(
+            {r.problem_key for r in rows if r.gpu == gpu and r.source not in _LATER_FILES}
+        )
         random.Random(f"{SPLIT_SEED}/{gpu}").shuffle(keys)
         out.update(keys[: len(keys) // 2])
     return out
@@ -164,14 +166,13 @@ def compare(rows: list[Row] | None = None) -> list[dict[str, Any]]:
 
 def summary(compared: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     """Per GPU and side of the split: `errors` and `ranking`; "later": the rows of `LATER`."""
-    later = {f for files in LATER.values() for f in files}
     out: dict[str, dict[str, Any]] = {}
     for gpu in RESULTS:
         mine = [r for r in compared if r["gpu"] == gpu]
         parts = {
-            "held_out": [r for r in mine if r["held_out"] and r["source"] not in later],
+            "held_out": [r for r in mine if r["held_out"] and r["source"] not in _LATER_FILES],
             "fit": [r for r in mine if not r["held_out"]],
-            "later": [r for r in mine if r["source"] in later],
+            "later": [r for r in mine if r["source"] in _LATER_FILES],
         }
         for side, part in parts.items():
             if part or side != "later":
