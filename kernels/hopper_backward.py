@@ -274,14 +274,15 @@ def _loader(args, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.const
 
 
 @gluon.jit
-def _issue(k_c, q_smem, q_ready, s, s_layout: gl.constexpr, BLOCK_M: gl.constexpr,
-           STAGES: gl.constexpr):
-    """Issue Sᵀ = K Qᵀ of ring step s (asynchronous), once its Q and dO landed."""
+def _issue(k_c, q_smem, q_ready, s, s_layout: gl.constexpr, ROWS: gl.constexpr,
+           ROW0: gl.constexpr, STAGES: gl.constexpr):
+    """Issue Sᵀ = K Qᵀ of ring step s against the step's ROWS query rows from ROW0
+    (asynchronous), once its Q and dO landed."""
     slot = s % STAGES
     mbarrier.wait(q_ready.index(slot), (s // STAGES) & 1)
-    zero = gl.zeros([64, BLOCK_M], gl.float32, s_layout)
-    return warpgroup_mma(k_c, q_smem.index(slot).permute((1, 0)), zero, use_acc=False,
-                         is_async=True)
+    zero = gl.zeros([64, ROWS], gl.float32, s_layout)
+    q = q_smem.index(slot).slice(ROW0, ROWS)
+    return warpgroup_mma(k_c, q.permute((1, 0)), zero, use_acc=False, is_async=True)
 
 
 @gluon.jit
@@ -345,7 +346,7 @@ def _step(dk, dv, st, s, qb, q_row0, key0, masked, ctx, s_layout: gl.constexpr,
     dq = warpgroup_mma(a, b, gl.zeros([DQ_M, DQ_N], gl.float32, dq_layout), use_acc=False,
                        is_async=True)
     if NEXT:
-        st = _issue(k_c, q_smem, q_ready, s + 1, s_layout, BLOCK_M, STAGES)
+        st = _issue(k_c, q_smem, q_ready, s + 1, s_layout, BLOCK_M, 0, STAGES)
         dq = warpgroup_mma_wait(1, deps=(dq,))
     else:
         dq = warpgroup_mma_wait(0, deps=(dq,))
@@ -424,7 +425,7 @@ def _consumer(args, C: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constex
     total = GROUP * per_head
     mbarrier.wait(kv_ready, 0)
     if total > 0:
-        st = _issue(k_c, q_smem, q_ready, 0, s_layout, BLOCK_M, STAGES)
+        st = _issue(k_c, q_smem, q_ready, 0, s_layout, BLOCK_M, 0, STAGES)
         st = warpgroup_mma_wait(0, deps=(st,))
         for s in range(total - 1):
             g = s // per_head
@@ -571,7 +572,7 @@ def _split_step(dk, dv, st, s, qb, q_row0, key0, masked, ctx, s_layout: gl.const
     fence_async_shared()
     _reduce_add(DQ, [q_row0 + qb * BLOCK_M, C * HALF_D], tile)
     if NEXT:
-        st = _split_issue(k_smem, q_smem, q_ready, s + 1, s_layout, BLOCK_M, STAGES, C)
+        st = _issue(k_smem, q_smem, q_ready, s + 1, s_layout, HALF_M, C * HALF_M, STAGES)
     tma.store_wait(0)
     mbarrier.arrive(q_empty.index(slot), count=1)
     if NEXT:
@@ -584,19 +585,6 @@ def _split_step(dk, dv, st, s, qb, q_row0, key0, masked, ctx, s_layout: gl.const
 
 
 @gluon.jit
-def _split_issue(k_smem, q_smem, q_ready, s, s_layout: gl.constexpr, BLOCK_M: gl.constexpr,
-                 STAGES: gl.constexpr, C: gl.constexpr):
-    """Issue Sᵀ = K Qᵀ of ring step s for warpgroup C's half of the queries (asynchronous),
-    once its Q and dO landed."""
-    HALF_M: gl.constexpr = BLOCK_M // 2
-    slot = s % STAGES
-    mbarrier.wait(q_ready.index(slot), (s // STAGES) & 1)
-    zero = gl.zeros([64, HALF_M], gl.float32, s_layout)
-    q_c = q_smem.index(slot).slice(C * HALF_M, HALF_M)
-    return warpgroup_mma(k_smem, q_c.permute((1, 0)), zero, use_acc=False, is_async=True)
-
-
-@gluon.jit
 def _split_consumer(args, C: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr,
                     STAGES: gl.constexpr, CAUSAL: gl.constexpr, KEY_EDGE: gl.constexpr,
                     DIM: gl.constexpr, BAND: gl.constexpr):
@@ -606,8 +594,9 @@ def _split_consumer(args, C: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M: gl.c
     (k_smem, v_smem, q_smem, do_smem, lse_smem, delta_smem, pt_smem, ds_smem, kv_ready, q_ready,
      q_empty, q_used, ds_ready, ds_free, DQ, DK, DV, qk_scale2, scale, N_Q, N_K, H, GROUP) = args
     HALF_D: gl.constexpr = HEAD_DIM // 2
+    HALF_M: gl.constexpr = BLOCK_M // 2
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
-                                                       instr_shape=[16, BLOCK_M // 2, 16])
+                                                       instr_shape=[16, HALF_M, 16])
     o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                        instr_shape=[16, HALF_D, 16])
     j, bkv = _block(BAND)
@@ -627,7 +616,7 @@ def _split_consumer(args, C: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M: gl.c
     total = GROUP * per_head
     mbarrier.wait(kv_ready, 0)
     if total > 0:
-        st = _split_issue(k_smem, q_smem, q_ready, 0, s_layout, BLOCK_M, STAGES, C)
+        st = _issue(k_smem, q_smem, q_ready, 0, s_layout, HALF_M, C * HALF_M, STAGES)
         st = warpgroup_mma_wait(0, deps=(st,))
         for s in range(total - 1):
             g = s // per_head
