@@ -18,7 +18,8 @@ Two parts, written to one JSON file (device, date, versions, raw passes):
 
 `--table` prints the tuned-table entries of the buckets where a Gluon configuration beat the
 Triton backward by 2% or more in that result: kernels/tuned.json's "bwd-ws" section, or from an
-`--odd` result "bwd-ws-edge" (lengths that fill no 64-row tile; head dims padded as run).
+`--odd` result "bwd-ws-edge" (lengths that fill no 64-row tile; head dims padded as run);
+`--write` merges them into kernels/tuned.json for the result's GPU.
 """
 
 from __future__ import annotations
@@ -209,10 +210,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-check", action="store_true", help="time only")
     ap.add_argument("--out", type=Path)
     ap.add_argument("--table", type=Path, help="print the tuned-table entries of this result")
+    ap.add_argument("--write", action="store_true", help="with --table: merge them into tuned.json")
     args = ap.parse_args(argv)
     if args.table is not None:
-        section, entries = table(json.loads(args.table.read_text()))
+        doc = json.loads(args.table.read_text())
+        section, entries = table(doc)
         print(json.dumps({section: entries}, indent=1))
+        if args.write:
+            from flashscope.kernels.config import merge_tuned
+
+            merge_tuned(doc["device"], {f"{section}/{k}": v for k, v in entries.items()})
         return 0
     import torch
     import triton

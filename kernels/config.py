@@ -119,14 +119,15 @@ def merge_tuned(gpu: str, chosen: dict[str, object]) -> None:
     """Add a sweep's choices for `gpu` to tuned.json: "bwd-route/…" keys are dQ routes and
     "fwd-route/…" keys the forward's kernel ("triton" or "ws"), "ws/…" keys configurations of the
     warp-specialized forward (flashscope.kernels.hopper_forward.WsConfig lists; None removes one)
-    and "ws-edge/…" keys those measured at lengths that fill no tile, the rest tile
+    and "ws-edge/…" keys those measured at lengths that fill no tile, "bwd-ws/…" and
+    "bwd-ws-edge/…" the warp-specialized backward's (BwdConfig lists), the rest tile
     configurations ([bm, bn, warps, stages, prefetch(, maxnreg)]); every other entry stays."""
     table = json.loads(TUNED_FILE.read_text()) if TUNED_FILE.exists() else {"gpus": {}}
     entry = table["gpus"].setdefault(gpu, {})
     for key, value in chosen.items():
         if key.startswith(("bwd-route/", "fwd-route/")):
             entry.setdefault("routes", {})[key] = value
-        elif key.startswith(("ws/", "ws-edge/")):
+        elif key.startswith(("ws/", "ws-edge/", "bwd-ws/", "bwd-ws-edge/")):
             section, _, rest = key.partition("/")
             if value is None:  # a bucket no longer routed there
                 entry.get(section, {}).pop(rest, None)
