@@ -59,9 +59,11 @@ CANDIDATES = {
           PS(2, 128, 2, True, pingpong=True), PS(2, 64, 3, True),
           PS(2, 128, 2, True, pingpong=True, band=8)],
     # at 256 columns two K/V stages of 64 keys fit shared memory beside two warpgroups' Q where
-    # O leaves through Q's stage (one tile a program), beside one warpgroup's Q and O otherwise
+    # O leaves through Q's stage (one tile a program), beside one warpgroup's Q and O otherwise;
+    # causal, bands of 8 or 16 heads keep fewer heads' K and V in the L2 at once
     256: [W(2, 64, 2, True), W(2, 64, 2, False), PP(2, 64, 2), W(1, 64, 2, True),
-          PS(1, 64, 2, True), PS(1, 64, 2, False)],
+          PS(1, 64, 2, True), PS(1, 64, 2, False), W(2, 64, 2, True, band=8),
+          W(2, 64, 2, True, band=16), PP(2, 64, 2, band=8)],
 }  # fmt: skip
 MARGIN = 0.02  # `choose` routes to the Gluon kernel only where it is this much faster
 DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}

@@ -165,11 +165,14 @@ class BwdConfig:
 # from): two warpgroups of 64 keys; at 64, query blocks of 64 or 128 rows; at 128, a ring of 2 or
 # 3 stages (the registers leave no room for 128-row query blocks); the fastest of each also in
 # bands of 16 heads (`_block`). At 256 the two warpgroups share 64 keys, and shared memory holds
-# a ring of two stages at most.
+# a ring of two stages at most; the bands there are narrower: a head's Q, dO and fp32 dQ take
+# 6 MB at N = 3000, so sixteen heads at a time no longer fit the L2 (on an H100, causal, bands of
+# 4 or 8 heads ran 2-9% faster than head after head and bands of 16, which lost up to half the
+# speed without the mask).
 CANDIDATES = {
     64: (BwdConfig(2, 64, 2), BwdConfig(2, 128, 2), BwdConfig(2, 128, 2, 16)),
     128: (BwdConfig(2, 64, 2), BwdConfig(2, 64, 3), BwdConfig(2, 64, 2, 16)),
-    256: (BwdConfig(2, 64, 2), BwdConfig(2, 64, 2, 16)),
+    256: (BwdConfig(2, 64, 2), BwdConfig(2, 64, 2, 4), BwdConfig(2, 64, 2, 8)),
 }
 
 
