@@ -512,8 +512,9 @@ def _split_step(dk, dv, st, s, qb, q_row0, key0, masked, ctx, s_layout: gl.const
                 STAGES: gl.constexpr, C: gl.constexpr, DIM: gl.constexpr, NEXT: gl.constexpr):
     """Ring step s, query block qb, for warpgroup C of the head-dim split (`_split_consumer`):
     its half of the block's queries against all 64 keys for Pᵀ and dSᵀ, then its half of the
-    head dim for dK, dV and dQ over the whole step. NEXT: issue the next step's Sᵀ while the
-    copy engine reads this step's dQ tile (returned with dK and dV)."""
+    head dim for dK, dV and dQ over the whole step. NEXT: issue the next step's Sᵀ (returned
+    with dK and dV). The copy engine's read of this step's dQ tile is waited for in the next
+    step (or after the program's dK and dV stores), which gives its stage back then."""
     (k_smem, v_smem, pt_smem, ds_smem, q_smem, do_smem, lse_smem, delta_smem, q_ready, q_empty,
      q_used, ds_ready, ds_free, DQ, qk_scale2, scale, bounds) = ctx
     dtype: gl.constexpr = k_smem.dtype
@@ -532,6 +533,12 @@ def _split_step(dk, dv, st, s, qb, q_row0, key0, masked, ctx, s_layout: gl.const
         rows = key0 + gl.arange(0, 64, layout=gl.SliceLayout(1, s_layout))
         keep = (rows[:, None] <= cols[None, :] + off) & (rows < n_k)[:, None]
         pt = gl.where(keep, pt, 0.0)
+    if s > 0:
+        # the previous step's dQ tile, read by now while this step's dPᵀ ran and its Pᵀ was
+        # rebuilt: its stage goes back to the loader (waited at the end of that step instead,
+        # the kernel took 1.08-1.24x the time on an H100)
+        tma.store_wait(0)
+        mbarrier.arrive(q_empty.index((s + STAGES - 1) % STAGES), count=1)
     dpt = warpgroup_mma_wait(0, deps=(dpt,))
     delta = delta_smem.index(slot).slice(C * HALF_M, HALF_M).load(gl.SliceLayout(0, s_layout))
     ds16 = (pt * (dpt - delta[None, :])).to(dtype)
@@ -563,8 +570,8 @@ def _split_step(dk, dv, st, s, qb, q_row0, key0, masked, ctx, s_layout: gl.const
     # adds them into the fp32 buffer (cp.reduce.async.bulk). Shared memory has no room left for
     # a tile of its own: once both warpgroups are done with the step's Q and dO, warpgroup 0
     # puts its 64 × HEAD_DIM/2 fp32 tile where Q was and warpgroup 1 where dO was (32 KiB each),
-    # and the stage goes back to the loader once the copy engine has read it. Rows past N_q
-    # hold zeros (their P is 0), so the tile needs no mask.
+    # and the stage goes back to the loader once the copy engine has read it (in the next
+    # step). Rows past N_q hold zeros (their P is 0), so the tile needs no mask.
     mbarrier.arrive(q_used.index(slot), count=1)
     mbarrier.wait(q_used.index(slot), (s // STAGES) & 1)
     if C == 0:
@@ -576,8 +583,6 @@ def _split_step(dk, dv, st, s, qb, q_row0, key0, masked, ctx, s_layout: gl.const
     _reduce_add(DQ, [q_row0 + qb * BLOCK_M, C * HALF_D], tile)
     if NEXT:
         st = _issue(k_smem, q_smem, q_ready, s + 1, s_layout, HALF_M, C * HALF_M, STAGES)
-    tma.store_wait(0)
-    mbarrier.arrive(q_empty.index(slot), count=1)
     if NEXT:
         # (waited here, not at the next step: an accumulator in flight across the loop's back
         # edge makes ptxas serialize every wgmma of the kernel)
@@ -636,6 +641,7 @@ def _split_consumer(args, C: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M: gl.c
     c = C * HALF_D + gl.arange(0, HALF_D, layout=gl.SliceLayout(0, o_layout))
     _store_dkdv(dk, dv, c, DK, DV, bkv * N_K + key0, key0, N_K, scale, o_layout, KEY_EDGE,
                 DIM < HEAD_DIM, DIM)
+    tma.store_wait(0)  # the last dQ tile read before the program ends
 
 
 @gluon.jit
