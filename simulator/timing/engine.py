@@ -35,7 +35,7 @@ launch, and its CTAs take the SMs' slots as that launch's CTAs leave them):
    warpgroups along the rows) + iterations · chain · latency (plus, for bulk reduce-adds, what
    `bulk_read_ns` and the tile's transfer take beyond an iteration's work: the copy engine must have
    read the tile out of its shared-memory buffer before the next iteration's tile goes there, or
-   all of it where the kernel waits for that read in the same iteration, `reduce_waited`; each
+   beyond the share of it the kernel runs before waiting for that read, `reduce_overlap`; each
    reduce-add also costs the warps `reduce_op_ns`). Before the loop: CTA set-up, the tensor
    descriptors it builds itself (`DESCRIPTOR_NS` each), the latency of the first load and the edge
    bytes. c is the residency a full GPU has (CTAs per SM), or ⌈CTAs / SMs⌉ when the grid cannot fill
@@ -392,7 +392,7 @@ class _Work:
     iters: np.ndarray  # (n,)
     wait: np.ndarray | None  # (n,) the waits on products (`chain`), None without
     reduce_write: np.ndarray | None  # (n,) bytes of bulk reduce-adds, None without
-    reduce_waited: bool  # the read of each reduce-add's tile waited for in its own iteration
+    reduce_overlap: float  # share of the next iteration run before a reduce tile's read is waited
     kind: str  # "lockstep", "two_stage" or "" (how the CTA's own overlap depends on c)
     along_m: int
     drift: int
@@ -475,7 +475,7 @@ def _work(w: Launch, t: TileConfig, r: _Rates, loop_hit: np.ndarray, spills: boo
     if w.descriptors:
         edge_wait = edge_wait + w.descriptors * DESCRIPTOR_NS * 1e-9
     return _Work(tensor, sfu, vector, loads, local, edge_bytes, w.iters * latency, edge_wait,
-                 w.iters, wait, reduce_write, w.reduce_waited, kind, along_m, drift)  # fmt: skip
+                 w.iters, wait, reduce_write, w.reduce_overlap, kind, along_m, drift)  # fmt: skip
 
 
 def _durations(
@@ -556,11 +556,11 @@ def _durations_of(
             # memory before the next tile's goes there (the kernel waits on that read, not on
             # the reduce's completion, and only just before the next store: an iteration
             # later): what the copy engine's start and the tile's transfer take beyond that
-            # iteration's work. A kernel that waits on the read in the iteration that wrote
-            # the tile (`reduce_waited`) pays all of it.
+            # iteration's work, or beyond the share of it run before the kernel waits for the
+            # read (`reduce_overlap`).
             it = np.maximum(x.iters, 1)
             bulk = eff.bulk_read_ns * 1e-9 + x.reduce_write / it / r.l2
-            exposed = bulk if x.reduce_waited else np.maximum(bulk - thr / it, 0.0)
+            exposed = np.maximum(bulk - x.reduce_overlap * thr / it, 0.0)
             wait = wait + x.iters * exposed
         chained = thr / x.along_m + wait
 

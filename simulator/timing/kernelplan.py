@@ -316,6 +316,10 @@ WS_CHAIN = 3
 # 3.5 (the dQ kernel's count, DQ_FP32) against DKDV_FP32's 6.5 (4.74% on the fit half) and 2.0
 # (3.80%).
 WS_FP32 = 3.5
+# Past d = 128 (`_attn_bwd_split`) the share of a step the copy engine's read of the previous
+# step's dQ tiles runs under before the kernel waits for it: the next step's Sᵀ and dPᵀ, two of
+# its five products, each 2 · 64 · 32 · 256 FLOP per warpgroup (from the kernel, not fitted).
+WS_SPLIT_OVERLAP = 2 / 5
 
 
 def ws_splits_head_dim(head_dim: int) -> bool:
@@ -425,10 +429,11 @@ def _ws_kernel(p: AttentionProblem, cfg: WsConfig) -> Launch:
         chain=WS_CHAIN,
         barrier=True,  # the consumers meet before dQ's share every step
         # past d = 128 the dQ tiles borrow the step's Q/dO stage, which goes back to the loader
-        # only once the copy engine has read them: each step waits for that read (a kernel
-        # measured with dQ computed but not written ran 0.60x the time,
+        # once the copy engine has read them: the kernel waits for that read in the next step,
+        # after its Sᵀ and dPᵀ, two of a step's five products of equal size (a kernel measured
+        # with dQ computed but not written ran 0.60x the time,
         # benchmarks/results/hopper-backward-d256-dq-ablation-*)
-        reduce_waited=ws_splits_head_dim(p.head_dim),
+        reduce_overlap=WS_SPLIT_OVERLAP if ws_splits_head_dim(p.head_dim) else 1.0,
         # Q, K, V, dO and the dQ buffer described once on the host (TMA)
         host_descriptors=5,
     )

@@ -47,9 +47,10 @@ how many more bytes its tiles move between L2 and the SMs than counted (`l2_pad`
 how many tensor descriptors each CTA builds on the device (`descriptors`: flashscope's kernels
 describe their tensors to the copy engine once on the host only when every tile is whole), and
 whether its warpgroups meet at a barrier every iteration (`barrier`: the Gluon backward's, before
-dQ's share; engine.lockstep), and whether it waits, within the iteration that issued a bulk
-reduce-add, for the copy engine to read the tile out of shared memory (`reduce_waited`: the
-Gluon backward at head dims past 128, whose tile borrows the iteration's Q/dO stage).
+dQ's share; engine.lockstep), and how much of the next iteration's work runs before it waits
+for the copy engine to read a bulk reduce-add's tile out of shared memory (`reduce_overlap`:
+all of it, except in the Gluon backward at head dims past 128, whose tile borrows the
+iteration's Q/dO stage and is waited for once the next step's first two products are done).
 """
 
 from __future__ import annotations
@@ -80,7 +81,7 @@ FloatArray = npt.NDArray[np.float64]
 _SCALARS = (
     "stream_blocks", "stream_tail", "tiles", "concurrent", "mma_shapes", "chain", "regs",
     "smem", "mma_pad", "descriptors", "host_descriptors", "local_frame", "stream_seen", "l1_miss",
-    "l2_pad", "barrier", "split_warps", "compiled_key", "compiled_source", "reduce_waited",
+    "l2_pad", "barrier", "split_warps", "compiled_key", "compiled_source", "reduce_overlap",
 )  # fmt: skip
 _FLOAT = (
     "alu",
@@ -162,7 +163,8 @@ class Launch:
     l1_miss: float | None = None  # share of spill reloads missing L1 (None: `spill_l1_miss`)
     l2_pad: float = 1.0  # bytes between L2 and the SMs per counted byte (head_dim padded)
     barrier: bool = False  # its warpgroups meet at a barrier every iteration (engine.lockstep)
-    reduce_waited: bool = False  # waits on its reduce tile's read in the iteration that wrote it
+    reduce_overlap: float = 1.0  # share of the next iteration's work its reduce tile's read
+    # runs under before the kernel waits for it (0: waited in the iteration that wrote it)
     split_warps: int = 0  # warps splitting a tile's columns, exchanging through shared
     # memory every iteration (engine.XWARP_NS; kernelplan.split_columns)
     compiled_key: str = ""  # its key in the compiled-kernel tables ("": not a Triton kernel)
@@ -191,7 +193,7 @@ class Launch:
             "l1_miss": cols.pop("l1_miss", None),
             "l2_pad": float(cols.pop("l2_pad", 1.0)),
             "barrier": bool(cols.pop("barrier", False)),
-            "reduce_waited": bool(cols.pop("reduce_waited", False)),
+            "reduce_overlap": float(cols.pop("reduce_overlap", 1.0)),
         }
         for f in cls.__dataclass_fields__:
             if f in ("name", "kind", "rows", "grid", "dtype_bytes", *_SCALARS):
