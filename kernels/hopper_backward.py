@@ -536,7 +536,7 @@ def _split_step(dk, dv, st, s, qb, q_row0, key0, masked, ctx, s_layout: gl.const
     if s > 0:
         # the previous step's dQ tile, read by now while this step's dPᵀ ran and its Pᵀ was
         # rebuilt: its stage goes back to the loader (waited at the end of that step instead,
-        # the kernel took 1.08-1.24x the time on an H100)
+        # the kernel took 1.08-1.23x the time on an H100)
         tma.store_wait(0)
         mbarrier.arrive(q_empty.index((s + STAGES - 1) % STAGES), count=1)
     dpt = warpgroup_mma_wait(0, deps=(dpt,))
@@ -583,7 +583,6 @@ def _split_step(dk, dv, st, s, qb, q_row0, key0, masked, ctx, s_layout: gl.const
     _reduce_add(DQ, [q_row0 + qb * BLOCK_M, C * HALF_D], tile)
     if NEXT:
         st = _issue(k_smem, q_smem, q_ready, s + 1, s_layout, HALF_M, C * HALF_M, STAGES)
-    if NEXT:
         # (waited here, not at the next step: an accumulator in flight across the loop's back
         # edge makes ptxas serialize every wgmma of the kernel)
         st = warpgroup_mma_wait(0, deps=(st,))
