@@ -13,7 +13,7 @@ Two parts, written to one JSON file (device, date, versions, raw passes):
   (do_bench medians, L2-sized input rotation); the row's figure is the median pass. The Gluon
   kernel runs with each candidate configuration.
 
-    python benchmarks/hopper_backward.py [--quick] [--dtype fp16|bf16] [--odd] [--dims 256]
+    python benchmarks/hopper_backward.py [--quick] [--dtype fp16|bf16] [--odd] [--dims 80,96]
         [--no-check] [--out FILE]
 
 `--table` prints the tuned-table entries of the buckets where a Gluon configuration beat the
@@ -190,6 +190,11 @@ def table(doc: dict) -> tuple[str, dict[str, list[int]]]:
     return ("bwd-ws-edge" if edge else "bwd-ws"), entries
 
 
+def head_dims(text: str) -> list[int]:
+    """One --dims word: a head_dim, or several joined by commas."""
+    return [int(x) for x in text.split(",")]
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="fp16 only, N 2048 and 16384, 1 pass")
@@ -202,9 +207,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument(
         "--dims",
-        type=int,
+        type=head_dims,
         nargs="+",
-        help="head dims of the protocol's rows "
+        help="head dims of the protocol's rows, by spaces or commas "
         "(default 64 128); the check keeps the shapes run at these",
     )
     ap.add_argument("--no-check", action="store_true", help="time only")
@@ -212,6 +217,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--table", type=Path, help="print the tuned-table entries of this result")
     ap.add_argument("--write", action="store_true", help="with --table: merge them into tuned.json")
     args = ap.parse_args(argv)
+    if args.dims:
+        args.dims = [d for group in args.dims for d in group]
     if args.table is not None:
         doc = json.loads(args.table.read_text())
         section, entries = table(doc)
