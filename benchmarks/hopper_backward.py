@@ -217,6 +217,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--table", type=Path, help="print the tuned-table entries of this result")
     ap.add_argument("--write", action="store_true", help="with --table: merge them into tuned.json")
     args = ap.parse_args(argv)
+    if args.write and args.table is None:
+        ap.error("--write needs --table FILE")
     if args.dims:
         args.dims = [d for group in args.dims for d in group]
     if args.table is not None:

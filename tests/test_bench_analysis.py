@@ -81,3 +81,42 @@ def test_host_noise_splits_the_halves_as_the_datasets_do(tmp_path, monkeypatch) 
     both = ids["h100"] & ids["h200"]
     assert paired == (ids["h100/bound"] | ids["h200/bound"]) & both
     assert all(len(p["call_us"]) == 2 and len(p["kernels_us"]) == 2 for p in doc["pairs"])
+
+
+def test_the_backward_tables_entries_are_merged_for_the_results_gpu(tmp_path, monkeypatch) -> None:
+    """`hopper_backward.py --table FILE --write`: per length bucket the candidate with the
+    smallest worst share of Triton's time, where it beats Triton by WIN, lands in the result's
+    GPU's edge section (odd lengths), and the backward's lookup returns it at once."""
+    import flashscope.kernels.config as config
+    from benchmarks import hopper_backward as bench
+    from flashscope.kernels.hopper_backward import BwdConfig, tuned_config
+
+    path = tmp_path / "tuned.json"
+    path.write_text(config.TUNED_FILE.read_text())
+    monkeypatch.setattr(config, "TUNED_FILE", path)
+    config.tuned_table.cache_clear()
+    rng = random.Random()
+    kinds = ["gluon[2, 64, 2]", "gluon[2, 64, 2, 4]", "gluon[2, 64, 2, 8]"]
+    rows, want = [], {}
+    for n, bucket in ((1000, "n1024"), (3000, "n4096")):
+        best = rng.choice(kinds)
+        for dtype in ("float16", "bfloat16"):
+            ms = {"triton": 3.0, "sdpa-cudnn": 1.0}
+            ms.update({k: rng.uniform(1.2, 1.5) for k in kinds})
+            ms[best] = rng.uniform(0.9, 1.1)  # the fastest in both dtypes
+            rows.append({"d": 256, "n": n, "causal": True, "dtype": dtype, "ms": ms})
+        want[f"bwd/16/d256/causal/{bucket}"] = json.loads(best.removeprefix("gluon"))
+    # a bucket where no candidate beats Triton by WIN gets no entry
+    rows.append({"d": 256, "n": 5000, "causal": False, "dtype": "float16",
+                 "ms": {"triton": 1.0, "sdpa-cudnn": 1.0, **dict.fromkeys(kinds, 0.99)}})  # fmt: skip
+    result = tmp_path / "result.json"
+    result.write_text(json.dumps({"device": "Some Hopper", "time": rows}))
+    assert bench.main(["--table", str(result), "--write"]) == 0
+    table = json.loads(path.read_text())["gpus"]["Some Hopper"]
+    assert table == {"bwd-ws-edge": want}
+    for key, entry in want.items():
+        n = int(key.rsplit("/n", 1)[1]) - 5
+        assert tuned_config("Some Hopper", 256, True, n, True) == BwdConfig(*entry)
+    assert tuned_config("Some Hopper", 256, False, 5000, True) is None
+    monkeypatch.undo()
+    config.tuned_table.cache_clear()
