@@ -27,9 +27,11 @@ At head dims past 128 (`_attn_bwd_split`) a warpgroup's dK and dV of 64 keys wou
 registers, so the two warpgroups share one block of 64 keys by halves of the head dimension:
 each finds Pᵀ and dSᵀ for half the step's query rows, both halves meet in shared memory, and
 each then runs dV, dK and dQ for its half of the columns. dQ's tiles go out through the step's
-Q and dO stage once both warpgroups are done with it (shared memory holds nothing else free).
-Against per-element atomics for dQ this took d = 256 from 0.68–0.75× sdpa-cudnn to 0.79–0.92× on
-an H100 (benchmarks/results/hopper-backward-*-d256*.json).
+Q and dO stage once both warpgroups are done with it (shared memory holds nothing else free),
+and the stage goes back to the loader in the next step, once the copy engine has read them.
+Against per-element atomics for dQ the stage took d = 256 from 0.68–0.75× sdpa-cudnn to
+0.79–0.92× on an H100, and giving it back a step later to 0.89–1.07×
+(benchmarks/results/hopper-backward-*-d256*.json).
 
 The pass that computes D = rowsum(dO ∘ O) also zeroes the fp32 dQ buffer, the kernel adds dQ
 already scaled, and one cast finishes it: two passes over the buffer fewer than the Triton
