@@ -47,7 +47,7 @@ LATER = {
     ),
 }
 LATER_KINDS = {LATER["h100-sxm"][0]: "+defer"}
-_LATER_FILES = frozenset(f for files in LATER.values() for f in files)
+LATER_FILES = frozenset(f for files in LATER.values() for f in files)
 SPLIT_SEED = 20261127
 # Pairs of one problem whose measured times differ by more than this share count for ranking.
 RANK_GAP = 0.05
@@ -103,11 +103,9 @@ def all_rows(later: bool = False) -> list[Row]:
 def held_out(rows: list[Row]) -> set[tuple[Any, ...]]:
     """The held-out problems: per GPU, half of those of `RESULTS` (rounded down) at random
     (`SPLIT_SEED`), and every one of `LATER`."""
-    out: set[tuple[Any, ...]] = {r.problem_key for r in rows if r.source in _LATER_FILES}
+    out: set[tuple[Any, ...]] = {r.problem_key for r in rows if r.source in LATER_FILES}
     for gpu in RESULTS:
-        keys = sorted(
-            {r.problem_key for r in rows if r.gpu == gpu and r.source not in _LATER_FILES}
-        )
+        keys = sorted({r.problem_key for r in rows if r.gpu == gpu and r.source not in LATER_FILES})
         random.Random(f"{SPLIT_SEED}/{gpu}").shuffle(keys)
         out.update(keys[: len(keys) // 2])
     return out
@@ -177,9 +175,9 @@ def summary(compared: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     for gpu in RESULTS:
         mine = [r for r in compared if r["gpu"] == gpu]
         parts = {
-            "held_out": [r for r in mine if r["held_out"] and r["source"] not in _LATER_FILES],
+            "held_out": [r for r in mine if r["held_out"] and r["source"] not in LATER_FILES],
             "fit": [r for r in mine if not r["held_out"]],
-            "later": [r for r in mine if r["source"] in _LATER_FILES],
+            "later": [r for r in mine if r["source"] in LATER_FILES],
         }
         for side, part in parts.items():
             if part or side != "later":
