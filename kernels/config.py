@@ -17,9 +17,10 @@ from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from functools import lru_cache, wraps
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from flashscope.simulator.core.problem import MAX_REG_CAP, MIN_REG_CAP, REG_CAP_STEP
+from flashscope.simulator.timing import tuned_tables
 
 TUNED_FILE = Path(__file__).with_name("tuned.json")
 T = TypeVar("T")
@@ -144,10 +145,23 @@ def lookup(gpu: str, key: str) -> KernelConfig | None:
     return KernelConfig.from_list(entry) if entry else None
 
 
+_LENT: dict[str, Any] = {}  # the tables `gpu_table` gives, and the file's table they come from
+
+
+def gpu_table(gpu: str) -> dict[str, Any]:
+    """`gpu`'s sections of the tuned table with the Gluon kernels' entries it lacks lent by
+    another GPU (a GPU the file does not name: only those; simulator/timing/tuned_tables.py)."""
+    table = tuned_table()
+    if _LENT.get("of") is not table:
+        _LENT.update(of=table, tables=tuned_tables.lend(table))
+    tables = _LENT["tables"]
+    return tables.get(gpu) or tables[tuned_tables.OTHER]
+
+
 def route(gpu: str, key: str) -> str | None:
     """A measured choice between two kernel structures (the backward's dQ route, the forward's
-    kernel)."""
-    return tuned_table().get(gpu, {}).get("routes", {}).get(key)
+    kernel; the latter lent where `gpu` has none at that head dim: `gpu_table`)."""
+    return gpu_table(gpu).get("routes", {}).get(key)
 
 
 def fills_no_tile(n_q: int, n_k: int) -> bool:
@@ -161,8 +175,9 @@ def tuned_entry(gpu: str, section: str, keys: list[str], edge: bool = False) -> 
     tuned-table `section` holds: "ws", the warp-specialized forward's configurations; "bwd-ws",
     the warp-specialized backward's, present only where it beat the Triton backward. With
     `edge` (lengths that fill no tile) a key's entry in "<section>-edge", measured at such
-    lengths, comes before its own."""
-    table = tuned_table().get(gpu, {})
+    lengths, comes before its own. Where `gpu` has no entry of the kernel at that head dim,
+    another GPU's (`gpu_table`)."""
+    table = gpu_table(gpu)
     names = (f"{section}-edge", section) if edge else (section,)
     found = (table.get(name, {}).get(key) for key in keys for name in names)
     return next((e for e in found if e is not None), None)

@@ -28,7 +28,8 @@ the PyTorch passes have fixed 64-row blocks of 4 warps. `kernel_route` reads the
 kernels choose per GPU and sequence-length bucket from kernels/tuned.json ("routes"; a test
 holds the two lookups equal); elsewhere "separate". `default_route` puts a call on "ws" where
 the table's "bwd-ws" sections send it to the Gluon backward (`ws_config`, as
-kernels/hopper_backward.tuned_config reads them), as `flash_attention` does on Hopper.
+kernels/hopper_backward.tuned_config reads them, with the entries a Hopper GPU lacks lent by
+another: `tuned_tables`), as `flash_attention` does on Hopper.
 
 Byte classes, beyond fa2's (see launch.py): the atomic route's reduce-adds are L2 write
 requests that a write-back L2 absorbs while the line stays (merge_write), and the first CTA of a
@@ -53,7 +54,7 @@ import numpy.typing as npt
 
 from flashscope.simulator.core.gpu import Efficiency
 from flashscope.simulator.core.problem import STATS_BYTES, AttentionProblem, TileConfig, cdiv
-from flashscope.simulator.timing import compiled
+from flashscope.simulator.timing import compiled, tuned_tables
 from flashscope.simulator.timing.engine import _pad_rows, warpgroup_layout
 from flashscope.simulator.timing.launch import ACC_BYTES, Launch, Product
 from flashscope.simulator.timing.occupancy import pad_head_dim, register_demand, warp_level
@@ -72,6 +73,9 @@ BWD_ROUTES = ("separate", "atomic", "ws")
 TUNED_FILE = Path(__file__).resolve().parents[2] / "kernels" / "tuned.json"
 # The GPU presets whose kernels were tuned, by the name the GPU reports (kernels/tuned.json).
 TUNED_GPUS = {"NVIDIA H200": "h200", "NVIDIA H100 80GB HBM3": "h100-sxm"}
+# The Hopper presets no sweep has tuned: `flash_attention` there takes the Gluon kernels' entries
+# another GPU lends (`tuned_tables`), and so does the engine.
+OTHER_HOPPER = ("h100-pcie",)
 # Sequence-length buckets of the tuned table: an entry ".../n2048" holds 1025–2048 (the kernels look
 # their tiles and routes up with the same rule: flashscope.kernels.launch imports `tuned_keys`).
 SEQ_BUCKETS = (1024, 2048, 4096, 8192, 16384)
@@ -356,14 +360,19 @@ class WsConfig:
 
 @lru_cache
 def tuned_ws() -> dict[str, dict[str, dict[str, list[int]]]]:
-    """GPU preset → section ("bwd-ws", "bwd-ws-edge") → the Gluon backward's configurations."""
+    """GPU preset → section ("bwd-ws", "bwd-ws-edge") → the Gluon backward's configurations,
+    with the entries a Hopper GPU lacks at a head dim lent by another (`tuned_tables.lend`, as
+    the kernels read them): the tuned presets their own, the other Hopper presets
+    (`OTHER_HOPPER`) only lent ones."""
     if not TUNED_FILE.exists():
         return {}
-    gpus = json.loads(TUNED_FILE.read_text())["gpus"]
+    gpus = tuned_tables.lend(json.loads(TUNED_FILE.read_text())["gpus"])
+    presets = {key: name for name, key in TUNED_GPUS.items()} | {
+        key: tuned_tables.OTHER for key in OTHER_HOPPER
+    }
     return {
-        TUNED_GPUS[name]: {s: e.get(s, {}) for s in WS_SECTIONS}
-        for name, e in gpus.items()
-        if name in TUNED_GPUS
+        key: {s: gpus.get(name, {}).get(s, {}) for s in WS_SECTIONS}
+        for key, name in presets.items()
     }
 
 

@@ -508,6 +508,46 @@ def test_the_tuned_route_runs_the_gluon_backward(seed: int, shape: tuple, monkey
         assert torch.allclose(g.float(), t.float(), atol=2e-2, rtol=2e-2)
 
 
+@pytest.mark.parametrize(
+    ("name", "shape", "causal"),
+    [("NVIDIA H200", (1, 4, 1000, 256), True), ("NVIDIA H200", (2, 4, 2048, 192), False),
+     ("NVIDIA GH200 480GB", (2, 4, 3000, 96), True), ("NVIDIA H800", (2, 8, 2048, 64), False)],
+    ids=["h200-256", "h200-192", "unnamed-96", "unnamed-64"],
+)  # fmt: skip
+def test_lent_entries_run_the_gluon_kernels(seed: int, name, shape, causal, monkeypatch) -> None:
+    """A head dim the GPU's own sweep left out (the H200's 256, and 192 run padded to it), and
+    a Hopper GPU the table does not name: the forward and the backward through autograd run
+    the Gluon kernels with the entries another GPU lends (simulator/timing/tuned_tables.py),
+    and get the float64 reference's outputs and gradients within twice PyTorch's error."""
+    from flashscope.kernels import attention, forward, hopper_backward, hopper_forward
+
+    if torch.cuda.get_device_capability()[0] != 9:
+        pytest.skip("the Gluon kernels need a Hopper GPU")
+    for module in (hopper_forward, hopper_backward):
+        monkeypatch.setattr(module, "gpu_name", lambda: name)
+    q, k, v, do = (rand(*shape) for _ in range(4))
+    fwd, bwd = hopper_forward.tuned(q, k, v, causal), hopper_backward.tuned(q, k, v, causal)
+    assert fwd is not None and bwd is not None, f"no entry lent to {name} at {shape}"
+    calls = []
+    real_fwd, real_bwd = hopper_forward.launch_forward_ws, hopper_backward.launch_backward_ws
+    monkeypatch.setattr(forward, "launch_forward_ws",
+                        lambda *a, **kw: calls.append(a[5]) or real_fwd(*a, **kw))  # fmt: skip
+    monkeypatch.setattr(attention, "launch_backward_ws",
+                        lambda *a, **kw: calls.append(a[8]) or real_bwd(*a, **kw))  # fmt: skip
+    leaves = [x.detach().requires_grad_() for x in (q, k, v)]
+    o = flash_attention(*leaves, causal)
+    got = torch.autograd.grad(o, leaves, do)
+    assert calls == [fwd, bwd]
+    ref, _ = attention_forward(q, k, v, causal)
+    lowp, _ = attention_forward(q, k, v, causal, dtype=F16)
+    what = f"{name} {shape} causal={causal}"
+    assert_close(o.detach(), ref, lowp, f"O {what}", seed)
+    refs = attention_backward(q, k, v, do, causal)
+    lowps = attention_backward(q, k, v, do, causal, dtype=F16)
+    for g, r, lp, part in zip(got, refs, lowps, ("dQ", "dK", "dV"), strict=True):
+        assert_close(g, r, lp, f"{part} {what}", seed)
+
+
 def test_decode_counters_in_graphs_and_on_two_streams(seed: int) -> None:
     """The split kernel's arrival counters: a CUDA graph replays right (the counters are back at
     zero after each replay), and calls on two streams at once with different split counts each

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from flashscope.kernels.backward import launch_backward
-from flashscope.kernels.config import TUNED_FILE
+from flashscope.kernels.config import TUNED_FILE, gpu_table
 from flashscope.kernels.forward import launch_forward
 from flashscope.kernels.hopper_backward import (
     CANDIDATES,
@@ -25,6 +25,7 @@ from flashscope.kernels.hopper_backward import (
 )
 from flashscope.kernels.reference import attention_backward
 from flashscope.simulator.timing.kernelplan import SEQ_BUCKETS
+from flashscope.simulator.timing.tuned_tables import LENT
 
 from .conftest import compiled_apart
 
@@ -94,7 +95,14 @@ def test_every_tuned_entry_is_a_candidate_and_routes_by_length() -> None:
     assert tuned_config(H100, 128, True, 1000, edge=True) is not None
     whole = tuned_config(H100, 128, False, 2048)
     assert whole is not None and tuned_config(H100, 128, False, 2000, edge=True) == whole
-    assert tuned_config("a GPU with no table", 64, False, 16384) is None
+    # a GPU the table does not name takes another's entries (simulator/timing/tuned_tables.py)
+    donor = gpu_table("a GPU with no table")[LENT]["bwd/d64"]
+    lent = tuned_config("a GPU with no table", 64, False, 16384)
+    assert lent == tuned_config(donor, 64, False, 16384) is not None
+    # and so does a head dim a tuned GPU's sweep left out: the H200's d = 256
+    assert tuned_config("NVIDIA H200", 256, True, 3000, edge=True) == tuned_config(
+        H100, 256, True, 3000, edge=True
+    )
 
 
 def test_no_call_on_the_cpu_is_routed_to_the_gluon_kernel(seed: int) -> None:

@@ -11,7 +11,7 @@ from itertools import product
 import pytest
 import torch
 
-from flashscope.kernels.config import TUNED_FILE
+from flashscope.kernels.config import TUNED_FILE, gpu_table
 from flashscope.kernels.forward import launch_forward
 from flashscope.kernels.hopper_forward import (
     LOADER_REGS,
@@ -26,6 +26,7 @@ from flashscope.kernels.hopper_forward import (
     tuned_configs,
 )
 from flashscope.simulator.timing.kernelplan import SEQ_BUCKETS
+from flashscope.simulator.timing.tuned_tables import LENT
 
 from .conftest import compiled_apart
 
@@ -311,9 +312,14 @@ def test_the_table_routes_each_length_bucket() -> None:
             else:
                 assert got is None, (d, causal, n)
     assert seen == {"ws", "triton"}  # both kernels win somewhere: the lookup is not constant
-    # a GPU, or a head_dim, that the table never measured: the Triton kernel
-    assert tuned_config("Some GPU", 128, False, 4096) is None
-    assert tuned_config("NVIDIA H200", 256, False, 4096) is None
+    # a head_dim the H200's sweep never measured, and a GPU the table does not name: another
+    # GPU's entries (simulator/timing/tuned_tables.py)
+    h100 = "NVIDIA H100 80GB HBM3"
+    assert tuned_config("NVIDIA H200", 256, False, 4096) == tuned_config(h100, 256, False, 4096)
+    assert tuned_config("NVIDIA H200", 256, False, 4096) is not None
+    donor = gpu_table("Some GPU")[LENT]["fwd/d128"]
+    assert tuned_config("Some GPU", 128, False, 4096) == tuned_config(donor, 128, False, 4096)
+    assert tuned_config("Some GPU", 128, False, 4096) is not None
 
 
 def test_every_routed_bucket_has_a_configuration() -> None:
