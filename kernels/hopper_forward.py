@@ -169,9 +169,6 @@ class WsConfig:
 # rows, and with whole blocks only a tile that sees no key at all (N_q > N_k) would have a half
 # step. (Pipelined, the half step measured slower on an H200: kept whole there.)
 HALF_STEPS = True
-# fp16 inputs: P's exponents rounded to fp16 and raised two at a time on the SFU
-# (ex2.approx.f16x2, `_exp2_f16`) instead of one fp32 exp2 each; a switch for benchmarks.
-EXP_F16 = False
 
 # Persistent causal launches share their tiles by a schedule computed on the host (`schedule`)
 # rather than in turn; False shares them in turn (a switch for benchmarks). Launches of more
@@ -400,13 +397,12 @@ def _scores(q, k_smem, k_ready, g, STAGES: gl.constexpr, s_layout: gl.constexpr,
 
 @gluon.jit
 def _softmax(s, m, l, col0, bounds, qk_scale2, s_layout: gl.constexpr, BLOCK_M: gl.constexpr,
-             KEYS: gl.constexpr, MASKED: gl.constexpr, EXP16: gl.constexpr):
+             KEYS: gl.constexpr, MASKED: gl.constexpr):
     """Running max and sum for the KEYS keys from col0 (log2 domain): (P unnormalized in fp32,
     m, ℓ, α). MASKED 1 (causal): they cross the diagonal, key c visible to the warpgroup's row
     r iff c ≤ diag + r (which also keeps every key below N_K); MASKED 2 (not causal): they cross
     the end of the keys, c < N_K. bounds = (diag, N_K), scalars, so that no row vector stays
-    live through the loop. EXP16: P's exponents rounded to fp16 and raised two at a time
-    (`_exp2_f16`), P returned in fp16."""
+    live through the loop."""
     if MASKED:
         diag, n_k = bounds
         cols = col0 + gl.arange(0, KEYS, layout=gl.SliceLayout(0, s_layout))
@@ -418,27 +414,14 @@ def _softmax(s, m, l, col0, bounds, qk_scale2, s_layout: gl.constexpr, BLOCK_M: 
         s = gl.where(keep, s * qk_scale2, float("-inf"))
         m_new = gl.maximum(m, gl.max(s, 1))
         m_sub = gl.where(m_new == float("-inf"), 0.0, m_new)  # a row that saw nothing yet
-        x = s - m_sub[:, None]
+        p = gl.exp2(s - m_sub[:, None])
+        alpha = gl.exp2(m - m_sub)
     else:
         m_new = gl.maximum(m, gl.max(s, 1) * qk_scale2)
-        m_sub = m_new
-        x = s * qk_scale2 - m_new[:, None]
-    if EXP16:
-        p = _exp2_f16(x.to(gl.float16))
-        alpha = gl.exp2(m - m_sub)
-        l = l * alpha + gl.sum(p.to(gl.float32), 1)
-    else:
-        p = gl.exp2(x)
-        alpha = gl.exp2(m - m_sub)
-        l = l * alpha + gl.sum(p, 1)
+        p = gl.exp2(s * qk_scale2 - m_new[:, None])
+        alpha = gl.exp2(m - m_new)
+    l = l * alpha + gl.sum(p, 1)
     return p, m_new, l, alpha
-
-
-@gluon.jit
-def _exp2_f16(x):
-    """2^x of fp16 x, two elements an instruction (the SFU's ex2.approx.f16x2)."""
-    return gl.inline_asm_elementwise("ex2.approx.f16x2 $0, $1;", "=r,r", [x], dtype=gl.float16,
-                                     is_pure=True, pack=2)
 
 
 @gluon.jit
@@ -460,8 +443,7 @@ def _pipelined_step(q, p, acc, m, l, j, g0, r0, bounds, qk_scale2, ring, turn, r
                     s_layout: gl.constexpr, o_layout: gl.constexpr, p_layout: gl.constexpr,
                     BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
                     MASKED: gl.constexpr, dtype: gl.constexpr, C: gl.constexpr,
-                    CONSUMERS: gl.constexpr, PINGPONG: gl.constexpr, RECORD: gl.constexpr,
-                    EXP16: gl.constexpr):
+                    CONSUMERS: gl.constexpr, PINGPONG: gl.constexpr, RECORD: gl.constexpr):
     """Key block j (ring step g0 + j, round r0 + j) of the pipelined loop: issue Sⱼ, issue
     P_{j-1} V_{j-1}, wait for Sⱼ alone, run its softmax while the P V product is still on the
     tensor cores, then rescale. Returns the state with P of block j (in the operand layout)
@@ -485,7 +467,7 @@ def _pipelined_step(q, p, acc, m, l, j, g0, r0, bounds, qk_scale2, ring, turn, r
     _stamp(rec, g, 5, RECORD)
     mbarrier.arrive(k_empty.index(g % STAGES), count=1)
     p_new, m, l, alpha = _softmax(s, m, l, j * BLOCK_N, bounds, qk_scale2, s_layout, BLOCK_M,
-                                  BLOCK_N, MASKED, EXP16)
+                                  BLOCK_N, MASKED)
     _stamp(rec, g, 6, RECORD)
     acc, p = warpgroup_mma_wait(0, deps=(acc, p))
     _stamp(rec, g, 7, RECORD)
@@ -500,8 +482,7 @@ def _pipelined_step(q, p, acc, m, l, j, g0, r0, bounds, qk_scale2, ring, turn, r
 def _plain_step(q, acc, m, l, j, g0, bounds, qk_scale2, ring, rec, s_layout: gl.constexpr,
                 o_layout: gl.constexpr, p_layout: gl.constexpr, BLOCK_M: gl.constexpr,
                 BLOCK_N: gl.constexpr, STAGES: gl.constexpr, MASKED: gl.constexpr,
-                dtype: gl.constexpr, KEYS: gl.constexpr, RECORD: gl.constexpr,
-                EXP16: gl.constexpr):
+                dtype: gl.constexpr, KEYS: gl.constexpr, RECORD: gl.constexpr):
     """Key block j (ring step g0 + j) without pipelining: Sⱼ, its softmax, the rescale, then
     P V, each waited for. KEYS < BLOCK_N: only the block's first KEYS keys (the causal
     diagonal's last block, where no row sees the rest; s_layout is then KEYS wide, and m and ℓ
@@ -517,7 +498,7 @@ def _plain_step(q, acc, m, l, j, g0, bounds, qk_scale2, ring, rec, s_layout: gl.
     _stamp(rec, g, 5, RECORD)
     mbarrier.arrive(k_empty.index(slot), count=1)
     p, m, l, alpha = _softmax(s, m, l, j * BLOCK_N, bounds, qk_scale2, s_layout, BLOCK_M, KEYS,
-                              MASKED, EXP16)
+                              MASKED)
     acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, o_layout))[:, None]
     p = gl.convert_layout(p.to(dtype), p_layout)
     _stamp(rec, g, 6, RECORD)
@@ -539,7 +520,7 @@ def _consumer(args, C: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constex
               BLOCK_N: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
               PIPELINE: gl.constexpr, CONSUMERS: gl.constexpr, PINGPONG: gl.constexpr,
               HALF: gl.constexpr, SCHEDULED: gl.constexpr, RECORD: gl.constexpr,
-              KEY_EDGE: gl.constexpr, Q_EDGE: gl.constexpr, EXP16: gl.constexpr):
+              KEY_EDGE: gl.constexpr, Q_EDGE: gl.constexpr):
     """Warpgroup C: for each of the program's tiles, its BLOCK_M query rows through every step,
     then their O and LSE.
 
@@ -611,21 +592,20 @@ def _consumer(args, C: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constex
             _stamp(rec, g, 5, RECORD)
             mbarrier.arrive(k_empty.index(g % STAGES), count=1)
             p, m, l, _ = _softmax(s, m, l, 0, bounds, qk_scale2, s_layout, BLOCK_M, BLOCK_N,
-                                  MASK if CAUSAL or KEY_EDGE else 0, EXP16)
+                                  MASK if CAUSAL or KEY_EDGE else 0)
             p = gl.convert_layout(p.to(dtype), p_layout)
             _stamp(rec, g, 6, RECORD)
             for j in range(1, n_full):
                 p, acc, m, l = _pipelined_step(q, p, acc, m, l, j, g, r0, bounds, qk_scale2,
                                                ring, turn, rec, s_layout, o_layout, p_layout,
                                                BLOCK_M, BLOCK_N, STAGES, False, dtype, C,
-                                               CONSUMERS, PINGPONG, RECORD, EXP16)
+                                               CONSUMERS, PINGPONG, RECORD)
             if CAUSAL or KEY_EDGE:
                 for j in range(gl.maximum(n_full, 1), n_steps):
                     p, acc, m, l = _pipelined_step(q, p, acc, m, l, j, g, r0, bounds,
                                                    qk_scale2, ring, turn, rec, s_layout,
                                                    o_layout, p_layout, BLOCK_M, BLOCK_N, STAGES,
-                                                   MASK, dtype, C, CONSUMERS, PINGPONG, RECORD,
-                                                   EXP16)
+                                                   MASK, dtype, C, CONSUMERS, PINGPONG, RECORD)
             mbarrier.arrive(q_empty.index(C), count=1)  # every S product of the tile is done
             last = g + n_steps - 1
             mbarrier.wait(v_ready.index(last % STAGES), (last // STAGES) & 1)
@@ -641,12 +621,12 @@ def _consumer(args, C: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constex
             for j in range(n_full):
                 acc, m, l = _plain_step(q, acc, m, l, j, g, bounds, qk_scale2, ring, rec,
                                         s_layout, o_layout, p_layout, BLOCK_M, BLOCK_N, STAGES,
-                                        False, dtype, BLOCK_N, RECORD, EXP16)
+                                        False, dtype, BLOCK_N, RECORD)
             if CAUSAL or KEY_EDGE:
                 for j in range(n_full, n_whole):
                     acc, m, l = _plain_step(q, acc, m, l, j, g, bounds, qk_scale2, ring, rec,
                                             s_layout, o_layout, p_layout, BLOCK_M, BLOCK_N,
-                                            STAGES, MASK, dtype, BLOCK_N, RECORD, EXP16)
+                                            STAGES, MASK, dtype, BLOCK_N, RECORD)
             # (HALF, a constexpr, leaves the half step out of other kernels altogether)
             if CAUSAL and HALF:  # noqa: SIM102
                 if n_whole < n_steps:
@@ -654,7 +634,7 @@ def _consumer(args, C: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constex
                                                 gl.convert_layout(l, row_h), n_whole, g, bounds,
                                                 qk_scale2, ring, rec, half_layout, o_layout,
                                                 p_layout, BLOCK_M, BLOCK_N, STAGES, True, dtype,
-                                                BLOCK_N // 2, RECORD, EXP16)
+                                                BLOCK_N // 2, RECORD)
                     m = gl.convert_layout(m_h, row_s)
                     l = gl.convert_layout(l_h, row_s)
             mbarrier.arrive(q_empty.index(C), count=1)
@@ -702,8 +682,7 @@ def _attn_fwd_ws(q_desc, k_desc, v_desc, o_desc, LSE, qk_scale2, H, GROUP, N_Q, 
                  CONSUMERS: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
                  PIPELINE: gl.constexpr, PINGPONG: gl.constexpr, HALF: gl.constexpr,
                  SCHEDULED: gl.constexpr, CONSUMER_REGS: gl.constexpr, RECORD: gl.constexpr,
-                 KEY_EDGE: gl.constexpr, Q_EDGE: gl.constexpr, O_IN_Q: gl.constexpr,
-                 EXP16: gl.constexpr):
+                 KEY_EDGE: gl.constexpr, Q_EDGE: gl.constexpr, O_IN_Q: gl.constexpr):
     """Programs take tiles t = program_id, + num_programs, … < n_tiles (one each, or, launched
     persistent, one program per SM slot looping over its share; SCHEDULED: the share the host's
     schedule in SCHED gives it). RECORD: programs below rec_detail stamp their phases into REC,
@@ -743,30 +722,30 @@ def _attn_fwd_ws(q_desc, k_desc, v_desc, o_desc, LSE, qk_scale2, H, GROUP, N_Q, 
     if CONSUMERS == 1:
         gl.warp_specialize([(_consumer, (shared, 0, HEAD_DIM, BLOCK_M, BLOCK_N, STAGES, CAUSAL,
                                          PIPELINE, CONSUMERS, PINGPONG, HALF, SCHEDULED,
-                                         RECORD, KEY_EDGE, Q_EDGE, EXP16)),
+                                         RECORD, KEY_EDGE, Q_EDGE)),
                             (_loader, (loads, BLOCK_M, BLOCK_N, CONSUMERS, STAGES, CAUSAL,
                                        SCHEDULED, RECORD))],
                            [1], [_LOADER_REGS])
     elif CONSUMERS == 2:
         gl.warp_specialize([(_consumer, (shared, 0, HEAD_DIM, BLOCK_M, BLOCK_N, STAGES, CAUSAL,
                                          PIPELINE, CONSUMERS, PINGPONG, HALF, SCHEDULED,
-                                         RECORD, KEY_EDGE, Q_EDGE, EXP16)),
+                                         RECORD, KEY_EDGE, Q_EDGE)),
                             (_consumer, (shared, 1, HEAD_DIM, BLOCK_M, BLOCK_N, STAGES, CAUSAL,
                                          PIPELINE, CONSUMERS, PINGPONG, HALF, SCHEDULED,
-                                         RECORD, KEY_EDGE, Q_EDGE, EXP16)),
+                                         RECORD, KEY_EDGE, Q_EDGE)),
                             (_loader, (loads, BLOCK_M, BLOCK_N, CONSUMERS, STAGES, CAUSAL,
                                        SCHEDULED, RECORD))],
                            [4, 1], [CONSUMER_REGS, _LOADER_REGS])
     else:
         gl.warp_specialize([(_consumer, (shared, 0, HEAD_DIM, BLOCK_M, BLOCK_N, STAGES, CAUSAL,
                                          PIPELINE, CONSUMERS, PINGPONG, HALF, SCHEDULED,
-                                         RECORD, KEY_EDGE, Q_EDGE, EXP16)),
+                                         RECORD, KEY_EDGE, Q_EDGE)),
                             (_consumer, (shared, 1, HEAD_DIM, BLOCK_M, BLOCK_N, STAGES, CAUSAL,
                                          PIPELINE, CONSUMERS, PINGPONG, HALF, SCHEDULED,
-                                         RECORD, KEY_EDGE, Q_EDGE, EXP16)),
+                                         RECORD, KEY_EDGE, Q_EDGE)),
                             (_consumer, (shared, 2, HEAD_DIM, BLOCK_M, BLOCK_N, STAGES, CAUSAL,
                                          PIPELINE, CONSUMERS, PINGPONG, HALF, SCHEDULED,
-                                         RECORD, KEY_EDGE, Q_EDGE, EXP16)),
+                                         RECORD, KEY_EDGE, Q_EDGE)),
                             (_loader, (loads, BLOCK_M, BLOCK_N, CONSUMERS, STAGES, CAUSAL,
                                        SCHEDULED, RECORD))],
                            [4, 4, 1], [CONSUMER_REGS, CONSUMER_REGS, _LOADER_REGS])
@@ -1017,7 +996,6 @@ def _geometry(q, k, causal: bool, cfg: WsConfig, sms: int, record: Recording | N
         KEY_EDGE=n_k % cfg.block_n != 0,
         Q_EDGE=n_q % cfg.block_m != 0,
         O_IN_Q=cfg.o_in_q(pad_dim(q.shape[3])),
-        EXP16=EXP_F16 and q.dtype == torch.float16,
     )
     sizes = (h, h // k.shape[1], n_q, n_k, tiles, cfg.band or rows)
     options = {"num_warps": 4, "maxnreg": launch_regs}
@@ -1053,7 +1031,7 @@ def launch_forward_ws(
         return o, lse
     where = (q.shape, k.shape, v.shape, q.stride(2), k.stride(2), v.stride(2), q.dtype, causal,
              cfg, q.device, torch.cuda.current_device(), HALF_STEPS, SCHEDULE_TILES,
-             MAX_SCHEDULED_TILES, EXP_F16)  # the switches: benchmarks change them  # fmt: skip
+             MAX_SCHEDULED_TILES)  # the switches: benchmarks change them  # fmt: skip
     plan = _PLANS.get(where)
     if plan is None:
         plan = _plan(q, k, v, o, lse, causal, scale, cfg, _sms(q.device.index or 0))
