@@ -115,16 +115,13 @@ class BwdConfig:
     consumers: warpgroups per program, each owning 64 keys (the key block is 64·consumers;
     at head_dim 256 two warpgroups share a block of 64 keys by halves of the head dimension,
     `_attn_bwd_split`); block_m: query rows per step; stages: depth of the Q/dO ring; band: the
-    programs in bands of that many heads, key block by key block (`_block`); 0: head after head;
-    persistent (head_dim 256 only): one program per SM, each running every SM-th block in that
-    order (`_persistent_loader`).
+    programs in bands of that many heads, key block by key block (`_block`); 0: head after head.
     """
 
     consumers: int = 2
     block_m: int = 64
     stages: int = 2
     band: int = 0
-    persistent: bool = False
 
     def __post_init__(self) -> None:
         if self.consumers not in (1, 2):
@@ -135,18 +132,14 @@ class BwdConfig:
             raise ValueError(f"stages must be 1, 2 or 3, got {self.stages!r}")
         if not (isinstance(self.band, int) and 0 <= self.band <= MAX_BAND):
             raise ValueError(f"band must be 0 to {MAX_BAND}, got {self.band!r}")
-        if self.persistent not in (0, 1, 2):  # 2: paired key blocks
-            raise ValueError(f"persistent must be 0, 1 or 2, got {self.persistent!r}")
-        object.__setattr__(self, "persistent", int(self.persistent))
 
     def keys(self, head_dim: int) -> int:
         """Keys per program (the key block) at `head_dim` as run."""
         return KEYS_PER_CONSUMER * (1 if splits_head_dim(head_dim) else self.consumers)
 
     def as_list(self) -> list[int]:
-        """As the tuned table holds it (a band of 0 left out where not persistent)."""
-        tail = [self.band, self.persistent] if self.persistent else [self.band] if self.band else []
-        return [self.consumers, self.block_m, self.stages, *tail]
+        """As the tuned table holds it (a band of 0 left out)."""
+        return [self.consumers, self.block_m, self.stages] + ([self.band] if self.band else [])
 
     def registers(self) -> tuple[int, int]:
         """(registers per thread at launch, per consumer thread once the loader's warpgroup
@@ -230,23 +223,12 @@ def _block(BAND: gl.constexpr):
     bkv = gl.program_id(1)
     if BAND > 0:
         n_kb = gl.num_programs(0)
-        j, bkv = _block_at(bkv * n_kb + j, n_kb, gl.num_programs(1), BAND)
-    return j, bkv
-
-
-@gluon.jit
-def _block_at(p, n_kb, n_bkv, BAND: gl.constexpr):
-    """(key block, batch · K/V head) of the p-th of the grid's n_kb · n_bkv blocks in launch
-    order (`_block`): the p-th block a persistent program meets (`_persistent_loader`)."""
-    if BAND > 0:
+        p = bkv * n_kb + j
         band = p // (BAND * n_kb)
         r = p - band * (BAND * n_kb)
-        heads = gl.minimum(n_bkv - band * BAND, BAND)
+        heads = gl.minimum(gl.num_programs(1) - band * BAND, BAND)
         j = r // heads
         bkv = band * BAND + r % heads
-    else:
-        j = p % n_kb
-        bkv = p // n_kb
     return j, bkv
 
 
@@ -261,18 +243,10 @@ def _q_row(bkv, g, H, GROUP, N_Q):
 def _loader(args, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
             CAUSAL: gl.constexpr, BAND: gl.constexpr):
     """One warp: the block's K and V, then Q and dO of every step into the ring."""
-    j, bkv = _block(BAND)
-    _load_block(args, j, bkv, gl.to_tensor(0), BLOCK_M, BLOCK_N, STAGES, CAUSAL)
-
-
-@gluon.jit
-def _load_block(args, j, bkv, s, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
-                STAGES: gl.constexpr, CAUSAL: gl.constexpr):
-    """Key block j of K/V head bkv: its K and V, then Q and dO of its steps into the ring from
-    ring step s on; returns the ring step after its last."""
     (q_desc, k_desc, v_desc, do_desc, k_smem, v_smem, q_smem, do_smem, lse_smem, delta_smem,
-     kv_ready, q_ready, q_empty, LSE, DELTA, N_Q, N_K, H, GROUP) = args[:19]
+     kv_ready, q_ready, q_empty, LSE, DELTA, N_Q, N_K, H, GROUP) = args
     rows_layout: gl.constexpr = gl.BlockedLayout([BLOCK_M // 32], [32], [1], [0])
+    j, bkv = _block(BAND)
     kv_row = bkv * N_K + j * BLOCK_N
     KV_BYTES: gl.constexpr = k_desc.block_type.nbytes + v_desc.block_type.nbytes
     STEP_BYTES: gl.constexpr = q_desc.block_type.nbytes + do_desc.block_type.nbytes
@@ -280,6 +254,7 @@ def _load_block(args, j, bkv, s, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
     tma.async_copy_global_to_shared(k_desc, [kv_row, 0], kv_ready, k_smem)
     tma.async_copy_global_to_shared(v_desc, [kv_row, 0], kv_ready, v_smem)
     first, _, n_qb = _steps(j, N_Q, N_K, BLOCK_M, BLOCK_N, CAUSAL)
+    s = 0
     for g in range(GROUP):
         q_row0 = _q_row(bkv, g, H, GROUP, N_Q)
         for qb in range(first, n_qb):
@@ -301,36 +276,6 @@ def _load_block(args, j, bkv, s, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
             delta_smem.index(slot).store(gl.load(DELTA + q_row0 + within, mask=inside, other=0.0))
             mbarrier.arrive(q_ready.index(slot), count=1)
             s += 1
-    return s
-
-
-@gluon.jit
-def _persistent_loader(args, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
-                       STAGES: gl.constexpr, CAUSAL: gl.constexpr, BAND: gl.constexpr,
-                       PAIRED: gl.constexpr):
-    """`_loader` of a persistent program (head_dim 256): the grid holds one program per SM,
-    and program p runs blocks p, p + P, p + 2P, … (P programs) of the launch order `_block_at`
-    gives, so that the next block's K, V and first Q/dO stages load while the consumers store
-    the last one's dK and dV, and no block waits for a program to start. Each block's K and V
-    once the consumers have given the previous block's back (kv_empty)."""
-    kv_empty = args[19]
-    N_K = args[16]
-    N_BKV = args[20]
-    n_kb = gl.cdiv(N_K, BLOCK_N)
-    s = 0
-    i = 0
-    if PAIRED:
-        jp, bkv = _block(BAND)
-        for u in range(0, gl.where(2 * jp + 1 == n_kb, 1, 2)):
-            j = gl.where(u == 0, jp, n_kb - 1 - jp)
-            mbarrier.wait(kv_empty, (u & 1) ^ 1)
-            s = _load_block(args, j, bkv, s, BLOCK_M, BLOCK_N, STAGES, CAUSAL)
-    else:
-        for t in range(gl.program_id(0), n_kb * N_BKV, gl.num_programs(0)):
-            j, bkv = _block_at(t, n_kb, N_BKV, BAND)
-            mbarrier.wait(kv_empty, (i & 1) ^ 1)  # a fresh barrier counts as given back
-            s = _load_block(args, j, bkv, s, BLOCK_M, BLOCK_N, STAGES, CAUSAL)
-            i += 1
 
 
 @gluon.jit
@@ -651,53 +596,19 @@ def _split_step(dk, dv, st, s, qb, q_row0, key0, masked, ctx, s_layout: gl.const
 @gluon.jit
 def _split_consumer(args, C: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr,
                     STAGES: gl.constexpr, CAUSAL: gl.constexpr, KEY_EDGE: gl.constexpr,
-                    DIM: gl.constexpr, BAND: gl.constexpr, PERSISTENT: gl.constexpr):
+                    DIM: gl.constexpr, BAND: gl.constexpr):
     """Warpgroup C of two sharing a block of 64 keys at head_dim 256: columns
     [HEAD_DIM/2 · C, HEAD_DIM/2 · (C + 1)) of the block's dK and dV through every step, then
-    their store; PERSISTENT, of each of the program's blocks in turn (`_persistent_loader`)."""
-    if PERSISTENT:
-        N_K = args[20]
-        N_BKV = args[24]
-        n_kb = gl.cdiv(N_K, 64)
-        s = 0
-        i = 0
-        if PERSISTENT == 2:
-            jp, bkv = _block(BAND)
-            for u in range(0, gl.where(2 * jp + 1 == n_kb, 1, 2)):
-                j = gl.where(u == 0, jp, n_kb - 1 - jp)
-                s = _split_block(args, j, bkv, s, u, C, HEAD_DIM, BLOCK_M, STAGES, CAUSAL,
-                                 KEY_EDGE, DIM, True)
-        else:
-            for t in range(gl.program_id(0), n_kb * N_BKV, gl.num_programs(0)):
-                j, bkv = _block_at(t, n_kb, N_BKV, BAND)
-                s = _split_block(args, j, bkv, s, i, C, HEAD_DIM, BLOCK_M, STAGES, CAUSAL,
-                                 KEY_EDGE, DIM, True)
-                i += 1
-    else:
-        j, bkv = _block(BAND)
-        _split_block(args, j, bkv, 0, 0, C, HEAD_DIM, BLOCK_M, STAGES, CAUSAL, KEY_EDGE, DIM,
-                     False)
-    tma.store_wait(0)  # the last dQ tile read before the program ends
-
-
-@gluon.jit
-def _split_block(args, j, bkv, s0, i, C: gl.constexpr, HEAD_DIM: gl.constexpr,
-                 BLOCK_M: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
-                 KEY_EDGE: gl.constexpr, DIM: gl.constexpr, PERSISTENT: gl.constexpr):
-    """Key block j of K/V head bkv for warpgroup C, its steps ring steps s0, s0 + 1, …, its K
-    and V the program's i-th (kv_ready's phase); returns the ring step after its last. The dQ
-    tile of its last step is waited for in the next tile's first step, or at the program's
-    end. PERSISTENT: K and V go back to the loader (kv_empty) once the last step's products
-    are done, before the dK and dV stores."""
+    their store."""
     (k_smem, v_smem, q_smem, do_smem, lse_smem, delta_smem, pt_smem, ds_smem, kv_ready, q_ready,
-     q_empty, q_used, ds_ready, ds_free, DQ, DK, DV, qk_scale2, scale, N_Q, N_K, H,
-     GROUP) = args[:23]
+     q_empty, q_used, ds_ready, ds_free, DQ, DK, DV, qk_scale2, scale, N_Q, N_K, H, GROUP) = args
     HALF_D: gl.constexpr = HEAD_DIM // 2
     HALF_M: gl.constexpr = BLOCK_M // 2
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                        instr_shape=[16, HALF_M, 16])
     o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                        instr_shape=[16, HALF_D, 16])
+    j, bkv = _block(BAND)
     key0 = j * 64
     dk = gl.zeros([64, HALF_D], gl.float32, o_layout)
     dv = gl.zeros([64, HALF_D], gl.float32, o_layout)
@@ -712,39 +623,36 @@ def _split_block(args, j, bkv, s0, i, C: gl.constexpr, HEAD_DIM: gl.constexpr,
            q_empty, q_used, ds_ready, ds_free, DQ, qk_scale2, scale, (off, N_Q, N_K))
     per_head = n_qb - first
     total = GROUP * per_head
-    mbarrier.wait(kv_ready, i & 1)
+    mbarrier.wait(kv_ready, 0)
     if total > 0:
-        st = _issue(k_smem, q_smem, q_ready, s0, s_layout, HALF_M, C * HALF_M, STAGES)
+        st = _issue(k_smem, q_smem, q_ready, 0, s_layout, HALF_M, C * HALF_M, STAGES)
         st = warpgroup_mma_wait(0, deps=(st,))
-        for u in range(total - 1):
-            g = u // per_head
-            qb = first + u - g * per_head
+        for s in range(total - 1):
+            g = s // per_head
+            qb = first + s - g * per_head
             q_row0 = _q_row(bkv, g, H, GROUP, N_Q)
-            dk, dv, st = _split_step(dk, dv, st, s0 + u, qb, q_row0, key0,
-                                     edge or qb < unmasked, ctx, s_layout, o_layout, HEAD_DIM,
-                                     BLOCK_M, STAGES, C, DIM, True)
+            dk, dv, st = _split_step(dk, dv, st, s, qb, q_row0, key0, edge or qb < unmasked,
+                                     ctx, s_layout, o_layout, HEAD_DIM, BLOCK_M, STAGES, C,
+                                     DIM, True)
+        s = total - 1
         q_row0 = _q_row(bkv, GROUP - 1, H, GROUP, N_Q)
-        dk, dv = _split_step(dk, dv, st, s0 + total - 1, n_qb - 1, q_row0, key0,
-                             edge or n_qb - 1 < unmasked, ctx, s_layout, o_layout, HEAD_DIM,
-                             BLOCK_M, STAGES, C, DIM, False)
-    if PERSISTENT:
-        mbarrier.arrive(args[23], count=1)  # kv_empty: K and V read for the last time
+        dk, dv = _split_step(dk, dv, st, s, n_qb - 1, q_row0, key0, edge or n_qb - 1 < unmasked,
+                             ctx, s_layout, o_layout, HEAD_DIM, BLOCK_M, STAGES, C, DIM, False)
     # the warpgroup's columns of dK and dV, those below DIM
     c = C * HALF_D + gl.arange(0, HALF_D, layout=gl.SliceLayout(0, o_layout))
     _store_dkdv(dk, dv, c, DK, DV, bkv * N_K + key0, key0, N_K, scale, o_layout, KEY_EDGE,
                 DIM < HEAD_DIM, DIM)
-    return s0 + total
+    tma.store_wait(0)  # the last dQ tile read before the program ends
 
 
 @gluon.jit
 def _attn_bwd_split(q_desc, k_desc, v_desc, do_desc, LSE, DELTA, DQ, DK, DV, qk_scale2, scale,
-                    H, GROUP, N_Q, N_K, N_BKV, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr,
+                    H, GROUP, N_Q, N_K, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr,
                     STAGES: gl.constexpr, CAUSAL: gl.constexpr, KEY_EDGE: gl.constexpr,
-                    CONSUMER_REGS: gl.constexpr, DIM: gl.constexpr, BAND: gl.constexpr,
-                    PERSISTENT: gl.constexpr):
+                    CONSUMER_REGS: gl.constexpr, DIM: gl.constexpr, BAND: gl.constexpr):
     """Program (j, b · H_kv + h_kv) at head_dim 256: key block j (64 keys) of that K/V head,
     over every query head of its group, two warpgroups sharing the block by halves of the head
-    dimension (`_split_consumer`). PERSISTENT: one program per SM (`_persistent_loader`)."""
+    dimension (`_split_consumer`)."""
     dtype: gl.constexpr = q_desc.dtype
     k_smem = gl.allocate_shared_memory(dtype, [64, HEAD_DIM], k_desc.layout)
     v_smem = gl.allocate_shared_memory(dtype, [64, HEAD_DIM], v_desc.layout)
@@ -776,25 +684,12 @@ def _attn_bwd_split(q_desc, k_desc, v_desc, do_desc, LSE, DELTA, DQ, DK, DV, qk_
               H, GROUP)
     loads = (q_desc, k_desc, v_desc, do_desc, k_smem, v_smem, q_smem, do_smem, lse_smem,
              delta_smem, kv_ready, q_ready, q_empty, LSE, DELTA, N_Q, N_K, H, GROUP)
-    if PERSISTENT:
-        kv_empty = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
-        mbarrier.init(kv_empty, count=2)  # both warpgroups done with the tile's K and V
-        shared = shared + (kv_empty, N_BKV)  # noqa: RUF005 (a kernel's tuple: no unpacking)
-        loads = loads + (kv_empty, N_BKV)  # noqa: RUF005
-        gl.warp_specialize([(_split_consumer, (shared, 0, HEAD_DIM, BLOCK_M, STAGES, CAUSAL,
-                                               KEY_EDGE, DIM, BAND, PERSISTENT)),
-                            (_split_consumer, (shared, 1, HEAD_DIM, BLOCK_M, STAGES, CAUSAL,
-                                               KEY_EDGE, DIM, BAND, PERSISTENT)),
-                            (_persistent_loader, (loads, BLOCK_M, 64, STAGES, CAUSAL, BAND,
-                                                  PERSISTENT == 2))],
-                           [4, 1], [CONSUMER_REGS, _LOADER_REGS])
-    else:
-        gl.warp_specialize([(_split_consumer, (shared, 0, HEAD_DIM, BLOCK_M, STAGES, CAUSAL,
-                                               KEY_EDGE, DIM, BAND, False)),
-                            (_split_consumer, (shared, 1, HEAD_DIM, BLOCK_M, STAGES, CAUSAL,
-                                               KEY_EDGE, DIM, BAND, False)),
-                            (_loader, (loads, BLOCK_M, 64, STAGES, CAUSAL, BAND))],
-                           [4, 1], [CONSUMER_REGS, _LOADER_REGS])
+    gl.warp_specialize([(_split_consumer, (shared, 0, HEAD_DIM, BLOCK_M, STAGES, CAUSAL, KEY_EDGE,
+                                           DIM, BAND)),
+                        (_split_consumer, (shared, 1, HEAD_DIM, BLOCK_M, STAGES, CAUSAL, KEY_EDGE,
+                                           DIM, BAND)),
+                        (_loader, (loads, BLOCK_M, 64, STAGES, CAUSAL, BAND))],
+                       [4, 1], [CONSUMER_REGS, _LOADER_REGS])
 # fmt: on
 
 
@@ -807,8 +702,6 @@ def supports(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cfg: BwdConfig) 
         return f"needs a head_dim of 33 to 256, got {d}"
     if pad_dim(d) == 256 and (cfg.consumers, cfg.block_m) != (2, 64):
         return f"runs head_dim {d} with 2 consumers and 64-row query blocks only, got {cfg}"
-    if cfg.persistent and not splits_head_dim(pad_dim(d)):
-        return f"runs persistent programs at head_dim 129 to 256 only, got {d}"
     need = cfg.shared_bytes(pad_dim(d))
     if need > SHARED_LIMIT:
         return f"needs {need} bytes of shared memory per CTA with {cfg} at head_dim {d}"
@@ -849,10 +742,7 @@ def _arguments(q, k, v, do, lse, delta, dq_acc, dk, dv, causal: bool, scale: flo
         CONSUMER_REGS=consumer_regs,
         BAND=cfg.band,
     )
-    if splits_head_dim(d_pad):
-        args += (k.shape[0] * k.shape[1],)  # N_BKV
-        constexprs["PERSISTENT"] = cfg.persistent
-    else:
+    if not splits_head_dim(d_pad):
         constexprs["CONSUMERS"] = cfg.consumers
     return args, constexprs, {"num_warps": 4, "maxnreg": launch_regs}
 
@@ -875,13 +765,7 @@ def _dq_descriptor(dq_acc: torch.Tensor, cfg: BwdConfig):
 
 
 def _grid(k: torch.Tensor, cfg: BwdConfig) -> tuple[int, int]:
-    blocks = -(-k.shape[2] // cfg.keys(pad_dim(k.shape[3])))
-    if cfg.persistent == 2:  # key blocks j and n_kb - 1 - j a program
-        return (-(-blocks // 2), k.shape[0] * k.shape[1])
-    if cfg.persistent:  # one program per SM (at most one per block)
-        sms = torch.cuda.get_device_properties(k.device).multi_processor_count
-        return (min(sms, blocks * k.shape[0] * k.shape[1]), 1)
-    return (blocks, k.shape[0] * k.shape[1])
+    return (-(-k.shape[2] // cfg.keys(pad_dim(k.shape[3]))), k.shape[0] * k.shape[1])
 
 
 def launch_backward_ws(
