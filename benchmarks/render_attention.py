@@ -1,7 +1,8 @@
 """Render the attention table of docs/kernels.md (markdown) from a benchmarks/attention.py result.
 
-Usage: python benchmarks/render_attention.py [RESULT.json] [--dtype fp16] [--min-n 512]
-(default: the newest benchmarks/results/attention-*.json). Prints markdown to stdout.
+Usage: python benchmarks/render_attention.py RESULT.json [--dtype fp16] [--min-n 512]
+Prints markdown to stdout. (The result is named: several GPUs' and dates' files sit side by
+side, and a checkout gives them all one file time.)
 """
 
 from __future__ import annotations
@@ -10,7 +11,6 @@ import argparse
 import json
 from pathlib import Path
 
-RESULTS = Path(__file__).resolve().parent / "results"
 IMPLS = ("flashscope", "sdpa-cudnn", "sdpa-flash", "sdpa-efficient")
 
 
@@ -67,12 +67,11 @@ def render(result: dict, dtype: str, min_n: int) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("result", nargs="?", type=Path)
+    ap.add_argument("result", type=Path, help="an attention-<gpu>-<date>.json result")
     ap.add_argument("--dtype", default="fp16", choices=["fp16", "bf16"])
     ap.add_argument("--min-n", type=int, default=512)
     args = ap.parse_args()
-    path = args.result or max(RESULTS.glob("attention-*.json"), key=lambda p: p.stat().st_mtime)
-    print(render(json.loads(path.read_text()), args.dtype, args.min_n))
+    print(render(json.loads(args.result.read_text()), args.dtype, args.min_n))
 
 
 if __name__ == "__main__":
