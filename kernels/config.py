@@ -145,16 +145,12 @@ def lookup(gpu: str, key: str) -> KernelConfig | None:
     return KernelConfig.from_list(entry) if entry else None
 
 
-_LENT: dict[str, Any] = {}  # the tables `gpu_table` gives, and the file's table they come from
-
-
+@per_table
 def gpu_table(gpu: str) -> dict[str, Any]:
     """`gpu`'s sections of the tuned table with the Gluon kernels' entries it lacks lent by
-    another GPU (a GPU the file does not name: only those; simulator/timing/tuned_tables.py)."""
-    table = tuned_table()
-    if _LENT.get("of") is not table:
-        _LENT.update(of=table, tables=tuned_tables.lend(table))
-    tables = _LENT["tables"]
+    another GPU (a GPU the file does not name: only those; simulator/timing/tuned_tables.py).
+    Remembered per GPU until the table is read again; not to be changed by the caller."""
+    tables = tuned_tables.lend(tuned_table())
     return tables.get(gpu) or tables[tuned_tables.OTHER]
 
 
