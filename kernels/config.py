@@ -146,11 +146,16 @@ def lookup(gpu: str, key: str) -> KernelConfig | None:
 
 
 @per_table
+def _lent_tables() -> dict[str, dict[str, Any]]:
+    """Every GPU's tables with the lent entries (simulator/timing/tuned_tables.py), worked out
+    once per read of the table."""
+    return tuned_tables.lend(tuned_table())
+
+
 def gpu_table(gpu: str) -> dict[str, Any]:
     """`gpu`'s sections of the tuned table with the Gluon kernels' entries it lacks lent by
-    another GPU (a GPU the file does not name: only those; simulator/timing/tuned_tables.py).
-    Remembered per GPU until the table is read again; not to be changed by the caller."""
-    tables = tuned_tables.lend(tuned_table())
+    another GPU (a GPU the file does not name: only those); not to be changed by the caller."""
+    tables = _lent_tables()
     return tables.get(gpu) or tables[tuned_tables.OTHER]
 
 

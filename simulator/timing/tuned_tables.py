@@ -65,15 +65,12 @@ def lend(gpus: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
     out = copy.deepcopy(gpus)
     out[OTHER] = {}
     for family in FAMILIES:
-        dims = sorted(set().union(*(_head_dims(t, family) for t in gpus.values())))
-        for d in dims:
-            owners = sorted(gpus, key=lambda name: (-len(_entries(gpus[name], family, d)), name))
-            donor = owners[0]
+        own = {name: _head_dims(table, family) for name, table in gpus.items()}
+        for d in sorted(set().union(*own.values())):
+            donor = min(gpus, key=lambda name: (-len(_entries(gpus[name], family, d)), name))
             lent = _entries(gpus[donor], family, d)
-            if not lent:
-                continue
             for name, table in out.items():
-                if name != OTHER and d in _head_dims(gpus[name], family):
+                if d in own.get(name, ()):
                     continue
                 for (section, key), value in lent.items():
                     table.setdefault(section, {})[key] = copy.deepcopy(value)
