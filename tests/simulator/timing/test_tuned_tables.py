@@ -9,7 +9,7 @@ import random
 import numpy as np
 
 from flashscope.simulator.core.problem import AttentionProblem, TileConfig
-from flashscope.simulator.timing import kernelplan, tuned_tables
+from flashscope.simulator.timing import kernelplan
 from flashscope.simulator.timing.tuned_tables import FAMILIES, LENT, OTHER, lend
 
 T = TileConfig(64, 64, 4, 2)
@@ -42,7 +42,15 @@ def _random_tables(rng: np.random.Generator) -> dict[str, dict]:
 
 
 def _own(table: dict, family: str, d: int) -> dict:
-    return tuned_tables._entries(table, family, d)
+    """(section, key) → value of the kernel's entries at head dim d: its sections' keys, and the
+    forward's routes, whose third part is "d<d>" (written here apart from the module's)."""
+    sections = ("ws", "ws-edge", "routes") if family == "fwd" else ("bwd-ws", "bwd-ws-edge")
+    return {
+        (section, key): value
+        for section in sections
+        for key, value in table.get(section, {}).items()
+        if key.split("/")[2] == f"d{d}" and (section != "routes" or key.startswith("fwd-route/"))
+    }
 
 
 def test_a_gpu_keeps_its_own_and_takes_what_it_lacks_from_the_richest_table() -> None:
