@@ -118,24 +118,29 @@ class Fa3Terms:
         loop records 276 ns for 2.1 MFLOP at d = 128 and 151 ns for 1.05 MFLOP at d = 64 (280
         and 140 ns at the datasheet rate); fitted with the issue and drain around it: 0.82.
     mma_latency_ns: from a product's last work to its completion being seen (wgmma wait);
-        fitted (41 ns): the timelines' stamps resolve ~20 ns.
+        fitted (42 ns): the timelines' stamps resolve ~20 ns.
     softmax_ops_per_clk: FP32 operations per SM clock for the softmax (SOFTMAX_OPS per score,
         `mask_ops` more on a masked step, the rescale's one per element of O), shared by the
-        softmaxes running at once; fitted: 63.8 per clock.
+        softmaxes running at once; fitted: 64.6 per clock.
     kv_latency_ns, copy_gbs: a K or V copy takes its bytes at `copy_gbs` per SM, shared by the
-        copies in flight, then `kv_latency_ns` to its barrier. The plain loop's copies at
+        copies in flight, then `kv_latency_ns` to its barrier; O's store as much to complete,
+        which a program waits for before its next store and at its end (`tma.store_wait`): a
+        CTA per tile pays it once a tile, a persistent program once (the H100 measured 0.7-2.6
+        µs more per CTA for one CTA per tile than for persistent programs of the same tiles,
+        with its SMs 95-98% occupied and 1-6% more instructions:
+        benchmarks/results/cta-start-*.json). The plain loop's copies at
         d = 128 record 3.0–3.1 µs from issue to the consumer with three in flight, ping-pong's
         1.3–1.7 µs with two; one warpgroup alone per SM (block_n 64, three stages at d = 128:
         131,436 bytes of shared memory, one CTA) takes 1.14 ms on the H100 for 4 × 16 × 4096
         (hopper-forward-NVIDIA-H100-80GB-HBM3-2026-11-22.json), ≈ 550 ns per block of 32 KB of
-        K and V; fitted: 113 B/ns and 756 ns.
+        K and V; fitted: 143 B/ns and 537 ns.
     softmax_ns: a softmax's own latency beside its work (its row reductions' shuffles), on no
         shared unit. Per 64 keys the rows' slopes in N measure 940–965 ns with 64-key blocks
         at d = 128 ([2, 64, 3, 1, 1]) against 808–836 ns with 128-key ones ([2, 128, 2, 1, 1]):
         a cost per block, not per key; fitted: 46 ns.
     barrier_ns: a consumer's wait on an mbarrier however early the arrival: the timelines' V
         waits record 69–119 ns per block where V had landed before (pipelined and ping-pong at
-        d = 128: 69–76 ns), the turns 62–102 ns; fitted: 67 ns.
+        d = 128: 69–76 ns), the turns 62–102 ns; fitted: 65 ns.
     mma_drag: share of the SFU's and FP32 units' rate lost while products run on the SM (the
         products' operands and accumulators pass through the same register files). The
         timelines' ping-pong softmax at d = 128 records 832–850 ns per block with the tensor
@@ -146,23 +151,26 @@ class Fa3Terms:
         softmax's units. The causal timelines' last block, the only masked one of their first
         tile, records a softmax of 1647 ns in the plain loop at d = 128 against 699 ns for an
         unmasked block, and 1590 ns against 850 under ping-pong: about a microsecond more,
-        where three operations a score gave 410–430 ns more. Fitted with that block's softmax in
-        the fit's loss (`fa3_fit.CAUSAL_PHASES`): 4.6.
+        where three operations a score gave 410–430 ns more; Nsight Compute counts a causal
+        launch's instructions at 0.79-0.80 of the full one's for 0.53-0.56 of its key blocks
+        (N = 1024, d = 64 and 128, cta-start-*.json: a masked step about twice an unmasked
+        one's). Fitted with that block's softmax
+        in the fit's loss (`fa3_fit.CAUSAL_PHASES`): 5.6.
     blocking_issue: a product's issue returns once the product has the tensor cores. The plain
         loop at d = 128 (the timelines, block 10): both warpgroups wait for the same K; the
         first's S is issued as K lands and done 276 ns later, the second's issue returns only
         then (314 ns after K) and its S is done 277 ns after that.
     """
 
-    tensor: float = 0.8154556519798833
-    mma_latency_ns: float = 41.2021933824481
-    softmax_ops_per_clk: float = 63.84199600847446
-    kv_latency_ns: float = 755.7438044437064
-    copy_gbs: float = 113.17591507354956
-    softmax_ns: float = 46.238944084200014
-    barrier_ns: float = 67.3061324688436
-    mma_drag: float = 0.6085043685938467
-    mask_ops: float = 4.621442833371985
+    tensor: float = 0.8199272052785701
+    mma_latency_ns: float = 41.944236212332974
+    softmax_ops_per_clk: float = 64.61814018360957
+    kv_latency_ns: float = 536.8306405742493
+    copy_gbs: float = 143.2151079077043
+    softmax_ns: float = 46.26476076890024
+    barrier_ns: float = 64.94662359087079
+    mma_drag: float = 0.6111056738981667
+    mask_ops: float = 5.598091441851832
     blocking_issue: bool = True
 
 

@@ -8,9 +8,12 @@ lowest program; launches of more than MAX_SCHEDULED_TILES tiles take their tiles
 do persistent launches that are not causal.
 
 Both are list schedules, sequential by nature. Exact for launches of at most LIST_WAVES waves;
-in longer ones the slots stay level through all but the last LIST_WAVES waves (a list schedule
-leaves them at most one tile apart) and those are scheduled tile by tile: a launch of any size
-costs at most LIST_WAVES · slots heap steps. (Giving each wave's tiles one to a slot instead
+in longer ones the slots stay level through whole waves but the last LIST_WAVES and the
+remainder (a list schedule leaves them at most one tile apart), which are scheduled tile by
+tile: a launch of any size costs fewer than (LIST_WAVES + 1) · slots heap steps. The remainder
+stays in the tile-by-tile part so that a launch of equal tiles ends as it does on the GPU, its
+last partial wave a whole tile long (levelling it would end 21⅓ waves of equal tiles after 21⅓
+tiles rather than 22). (Giving each wave's tiles one to a slot instead
 loses the short causal tiles' packing: 49% too slow on 16 heads × 16384 at d = 128, against
 the measured rows of benchmarks/results/hopper-forward-d128-NVIDIA-H200-2026-11-22.json.)
 """
@@ -29,8 +32,7 @@ def first_free(cost: np.ndarray, slots: int, gap: float = 0.0) -> np.ndarray:
     """Each slot's busy time when tiles, in launch order with these costs, each go to the slot
     free first; a slot waits `gap` between two tiles (CTA dispatch)."""
     n = cost.size
-    tail = min(n, LIST_WAVES * slots)
-    head = n - tail
+    head = max(0, n - LIST_WAVES * slots) // slots * slots  # whole waves: the rest in the tail
     level = (float(cost[:head].sum()) + head * gap) / slots if head else 0.0
     free = [(level, s) for s in range(slots)]
     for c in cost[head:].tolist():
@@ -79,8 +81,7 @@ def scheduled_busy(
         busy: np.ndarray = np.bincount(share, weights=further, minlength=programs)
         return busy + np.bincount(share[:programs], weights=(first - further)[:programs],
                                   minlength=programs)  # fmt: skip
-    tail = min(n, LIST_WAVES * programs)
-    head = n - tail
+    head = max(0, n - LIST_WAVES * programs) // programs * programs  # whole waves
     busy = np.zeros(programs)
     start = 0.0
     if head:

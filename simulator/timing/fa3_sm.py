@@ -448,11 +448,13 @@ class SM:
             yield ("use", "alu", c.epilogue, (p, w), 0.0)
             self._log(p, "consumer", w, "epilogue", i, -1, start)
             # O leaves through the copy engine; the warpgroup waits for a store only before its
-            # next one (tma.store_wait) and at the end.
+            # next one (tma.store_wait) and at the end, each time until the store has completed
+            # (its bytes, then the copy engine's latency, as a load's).
             if store is not None:
                 yield ("join", store)
             self.seq += 1
-            store = yield ("issue", "copy", c.o_bytes / c.copy_rate, ("copy", self.seq), 0.0)
+            o_ns = c.o_bytes / c.copy_rate
+            store = yield ("issue", "copy", o_ns, ("copy", self.seq), c.copy_latency)
             g += n
         if store is not None:
             yield ("join", store)

@@ -19,7 +19,8 @@ from flashscope.simulator.calibrate.fa3_rows import (
     variant_rows,
 )
 from flashscope.simulator.calibrate.fa3_timelines import compare_phases, recorded
-from flashscope.simulator.timing.fa3 import Fa3Config
+from flashscope.simulator.core.problem import AttentionProblem
+from flashscope.simulator.timing.fa3 import Fa3Config, simulate_fa3
 
 RESULTS = Path(__file__).resolve().parents[3] / "benchmarks" / "results"
 H100 = RESULTS / "hopper-forward-NVIDIA-H100-80GB-HBM3-2026-11-22.json"
@@ -29,15 +30,18 @@ RECORD = RESULTS / "fa3-model-2026-11-27.json"
 BANDS = RESULTS / "hopper-forward-d64-causal-bands-NVIDIA-H200-2026-11-22.json"
 SCHEDULED = RESULTS / "hopper-forward-causal-scheduled-NVIDIA-H200-2026-11-22.json"
 # What the shipped terms reach (docs/timing-model.md); a change that worsens them fails here.
-# The held-out error is held at the issue's target: 7.7% since the model waits for P·V before
-# the pipelined softmax as the compiled kernel does (7.2% while it ran the softmax under it).
+# The held-out error is held at the issue's target on each GPU: 7.1% (H100 6.5%, H200 7.4%)
+# since a program waits for O's last store and long launches end on a whole last wave.
 HELD_OUT_MAPE = 0.08
 # The ranking counts pairs within each run: 83 of 98 (85%) in the first H100 run of the variants,
 # 168 of 203 (83%) with the second (2026-11-27) beside it, the model unchanged.
 RANKING = 0.82
 # A steady block's softmax, S and P·V phases and the K/V copies, model against recorded.
 PHASE_TOLERANCE = 0.5  # the plain loop's S is modelled 1.5 times its recorded length
-LAUNCH_TOLERANCE = 0.07  # and the recorded launches' times (persistent ping-pong: +6.8%)
+LAUNCH_TOLERANCE = 0.06  # and the recorded launches' times (persistent ping-pong: +5.1%)
+# One CTA per tile against persistent programs of the same tiles (benchmarks/cta_start.py),
+# measured after the terms were fitted
+CTA_START = RESULTS / "cta-start-NVIDIA-H100-80GB-HBM3-2026-11-27.json"
 
 
 @pytest.fixture(scope="module")
@@ -71,6 +75,8 @@ def test_the_split_is_by_configuration_and_fixed(result):
 def test_the_held_out_error_and_the_ranking_hold(result):
     out, _ = result
     assert out["mape_held_out"]["all"] <= HELD_OUT_MAPE
+    assert out["mape_held_out"]["h100-sxm"] <= HELD_OUT_MAPE
+    assert out["mape_held_out"]["h200"] <= HELD_OUT_MAPE
     assert out["ranking"]["pairs"] >= 60
     assert out["ranking"]["accuracy"] >= RANKING
 
@@ -82,6 +88,34 @@ def test_the_committed_record_is_the_models(result):
     assert record["count"] == out["count"]
     assert record["mape_held_out"]["all"] == pytest.approx(out["mape_held_out"]["all"], rel=1e-6)
     assert record["ranking"]["right"] == out["ranking"]["right"]
+
+
+def test_a_cta_per_tile_costs_what_persistent_programs_save():
+    """36 launches timed in pairs that differ only in `persistent` (d = 64 and 128, N = 1024-4096,
+    causal and not): the model stays within 10% of each but three, causal at N = 1024 (three
+    warpgroups 19% fast and 34% fast against a persistent launch whose passes lie 0.27 and
+    0.38 ms apart; two persistent warpgroups of 256-key steps 12% slow), and charges the
+    one-CTA-per-tile launch of each pair 0.7-1.6 us more per CTA than the persistent one,
+    where 17 of the 18 pairs measured 0.7-2.6 us (the other is that three-warpgroup pair)."""
+    data = json.loads(CTA_START.read_text())
+    rows = data["rows"]
+    assert len(rows) == 36
+    off, extra = 0, []
+    for one, pers in zip(rows[::2], rows[1::2], strict=True):
+        assert one["config"][:6] == pers["config"][:6]
+        assert (one["config"][6], pers["config"][6]) == (0, 1)
+        model = []
+        for r in (one, pers):
+            p = AttentionProblem(seq_q=r["n"], head_dim=r["d"], batch=r["batch"], heads=r["heads"],
+                                 causal=r["causal"])  # fmt: skip
+            cfg = config_of("ws" + str(r["config"]))
+            assert cfg is not None
+            model.append(simulate_fa3(p, cfg, "h100-sxm").time_ns * 1e-6)
+            measured = sorted(r["ms"])[1]
+            off += abs(model[-1] / measured - 1) > 0.1
+        extra.append((model[0] - model[1]) * 1e3 / (one["tiles"] / data["sms"]))
+    assert off <= 3
+    assert min(extra) > 0.7 and max(extra) < 1.7
 
 
 def test_the_timelines_phases_are_near_the_recorded_ones():

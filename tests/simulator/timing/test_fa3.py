@@ -9,6 +9,7 @@ import pytest
 
 from flashscope.simulator.core import hardware
 from flashscope.simulator.core.problem import AttentionProblem
+from flashscope.simulator.timing import fa3
 from flashscope.simulator.timing.fa3 import (
     PHASES,
     ROLES,
@@ -32,8 +33,9 @@ def problem(**kw) -> AttentionProblem:
 def test_one_block_is_the_sum_of_its_phases():
     """One tile of one key block, one warpgroup: the copies of Q, K and V share the bandwidth
     (the same size here, so their bytes arrive together), then S, the softmax (its FP32 work and its
-    exponentials side by side, then its own latency), P·V, the epilogue and O's store run one
-    after another; each of the three waits (Q, K, V) lasts a barrier's round trip at least."""
+    exponentials side by side, then its own latency), P·V, the epilogue and O's store (its bytes,
+    then the copy engine's latency, which the program waits for at its end) run one after
+    another; each of the three waits (Q, K, V) lasts a barrier's round trip at least."""
     cfg = Fa3Config(consumers=1, block_n=64, pipeline=False)
     p = AttentionProblem(seq_q=64, head_dim=64)
     c = costs(p, cfg, H100, "fp16")
@@ -46,7 +48,7 @@ def test_one_block_is_the_sum_of_its_phases():
         + max(c.alu + c.rescale, c.exp) + c.softmax_ns
         + c.barrier_ns
         + c.pv + c.mma_latency
-        + c.epilogue + c.o_bytes / c.copy_rate
+        + c.epilogue + c.o_bytes / c.copy_rate + c.copy_latency
     )  # fmt: skip
     r = simulate_fa3(p, cfg, H100)
     assert r.tiles == 1 and r.programs == 1
@@ -165,6 +167,22 @@ def test_persistent_matters_only_with_many_tiles():
         else:
             assert pers.programs == H100.sms and plain.programs == 5120
             assert pers.time_ns < plain.time_ns
+
+
+@pytest.mark.parametrize(
+    "cfg",
+    [Fa3Config(2, 256, 2, False), Fa3Config(3, 128, 2, False), Fa3Config(2, 128, 2, pingpong=True)],
+)
+def test_a_program_waits_for_its_last_store_once(cfg):
+    """O's store completes a copy latency after its bytes; a one-tile CTA waits for it before
+    the SM takes the next CTA, a persistent program only after its last tile: two tiles in one
+    program take at least that latency less than two programs of one tile
+    (benchmarks/results/cta-start-*.json: 0.7-2.6 us a CTA on an H100)."""
+    p = AttentionProblem(seq_q=2048, head_dim=64)
+    c = costs(p, cfg, H100, "fp16")
+    one = fa3._sm_time(c, cfg, ((8, 0, 0),), 1)
+    two = fa3._sm_time(c, cfg, ((8, 0, 0),) * 2, 1)
+    assert 2 * one - two >= c.copy_latency
 
 
 def test_tiles_in_turn_leave_a_program_one_rank_where_programs_divide_the_heads():

@@ -48,6 +48,20 @@ def test_first_free_of_a_long_launch_is_near_the_list_schedule():
     assert got.sum() == pytest.approx(cost.sum())
 
 
+def test_equal_tiles_of_a_long_launch_end_a_whole_tile_after_the_full_waves():
+    """A partial last wave lasts a whole tile, however many waves come before it (levelling
+    the remainder would spread it as a fraction of a tile over every slot)."""
+    rng = np.random.default_rng(2)
+    for _ in range(20):
+        slots = int(rng.integers(2, 40))
+        waves = int(rng.integers(fa3_grid.LIST_WAVES + 1, 3 * fa3_grid.LIST_WAVES))
+        n = waves * slots + int(rng.integers(1, slots))
+        tile, gap = float(rng.uniform(1.0, 50.0)), float(rng.uniform(0.0, 3.0))
+        got = fa3_grid.first_free(np.full(n, tile), slots, gap)
+        assert got.max() == pytest.approx(exact_first_free(np.full(n, tile), slots, gap).max())
+        assert got.max() == pytest.approx((waves + 1) * (tile + gap) - gap)
+
+
 def test_short_causal_tiles_fill_the_slots_the_long_ones_leave():
     """Heaviest first, head by head: the makespan is near the mean load, not a wave of the
     longest tiles per slot (giving each wave's tiles one to a slot is 49% over)."""
