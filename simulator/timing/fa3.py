@@ -123,12 +123,15 @@ class Fa3Terms:
         `mask_ops` more on a masked step, the rescale's one per element of O), shared by the
         softmaxes running at once; fitted: 64.6 per clock.
     kv_latency_ns, copy_gbs: a K or V copy takes its bytes at `copy_gbs` per SM, shared by the
-        copies in flight, then `kv_latency_ns` to its barrier; O's store as much to complete,
-        which a program waits for before its next store and at its end (`tma.store_wait`): a
-        CTA per tile pays it once a tile, a persistent program once (the H100 measured 0.7-2.6
+        copies in flight, then `kv_latency_ns` to its barrier. A program waits for its O store
+        before its next one and at its end (`tma.store_wait`, `cp.async.bulk.wait_group.read`:
+        until the copy engine has read O out of shared memory), charged the same latency: a
+        CTA per tile pays it once a tile, a persistent program once. The H100 measured 0.7-2.6
         µs more per CTA for one CTA per tile than for persistent programs of the same tiles,
-        with its SMs 95-98% occupied and 1-6% more instructions:
-        benchmarks/results/cta-start-*.json). The plain loop's copies at
+        with its SMs 95-98% occupied and 1-6% more instructions
+        (benchmarks/results/cta-start-*.json); whether that time goes to this wait or to the
+        CTA's start is not measured, and a start latency offered to the fit beside it stays
+        at 0. The plain loop's copies at
         d = 128 record 3.0–3.1 µs from issue to the consumer with three in flight, ping-pong's
         1.3–1.7 µs with two; one warpgroup alone per SM (block_n 64, three stages at d = 128:
         131,436 bytes of shared memory, one CTA) takes 1.14 ms on the H100 for 4 × 16 × 4096

@@ -448,8 +448,9 @@ class SM:
             yield ("use", "alu", c.epilogue, (p, w), 0.0)
             self._log(p, "consumer", w, "epilogue", i, -1, start)
             # O leaves through the copy engine; the warpgroup waits for a store only before its
-            # next one (tma.store_wait) and at the end, each time until the store has completed
-            # (its bytes, then the copy engine's latency, as a load's).
+            # next one and at the end (tma.store_wait: until the copy engine has read O out of
+            # shared memory), each time its bytes and then a copy's latency: the model's account
+            # of what one CTA per tile costs over a persistent program (fa3.Fa3Terms).
             if store is not None:
                 yield ("join", store)
             self.seq += 1

@@ -33,8 +33,8 @@ def problem(**kw) -> AttentionProblem:
 def test_one_block_is_the_sum_of_its_phases():
     """One tile of one key block, one warpgroup: the copies of Q, K and V share the bandwidth
     (the same size here, so their bytes arrive together), then S, the softmax (its FP32 work and its
-    exponentials side by side, then its own latency), P·V, the epilogue and O's store (its bytes,
-    then the copy engine's latency, which the program waits for at its end) run one after
+    exponentials side by side, then its own latency), P·V, the epilogue and O's store (its
+    bytes, then a copy's latency, which the program waits for at its end) run one after
     another; each of the three waits (Q, K, V) lasts a barrier's round trip at least."""
     cfg = Fa3Config(consumers=1, block_n=64, pipeline=False)
     p = AttentionProblem(seq_q=64, head_dim=64)
@@ -174,10 +174,10 @@ def test_persistent_matters_only_with_many_tiles():
     [Fa3Config(2, 256, 2, False), Fa3Config(3, 128, 2, False), Fa3Config(2, 128, 2, pingpong=True)],
 )
 def test_a_program_waits_for_its_last_store_once(cfg):
-    """O's store completes a copy latency after its bytes; a one-tile CTA waits for it before
-    the SM takes the next CTA, a persistent program only after its last tile: two tiles in one
-    program take at least that latency less than two programs of one tile
-    (benchmarks/results/cta-start-*.json: 0.7-2.6 us a CTA on an H100)."""
+    """A program waits for its O store (its bytes, then a copy's latency) before the next one and
+    at its end: a one-tile CTA before the SM takes the next CTA, a persistent program only after
+    its last tile, so two tiles in one program take at least that latency less than two
+    programs of one tile (benchmarks/results/cta-start-*.json: 0.7-2.6 us a CTA on an H100)."""
     p = AttentionProblem(seq_q=2048, head_dim=64)
     c = costs(p, cfg, H100, "fp16")
     one = fa3._sm_time(c, cfg, ((8, 0, 0),), 1)
