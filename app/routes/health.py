@@ -33,9 +33,13 @@ def label(backend: str, gpu: str | None) -> str:
 
 
 async def backend_of(state: Any) -> tuple[str, str | None]:
-    """(backend, GPU name), probed once (torch loads in a thread, off the event loop)."""
+    """(backend, GPU name), probed once (torch loads in a thread, off the event loop). Probes
+    that overlap (the start-up one and a first request) keep the first answer stored: a late
+    one does not overwrite it."""
     if getattr(state, "backend", None) is None:
-        state.backend = await run_in_threadpool(_probe)
+        found = await run_in_threadpool(_probe)
+        if getattr(state, "backend", None) is None:
+            state.backend = found
     return state.backend  # type: ignore[no-any-return]
 
 
@@ -54,7 +58,9 @@ async def capability_of(state: Any) -> str | None:
     """The GPU's compute capability ("9.0"), probed once like the backend; None without a GPU
     that torch can see."""
     if getattr(state, "capability", None) is None:
-        state.capability = await run_in_threadpool(_capability)
+        found = await run_in_threadpool(_capability)
+        if getattr(state, "capability", None) is None:
+            state.capability = found
     return state.capability or None
 
 

@@ -44,3 +44,32 @@ def test_plotly_is_vendored(client):
     r = client.get("/static/vendor/plotly-4.1.1.min.js")
     assert r.status_code == 200
     assert "plotly.js v4.1.1" in r.text[:200]
+
+
+def test_a_late_probe_keeps_what_was_stored_meanwhile(monkeypatch):
+    """The start-up probe and a first request may probe at once: whichever answer is stored
+    first stays (a test, or the first probe, set it while the other was still running)."""
+    from types import SimpleNamespace
+
+    from flashscope.app.routes import health
+    from tests.app.aio import run
+
+    state = SimpleNamespace(backend=None, capability=None)
+
+    def slow_backend():
+        state.backend = ("cuda", "NVIDIA A100-SXM4-80GB")  # stored while this probe ran
+        return ("cpu", None)
+
+    def slow_capability():
+        state.capability = "8.0"
+        return ""
+
+    monkeypatch.setattr(health, "_probe", slow_backend)
+    monkeypatch.setattr(health, "_capability", slow_capability)
+    assert run(health.backend_of(state)) == ("cuda", "NVIDIA A100-SXM4-80GB")
+    assert run(health.capability_of(state)) == "8.0"
+    state.backend = state.capability = None  # nothing stored meanwhile: the probe's answer
+    monkeypatch.setattr(health, "_probe", lambda: ("cpu", None))
+    monkeypatch.setattr(health, "_capability", lambda: "")
+    assert run(health.backend_of(state)) == ("cpu", None)
+    assert run(health.capability_of(state)) is None
