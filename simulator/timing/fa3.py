@@ -131,10 +131,10 @@ class Fa3Terms:
         with its SMs 95-98% occupied and 1-6% more instructions
         (benchmarks/results/cta-start-*.json); whether that time goes to this wait or to the
         CTA's start is not measured, and a start latency offered to the fit beside it stays
-        at 0. The plain loop's copies at
-        d = 128 record 3.0–3.1 µs from issue to the consumer with three in flight, ping-pong's
-        1.3–1.7 µs with two; one warpgroup alone per SM (block_n 64, three stages at d = 128:
-        131,436 bytes of shared memory, one CTA) takes 1.14 ms on the H100 for 4 × 16 × 4096
+        at 0. The plain loop's copies at d = 128 record 3.0–3.1 µs from issue to the consumer
+        with three in flight, ping-pong's 1.3–1.7 µs with two; one warpgroup alone per SM
+        (block_n 64, three stages at d = 128: 131,436 bytes of shared memory, one CTA) takes
+        1.14 ms on the H100 for 4 × 16 × 4096
         (hopper-forward-NVIDIA-H100-80GB-HBM3-2026-11-22.json), ≈ 550 ns per block of 32 KB of
         K and V; fitted: 143 B/ns and 537 ns.
     softmax_ns: a softmax's own latency beside its work (its row reductions' shuffles), on no
@@ -157,8 +157,8 @@ class Fa3Terms:
         where three operations a score gave 410–430 ns more; Nsight Compute counts a causal
         launch's instructions at 0.79-0.80 of the full one's for 0.53-0.56 of its key blocks
         (N = 1024, d = 64 and 128, cta-start-*.json: a masked step about twice an unmasked
-        one's). Fitted with that block's softmax
-        in the fit's loss (`fa3_fit.CAUSAL_PHASES`): 5.6.
+        one's). Fitted with that block's softmax in the fit's loss (`fa3_fit.CAUSAL_PHASES`):
+        5.6.
     blocking_issue: a product's issue returns once the product has the tensor cores. The plain
         loop at d = 128 (the timelines, block 10): both warpgroups wait for the same K; the
         first's S is issued as K lands and done 276 ns later, the second's issue returns only

@@ -13,9 +13,9 @@ remainder (a list schedule leaves them at most one tile apart), which are schedu
 tile: a launch of any size costs fewer than (LIST_WAVES + 1) · slots heap steps. The remainder
 stays in the tile-by-tile part so that a launch of equal tiles ends as it does on the GPU, its
 last partial wave a whole tile long (levelling it would end 21⅓ waves of equal tiles after 21⅓
-tiles rather than 22). (Giving each wave's tiles one to a slot instead
-loses the short causal tiles' packing: 49% too slow on 16 heads × 16384 at d = 128, against
-the measured rows of benchmarks/results/hopper-forward-d128-NVIDIA-H200-2026-11-22.json.)
+tiles rather than 22). (Giving each wave's tiles one to a slot instead loses the short causal
+tiles' packing: 49% too slow on 16 heads × 16384 at d = 128, against the measured rows of
+benchmarks/results/hopper-forward-d128-NVIDIA-H200-2026-11-22.json.)
 """
 
 from __future__ import annotations
