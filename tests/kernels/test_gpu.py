@@ -515,10 +515,11 @@ def test_the_tuned_route_runs_the_gluon_backward(seed: int, shape: tuple, monkey
     ids=["h200-256", "h200-192", "unnamed-96", "unnamed-64"],
 )  # fmt: skip
 def test_lent_entries_run_the_gluon_kernels(seed: int, name, shape, causal, monkeypatch) -> None:
-    """A head dim the GPU's own sweep left out (the H200's 256, and 192 run padded to it), and
-    a Hopper GPU the table does not name: the forward and the backward through autograd run
-    the Gluon kernels with the entries another GPU lends (simulator/timing/tuned_tables.py),
-    and get the float64 reference's outputs and gradients within twice PyTorch's error."""
+    """Entries chosen on another GPU than the one running them: the H200's own at d = 256 (and
+    192, run padded to it), and those a Hopper GPU the table does not name is lent
+    (simulator/timing/tuned_tables.py): the forward and the backward through autograd run the
+    Gluon kernels with them and get the float64 reference's outputs and gradients within twice
+    PyTorch's error."""
     from flashscope.kernels import attention, forward, hopper_backward, hopper_forward
 
     if torch.cuda.get_device_capability()[0] != 9:
@@ -527,7 +528,7 @@ def test_lent_entries_run_the_gluon_kernels(seed: int, name, shape, causal, monk
         monkeypatch.setattr(module, "gpu_name", lambda: name)
     q, k, v, do = (rand(*shape) for _ in range(4))
     fwd, bwd = hopper_forward.tuned(q, k, v, causal), hopper_backward.tuned(q, k, v, causal)
-    assert fwd is not None and bwd is not None, f"no entry lent to {name} at {shape}"
+    assert fwd is not None and bwd is not None, f"no Gluon entry for {name} at {shape}"
     calls = []
     real_fwd, real_bwd = hopper_forward.launch_forward_ws, hopper_backward.launch_backward_ws
     monkeypatch.setattr(forward, "launch_forward_ws",
