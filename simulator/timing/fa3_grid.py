@@ -28,11 +28,17 @@ LIST_WAVES = 16  # the last waves of a launch scheduled tile by tile
 MAX_SCHEDULED_TILES = 1 << 17  # the kernel's: longer persistent causal launches share in turn
 
 
+def _levelled(n: int, slots: int) -> int:
+    """How many of n tiles the slots take level: whole waves, all but the last LIST_WAVES and
+    the partial one (which are scheduled tile by tile)."""
+    return max(0, n - LIST_WAVES * slots) // slots * slots
+
+
 def first_free(cost: np.ndarray, slots: int, gap: float = 0.0) -> np.ndarray:
     """Each slot's busy time when tiles, in launch order with these costs, each go to the slot
     free first; a slot waits `gap` between two tiles (CTA dispatch)."""
     n = cost.size
-    head = max(0, n - LIST_WAVES * slots) // slots * slots  # whole waves: the rest in the tail
+    head = _levelled(n, slots)
     level = (float(cost[:head].sum()) + head * gap) / slots if head else 0.0
     free = [(level, s) for s in range(slots)]
     for c in cost[head:].tolist():
@@ -81,7 +87,7 @@ def scheduled_busy(
         busy: np.ndarray = np.bincount(share, weights=further, minlength=programs)
         return busy + np.bincount(share[:programs], weights=(first - further)[:programs],
                                   minlength=programs)  # fmt: skip
-    head = max(0, n - LIST_WAVES * programs) // programs * programs  # whole waves
+    head = _levelled(n, programs)
     busy = np.zeros(programs)
     start = 0.0
     if head:
