@@ -7,6 +7,7 @@ restarted container would not bring Redis back.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -32,15 +33,20 @@ def label(backend: str, gpu: str | None) -> str:
     return "CPU: simulator and Triton interpreter"
 
 
+async def _once(state: Any, name: str, probe: Callable[[], Any]) -> Any:
+    """`state.<name>`, set by `probe` (run in a thread, off the event loop) while it is None.
+    Probes that overlap (the start-up one and a first request) keep the first answer stored: a
+    late one does not overwrite it."""
+    if getattr(state, name, None) is None:
+        found = await run_in_threadpool(probe)
+        if getattr(state, name, None) is None:
+            setattr(state, name, found)
+    return getattr(state, name)
+
+
 async def backend_of(state: Any) -> tuple[str, str | None]:
-    """(backend, GPU name), probed once (torch loads in a thread, off the event loop). Probes
-    that overlap (the start-up one and a first request) keep the first answer stored: a late
-    one does not overwrite it."""
-    if getattr(state, "backend", None) is None:
-        found = await run_in_threadpool(_probe)
-        if getattr(state, "backend", None) is None:
-            state.backend = found
-    return state.backend  # type: ignore[no-any-return]
+    """(backend, GPU name), probed once (torch loads in a thread)."""
+    return await _once(state, "backend", _probe)  # type: ignore[no-any-return]
 
 
 def _capability() -> str:
@@ -57,11 +63,7 @@ def _capability() -> str:
 async def capability_of(state: Any) -> str | None:
     """The GPU's compute capability ("9.0"), probed once like the backend; None without a GPU
     that torch can see."""
-    if getattr(state, "capability", None) is None:
-        found = await run_in_threadpool(_capability)
-        if getattr(state, "capability", None) is None:
-            state.capability = found
-    return state.capability or None
+    return await _once(state, "capability", _capability) or None
 
 
 @router.get("/api/health", response_model=Health)
