@@ -18,7 +18,6 @@ import argparse
 import json
 import sys
 import time
-from itertools import combinations
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -46,10 +45,7 @@ def main() -> int:
     pairs = right = 0
     by_class: dict[str, list[int]] = {}
     for group in problems.values():
-        for a, b in combinations(group, 2):
-            if abs(a["ms"] - b["ms"]) <= MARGIN * min(a["ms"], b["ms"]):
-                continue
-            ok = (a["ms"] < b["ms"]) == (a["model_ms"] < b["model_ms"])
+        for a, b, ok in fa3_rows.judged_pairs(group, MARGIN):
             pairs += 1
             right += ok
             three = "3 warpgroups" if "[3," in a["impl"] + b["impl"] else "2 or fewer"

@@ -24,6 +24,7 @@ import dataclasses
 import hashlib
 import json
 import re
+from collections.abc import Iterator
 from itertools import combinations
 from pathlib import Path
 from typing import Any
@@ -171,6 +172,18 @@ def mape(rows: list[dict[str, Any]]) -> dict[str, float]:
     return {k: float(np.mean(v)) for k, v in groups.items()}
 
 
+def judged_pairs(
+    rows: list[dict[str, Any]], margin: float = RANK_MARGIN
+) -> Iterator[tuple[dict[str, Any], dict[str, Any], bool]]:
+    """(faster, slower, whether the model orders them so) for each pair of `rows` (one
+    problem's) whose measured times differ by more than `margin`."""
+    for a, b in combinations(rows, 2):
+        if abs(a["ms"] - b["ms"]) <= margin * min(a["ms"], b["ms"]):
+            continue
+        fast, slow = (a, b) if a["ms"] < b["ms"] else (b, a)
+        yield fast, slow, (a["ms"] < b["ms"]) == (a["model_ms"] < b["model_ms"])
+
+
 def ranking(rows: list[dict[str, Any]], margin: float = RANK_MARGIN) -> dict[str, Any]:
     """Variant pairs of one problem (GPU, head_dim, length, batch, heads, causal) timed side by
     side in one run (one result file) whose measured times differ by more than `margin`: the
@@ -184,21 +197,16 @@ def ranking(rows: list[dict[str, Any]], margin: float = RANK_MARGIN) -> dict[str
             by_problem.setdefault(key, []).append(r)
     pairs, wrong = 0, []
     for key, group_rows in sorted(by_problem.items()):
-        for a, b in combinations(group_rows, 2):
-            if abs(a["ms"] - b["ms"]) <= margin * min(a["ms"], b["ms"]):
-                continue
+        for fast, slow, right in judged_pairs(group_rows, margin):
             pairs += 1
-            if (a["ms"] < b["ms"]) != (a["model_ms"] < b["model_ms"]):
+            if not right:
                 wrong.append(
                     {
                         "problem": list(key),
-                        "faster": (a if a["ms"] < b["ms"] else b)["variant"],
-                        "slower": (b if a["ms"] < b["ms"] else a)["variant"],
-                        "measured_ratio": max(a["ms"], b["ms"]) / min(a["ms"], b["ms"]),
-                        "model_ratio": (
-                            (b if a["ms"] < b["ms"] else a)["model_ms"]
-                            / (a if a["ms"] < b["ms"] else b)["model_ms"]
-                        ),
+                        "faster": fast["variant"],
+                        "slower": slow["variant"],
+                        "measured_ratio": slow["ms"] / fast["ms"],
+                        "model_ratio": slow["model_ms"] / fast["model_ms"],
                     }
                 )
     return {
