@@ -18,8 +18,6 @@ the persistent launch's (`extra_us_per_cta`).
 from __future__ import annotations
 
 import argparse
-import csv
-import io
 import json
 import subprocess
 import sys
@@ -92,17 +90,14 @@ def run_child(todo: list[dict], profile: bool) -> list[dict]:
 
 def profile(todo: list[dict]) -> list[dict[str, float]]:
     """Nsight Compute's metrics of each case's launch, in order."""
+    from flashscope.kernels.nsight import parse_raw_csv
+
     args = [
-        "ncu", "--profile-from-start", "off", "--csv", "--metrics", ",".join(METRICS),
-        sys.executable, __file__, "--child", json.dumps(todo),
+        "ncu", "--profile-from-start", "off", "--csv", "--page", "raw", "--print-units", "base",
+        "--metrics", ",".join(METRICS), sys.executable, __file__, "--child", json.dumps(todo),
     ]  # fmt: skip
     text = subprocess.run(args, capture_output=True, text=True, check=True).stdout
-    table = csv.DictReader(io.StringIO("\n".join(x for x in text.splitlines() if x[:1] == '"')))
-    launches: dict[str, dict[str, float]] = {}
-    for r in table:
-        value = float(r["Metric Value"].replace(",", ""))
-        launches.setdefault(r["ID"], {})[r["Metric Name"]] = value
-    found = list(launches.values())
+    found = [{m: row[m] for m in METRICS} for row in parse_raw_csv(text, list(METRICS))]
     if len(found) != len(todo):
         raise SystemExit(f"ncu profiled {len(found)} launches, expected {len(todo)}")
     return found
