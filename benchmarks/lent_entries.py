@@ -28,25 +28,20 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks.hostinfo import gpu_header
 from flashscope.kernels import flash_attention, launch
-from flashscope.kernels.config import lookup, route, table_key
+from flashscope.kernels.config import first_tuned, lookup, route, table_key
 from flashscope.kernels.hopper_backward import tuned_config as bwd_config
 from flashscope.kernels.hopper_forward import tuned_config as fwd_config
 from flashscope.kernels.timing import input_sets, median_ms, tensor_bytes
-from flashscope.simulator.timing.kernelplan import tuned_keys
 
 LENGTHS = (1024, 2048, 4096, 8192, 16384)
-
-
-def _first(gpu: str, key: str, n: int, read) -> object:
-    return next((x for x in (read(gpu, k) for k in tuned_keys(key, n)) if x is not None), None)
 
 
 def choices(gpu: str, d: int, n: int, causal: bool) -> dict:
     """What `gpu`'s table runs for the bucket: the Gluon configurations, else Triton's tiles
     (and, backward, its dQ route)."""
     fwd, bwd = fwd_config(gpu, d, causal, n), bwd_config(gpu, d, causal, n)
-    tiles = {m: _first(gpu, table_key(m, 16, d, causal), n, lookup) for m in ("fwd", "bwd")}
-    dq = _first(gpu, table_key("bwd-route", 16, d, causal), n, route) or "separate"
+    tiles = {m: first_tuned(lookup, gpu, table_key(m, 16, d, causal), n) for m in ("fwd", "bwd")}
+    dq = first_tuned(route, gpu, table_key("bwd-route", 16, d, causal), n) or "separate"
     triton = {m: ["triton", t.as_list() if t else None] for m, t in tiles.items()}
     return {
         "fwd": fwd.as_list() if fwd else triton["fwd"],

@@ -35,7 +35,7 @@ import torch
 import triton
 import triton.language as tl
 
-from flashscope.kernels.config import KernelConfig, route
+from flashscope.kernels.config import KernelConfig, first_tuned, route
 from flashscope.kernels.device import interpreting
 from flashscope.kernels.fastlaunch import launch
 from flashscope.kernels.forward import (
@@ -60,7 +60,6 @@ from flashscope.kernels.launch import (
     upcast,
     use_tma_for,
 )
-from flashscope.simulator.timing.kernelplan import tuned_keys
 
 
 # Triton kernels keep compact argument lists, as in Triton's own tutorials.
@@ -496,5 +495,5 @@ def default_dq_mode(
     if interpreting():
         return "separate"
     key = dtype_key("bwd-route", dtype, d_pad, causal)
-    found = (route(gpu_name(), k) for k in tuned_keys(key, seq_len))
-    return next((r for r in found if r is not None), "separate")
+    found = first_tuned(route, gpu_name(), key, seq_len)
+    return found if found is not None else "separate"

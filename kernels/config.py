@@ -21,6 +21,7 @@ from typing import Any, TypeVar
 
 from flashscope.simulator.core.problem import MAX_REG_CAP, MIN_REG_CAP, REG_CAP_STEP
 from flashscope.simulator.timing import tuned_tables
+from flashscope.simulator.timing.kernelplan import tuned_keys
 
 TUNED_FILE = Path(__file__).with_name("tuned.json")
 T = TypeVar("T")
@@ -157,6 +158,16 @@ def gpu_table(gpu: str) -> dict[str, Any]:
     another GPU (a GPU the file does not name: only those); not to be changed by the caller."""
     tables = _lent_tables()
     return tables.get(gpu) or tables[tuned_tables.OTHER]
+
+
+def first_tuned(
+    read: Callable[[str, str], T | None], gpu: str, key: str, seq_len: int | None
+) -> T | None:
+    """`read(gpu, k)` (`lookup`, `route`) for the first of `tuned_keys(key, seq_len)` that
+    `gpu`'s table holds (the length bucket's entry before the one tuned at one length)."""
+    return next(
+        (x for x in (read(gpu, k) for k in tuned_keys(key, seq_len)) if x is not None), None
+    )
 
 
 def route(gpu: str, key: str) -> str | None:

@@ -11,12 +11,11 @@ from functools import lru_cache
 import torch
 import triton
 
-from flashscope.kernels.config import INTERPRETER, KernelConfig, lookup, table_key
+from flashscope.kernels.config import INTERPRETER, KernelConfig, first_tuned, lookup, table_key
 from flashscope.kernels.device import interpreting
 from flashscope.kernels.inputs import tma_ready
 from flashscope.kernels.tuning import autotuned
 from flashscope.simulator.core.problem import cdiv as cdiv
-from flashscope.simulator.timing.kernelplan import tuned_keys
 from flashscope.simulator.timing.occupancy import pad_head_dim
 
 LOG2E = 1.4426950408889634  # scores go to the log2 domain with one multiply (exp2, not exp)
@@ -125,8 +124,5 @@ def choose_config(
     if interpreting():
         return INTERPRETER[mode]
     key = dtype_key(mode, dtype, d_pad, causal)
-    for k in tuned_keys(key, seq_len):
-        found = lookup(gpu_name(), k)
-        if found is not None:
-            return found
-    return autotuned(gpu_name(), mode, key, d_pad, run)
+    found = first_tuned(lookup, gpu_name(), key, seq_len)
+    return found if found is not None else autotuned(gpu_name(), mode, key, d_pad, run)

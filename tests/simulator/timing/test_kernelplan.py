@@ -121,9 +121,10 @@ def test_the_default_route_is_the_kernels_choice_in_tuned_json():
 
 
 def test_the_simulator_buckets_lengths_as_the_kernels_do():
-    from flashscope.kernels import launch
+    from flashscope.kernels import config
 
-    assert launch.tuned_keys is kernelplan.tuned_keys  # one rule for tiles and routes
+    # one rule for tiles and routes: the kernels bucket lengths as the simulator does
+    assert config.tuned_keys is kernelplan.tuned_keys
 
 
 def test_concurrent_kernels_overlap_and_their_shares_sum_to_one():
