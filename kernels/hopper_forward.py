@@ -175,6 +175,11 @@ HALF_STEPS = True
 # tiles than MAX_SCHEDULED_TILES share them in turn (the schedule's cost on the host).
 SCHEDULE_TILES = True
 MAX_SCHEDULED_TILES = 1 << 17
+# The schedule's cost of a tile beyond its key blocks, and of each masked (diagonal) step beyond
+# a full one (switches for benchmarks/schedule_costs.py: on an H100, costs of 2-3 and 0.5-1
+# changed no routed launch by more than the passes' spread).
+TILE_FIXED_COST = 1.0
+MASKED_STEP_COST = 0.0
 COMPILE_SMS = 132  # the SMs compile_sm90's launch arguments are built for (an H100 SXM's)
 
 # Triton 3.6 specializes N_Q = 1 and then fails an assertion while lowering the kernel (seen on
@@ -842,16 +847,19 @@ def tile_ranks(cfg: WsConfig, rows: int, n_q: int) -> np.ndarray:
 def tile_costs(cfg: WsConfig, rows: int, n_q: int, n_k: int, halves: bool) -> np.ndarray:
     """The causal tiles of a launch in launch order (`_tile`'s arithmetic, on the host), each
     costed for `schedule`: its key blocks (with `halves`, the kernel's HALF, a half step as
-    half) and one more for the tile's own work (its Q, O and LSE, the pipeline filling and
-    draining)."""
+    half), `TILE_FIXED_COST` more for the tile's own work (its Q, O and LSE, the pipeline
+    filling and draining) and `MASKED_STEP_COST` more for each step the diagonal crosses."""
     m0 = n_q - (tile_ranks(cfg, rows, n_q) + 1) * cfg.tile_m  # = N_Q − (n_mb − pid_m)·TILE_M
     hi = np.clip(np.minimum(n_k, m0 + cfg.tile_m + n_k - n_q), 0, None)
     steps = np.maximum(-(-hi // cfg.block_n), 1)
     if halves:
         full = np.minimum(np.clip(m0 + n_k - n_q + 1, 0, None) // cfg.block_n, hi // cfg.block_n)
         half = (full < steps) & (hi - (steps - 1) * cfg.block_n <= cfg.block_n // 2)
-        return steps - 0.5 * half + 1.0
-    return steps + 1.0
+        steps = steps - 0.5 * half
+    else:
+        full = np.minimum(np.clip(m0 + n_k - n_q + 1, 0, None) // cfg.block_n, hi // cfg.block_n)
+    masked = np.maximum(np.ceil(steps) - full, 0)
+    return steps + TILE_FIXED_COST + MASKED_STEP_COST * masked
 
 
 def schedule(costs: np.ndarray, programs: int) -> np.ndarray:
@@ -873,7 +881,14 @@ def schedule(costs: np.ndarray, programs: int) -> np.ndarray:
 
 @lru_cache(maxsize=32)
 def _schedule_tensor(
-    cfg: WsConfig, rows: int, n_q: int, n_k: int, halves: bool, programs: int, device: torch.device
+    cfg: WsConfig,
+    rows: int,
+    n_q: int,
+    n_k: int,
+    halves: bool,
+    programs: int,
+    device: torch.device,
+    costs: tuple[float, float],  # (TILE_FIXED_COST, MASKED_STEP_COST): the cache's key
 ) -> torch.Tensor:
     sched = schedule(tile_costs(cfg, rows, n_q, n_k, halves), programs)
     return torch.from_numpy(sched).to(device)
@@ -978,7 +993,11 @@ def _geometry(q, k, causal: bool, cfg: WsConfig, sms: int, record: Recording | N
     programs = cfg.programs(tiles, sms)
     halves = _half(cfg, causal)
     schedule = (
-        _schedule_tensor(cfg, rows, n_q, n_k, halves, programs, q.device) if scheduled else None
+        _schedule_tensor(
+            cfg, rows, n_q, n_k, halves, programs, q.device, (TILE_FIXED_COST, MASKED_STEP_COST)
+        )
+        if scheduled
+        else None
     )
     constexprs = dict(
         HEAD_DIM=pad_dim(q.shape[3]),
@@ -1031,7 +1050,8 @@ def launch_forward_ws(
         return o, lse
     where = (q.shape, k.shape, v.shape, q.stride(2), k.stride(2), v.stride(2), q.dtype, causal,
              cfg, q.device, torch.cuda.current_device(), HALF_STEPS, SCHEDULE_TILES,
-             MAX_SCHEDULED_TILES)  # the switches: benchmarks change them  # fmt: skip
+             MAX_SCHEDULED_TILES, TILE_FIXED_COST,
+             MASKED_STEP_COST)  # the switches: benchmarks change them  # fmt: skip
     plan = _PLANS.get(where)
     if plan is None:
         plan = _plan(q, k, v, o, lse, causal, scale, cfg, _sms(q.device.index or 0))

@@ -89,12 +89,15 @@ def test_a_launch_has_a_program_per_tile_or_per_cta_slot_when_persistent() -> No
     assert WsConfig(persistent=True).programs(100, 132) == 100  # no program without a tile
 
 
-def _costs_by_masks(cfg: WsConfig, rows: int, n_q: int, n_k: int) -> list[float]:
+def _costs_by_masks(
+    cfg: WsConfig, rows: int, n_q: int, n_k: int, fixed: float = 1.0, per_masked: float = 0.0
+) -> list[float]:
     """tile_costs' oracle from the causal mask itself: tiles in launch order (bands of rows,
     within a band every row's heaviest query block first), each costing the key blocks its
     rows see (rows above 0 of a head's top tile included: the kernel computes them), the last
     one as half where no row sees past its first half and some row not all of it (unpipelined
-    kernels whose tiles are not whole blocks, `HALF_STEPS`), plus one."""
+    kernels whose tiles are not whole blocks, `HALF_STEPS`), plus `fixed`, plus `per_masked`
+    for each of those blocks that some row of the tile does not see whole."""
     tile, bn = cfg.tile_m, cfg.block_n
     n_mb, band = -(-n_q // tile), cfg.band or rows
     costs = []
@@ -111,12 +114,18 @@ def _costs_by_masks(cfg: WsConfig, rows: int, n_q: int, n_k: int) -> list[float]
                 masked = not seen[:, start : start + bn].all()
                 halves = not cfg.pipeline and tile % bn != 0
                 half = halves and masked and last < start + bn // 2
-                costs.append(blocks - 0.5 * half + 1)
+                crossed = sum(not seen[:, b * bn : (b + 1) * bn].all() for b in range(blocks))
+                costs.append(blocks - 0.5 * half + fixed + per_masked * crossed)
     return costs
 
 
-def test_tile_costs_follow_the_causal_mask() -> None:
-    for _ in range(12):
+def test_tile_costs_follow_the_causal_mask(monkeypatch) -> None:
+    import flashscope.kernels.hopper_forward as hopper_forward
+
+    for i in range(12):
+        fixed, per_masked = (1.0, 0.0) if i < 6 else (random.choice((2.0, 3.0)), 0.5)
+        monkeypatch.setattr(hopper_forward, "TILE_FIXED_COST", fixed)
+        monkeypatch.setattr(hopper_forward, "MASKED_STEP_COST", per_masked)
         pipeline, band = random.random() < 0.5, random.choice((0, 1, 2, 5))
         cfg = WsConfig(random.choice((1, 2, 3)), random.choice((64, 128, 256)), 2, pipeline,
                        persistent=True, band=band)  # fmt: skip
@@ -126,7 +135,8 @@ def test_tile_costs_follow_the_causal_mask() -> None:
         costs = tile_costs(
             cfg, rows, n_q, n_k, halves=not pipeline and cfg.tile_m % cfg.block_n != 0
         )
-        assert costs.tolist() == _costs_by_masks(cfg, rows, n_q, n_k), what
+        assert costs.tolist() == _costs_by_masks(cfg, rows, n_q, n_k, fixed, per_masked), what
+    monkeypatch.undo()
     # 128-row tiles of 256-key blocks, N = 2048: every other tile ends half way into a block
     cfg = WsConfig(2, 256, 2, False, persistent=True)
     costs = tile_costs(cfg, 1, 2048, 2048, halves=True)
