@@ -31,7 +31,7 @@ MARGIN = 0.05
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", type=Path, default=RESULTS / "fa3-model-unseen-2026-11-27.json")
+    ap.add_argument("--out", type=Path, default=RESULTS / "fa3-model-unseen-2026-11-28.json")
     args = ap.parse_args()
     files = sorted(RESULTS.glob("forward-sweep-*.json"))
     rows = [
