@@ -1202,7 +1202,7 @@ def compile_report(
 ) -> list[dict]:
     """Per (configuration, head_dim) and causal: what the compiled sm_90a kernel (`record`: its
     recorded variant) holds (its registers and spill stack as cuobjdump reads them from the
-    cubin, and the cycle-counter reads in its PTX)."""
+    cubin, the bytes of its machine code, and the cycle-counter reads in its PTX)."""
     import re
 
     rows = []
@@ -1210,6 +1210,7 @@ def compile_report(
         for causal in (False, True):
             ptx = (k := compile_sm90(cfg, d, causal, record=record, edges=edges)).asm["ptx"]
             found = cubin_resources(k.asm["cubin"])
+            offsets = re.findall(r"/\*([0-9a-f]{4,})\*/", cuobjdump(k.asm["cubin"], "-sass"))
             rows.append({
                 "config": cfg.as_list(), "head_dim": d, "causal": causal,
                 "shared": k.metadata.shared, "regs": found["REG"],
@@ -1217,6 +1218,7 @@ def compile_report(
                 "wgmma": ptx.count("wgmma.mma_async"),
                 "setmaxnreg": sorted({int(x) for x in re.findall(SETMAXNREG, ptx)}),
                 "registers": list(cfg.registers()), "clock_reads": ptx.count("%clock64"),
+                "code_bytes": max(int(x, 16) for x in offsets) + 16,
             })  # fmt: skip
     return rows
 

@@ -411,6 +411,10 @@ def test_the_tuned_configurations_compile_for_hopper_without_spilling(compiled) 
         # the loader's warpgroup gives its registers up and the consumers take theirs
         assert LOADER_REGS in row["setmaxnreg"] and consumer in row["setmaxnreg"], what
         assert row["shared"] <= SHARED_LIMIT, what
+        # Machine code: causal kernels hold 90-113 KiB (every consumer its own copy of the
+        # masked, unmasked and half steps), where the SMs' instruction fetch already stalls
+        # (benchmarks/band_latency.py); a kernel that grows past 128 KiB should be looked at.
+        assert 16 * 1024 < row["code_bytes"] <= 128 * 1024, f"{what}: {row['code_bytes']} bytes"
         # Each consumer's products: Q Kᵀ and P V per step, split by the compiler into
         # wgmma instructions of k = 16: (d + block_n) / 16 of them per step, times the loop
         # copies (pipelined: prologue, loop and epilogue) and the consumers' copies; an
