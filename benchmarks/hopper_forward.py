@@ -5,6 +5,7 @@ Usage (on a GPU machine):
     python benchmarks/hopper_forward.py time --out FILE [--dtypes fp16,bf16] [--lens 2048,4096]
                                              [--dims 64,128] [--masks full,causal]
                                              [--configs JSON] [--whole-too] [--turns-too]
+                                             [--merged] [--merged-too]
     python benchmarks/hopper_forward.py choose FILE [--write]      (anywhere; reads a `time` file)
 
 `check` runs each candidate configuration on awkward and protocol shapes (GQA, N_q ≠ N_k, causal,
@@ -14,8 +15,10 @@ process with the papers' protocol (batch × N = 16384, heads = 2048 / d), every 
 sdpa-cudnn, sdpa-flash and flashscope's Triton forward, and writes the rows as JSON with the device,
 date and versions; --whole-too also times each causal candidate computing the diagonal's last step
 whole (`HALF_STEPS` off; rows "ws[…]/whole"), --turns-too each persistent causal one sharing its
-tiles in turn rather than by the host's schedule (`SCHEDULE_TILES` off; rows "ws[…]/turns");
-`choose` leaves those rows out. `choose` picks, per (head_dim, causal, length bucket), the faster of
+tiles in turn rather than by the host's schedule (`SCHEDULE_TILES` off; rows "ws[…]/turns"),
+--merged-too each causal one with `MERGE_MASKED` flipped (rows "ws[…]/merged"); `choose` leaves
+those rows out. --merged runs `check` and `time` with `MERGE_MASKED` on.
+`choose` picks, per (head_dim, causal, length bucket), the faster of
 the best candidate and the Triton forward (times summed over the file's dtypes) and, with --write,
 stores the choice in kernels/tuned.json ("fwd-route/…" → "ws" or "triton", "ws/fwd/…" → the
 configuration) for the file's GPU. A length that fills no 64-row tile (`--lens 1000,3000,5000`)
@@ -118,6 +121,7 @@ def time_all(
     masks: list[bool],
     whole_too: bool = False,
     turns_too: bool = False,
+    merged_too: bool = False,
 ) -> None:
     rows = []
     for name in dtypes:
@@ -142,19 +146,25 @@ def time_all(
                             continue
                         run = partial(launch_forward_ws, causal=causal, scale=scale, cfg=cfg)
                         calls = [partial(run, *s) for s in sets]
-                        variants = [("", True, True)]  # (row suffix, HALF_STEPS, SCHEDULE_TILES)
+                        # (row suffix, HALF_STEPS, SCHEDULE_TILES, MERGE_MASKED)
+                        merged = hopper_forward.MERGE_MASKED
+                        variants = [("", True, True, merged)]
                         if causal and whole_too:
-                            variants.append(("/whole", False, True))
+                            variants.append(("/whole", False, True, merged))
                         if causal and cfg.persistent and turns_too:
-                            variants.append(("/turns", True, False))
-                        for suffix, half, scheduled in variants:
+                            variants.append(("/turns", True, False, merged))
+                        if causal and merged_too:
+                            variants.append(("/merged", True, True, not merged))
+                        for suffix, half, scheduled, merge in variants:
                             hopper_forward.HALF_STEPS = half
                             hopper_forward.SCHEDULE_TILES = scheduled
+                            hopper_forward.MERGE_MASKED = merge
                             try:
                                 found["ws" + json.dumps(cfg.as_list()) + suffix] = median_ms(calls)
                             except Exception as exc:  # recorded; the sweep goes on
                                 print(f"{cfg}: {type(exc).__name__}: {exc}", flush=True)
                         hopper_forward.HALF_STEPS = hopper_forward.SCHEDULE_TILES = True
+                        hopper_forward.MERGE_MASKED = merged
                     f = flops(b, h, n, d, causal, "fwd")
                     cudnn = found["sdpa-cudnn"]
                     flash = found["sdpa-flash"]
@@ -192,7 +202,7 @@ def choose(path: Path, write: bool) -> dict[str, object]:
     data = json.loads(path.read_text())
     totals: dict[tuple, dict[str, float]] = {}
     for r in data["rows"]:
-        if r["impl"].startswith("sdpa") or r["impl"].endswith(("/whole", "/turns")):
+        if r["impl"].startswith("sdpa") or r["impl"].endswith(("/whole", "/turns", "/merged")):
             continue
         cell = totals.setdefault((r["head_dim"], r["causal"], r["seq_len"]), {})
         cell[r["impl"]] = cell.get(r["impl"], 0.0) + r["ms"]
@@ -241,7 +251,18 @@ def main() -> int:
         action="store_true",
         help="time: persistent causal candidates also sharing their tiles in turn",
     )
+    parser.add_argument(
+        "--merged",
+        action="store_true",
+        help="check and time with MERGE_MASKED on (causal steps in one loop)",
+    )
+    parser.add_argument(
+        "--merged-too",
+        action="store_true",
+        help="time: causal candidates also with MERGE_MASKED flipped (rows '/merged')",
+    )
     args = parser.parse_args()
+    hopper_forward.MERGE_MASKED = args.merged
     dims = [int(x) for x in args.dims.split(",")]
     if args.configs:
         for d in dims:
@@ -260,7 +281,16 @@ def main() -> int:
     if not set(args.masks.split(",")) <= kinds.keys():
         parser.error(f"argument --masks: full, causal or both, got {args.masks!r}")
     masks = [kinds[m] for m in args.masks.split(",")]
-    time_all(args.out, args.dtypes.split(","), lens, dims, masks, args.whole_too, args.turns_too)
+    time_all(
+        args.out,
+        args.dtypes.split(","),
+        lens,
+        dims,
+        masks,
+        args.whole_too,
+        args.turns_too,
+        args.merged_too,
+    )
     return 0
 
 

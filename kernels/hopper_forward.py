@@ -175,6 +175,13 @@ HALF_STEPS = True
 # tiles than MAX_SCHEDULED_TILES share them in turn (the schedule's cost on the host).
 SCHEDULE_TILES = True
 MAX_SCHEDULED_TILES = 1 << 17
+
+# Causal tiles run their unmasked and diagonal steps in one loop, the mask applied in a branch
+# of the step (`_softmax`'s MASKED 3), so that each consumer holds one copy of the step's code
+# rather than two; False: a loop of each. A switch for benchmarks, off: measured on an H100 it
+# gains two and three warpgroups 0-34% at N <= 2048 and loses up to 12% at longer lengths
+# (docs/kernels.md, benchmarks/results/merged-mask-*.json).
+MERGE_MASKED = False
 # The schedule's cost of a tile beyond its key blocks, and of each masked (diagonal) step beyond
 # a full one (switches for benchmarks/schedule_costs.py: on an H100, costs of 2-3 and 0.5-1
 # changed no routed launch by more than the passes' spread).
@@ -406,10 +413,21 @@ def _softmax(s, m, l, col0, bounds, qk_scale2, s_layout: gl.constexpr, BLOCK_M: 
     """Running max and sum for the KEYS keys from col0 (log2 domain): (P unnormalized in fp32,
     m, ℓ, α). MASKED 1 (causal): they cross the diagonal, key c visible to the warpgroup's row
     r iff c ≤ diag + r (which also keeps every key below N_K); MASKED 2 (not causal): they cross
-    the end of the keys, c < N_K. bounds = (diag, N_K), scalars, so that no row vector stays
-    live through the loop."""
-    if MASKED:
-        diag, n_k = bounds
+    the end of the keys, c < N_K; MASKED 3 (causal, `MERGE_MASKED`): as 1 where col0 is past
+    the tile's unmasked steps, a branch decided at run time. bounds = (diag, N_K, the first
+    masked column), scalars, so that no row vector stays live through the loop."""
+    if MASKED == 3:
+        diag, n_k, from_col = bounds
+        if col0 >= from_col:
+            cols = col0 + gl.arange(0, KEYS, layout=gl.SliceLayout(0, s_layout))
+            rows = diag + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, s_layout))
+            s = gl.where(cols[None, :] <= rows[:, None], s, float("-inf"))
+        m_new = gl.maximum(m, gl.max(s, 1) * qk_scale2)
+        m_sub = gl.where(m_new == float("-inf"), 0.0, m_new)  # a row that saw nothing yet
+        p = gl.exp2(s * qk_scale2 - m_sub[:, None])
+        alpha = gl.exp2(m - m_sub)
+    elif MASKED:
+        diag, n_k, _ = bounds
         cols = col0 + gl.arange(0, KEYS, layout=gl.SliceLayout(0, s_layout))
         if MASKED == 2:
             keep = (cols < n_k)[None, :]
@@ -524,8 +542,8 @@ def _plain_step(q, acc, m, l, j, g0, bounds, qk_scale2, ring, rec, s_layout: gl.
 def _consumer(args, C: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr,
               BLOCK_N: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
               PIPELINE: gl.constexpr, CONSUMERS: gl.constexpr, PINGPONG: gl.constexpr,
-              HALF: gl.constexpr, SCHEDULED: gl.constexpr, RECORD: gl.constexpr,
-              KEY_EDGE: gl.constexpr, Q_EDGE: gl.constexpr):
+              HALF: gl.constexpr, MERGED: gl.constexpr, SCHEDULED: gl.constexpr,
+              RECORD: gl.constexpr, KEY_EDGE: gl.constexpr, Q_EDGE: gl.constexpr):
     """Warpgroup C: for each of the program's tiles, its BLOCK_M query rows through every step,
     then their O and LSE.
 
@@ -573,7 +591,8 @@ def _consumer(args, C: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constex
         t = _tile_at(k, SCHED, SCHEDULED)
         _, _, m0, n_full, n_whole, n_steps = _tile(t, n_tiles, band, N_Q, N_K, H, GROUP, TILE_M,
                                                    BLOCK_N, CAUSAL, HALF)
-        bounds = (m0 + C * BLOCK_M + N_K - N_Q, N_K)  # key c visible to row r iff c ≤ diag + r
+        # key c visible to row r iff c ≤ diag + r; steps from column n_full·BLOCK_N on masked
+        bounds = (m0 + C * BLOCK_M + N_K - N_Q, N_K, n_full * BLOCK_N)
         m = gl.full([BLOCK_M], float("-inf"), gl.float32, row_s)
         l = gl.zeros([BLOCK_M], gl.float32, row_s)
         acc = gl.zeros([BLOCK_M, HEAD_DIM], gl.float32, o_layout)
@@ -600,12 +619,19 @@ def _consumer(args, C: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constex
                                   MASK if CAUSAL or KEY_EDGE else 0)
             p = gl.convert_layout(p.to(dtype), p_layout)
             _stamp(rec, g, 6, RECORD)
-            for j in range(1, n_full):
-                p, acc, m, l = _pipelined_step(q, p, acc, m, l, j, g, r0, bounds, qk_scale2,
-                                               ring, turn, rec, s_layout, o_layout, p_layout,
-                                               BLOCK_M, BLOCK_N, STAGES, False, dtype, C,
-                                               CONSUMERS, PINGPONG, RECORD)
-            if CAUSAL or KEY_EDGE:
+            if MERGED:
+                for j in range(1, n_steps):
+                    p, acc, m, l = _pipelined_step(q, p, acc, m, l, j, g, r0, bounds,
+                                                   qk_scale2, ring, turn, rec, s_layout,
+                                                   o_layout, p_layout, BLOCK_M, BLOCK_N, STAGES,
+                                                   3, dtype, C, CONSUMERS, PINGPONG, RECORD)
+            else:
+                for j in range(1, n_full):
+                    p, acc, m, l = _pipelined_step(q, p, acc, m, l, j, g, r0, bounds,
+                                                   qk_scale2, ring, turn, rec, s_layout,
+                                                   o_layout, p_layout, BLOCK_M, BLOCK_N, STAGES,
+                                                   False, dtype, C, CONSUMERS, PINGPONG, RECORD)
+            if (CAUSAL or KEY_EDGE) and not MERGED:
                 for j in range(gl.maximum(n_full, 1), n_steps):
                     p, acc, m, l = _pipelined_step(q, p, acc, m, l, j, g, r0, bounds,
                                                    qk_scale2, ring, turn, rec, s_layout,
@@ -623,11 +649,17 @@ def _consumer(args, C: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constex
             _stamp_tile(rec, i, 4, RECORD)
             mbarrier.arrive(v_empty.index(last % STAGES), count=1)
         else:
-            for j in range(n_full):
-                acc, m, l = _plain_step(q, acc, m, l, j, g, bounds, qk_scale2, ring, rec,
-                                        s_layout, o_layout, p_layout, BLOCK_M, BLOCK_N, STAGES,
-                                        False, dtype, BLOCK_N, RECORD)
-            if CAUSAL or KEY_EDGE:
+            if MERGED:
+                for j in range(n_whole):
+                    acc, m, l = _plain_step(q, acc, m, l, j, g, bounds, qk_scale2, ring, rec,
+                                            s_layout, o_layout, p_layout, BLOCK_M, BLOCK_N,
+                                            STAGES, 3, dtype, BLOCK_N, RECORD)
+            else:
+                for j in range(n_full):
+                    acc, m, l = _plain_step(q, acc, m, l, j, g, bounds, qk_scale2, ring, rec,
+                                            s_layout, o_layout, p_layout, BLOCK_M, BLOCK_N,
+                                            STAGES, False, dtype, BLOCK_N, RECORD)
+            if (CAUSAL or KEY_EDGE) and not MERGED:
                 for j in range(n_full, n_whole):
                     acc, m, l = _plain_step(q, acc, m, l, j, g, bounds, qk_scale2, ring, rec,
                                             s_layout, o_layout, p_layout, BLOCK_M, BLOCK_N,
@@ -686,8 +718,9 @@ def _attn_fwd_ws(q_desc, k_desc, v_desc, o_desc, LSE, qk_scale2, H, GROUP, N_Q, 
                  HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
                  CONSUMERS: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
                  PIPELINE: gl.constexpr, PINGPONG: gl.constexpr, HALF: gl.constexpr,
-                 SCHEDULED: gl.constexpr, CONSUMER_REGS: gl.constexpr, RECORD: gl.constexpr,
-                 KEY_EDGE: gl.constexpr, Q_EDGE: gl.constexpr, O_IN_Q: gl.constexpr):
+                 MERGED: gl.constexpr, SCHEDULED: gl.constexpr, CONSUMER_REGS: gl.constexpr,
+                 RECORD: gl.constexpr, KEY_EDGE: gl.constexpr, Q_EDGE: gl.constexpr,
+                 O_IN_Q: gl.constexpr):
     """Programs take tiles t = program_id, + num_programs, … < n_tiles (one each, or, launched
     persistent, one program per SM slot looping over its share; SCHEDULED: the share the host's
     schedule in SCHED gives it). RECORD: programs below rec_detail stamp their phases into REC,
@@ -726,31 +759,31 @@ def _attn_fwd_ws(q_desc, k_desc, v_desc, o_desc, LSE, qk_scale2, H, GROUP, N_Q, 
              rec_detail, rec_steps, rec_tiles)
     if CONSUMERS == 1:
         gl.warp_specialize([(_consumer, (shared, 0, HEAD_DIM, BLOCK_M, BLOCK_N, STAGES, CAUSAL,
-                                         PIPELINE, CONSUMERS, PINGPONG, HALF, SCHEDULED,
-                                         RECORD, KEY_EDGE, Q_EDGE)),
+                                         PIPELINE, CONSUMERS, PINGPONG, HALF, MERGED,
+                                         SCHEDULED, RECORD, KEY_EDGE, Q_EDGE)),
                             (_loader, (loads, BLOCK_M, BLOCK_N, CONSUMERS, STAGES, CAUSAL,
                                        SCHEDULED, RECORD))],
                            [1], [_LOADER_REGS])
     elif CONSUMERS == 2:
         gl.warp_specialize([(_consumer, (shared, 0, HEAD_DIM, BLOCK_M, BLOCK_N, STAGES, CAUSAL,
-                                         PIPELINE, CONSUMERS, PINGPONG, HALF, SCHEDULED,
-                                         RECORD, KEY_EDGE, Q_EDGE)),
+                                         PIPELINE, CONSUMERS, PINGPONG, HALF, MERGED,
+                                         SCHEDULED, RECORD, KEY_EDGE, Q_EDGE)),
                             (_consumer, (shared, 1, HEAD_DIM, BLOCK_M, BLOCK_N, STAGES, CAUSAL,
-                                         PIPELINE, CONSUMERS, PINGPONG, HALF, SCHEDULED,
-                                         RECORD, KEY_EDGE, Q_EDGE)),
+                                         PIPELINE, CONSUMERS, PINGPONG, HALF, MERGED,
+                                         SCHEDULED, RECORD, KEY_EDGE, Q_EDGE)),
                             (_loader, (loads, BLOCK_M, BLOCK_N, CONSUMERS, STAGES, CAUSAL,
                                        SCHEDULED, RECORD))],
                            [4, 1], [CONSUMER_REGS, _LOADER_REGS])
     else:
         gl.warp_specialize([(_consumer, (shared, 0, HEAD_DIM, BLOCK_M, BLOCK_N, STAGES, CAUSAL,
-                                         PIPELINE, CONSUMERS, PINGPONG, HALF, SCHEDULED,
-                                         RECORD, KEY_EDGE, Q_EDGE)),
+                                         PIPELINE, CONSUMERS, PINGPONG, HALF, MERGED,
+                                         SCHEDULED, RECORD, KEY_EDGE, Q_EDGE)),
                             (_consumer, (shared, 1, HEAD_DIM, BLOCK_M, BLOCK_N, STAGES, CAUSAL,
-                                         PIPELINE, CONSUMERS, PINGPONG, HALF, SCHEDULED,
-                                         RECORD, KEY_EDGE, Q_EDGE)),
+                                         PIPELINE, CONSUMERS, PINGPONG, HALF, MERGED,
+                                         SCHEDULED, RECORD, KEY_EDGE, Q_EDGE)),
                             (_consumer, (shared, 2, HEAD_DIM, BLOCK_M, BLOCK_N, STAGES, CAUSAL,
-                                         PIPELINE, CONSUMERS, PINGPONG, HALF, SCHEDULED,
-                                         RECORD, KEY_EDGE, Q_EDGE)),
+                                         PIPELINE, CONSUMERS, PINGPONG, HALF, MERGED,
+                                         SCHEDULED, RECORD, KEY_EDGE, Q_EDGE)),
                             (_loader, (loads, BLOCK_M, BLOCK_N, CONSUMERS, STAGES, CAUSAL,
                                        SCHEDULED, RECORD))],
                            [4, 4, 1], [CONSUMER_REGS, CONSUMER_REGS, _LOADER_REGS])
@@ -1009,6 +1042,7 @@ def _geometry(q, k, causal: bool, cfg: WsConfig, sms: int, record: Recording | N
         PIPELINE=cfg.pipeline,
         PINGPONG=cfg.pingpong,
         HALF=halves,
+        MERGED=causal and MERGE_MASKED,
         SCHEDULED=scheduled,
         CONSUMER_REGS=consumer_regs,
         RECORD=0 if record is None else record.mode,
@@ -1050,8 +1084,8 @@ def launch_forward_ws(
         return o, lse
     where = (q.shape, k.shape, v.shape, q.stride(2), k.stride(2), v.stride(2), q.dtype, causal,
              cfg, q.device, torch.cuda.current_device(), HALF_STEPS, SCHEDULE_TILES,
-             MAX_SCHEDULED_TILES, TILE_FIXED_COST,
-             MASKED_STEP_COST)  # the switches: benchmarks change them  # fmt: skip
+             MAX_SCHEDULED_TILES, TILE_FIXED_COST, MASKED_STEP_COST,
+             MERGE_MASKED)  # the switches: benchmarks change them  # fmt: skip
     plan = _PLANS.get(where)
     if plan is None:
         plan = _plan(q, k, v, o, lse, causal, scale, cfg, _sms(q.device.index or 0))
@@ -1228,9 +1262,11 @@ if __name__ == "__main__":
     import sys
 
     # Every configuration a tuned table names (with its head_dim), or those given as JSON;
-    # "--record" compiles the recorded variant, "--edges" for lengths that fill no tile.
+    # "--record" compiles the recorded variant, "--edges" for lengths that fill no tile,
+    # "--merged" with MERGE_MASKED on.
     record, edges = "--record" in sys.argv, "--edges" in sys.argv
-    given = [a for a in sys.argv[1:] if a not in ("--record", "--edges")]
+    MERGE_MASKED = "--merged" in sys.argv
+    given = [a for a in sys.argv[1:] if a not in ("--record", "--edges", "--merged")]
     if given:
         wanted = [(WsConfig.from_list(c), d) for c, d in json.loads(given[0])]
     else:
