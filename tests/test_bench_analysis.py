@@ -1,5 +1,6 @@
 """The analyses of measured data that need no GPU: benchmarks/band_order.py's tile ranks and
-summary, benchmarks/host_noise.py's comparison of the two machines."""
+summary, benchmarks/band_latency.py's tile rows, benchmarks/host_noise.py's comparison of the
+two machines."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from benchmarks import band_order, host_noise
+from benchmarks import band_latency, band_order, host_noise
 from flashscope.kernels.hopper_forward import tile_ranks
 
 
@@ -28,6 +29,20 @@ def test_a_tiles_rank_is_its_place_in_the_launch_order(name: str) -> None:
     want = [rank for first in range(0, rows, width) for rank in range(per_head)
             for _ in range(first, min(first + width, rows))]  # fmt: skip
     assert tile_ranks(cfg, rows, n).tolist() == want, (rows, n, band)
+
+
+@pytest.mark.parametrize("name", list(band_order.CONFIGS))
+def test_band_latency_names_each_tiles_row_and_rank(name: str) -> None:
+    """`band_latency.tile_rows` against the launch order written out as `test_a_tiles_rank_…`
+    does, with the row: every (row, rank) once, rows in their band's order within a rank."""
+    rows, n = random.randint(1, 40), random.choice([200, 1024, 1000])
+    band = random.choice([0, 1, 2, 3, 8])
+    cfg = replace(band_order.CONFIGS[name], band=band)
+    per_head, width = -(-n // cfg.tile_m), band or rows
+    want = [(row, rank) for first in range(0, rows, width) for rank in range(per_head)
+            for row in range(first, min(first + width, rows))]  # fmt: skip
+    row, rank = band_latency.tile_rows(cfg, rows, n)
+    assert list(zip(row.tolist(), rank.tolist(), strict=True)) == want, (rows, n, band)
 
 
 def test_the_summary_reads_spans_and_ranks_from_the_stamps() -> None:
