@@ -16,9 +16,9 @@ sdpa-cudnn, sdpa-flash and flashscope's Triton forward, and writes the rows as J
 date and versions; --whole-too also times each causal candidate computing the diagonal's last step
 whole (`HALF_STEPS` off; rows "ws[…]/whole"), --turns-too each persistent causal one sharing its
 tiles in turn rather than by the host's schedule (`SCHEDULE_TILES` off; rows "ws[…]/turns"),
---merged-too each causal one with `MERGE_MASKED` flipped (rows "ws[…]/merged"); `choose` leaves
-those rows out. --merged runs `check` and `time` with `MERGE_MASKED` on.
-`choose` picks, per (head_dim, causal, length bucket), the faster of
+`choose` leaves those rows out. --merged turns every candidate's `merged` on (a causal tile's
+steps in one loop) for `check` and `time`; --merged-too times each causal candidate both ways,
+as two candidates. `choose` picks, per (head_dim, causal, length bucket), the faster of
 the best candidate and the Triton forward (times summed over the file's dtypes) and, with --write,
 stores the choice in kernels/tuned.json ("fwd-route/…" → "ws" or "triton", "ws/fwd/…" → the
 configuration) for the file's GPU. A length that fills no 64-row tile (`--lens 1000,3000,5000`)
@@ -32,6 +32,7 @@ import argparse
 import json
 import os
 import sys
+from dataclasses import replace
 from functools import partial
 from pathlib import Path
 
@@ -123,12 +124,16 @@ def time_all(
     turns_too: bool = False,
     merged_too: bool = False,
 ) -> None:
+    """`time` (the module's docstring): every candidate of `dims` and the peers, per dtype,
+    head_dim, mask and length, into `out`."""
     rows = []
     for name in dtypes:
         dtype = DTYPES[name]
         for d in dims:
-            cfgs = CANDIDATES[d]
             for causal in masks:
+                cfgs = CANDIDATES[d]
+                if causal and merged_too:
+                    cfgs = [c for cfg in cfgs for c in (cfg, replace(cfg, merged=not cfg.merged))]
                 for n in lens:
                     sets = protocol_inputs(d, n, dtype)
                     b, h = sets[0][0].shape[:2]
@@ -146,25 +151,19 @@ def time_all(
                             continue
                         run = partial(launch_forward_ws, causal=causal, scale=scale, cfg=cfg)
                         calls = [partial(run, *s) for s in sets]
-                        # (row suffix, HALF_STEPS, SCHEDULE_TILES, MERGE_MASKED)
-                        merged = hopper_forward.MERGE_MASKED
-                        variants = [("", True, True, merged)]
+                        variants = [("", True, True)]  # (row suffix, HALF_STEPS, SCHEDULE_TILES)
                         if causal and whole_too:
-                            variants.append(("/whole", False, True, merged))
+                            variants.append(("/whole", False, True))
                         if causal and cfg.persistent and turns_too:
-                            variants.append(("/turns", True, False, merged))
-                        if causal and merged_too:
-                            variants.append(("/merged", True, True, not merged))
-                        for suffix, half, scheduled, merge in variants:
+                            variants.append(("/turns", True, False))
+                        for suffix, half, scheduled in variants:
                             hopper_forward.HALF_STEPS = half
                             hopper_forward.SCHEDULE_TILES = scheduled
-                            hopper_forward.MERGE_MASKED = merge
                             try:
                                 found["ws" + json.dumps(cfg.as_list()) + suffix] = median_ms(calls)
                             except Exception as exc:  # recorded; the sweep goes on
                                 print(f"{cfg}: {type(exc).__name__}: {exc}", flush=True)
                         hopper_forward.HALF_STEPS = hopper_forward.SCHEDULE_TILES = True
-                        hopper_forward.MERGE_MASKED = merged
                     f = flops(b, h, n, d, causal, "fwd")
                     cudnn = found["sdpa-cudnn"]
                     flash = found["sdpa-flash"]
@@ -202,7 +201,7 @@ def choose(path: Path, write: bool) -> dict[str, object]:
     data = json.loads(path.read_text())
     totals: dict[tuple, dict[str, float]] = {}
     for r in data["rows"]:
-        if r["impl"].startswith("sdpa") or r["impl"].endswith(("/whole", "/turns", "/merged")):
+        if r["impl"].startswith("sdpa") or r["impl"].endswith(("/whole", "/turns")):
             continue
         cell = totals.setdefault((r["head_dim"], r["causal"], r["seq_len"]), {})
         cell[r["impl"]] = cell.get(r["impl"], 0.0) + r["ms"]
@@ -254,19 +253,21 @@ def main() -> int:
     parser.add_argument(
         "--merged",
         action="store_true",
-        help="check and time with MERGE_MASKED on (causal steps in one loop)",
+        help="check and time every candidate with `merged` on (causal steps in one loop)",
     )
     parser.add_argument(
         "--merged-too",
         action="store_true",
-        help="time: causal candidates also with MERGE_MASKED flipped (rows '/merged')",
+        help="time: each causal candidate also with `merged` flipped, as a candidate",
     )
     args = parser.parse_args()
-    hopper_forward.MERGE_MASKED = args.merged
     dims = [int(x) for x in args.dims.split(",")]
     if args.configs:
         for d in dims:
             CANDIDATES[d] = [WsConfig.from_list(c) for c in json.loads(args.configs)]
+    if args.merged:
+        for d in CANDIDATES:
+            CANDIDATES[d] = [replace(cfg, merged=True) for cfg in CANDIDATES[d]]
     if args.what == "check":
         return check(dims)
     if args.what == "choose":

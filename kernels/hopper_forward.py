@@ -81,7 +81,12 @@ class WsConfig:
     products (FlashAttention-3's ping-pong), so one's softmax runs under another's products;
     persistent: one program per CTA slot of the GPU (SMs × ctas) loops over the tiles, its
     loader fetching the next tile's Q and K/V while the consumers finish this one; band: causal
-    tiles are ordered in bands of that many (batch, head) rows (`_tile`), 0 for one band of all.
+    tiles are ordered in bands of that many (batch, head) rows (`_tile`), 0 for one band of all;
+    merged (causal): a tile's unmasked and diagonal steps run in one loop, the mask applied in a
+    branch of the step (`_softmax`'s MASKED 3), so each consumer holds one copy of the step's
+    code rather than two (benchmarks/results/merged-mask-*.json: 80 against 113 KiB for three
+    warpgroups at d = 64; faster at short lengths, where the SMs stall fetching the larger
+    kernel's instructions, slower in some long launches).
     """
 
     consumers: int = 2
@@ -93,6 +98,7 @@ class WsConfig:
     pingpong: bool = False
     persistent: bool = False
     band: int = 1
+    merged: bool = False
 
     def __post_init__(self) -> None:
         if self.consumers not in (1, 2, 3):
@@ -115,11 +121,11 @@ class WsConfig:
         return self.block_m * self.consumers
 
     def as_list(self) -> list[int]:
-        """[consumers, block_n, stages, pipeline, ctas(, pingpong(, persistent(, band)))], flags
-        as 0/1, as tuned.json holds them: trailing entries only where they differ from the
-        defaults (older lists stay valid)."""
+        """[consumers, block_n, stages, pipeline, ctas(, pingpong(, persistent(, band(,
+        merged))))], flags as 0/1, as tuned.json holds them: trailing entries only where they
+        differ from the defaults (older lists stay valid)."""
         entry = [self.consumers, self.block_n, self.stages, int(self.pipeline), self.ctas,
-                 int(self.pingpong), int(self.persistent), self.band]  # fmt: skip
+                 int(self.pingpong), int(self.persistent), self.band, int(self.merged)]  # fmt: skip
         while len(entry) > 5 and entry[-1] == (1 if len(entry) == 8 else 0):
             entry.pop()
         return entry
@@ -127,11 +133,11 @@ class WsConfig:
     @classmethod
     def from_list(cls, entry: list[int]) -> WsConfig:
         consumers, block_n, stages, pipeline, ctas, *rest = entry
-        if len(rest) > 3:
-            raise ValueError(f"a configuration has 5 to 8 entries, got {entry!r}")
-        pingpong, persistent, band = (*rest, *(0, 0, 1)[len(rest) :])
+        if len(rest) > 4:
+            raise ValueError(f"a configuration has 5 to 9 entries, got {entry!r}")
+        pingpong, persistent, band, merged = (*rest, *(0, 0, 1, 0)[len(rest) :])
         return cls(consumers, block_n, stages, bool(pipeline), ctas, pingpong=bool(pingpong),
-                   persistent=bool(persistent), band=band)  # fmt: skip
+                   persistent=bool(persistent), band=band, merged=bool(merged))  # fmt: skip
 
     def registers(self) -> tuple[int, int]:
         """(registers per thread at launch, registers per consumer thread after the loader's
@@ -175,13 +181,6 @@ HALF_STEPS = True
 # tiles than MAX_SCHEDULED_TILES share them in turn (the schedule's cost on the host).
 SCHEDULE_TILES = True
 MAX_SCHEDULED_TILES = 1 << 17
-
-# Causal tiles run their unmasked and diagonal steps in one loop, the mask applied in a branch
-# of the step (`_softmax`'s MASKED 3), so that each consumer holds one copy of the step's code
-# rather than two; False: a loop of each. A switch for benchmarks, off: measured on an H100 it
-# gains two and three warpgroups 0-34% at N <= 2048 and loses up to 12% at longer lengths
-# (docs/kernels.md, benchmarks/results/merged-mask-*.json).
-MERGE_MASKED = False
 # The schedule's cost of a tile beyond its key blocks, and of each masked (diagonal) step beyond
 # a full one (switches for benchmarks/schedule_costs.py: on an H100, costs of 2-3 and 0.5-1
 # changed no routed launch by more than the passes' spread).
@@ -413,7 +412,7 @@ def _softmax(s, m, l, col0, bounds, qk_scale2, s_layout: gl.constexpr, BLOCK_M: 
     """Running max and sum for the KEYS keys from col0 (log2 domain): (P unnormalized in fp32,
     m, ℓ, α). MASKED 1 (causal): they cross the diagonal, key c visible to the warpgroup's row
     r iff c ≤ diag + r (which also keeps every key below N_K); MASKED 2 (not causal): they cross
-    the end of the keys, c < N_K; MASKED 3 (causal, `MERGE_MASKED`): as 1 where col0 is past
+    the end of the keys, c < N_K; MASKED 3 (causal, `WsConfig.merged`): as 1 where col0 is past
     the tile's unmasked steps, a branch decided at run time. bounds = (diag, N_K, the first
     masked column), scalars, so that no row vector stays live through the loop."""
     if MASKED == 3:
@@ -1042,7 +1041,7 @@ def _geometry(q, k, causal: bool, cfg: WsConfig, sms: int, record: Recording | N
         PIPELINE=cfg.pipeline,
         PINGPONG=cfg.pingpong,
         HALF=halves,
-        MERGED=causal and MERGE_MASKED,
+        MERGED=causal and cfg.merged,
         SCHEDULED=scheduled,
         CONSUMER_REGS=consumer_regs,
         RECORD=0 if record is None else record.mode,
@@ -1084,8 +1083,8 @@ def launch_forward_ws(
         return o, lse
     where = (q.shape, k.shape, v.shape, q.stride(2), k.stride(2), v.stride(2), q.dtype, causal,
              cfg, q.device, torch.cuda.current_device(), HALF_STEPS, SCHEDULE_TILES,
-             MAX_SCHEDULED_TILES, TILE_FIXED_COST, MASKED_STEP_COST,
-             MERGE_MASKED)  # the switches: benchmarks change them  # fmt: skip
+             MAX_SCHEDULED_TILES, TILE_FIXED_COST,
+             MASKED_STEP_COST)  # the switches: benchmarks change them  # fmt: skip
     plan = _PLANS.get(where)
     if plan is None:
         plan = _plan(q, k, v, o, lse, causal, scale, cfg, _sms(q.device.index or 0))
@@ -1262,11 +1261,9 @@ if __name__ == "__main__":
     import sys
 
     # Every configuration a tuned table names (with its head_dim), or those given as JSON;
-    # "--record" compiles the recorded variant, "--edges" for lengths that fill no tile,
-    # "--merged" with MERGE_MASKED on.
+    # "--record" compiles the recorded variant, "--edges" for lengths that fill no tile.
     record, edges = "--record" in sys.argv, "--edges" in sys.argv
-    MERGE_MASKED = "--merged" in sys.argv
-    given = [a for a in sys.argv[1:] if a not in ("--record", "--edges", "--merged")]
+    given = [a for a in sys.argv[1:] if a not in ("--record", "--edges")]
     if given:
         wanted = [(WsConfig.from_list(c), d) for c, d in json.loads(given[0])]
     else:

@@ -9,11 +9,12 @@ terms, which are all on the fit side. Only the fit half may be fitted to; the he
 the headline.
 
 Each row names its configuration as the kernel's list (`[consumers, block_n, stages, pipeline,
-ctas(, pingpong(, persistent(, band)))]`), the problem (batch, heads, seq_len for both N_q and
-N_k, head_dim, causal, dtype) and the median time. Rows measured before the kernel had its host
-schedule and half steps (`BEFORE_SCHEDULE`) are modelled as that kernel ran: persistent causal
-programs taking their tiles in turn, unpipelined causal tiles their last block whole. Rows of
-the benchmark's switches (an impl with a "/" suffix: "/whole", "/turns") are left out of the
+ctas(, pingpong(, persistent(, band(, merged))))]`), the problem (batch, heads, seq_len for
+both N_q and N_k, head_dim, causal, dtype) and the median time. Rows measured before the kernel
+had its host schedule and half steps (`BEFORE_SCHEDULE`) are modelled as that kernel ran:
+persistent causal programs taking their tiles in turn, unpipelined causal tiles their last
+block whole. Rows of the benchmark's switches (an impl with a "/" suffix: "/whole", "/turns")
+and of kernels with their causal steps in one loop (`merged`, `config_of`) are left out of the
 comparison, which keeps one row per configuration, problem and run, except where a file's
 unsuffixed rows are of a kernel that no longer runs (`PIPELINED_HALF`).
 """
@@ -63,12 +64,16 @@ _WS = re.compile(r"^ws\[([\d, ]+)\]$")
 
 
 def config_of(impl: str) -> Fa3Config | None:
-    """The configuration a row's impl names (`ws[2, 128, 2, 1, 1]`), or None for other rows."""
+    """The configuration a row's impl names (`ws[2, 128, 2, 1, 1]`), or None for other rows and
+    for a kernel whose causal steps run in one loop (`merged`, the list's ninth entry): the
+    model times the two loops alike and has no instruction fetch to tell them apart."""
     m = _WS.match(impl)
     if m is None:
         return None
     consumers, block_n, stages, pipeline, ctas, *rest = (int(x) for x in m.group(1).split(","))
-    pingpong, persistent, band = (*rest, *(0, 0, 1)[len(rest) :])
+    pingpong, persistent, band, merged = (*rest, *(0, 0, 1, 0)[len(rest) :])
+    if merged:
+        return None
     return Fa3Config(
         consumers,
         block_n,

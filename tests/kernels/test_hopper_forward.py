@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import random
+from dataclasses import replace
 from itertools import product
 
 import pytest
@@ -73,8 +74,11 @@ def test_the_table_format_has_five_entries_and_trailing_ones_only_where_set() ->
     assert WsConfig.from_list(banded.as_list()) == banded
     assert WsConfig.from_list([3, 128, 2, 1, 1, 0]) == WsConfig(3, 128, 2, True)
     assert WsConfig.from_list([3, 128, 2, 1, 1, 0, 0, 1]) == WsConfig(3, 128, 2, True)
-    with pytest.raises(ValueError, match="5 to 8 entries"):
-        WsConfig.from_list([3, 128, 2, 1, 1, 1, 1, 1, 1])
+    merged = WsConfig(3, 128, 2, False, merged=True)
+    assert merged.as_list() == [3, 128, 2, 0, 1, 0, 0, 1, 1]
+    assert WsConfig.from_list([3, 128, 2, 0, 1, 0, 0, 1, 0]) == WsConfig(3, 128, 2, False)
+    with pytest.raises(ValueError, match="5 to 9 entries"):
+        WsConfig.from_list([3, 128, 2, 1, 1, 1, 1, 1, 1, 1])
     with pytest.raises(ValueError, match="band"):
         WsConfig(band=-1)
 
@@ -190,6 +194,23 @@ def test_configurations_round_trip_through_the_table_format() -> None:
     for cfg in random.sample(VALID, 24):
         assert WsConfig.from_list(cfg.as_list()) == cfg
         assert cfg.tile_m == 64 * cfg.consumers
+        merged = replace(cfg, merged=True)  # the ninth entry, kept only where on
+        assert merged.as_list() == [*cfg.as_list(), *([0, 0, 1][len(cfg.as_list()) - 5 :]), 1]
+        assert WsConfig.from_list(merged.as_list()) == merged
+    assert WsConfig.from_list([3, 128, 2, 0, 1, 0, 1, 8]).merged is False  # older lists
+
+
+def test_merged_steps_are_compiled_in_only_for_causal_launches() -> None:
+    """`merged` sets the kernel's MERGED for a causal call and leaves a full one as it was."""
+    from flashscope.kernels import hopper_forward
+
+    q, k, v = (torch.randn(1, 2, 384, 64, dtype=torch.float16) for _ in range(3))
+    o, lse = torch.empty_like(q), torch.empty(1, 2, 384)
+    for merged in (False, True):
+        cfg = WsConfig(3, 128, 2, False, persistent=True, band=8, merged=merged)
+        for causal in (False, True):
+            _, constexprs, _ = hopper_forward._arguments(q, k, v, o, lse, causal, 0.1, cfg, 132)
+            assert constexprs["MERGED"] is (causal and merged), (merged, causal)
 
 
 @pytest.mark.parametrize("cfg", VALID, ids=lambda c: "-".join(map(str, c.as_list())))
@@ -427,16 +448,16 @@ def test_the_tuned_configurations_compile_for_hopper_without_spilling(compiled) 
 
 
 def test_merged_causal_steps_compile_smaller_without_spilling(compiled) -> None:
-    """MERGE_MASKED: a causal tile's unmasked and diagonal steps in one loop, the mask in a
-    branch, so each consumer holds one copy of the step (benchmarks/band_latency.py found the
-    causal kernels' code stalling instruction fetch)."""
-    wanted = [([3, 128, 2, 0, 1, 0, 1, 8], 64), ([2, 128, 2, 1, 1, 1, 1, 8], 128)]
-    merged = compiled_apart("hopper_forward", wanted, "--merged")
+    """`merged`: a causal tile's unmasked and diagonal steps in one loop, the mask in a branch,
+    so each consumer holds one copy of the step (benchmarks/band_latency.py found the causal
+    kernels' code stalling instruction fetch)."""
+    wanted = [([3, 128, 2, 0, 1, 0, 1, 8, 1], 64), ([2, 128, 2, 1, 1, 1, 1, 8, 1], 128)]
+    merged = compiled_apart("hopper_forward", wanted)
     apart = {(tuple(r["config"]), r["head_dim"], r["causal"]): r for r in compiled}
     for row in merged:
         what = f"{row['config']} d={row['head_dim']} causal={row['causal']}"
         assert row["stack"] == 0 and row["local"] == 0, f"{what} spills"
-        plain = apart[(tuple(row["config"]), row["head_dim"], row["causal"])]
+        plain = apart[(tuple(row["config"][:8]), row["head_dim"], row["causal"])]
         if row["causal"]:  # measured 80 against 113 KiB, 69 against 93 KiB
             assert row["code_bytes"] < 0.8 * plain["code_bytes"], what
             assert row["wgmma"] < plain["wgmma"], f"{what}: the masked loop's copy is still there"

@@ -57,6 +57,11 @@ def test_a_row_names_its_configuration():
     )
     assert config_of("ws[2, 256, 2, 0, 1, 0, 1, 32]/whole") is None
     assert config_of("triton") is None
+    # causal steps in one loop: a kernel the model does not tell from the two loops, left out
+    assert config_of("ws[3, 128, 2, 0, 1, 0, 1, 8, 1]") is None
+    assert config_of("ws[3, 128, 2, 0, 1, 0, 1, 8, 0]") == Fa3Config(
+        3, 128, 2, False, 1, persistent=True, band=8
+    )
 
 
 def test_the_split_is_by_configuration_and_fixed(result):
