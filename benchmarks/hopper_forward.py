@@ -15,7 +15,7 @@ process with the papers' protocol (batch × N = 16384, heads = 2048 / d), every 
 sdpa-cudnn, sdpa-flash and flashscope's Triton forward, and writes the rows as JSON with the device,
 date and versions; --whole-too also times each causal candidate computing the diagonal's last step
 whole (`HALF_STEPS` off; rows "ws[…]/whole"), --turns-too each persistent causal one sharing its
-tiles in turn rather than by the host's schedule (`SCHEDULE_TILES` off; rows "ws[…]/turns"),
+tiles in turn rather than by the host's schedule (`SCHEDULE_TILES` off; rows "ws[…]/turns");
 `choose` leaves those rows out. --merged turns every candidate's `merged` on (a causal tile's
 steps in one loop) for `check` and `time`; --merged-too times each causal candidate both ways,
 as two candidates. `choose` picks, per (head_dim, causal, length bucket), the faster of
