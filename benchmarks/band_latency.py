@@ -42,18 +42,6 @@ CASES = [  # (head_dim, N, configuration list: one CTA per tile, causal)
 ]
 
 
-def tile_rows(cfg, rows: int, n_q: int) -> tuple[np.ndarray, np.ndarray]:
-    """(row, rank) of each causal tile in launch order (`_tile`'s arithmetic)."""
-    t = np.arange(cfg.tiles(rows, n_q))
-    n_mb = -(-n_q // cfg.tile_m)
-    band = cfg.band or rows
-    first = t // (band * n_mb) * band
-    size = np.minimum(band, rows - first)
-    within = t - first * n_mb
-    rank = within // size
-    return first + within - rank * size, rank
-
-
 def med(xs: list[float]) -> float | None:
     return float(np.median(xs)) if xs else None
 
@@ -61,7 +49,7 @@ def med(xs: list[float]) -> float | None:
 def one(d: int, n: int, entry: list[int]) -> dict:
     import torch
 
-    from flashscope.kernels.hopper_forward import WsConfig, _sms, launch_forward_ws
+    from flashscope.kernels.hopper_forward import WsConfig, _sms, launch_forward_ws, tile_rows
     from flashscope.kernels.timing import median_ms
     from flashscope.kernels.warpgroups import (
         program_tiles,

@@ -865,15 +865,22 @@ def _half(cfg: WsConfig, causal: bool) -> bool:
     return causal and HALF_STEPS and not cfg.pipeline and cfg.tile_m % cfg.block_n != 0
 
 
-def tile_ranks(cfg: WsConfig, rows: int, n_q: int) -> np.ndarray:
-    """Each causal tile's rank in its (batch, head) row, in launch order (`_tile`'s arithmetic,
-    on the host): 0 for the row's heaviest (bottom) query block."""
+def tile_rows(cfg: WsConfig, rows: int, n_q: int) -> tuple[np.ndarray, np.ndarray]:
+    """Each causal tile's (batch, head) row and its rank in that row, in launch order
+    (`_tile`'s arithmetic, on the host): rank 0 for the row's heaviest (bottom) query block."""
     t = np.arange(cfg.tiles(rows, n_q))
     n_mb = -(-n_q // cfg.tile_m)
     band = cfg.band or rows
     first = t // (band * n_mb) * band
     size = np.minimum(band, rows - first)
-    return (t - first * n_mb) // size
+    within = t - first * n_mb
+    rank = within // size
+    return first + within - rank * size, rank
+
+
+def tile_ranks(cfg: WsConfig, rows: int, n_q: int) -> np.ndarray:
+    """Each causal tile's rank in its (batch, head) row, in launch order (`tile_rows`)."""
+    return tile_rows(cfg, rows, n_q)[1]
 
 
 def tile_costs(cfg: WsConfig, rows: int, n_q: int, n_k: int, halves: bool) -> np.ndarray:

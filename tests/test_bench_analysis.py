@@ -1,6 +1,6 @@
-"""The analyses of measured data that need no GPU: benchmarks/band_order.py's tile ranks and
-summary, benchmarks/band_latency.py's tile rows, benchmarks/host_noise.py's comparison of the
-two machines."""
+"""The analyses of measured data that need no GPU: the tile ranks and rows that
+benchmarks/band_order.py and band_latency.py read stamps by, band_order's summary,
+benchmarks/host_noise.py's comparison of the two machines."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from benchmarks import band_latency, band_order, host_noise
-from flashscope.kernels.hopper_forward import tile_ranks
+from benchmarks import band_order, host_noise
+from flashscope.kernels.hopper_forward import tile_ranks, tile_rows
 
 
 @pytest.mark.parametrize("name", list(band_order.CONFIGS))
@@ -32,8 +32,8 @@ def test_a_tiles_rank_is_its_place_in_the_launch_order(name: str) -> None:
 
 
 @pytest.mark.parametrize("name", list(band_order.CONFIGS))
-def test_band_latency_names_each_tiles_row_and_rank(name: str) -> None:
-    """`band_latency.tile_rows` against the launch order written out as `test_a_tiles_rank_…`
+def test_a_tiles_row_and_rank_follow_the_launch_order(name: str) -> None:
+    """`tile_rows` against the launch order written out as `test_a_tiles_rank_…`
     does, with the row: every (row, rank) once, rows in their band's order within a rank."""
     rows, n = random.randint(1, 40), random.choice([200, 1024, 1000])
     band = random.choice([0, 1, 2, 3, 8])
@@ -41,7 +41,7 @@ def test_band_latency_names_each_tiles_row_and_rank(name: str) -> None:
     per_head, width = -(-n // cfg.tile_m), band or rows
     want = [(row, rank) for first in range(0, rows, width) for rank in range(per_head)
             for row in range(first, min(first + width, rows))]  # fmt: skip
-    row, rank = band_latency.tile_rows(cfg, rows, n)
+    row, rank = tile_rows(cfg, rows, n)
     assert list(zip(row.tolist(), rank.tolist(), strict=True)) == want, (rows, n, band)
 
 
