@@ -891,12 +891,10 @@ def tile_costs(cfg: WsConfig, rows: int, n_q: int, n_k: int, halves: bool) -> np
     m0 = n_q - (tile_ranks(cfg, rows, n_q) + 1) * cfg.tile_m  # = N_Q − (n_mb − pid_m)·TILE_M
     hi = np.clip(np.minimum(n_k, m0 + cfg.tile_m + n_k - n_q), 0, None)
     steps = np.maximum(-(-hi // cfg.block_n), 1)
+    full = np.minimum(np.clip(m0 + n_k - n_q + 1, 0, None) // cfg.block_n, hi // cfg.block_n)
     if halves:
-        full = np.minimum(np.clip(m0 + n_k - n_q + 1, 0, None) // cfg.block_n, hi // cfg.block_n)
         half = (full < steps) & (hi - (steps - 1) * cfg.block_n <= cfg.block_n // 2)
         steps = steps - 0.5 * half
-    else:
-        full = np.minimum(np.clip(m0 + n_k - n_q + 1, 0, None) // cfg.block_n, hi // cfg.block_n)
     masked = np.maximum(np.ceil(steps) - full, 0)
     return steps + TILE_FIXED_COST + MASKED_STEP_COST * masked
 
