@@ -575,6 +575,8 @@ def _consumer(args, C: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constex
     dtype: gl.constexpr = o_desc.dtype
     TILE_M: gl.constexpr = BLOCK_M * CONSUMERS
     MASK: gl.constexpr = 1 if CAUSAL else 2  # the masked steps' mask (`_softmax`)
+    # the first loop's: merged (causal), that loop runs every step, masking where it must
+    FIRST: gl.constexpr = 3 if MERGED else False
 
     q = q_smem.index(C)
     o_stage = o_smem.index(C)
@@ -618,18 +620,11 @@ def _consumer(args, C: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constex
                                   MASK if CAUSAL or KEY_EDGE else 0)
             p = gl.convert_layout(p.to(dtype), p_layout)
             _stamp(rec, g, 6, RECORD)
-            if MERGED:
-                for j in range(1, n_steps):
-                    p, acc, m, l = _pipelined_step(q, p, acc, m, l, j, g, r0, bounds,
-                                                   qk_scale2, ring, turn, rec, s_layout,
-                                                   o_layout, p_layout, BLOCK_M, BLOCK_N, STAGES,
-                                                   3, dtype, C, CONSUMERS, PINGPONG, RECORD)
-            else:
-                for j in range(1, n_full):
-                    p, acc, m, l = _pipelined_step(q, p, acc, m, l, j, g, r0, bounds,
-                                                   qk_scale2, ring, turn, rec, s_layout,
-                                                   o_layout, p_layout, BLOCK_M, BLOCK_N, STAGES,
-                                                   False, dtype, C, CONSUMERS, PINGPONG, RECORD)
+            for j in range(1, n_steps if MERGED else n_full):
+                p, acc, m, l = _pipelined_step(q, p, acc, m, l, j, g, r0, bounds, qk_scale2,
+                                               ring, turn, rec, s_layout, o_layout, p_layout,
+                                               BLOCK_M, BLOCK_N, STAGES, FIRST, dtype, C,
+                                               CONSUMERS, PINGPONG, RECORD)
             if (CAUSAL or KEY_EDGE) and not MERGED:
                 for j in range(gl.maximum(n_full, 1), n_steps):
                     p, acc, m, l = _pipelined_step(q, p, acc, m, l, j, g, r0, bounds,
@@ -648,16 +643,10 @@ def _consumer(args, C: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constex
             _stamp_tile(rec, i, 4, RECORD)
             mbarrier.arrive(v_empty.index(last % STAGES), count=1)
         else:
-            if MERGED:
-                for j in range(n_whole):
-                    acc, m, l = _plain_step(q, acc, m, l, j, g, bounds, qk_scale2, ring, rec,
-                                            s_layout, o_layout, p_layout, BLOCK_M, BLOCK_N,
-                                            STAGES, 3, dtype, BLOCK_N, RECORD)
-            else:
-                for j in range(n_full):
-                    acc, m, l = _plain_step(q, acc, m, l, j, g, bounds, qk_scale2, ring, rec,
-                                            s_layout, o_layout, p_layout, BLOCK_M, BLOCK_N,
-                                            STAGES, False, dtype, BLOCK_N, RECORD)
+            for j in range(n_whole if MERGED else n_full):
+                acc, m, l = _plain_step(q, acc, m, l, j, g, bounds, qk_scale2, ring, rec,
+                                        s_layout, o_layout, p_layout, BLOCK_M, BLOCK_N, STAGES,
+                                        FIRST, dtype, BLOCK_N, RECORD)
             if (CAUSAL or KEY_EDGE) and not MERGED:
                 for j in range(n_full, n_whole):
                     acc, m, l = _plain_step(q, acc, m, l, j, g, bounds, qk_scale2, ring, rec,
