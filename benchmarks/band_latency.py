@@ -144,11 +144,9 @@ def child(cases: list) -> None:
 def profile(cases: list, clocks: str) -> list[dict[str, float]] | str:
     """Nsight Compute's metrics of each case's launch (`clocks`: ncu's --clock-control;
     "stalls": its warp-state section, the warps' stall reasons per issued instruction)."""
-    import csv
-    import io
     import subprocess
 
-    from flashscope.kernels.nsight import parse_raw_csv
+    from flashscope.kernels.nsight import parse_raw_csv, raw_csv_columns
 
     what = (
         ["--section", "WarpStateStats", "--metrics", "smsp__inst_executed.sum"]
@@ -163,11 +161,9 @@ def profile(cases: list, clocks: str) -> list[dict[str, float]] | str:
         return f"ncu failed: {exc}"
     if clocks != "stalls":
         return [{m: row[m] for m in METRICS} for row in parse_raw_csv(text, list(METRICS))]
-    lines = text.splitlines()
-    start = next((i for i, line in enumerate(lines) if '"Kernel Name"' in line), len(lines))
-    header = next(csv.reader(io.StringIO(lines[start]))) if start < len(lines) else []
-    wanted = [h for h in header if "issue_stalled" in h and h.endswith("per_issue_active.ratio")
-              and "not_issued" not in h] + ["smsp__inst_executed.sum"]  # fmt: skip
+    wanted = [h for h in raw_csv_columns(text) if "issue_stalled" in h
+              and h.endswith("per_issue_active.ratio") and "not_issued" not in h]  # fmt: skip
+    wanted.append("smsp__inst_executed.sum")
     return [{m: row[m] for m in wanted} for row in parse_raw_csv(text, wanted)]
 
 

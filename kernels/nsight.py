@@ -89,14 +89,26 @@ def _number(text: str) -> float | None:
         return None
 
 
-def parse_raw_csv(text: str, metrics: list[str]) -> list[dict]:
-    """Kernel rows of `ncu --import … --csv --page raw`: {"name", metric: value, …}."""
+def _raw_table(text: str) -> str | None:
+    """The table of `ncu … --csv --page raw` output from its header on (None: no table)."""
     lines = text.splitlines()
     start = next((i for i, line in enumerate(lines) if '"Kernel Name"' in line), None)
-    if start is None:
+    return None if start is None else "\n".join(lines[start:])
+
+
+def raw_csv_columns(text: str) -> list[str]:
+    """The column names (metrics among them) of `ncu … --csv --page raw` output."""
+    table = _raw_table(text)
+    return [] if table is None else next(csv.reader(io.StringIO(table)))
+
+
+def parse_raw_csv(text: str, metrics: list[str]) -> list[dict]:
+    """Kernel rows of `ncu --import … --csv --page raw`: {"name", metric: value, …}."""
+    table = _raw_table(text)
+    if table is None:
         return []
     rows = []
-    for rec in csv.DictReader(io.StringIO("\n".join(lines[start:]))):
+    for rec in csv.DictReader(io.StringIO(table)):
         if _number(rec.get("ID", "")) is None:  # the units row
             continue
         row: dict = {"name": rec.get("Kernel Name", "")}

@@ -5,7 +5,14 @@ from __future__ import annotations
 import pytest
 
 from flashscope.kernels.ncu_target import expected_kernels
-from flashscope.kernels.nsight import LAUNCH, REQUIRED, assign, parse_raw_csv, totals
+from flashscope.kernels.nsight import (
+    LAUNCH,
+    REQUIRED,
+    assign,
+    parse_raw_csv,
+    raw_csv_columns,
+    totals,
+)
 
 METRICS = [*REQUIRED, "lts__t_sectors_srcunit_tex_op_read.sum"]
 
@@ -46,6 +53,12 @@ def test_rows_map_back_to_configurations_in_launch_order():
     t = totals(got[1])
     assert t["dram_read_bytes"] == 2000.0 + 3000.0 + 4000.0
     assert t["dram_bytes"] == t["dram_read_bytes"] + t["dram_write_bytes"]
+
+
+def test_the_columns_are_the_tables_header_past_ncus_own_lines():
+    assert raw_csv_columns(_csv(["_attn_fwd"])) == ["ID", "Process ID", "Kernel Name", *METRICS,
+                                                     LAUNCH[0]]  # fmt: skip
+    assert raw_csv_columns("==PROF== no kernels were profiled") == []
 
 
 def test_a_missing_kernel_costs_only_its_configuration():
