@@ -126,7 +126,11 @@ def time_all(
 ) -> None:
     """`time` (the module's docstring): every candidate of `dims` and the peers, per dtype,
     head_dim, mask and length, into `out`."""
-    rows = []
+    rows: list[dict[str, object]] = []
+    header = {
+        **gpu_header(),
+        "protocol": "batch × N = 16384, heads = 2048 / d; median of do_bench, L2 flushed",
+    }
     for name in dtypes:
         dtype = DTYPES[name]
         for d in dims:
@@ -179,17 +183,9 @@ def time_all(
                         rows.append(dict(impl=impl, dtype=name, head_dim=d, seq_len=n, batch=b,
                                          heads=h, causal=causal, ms=ms,
                                          tflops=f / ms / 1e9))  # fmt: skip
-    out.write_text(
-        json.dumps(
-            {
-                **gpu_header(),
-                "protocol": "batch × N = 16384, heads = 2048 / d; median of do_bench, L2 flushed",
-                "rows": rows,
-            },
-            indent=1,
-        )
-        + "\n"
-    )
+                    # written after every length, so a sweep stopped by a time limit keeps
+                    # what it measured
+                    out.write_text(json.dumps({**header, "rows": rows}, indent=1) + "\n")
 
 
 def choose(path: Path, write: bool) -> dict[str, object]:
