@@ -1,6 +1,8 @@
 """Attention speed on one GPU: flashscope's kernels beside PyTorch SDPA's backends, one process.
 
 Usage (on a GPU machine):  python benchmarks/attention.py [--out DIR] [--quick] [--repeats N]
+                               [--table-only] [--modes fwd,bwd] [--masks full,causal]
+                               [--dims 64,128] [--lens ...] [--peers sdpa-flash,...]
 
 Protocol (the FlashAttention papers'): batch × N = 16384 tokens, hidden 2048 (heads = 2048 / d), d ∈
 {64, 128}, N ∈ {512 … 16384}, causal and not, fp16 and bf16, forward and backward. Useful FLOPs
@@ -8,9 +10,10 @@ Protocol (the FlashAttention papers'): batch × N = 16384 tokens, hidden 2048 (h
 (torch.autograd.grad of a saved forward). Also: decode (batch 1, 32 heads, d = 128, a 65536-key
 cache) in bytes of K and V read per second against a measured device-to-device copy; forward peak
 memory at B = 1, H = 16, N = 65536, d = 64 against sdpa-flash; the instrumented forward's cost with
-its flag off and on; the matrix-product and copy ceilings. Every time is a median of do_bench
-(flashscope.kernels.timing); the attention table is timed in --repeats passes (default 3, every
-other one in reverse order) and each row keeps every pass and reports their median. Writes
+its flag off and on; the matrix-product and copy ceilings (--table-only leaves those out; the other
+options narrow the attention table, and the file names the command). Every time is a median of
+do_bench (flashscope.kernels.timing); the attention table is timed in --repeats passes (default 3,
+every other one in reverse order) and each row keeps every pass and reports their median. Writes
 DIR/attention-<gpu>-<date>.json.
 """
 
@@ -182,8 +185,23 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
     ap.add_argument("--quick", action="store_true", help="N ∈ {2048, 16384}, fp16 only")
     ap.add_argument("--repeats", type=int, default=3, help="timing passes (row ms: their median)")
+    ap.add_argument("--table-only", action="store_true", help="no decode, memory, ceilings")
+    ap.add_argument("--modes", default="fwd,bwd", help="fwd, bwd or both")
+    ap.add_argument("--masks", default="full,causal", help="full, causal or both")
+    ap.add_argument("--dims", default=",".join(map(str, HEAD_DIMS)), help="head dims")
+    ap.add_argument("--lens", help="sequence lengths (default: the protocol's, or --quick's)")
+    ap.add_argument("--peers", default=",".join(SDPA), help="SDPA backends timed beside")
     ap.add_argument("--warm-worker")
     args = ap.parse_args()
+    modes = args.modes.split(",")
+    kinds = {"full": False, "causal": True}
+    dims = [int(x) for x in args.dims.split(",")]
+    peers = args.peers.split(",")
+    if not set(modes) <= {"fwd", "bwd"} or not set(args.masks.split(",")) <= kinds.keys():
+        ap.error("--modes takes fwd and bwd, --masks full and causal")
+    if not set(peers) <= SDPA.keys():
+        ap.error(f"--peers takes some of {', '.join(SDPA)}")
+    masks = [kinds[m] for m in args.masks.split(",")]
     if args.warm_worker:
         i, n = map(int, args.warm_worker.split("/"))
         warm_worker(i, n)
@@ -196,26 +214,30 @@ def main() -> None:
         "protocol": "batch*N = 16384, heads = 2048/d; fwd FLOPs 4BHN^2d (x0.5 causal), bwd x2.5; "
         f"median of triton.testing.do_bench; row ms = median of {args.repeats} passes "
         "(every other pass in reverse order)",
-        "ceilings": {
+        "command": " ".join(sys.argv[1:]),
+    }
+    if not args.table_only:
+        result["ceilings"] = {
             "copy": copy(),
             "matmul_fp16": matmul(torch.float16),
             "matmul_bf16": matmul(torch.bfloat16),
-        },
-    }
-    print(json.dumps(result["ceilings"]), flush=True)
-    result["decode"] = decode_rows()
-    for r in result["decode"]:
-        r["fraction_of_copy"] = r["gbs"] / result["ceilings"]["copy"]["gbs"]
-        print(json.dumps(r), flush=True)
-    result["memory"] = memory_rows()
-    print(json.dumps(result["memory"]), flush=True)
-    result["instrumented"] = instrumented_rows()
-    print(json.dumps(result["instrumented"]), flush=True)
+        }
+        print(json.dumps(result["ceilings"]), flush=True)
+        result["decode"] = decode_rows()
+        for r in result["decode"]:
+            r["fraction_of_copy"] = r["gbs"] / result["ceilings"]["copy"]["gbs"]
+            print(json.dumps(r), flush=True)
+        result["memory"] = memory_rows()
+        print(json.dumps(result["memory"]), flush=True)
+        result["instrumented"] = instrumented_rows()
+        print(json.dumps(result["instrumented"]), flush=True)
     seq_lens = (2048, 16384) if args.quick else SEQ_LENS
+    if args.lens:
+        seq_lens = tuple(int(x) for x in args.lens.split(","))
     dtypes = {"fp16": DTYPES["fp16"]} if args.quick else DTYPES
-    cases = [(impl, mode, dname, d, n, causal) for dname in dtypes for d in HEAD_DIMS
-             for causal in (False, True) for n in seq_lens for mode in ("fwd", "bwd")
-             for impl in ("flashscope", *SDPA)]  # fmt: skip
+    cases = [(impl, mode, dname, d, n, causal) for dname in dtypes for d in dims
+             for causal in masks for n in seq_lens for mode in modes
+             for impl in ("flashscope", *peers)]  # fmt: skip
     passes: dict[tuple, list[float]] = {c: [] for c in cases}
     for i in range(args.repeats):  # every other pass in reverse order: drift hits both ends
         for c in cases if i % 2 == 0 else cases[::-1]:
