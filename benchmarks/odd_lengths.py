@@ -32,6 +32,7 @@ from flashscope.kernels.timing import median_ms
 
 LENGTHS = (1000, 3000, 5000)
 IMPLS = ("flashscope", "flashscope-triton", "sdpa-cudnn", "sdpa-flash")
+KIND = "forward at odd lengths"
 
 
 @contextmanager
@@ -60,7 +61,9 @@ def main() -> int:
     head_dims = [int(x) for x in args.head_dims.split(",")]
     lengths = [int(x) for x in args.lengths.split(",")]
     header = gpu_header()
-    rows = []
+    dims = "" if head_dims == [64, 128] else "-d" + "-".join(map(str, head_dims))
+    path = result_path(args.out, "odd-lengths" + dims, header)
+    rows: list[dict] = []
     for dname, dtype in DTYPES.items():
         for d in head_dims:
             for n in lengths:
@@ -93,13 +96,12 @@ def main() -> int:
                     if cudnn:
                         row["vs_cudnn"] = cudnn / row["ms"]["flashscope"]
                     rows.append(row)
+                    # written after every row, so a run stopped by a time limit keeps them
+                    path.write_text(json.dumps({**header, "kind": KIND, "rows": rows}) + "\n")
                     print(f"{dname} d={d} N={n} causal={causal!s:5} route={row['route']:6} "
                           f"diff={err:.1e} " + " ".join(
                               f"{i}={row['tflops'].get(i, 0) or 0:.0f}" for i in IMPLS)
                           + f" vs cudnn {row.get('vs_cudnn', 0):.2f}", flush=True)  # fmt: skip
-    dims = "" if head_dims == [64, 128] else "-d" + "-".join(map(str, head_dims))
-    path = result_path(args.out, "odd-lengths" + dims, header)
-    path.write_text(json.dumps({**header, "kind": "forward at odd lengths", "rows": rows}) + "\n")
     print("wrote", path)
     return 0
 
