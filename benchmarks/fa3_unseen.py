@@ -10,6 +10,11 @@ shipped model simulates each of their Gluon rows (the rows of the benchmark's sw
 "/whole" and "/turns", left out) and the result gives the time error and how often the model
 orders two candidates of one problem (file, head_dim, N, mask, dtype) as measured, where their
 times differ by more than 5%.
+
+`merged_ab`: the same for benchmarks/results/merged-mask-*-passes.json, every causal candidate
+timed with its causal steps in one loop (`merged`) and in two, two passes: the model has no
+instruction fetch and times both forms alike, so each form is judged on its own (time error,
+and pairs of one pass, problem and form).
 """
 
 from __future__ import annotations
@@ -65,12 +70,51 @@ def main() -> int:
         "worst": sorted(shown, key=lambda r: -abs(r["error"]))[:20],
         "all": shown,
     }
+    doc["merged_ab"] = merged_ab(sorted(RESULTS.glob("merged-mask-*-passes.json")))
     args.out.write_text(json.dumps(doc, indent=1) + "\n")
     print(f"{doc['rows']} rows, time MAPE {doc['mape']['all']:.1%}; pairs ordered right "
           f"{right} of {pairs}")  # fmt: skip
     for cls, v in doc["pairs_by_class"].items():
         print(f"  {cls}: {v['right']} of {v['count']}")
+    for form, v in doc["merged_ab"]["forms"].items():
+        print(
+            f"{form}: {v['rows']} rows, time MAPE {v['mape']:.1%} (by head_dim "
+            f"{', '.join(f'{d} {e:.1%}' for d, e in v['mape_by_head_dim'].items())}); "
+            f"pairs ordered right {v['pairs']['right']} of {v['pairs']['count']}"
+        )
     return 0
+
+
+def merged_ab(files: list[Path]) -> dict:
+    """The model against both forms of each causal candidate (the module's docstring)."""
+    rows = [
+        r
+        for r in fa3_rows.measured_rows(files, merged_as_plain=True)
+        if not r["impl"].endswith(("/whole", "/turns"))
+    ]
+    result = fa3_rows.compare(rows)
+    forms: dict[str, dict[tuple, list[dict]]] = {}
+    for r in result["rows"]:
+        form = "merged" if len(json.loads(r["impl"][2:])) == 9 else "two loops"
+        key = (r["file"], r.get("pass"), r["head_dim"], r["seq_len"], r["causal"], r["dtype"])
+        forms.setdefault(form, {}).setdefault(key, []).append(r)
+    out = {}
+    for form, problems in sorted(forms.items()):
+        flat = [r for group in problems.values() for r in group]
+        judged = [ok for group in problems.values() for *_, ok in fa3_rows.judged_pairs(group)]
+        dims = sorted({r["head_dim"] for r in flat})
+        out[form] = {
+            "rows": len(flat),
+            "mape": sum(abs(r["error"]) for r in flat) / len(flat),
+            "mean_error": sum(r["error"] for r in flat) / len(flat),
+            "mape_by_head_dim": {
+                d: sum(abs(r["error"]) for r in flat if r["head_dim"] == d)
+                / sum(r["head_dim"] == d for r in flat)
+                for d in dims
+            },
+            "pairs": {"margin": MARGIN, "count": len(judged), "right": sum(judged)},
+        }
+    return {"sources": [p.name for p in files], "forms": out}
 
 
 if __name__ == "__main__":

@@ -135,3 +135,39 @@ def test_the_backward_tables_entries_are_merged_for_the_results_gpu(tmp_path, mo
     assert tuned_config("Some Hopper", 256, False, 5000, True) is None
     monkeypatch.undo()
     config.tuned_table.cache_clear()
+
+
+def test_the_model_judges_each_causal_loop_form_on_its_own(tmp_path) -> None:
+    """benchmarks/fa3_unseen.merged_ab: rows of both forms (`merged` or two loops) simulated
+    alike, their errors and pairs kept per form. Measured times made from the model's own,
+    two loops 1.5× slower: the merged form is exact, the other 1/3 fast, and every pair within
+    a form ordered right; a pair across forms (a configuration against its twin, the model
+    calling them equal) would be a wrong one."""
+    from benchmarks import fa3_unseen
+    from flashscope.simulator.calibrate import fa3_rows
+
+    plain = [[1, 128, 2, 1, 2, 0, 1], [3, 128, 2, 1, 1, 1], [1, 128, 2, 1, 2]]  # > 5% apart
+    n = random.choice([1024, 2048])
+    problem = dict(dtype="fp16", head_dim=64, seq_len=n, batch=16384 // n, heads=32, causal=True)
+    impls = ["ws" + json.dumps(c) for c in plain]
+    impls += ["ws" + json.dumps([*c, *[0, 0, 1][len(c) - 5 :], 1]) for c in plain]
+    path = tmp_path / "merged-mask-TEST-passes.json"
+
+    def write(ms: dict[str, float]) -> None:
+        rows = [dict(impl=i, ms=ms[i], **problem) for i in impls]
+        rows.append(dict(impl="sdpa-cudnn", ms=1.0, **problem))
+        path.write_text(json.dumps({"device": "NVIDIA H100 80GB HBM3", "rows": rows}))
+
+    write(dict.fromkeys(impls, 1.0))
+    rows = fa3_rows.measured_rows([path], merged_as_plain=True)
+    assert len(rows) == 6
+    model = {r["impl"]: r["model_ms"] for r in fa3_rows.compare(rows)["rows"]}
+    write({i: model[i] * (1.0 if len(json.loads(i[2:])) == 9 else 1.5) for i in impls})
+    forms = fa3_unseen.merged_ab([path])["forms"]
+    assert forms["merged"]["rows"] == forms["two loops"]["rows"] == 3
+    assert forms["merged"]["mape"] == pytest.approx(0.0, abs=1e-9)
+    assert forms["two loops"]["mape"] == pytest.approx(1 / 3)
+    assert forms["two loops"]["mean_error"] == pytest.approx(-1 / 3)
+    for v in forms.values():
+        assert v["pairs"]["right"] == v["pairs"]["count"] >= 1
+    assert forms["merged"]["pairs"] == forms["two loops"]["pairs"]

@@ -63,16 +63,18 @@ PIPELINED_HALF = frozenset(("hopper-forward-d64-causal-half-vs-whole-NVIDIA-H200
 _WS = re.compile(r"^ws\[([\d, ]+)\]$")
 
 
-def config_of(impl: str) -> Fa3Config | None:
+def config_of(impl: str, merged_as_plain: bool = False) -> Fa3Config | None:
     """The configuration a row's impl names (`ws[2, 128, 2, 1, 1]`), or None for other rows and
     for a kernel whose causal steps run in one loop (`merged`, the list's ninth entry): the
-    model times the two loops alike and has no instruction fetch to tell them apart."""
+    model times the two loops alike and has no instruction fetch to tell them apart. With
+    `merged_as_plain` such a kernel gets the configuration of its two-loop twin (the model's
+    time of both), for comparisons that keep the two forms apart themselves."""
     m = _WS.match(impl)
     if m is None:
         return None
     consumers, block_n, stages, pipeline, ctas, *rest = (int(x) for x in m.group(1).split(","))
     pingpong, persistent, band, merged = (*rest, *(0, 0, 1, 0)[len(rest) :])
-    if merged:
+    if merged and not merged_as_plain:
         return None
     return Fa3Config(
         consumers,
@@ -86,14 +88,15 @@ def config_of(impl: str) -> Fa3Config | None:
     )
 
 
-def measured_rows(paths: list[Path]) -> list[dict[str, Any]]:
-    """Every ws row of these result files, with its GPU preset and configuration."""
+def measured_rows(paths: list[Path], merged_as_plain: bool = False) -> list[dict[str, Any]]:
+    """Every ws row of these result files, with its GPU preset and configuration (`merged` rows
+    only with `merged_as_plain`, as `config_of` says)."""
     rows = []
     for path in paths:
         data = json.loads(path.read_text())
         gpu = hardware.resolve(data["device"])
         for row in data["rows"]:
-            cfg = config_of(row["impl"])
+            cfg = config_of(row["impl"], merged_as_plain)
             if path.name in PIPELINED_HALF:
                 whole = config_of(row["impl"].removesuffix("/whole"))
                 if cfg is not None and cfg.pipeline:

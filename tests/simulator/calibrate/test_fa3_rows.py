@@ -62,6 +62,12 @@ def test_a_row_names_its_configuration():
     assert config_of("ws[3, 128, 2, 0, 1, 0, 1, 8, 0]") == Fa3Config(
         3, 128, 2, False, 1, persistent=True, band=8
     )
+    # asked for, it is its two-loop twin (benchmarks/fa3_unseen.py judges the forms apart)
+    twin = config_of("ws[3, 128, 2, 0, 1, 0, 1, 8]")
+    assert config_of("ws[3, 128, 2, 0, 1, 0, 1, 8, 1]", merged_as_plain=True) == twin
+    assert config_of("ws[2, 64, 2, 1, 1, 0, 0, 16, 1]", merged_as_plain=True) == Fa3Config(
+        2, 64, 2, True, 1, band=16
+    )
 
 
 def test_the_split_is_by_configuration_and_fixed(result):
