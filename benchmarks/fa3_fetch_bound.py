@@ -36,19 +36,14 @@ NEAREST = {
 }
 
 
-def full_list(impl: str) -> list[int]:
-    """A `ws[...]` impl's configuration list with every entry (band 1, merged 0 by default)."""
-    entry = json.loads(impl[2:])
-    return entry + [0, 0, 1, 0][len(entry) - 5 :]
-
-
 def two_loop_ratios(files: list[Path]) -> dict[tuple, float]:
     """(head_dim, N, configuration without `merged`) → two-loop time over merged time."""
     times: dict[tuple, float] = {}
     for path in files:
         for r in json.loads(path.read_text())["rows"]:
-            if r["impl"].startswith("ws"):
-                key = (r["head_dim"], r["seq_len"], tuple(full_list(r["impl"])))
+            entry = fa3_rows.full_entry(r["impl"])
+            if entry is not None:
+                key = (r["head_dim"], r["seq_len"], entry)
                 times[key] = times.get(key, 0.0) + r["ms"]
     return {
         (d, n, cfg[:8]): ms / times[(d, n, (*cfg[:8], 1))]
@@ -62,7 +57,7 @@ def with_fetch(rows: list[dict], ratios: dict[tuple, float]) -> list[dict]:
     out = []
     for r in rows:
         if "variant" in r and r["causal"]:
-            cfg = tuple(full_list(r["impl"])[:8])
+            cfg = fa3_rows.full_entry(r["impl"])[:8]
             key = (r["head_dim"], r["seq_len"], NEAREST.get(cfg, cfg))
             r = {**r, "model_ms": r["model_ms"] * max(1.0, ratios[key])}
         out.append(r)

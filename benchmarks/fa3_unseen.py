@@ -95,23 +95,19 @@ def merged_ab(files: list[Path]) -> dict:
     result = fa3_rows.compare(rows)
     forms: dict[str, dict[tuple, list[dict]]] = {}
     for r in result["rows"]:
-        form = "merged" if len(json.loads(r["impl"][2:])) == 9 else "two loops"
+        form = "merged" if fa3_rows.full_entry(r["impl"])[8] else "two loops"
         key = (r["file"], r.get("pass"), r["head_dim"], r["seq_len"], r["causal"], r["dtype"])
         forms.setdefault(form, {}).setdefault(key, []).append(r)
     out = {}
     for form, problems in sorted(forms.items()):
         flat = [r for group in problems.values() for r in group]
         judged = [ok for group in problems.values() for *_, ok in fa3_rows.judged_pairs(group)]
-        dims = sorted({r["head_dim"] for r in flat})
+        mape = fa3_rows.mape(flat)
         out[form] = {
             "rows": len(flat),
-            "mape": sum(abs(r["error"]) for r in flat) / len(flat),
+            "mape": mape["all"],
             "mean_error": sum(r["error"] for r in flat) / len(flat),
-            "mape_by_head_dim": {
-                d: sum(abs(r["error"]) for r in flat if r["head_dim"] == d)
-                / sum(r["head_dim"] == d for r in flat)
-                for d in dims
-            },
+            "mape_by_head_dim": {k: v for k, v in mape.items() if k.startswith("d")},
             "pairs": {"margin": MARGIN, "count": len(judged), "right": sum(judged)},
         }
     return {"sources": [p.name for p in files], "forms": out}

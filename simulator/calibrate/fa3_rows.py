@@ -63,17 +63,29 @@ PIPELINED_HALF = frozenset(("hopper-forward-d64-causal-half-vs-whole-NVIDIA-H200
 _WS = re.compile(r"^ws\[([\d, ]+)\]$")
 
 
+def full_entry(impl: str) -> tuple[int, ...] | None:
+    """The nine entries of the configuration list a row's impl names (`ws[2, 128, 2, 1, 1]`:
+    the trailing ones the list leaves out at their defaults, pingpong 0, persistent 0, band 1,
+    merged 0), or None for other rows."""
+    m = _WS.match(impl)
+    if m is None:
+        return None
+    entry = tuple(int(x) for x in m.group(1).split(","))
+    if not 5 <= len(entry) <= 9:
+        raise ValueError(f"a configuration has 5 to 9 entries, got {impl!r}")
+    return (*entry, *(0, 0, 1, 0)[len(entry) - 5 :])
+
+
 def config_of(impl: str, merged_as_plain: bool = False) -> Fa3Config | None:
     """The configuration a row's impl names (`ws[2, 128, 2, 1, 1]`), or None for other rows and
     for a kernel whose causal steps run in one loop (`merged`, the list's ninth entry): the
     model times the two loops alike and has no instruction fetch to tell them apart. With
     `merged_as_plain` such a kernel gets the configuration of its two-loop twin (the model's
     time of both), for comparisons that keep the two forms apart themselves."""
-    m = _WS.match(impl)
-    if m is None:
+    entry = full_entry(impl)
+    if entry is None:
         return None
-    consumers, block_n, stages, pipeline, ctas, *rest = (int(x) for x in m.group(1).split(","))
-    pingpong, persistent, band, merged = (*rest, *(0, 0, 1, 0)[len(rest) :])
+    consumers, block_n, stages, pipeline, ctas, pingpong, persistent, band, merged = entry
     if merged and not merged_as_plain:
         return None
     return Fa3Config(

@@ -13,6 +13,7 @@ from flashscope.simulator.calibrate.fa3_rows import (
     all_rows,
     compare,
     config_of,
+    full_entry,
     group,
     held_out,
     measured_rows,
@@ -62,6 +63,12 @@ def test_a_row_names_its_configuration():
     assert config_of("ws[3, 128, 2, 0, 1, 0, 1, 8, 0]") == Fa3Config(
         3, 128, 2, False, 1, persistent=True, band=8
     )
+    # the full list behind both: the left-out entries at their defaults
+    assert full_entry("ws[3, 128, 2, 0, 1]") == (3, 128, 2, 0, 1, 0, 0, 1, 0)
+    assert full_entry("ws[3, 128, 2, 0, 1, 0, 1, 8, 1]") == (3, 128, 2, 0, 1, 0, 1, 8, 1)
+    assert full_entry("ws[3, 128, 2, 0, 1]/whole") is None
+    with pytest.raises(ValueError, match="5 to 9 entries"):
+        full_entry("ws[3, 128, 2, 0, 1, 0, 1, 8, 1, 0]")
     # asked for, it is its two-loop twin (benchmarks/fa3_unseen.py judges the forms apart)
     twin = config_of("ws[3, 128, 2, 0, 1, 0, 1, 8]")
     assert config_of("ws[3, 128, 2, 0, 1, 0, 1, 8, 1]", merged_as_plain=True) == twin
