@@ -84,9 +84,10 @@ class WsConfig:
     tiles are ordered in bands of that many (batch, head) rows (`_tile`), 0 for one band of all;
     merged (causal): a tile's unmasked and diagonal steps run in one loop, the mask applied in a
     branch of the step (`_softmax`'s MASKED 3), so each consumer holds one copy of the step's
-    code rather than two (benchmarks/results/merged-mask-*.json: 80 against 113 KiB for three
-    warpgroups at d = 64; faster at short lengths, where the SMs stall fetching the larger
-    kernel's instructions, slower in some long launches).
+    code rather than two or three (with the half step; benchmarks/results/merged-mask-*.json:
+    80 against 113 KiB for three warpgroups at d = 64; faster at short lengths, where the SMs
+    stall fetching the larger kernel's instructions, slower in some long launches and with
+    64-key steps: tuned per entry).
     """
 
     consumers: int = 2
