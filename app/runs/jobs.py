@@ -400,6 +400,47 @@ def _warpgroups(job: dict[str, Any], seed: int, progress: Progress) -> dict[str,
     }
 
 
+# What the jobs import, imported by `prepare` before the worker takes its first job.
+PREPARED = (
+    "flashscope.kernels",  # first: it chooses the interpreter before Triton loads (device.py)
+    "torch",
+    "torch.profiler",
+    "triton",
+    "flashscope.kernels.backward",
+    "flashscope.kernels.config",
+    "flashscope.kernels.decode",
+    "flashscope.kernels.device",
+    "flashscope.kernels.forward",
+    "flashscope.kernels.hopper_forward",
+    "flashscope.kernels.instrumented",
+    "flashscope.kernels.launch",
+    "flashscope.kernels.measure",
+    "flashscope.kernels.reference",
+    "flashscope.kernels.sweep",
+    "flashscope.kernels.timeline",
+    "flashscope.kernels.warpgroups",
+    "flashscope.simulator.calibrate.validation",
+    "flashscope.simulator.core.hardware",
+    "flashscope.simulator.teach.algorithms.hook",
+    "flashscope.simulator.teach.exactness",
+    "flashscope.simulator.teach.numerics_decode",
+    "flashscope.simulator.teach.tracing",
+    "flashscope.simulator.timing.compiled",
+    "flashscope.simulator.timing.ondemand",
+)
+
+
+def prepare(device: str) -> None:
+    """Import torch, Triton and the kernels before the worker says it is ready (the worker calls
+    this, app/runs/worker.py). A cancel stops a job by raising inside it wherever it is: one that
+    landed in the middle of the first job's `import torch` would leave torch half initialized,
+    and the worker would die on its next job."""
+    import importlib
+
+    for name in PREPARED:
+        importlib.import_module(name)
+
+
 def execute(job: dict[str, Any], device: str, progress: Progress) -> dict[str, Any]:
     """Run one live run (see the module docstring); raises on a kernel error."""
     from flashscope.kernels.device import describe, interpreting

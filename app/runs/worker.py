@@ -19,7 +19,10 @@ Before the executor (torch, triton) loads, the worker
   when its parent dies (PR_SET_PDEATHSIG), whose handler kills the group too. (A SIGKILL there
   would end the worker before it could stop what it started.)
 
-Then it says ("ready", pid) and runs one job at a time: `execute(job, device=…, progress=…)` of
+Then it imports the executor, calls the executor module's `prepare(device)` where it has one
+(app/runs/jobs.py's imports torch, Triton and the kernels there: a cancel raises inside a job,
+and must never land in the middle of those imports), says ("ready", pid) and runs one job at a
+time: `execute(job, device=…, progress=…)` of
 the executor, sending ("progress", message) while it runs and ("done", result) or ("failed",
 error, traceback) after. SIGUSR1 (`CANCEL`) stops the job it runs, which then answers
 ("cancelled", reason): the worker lives on, with torch and triton still loaded, for the next
@@ -122,7 +125,11 @@ def worker_main(
         os.nice(WORKER_NICE)
     cap_memory(memory_mib, device)
     module_name, func_name = executor.split(":")
-    execute = getattr(importlib.import_module(module_name), func_name)
+    module = importlib.import_module(module_name)
+    execute = getattr(module, func_name)
+    prepare = getattr(module, "prepare", None)
+    if prepare is not None:
+        prepare(device)  # what its jobs import (torch, triton), before any cancel can come
     conn.send(("ready", os.getpid()))  # jobs are sent only now: a cancel never meets an import
     while True:
         try:

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import json
+import os
 import random
+import subprocess
+import sys
+import time
 
 import numpy as np
 import pytest
@@ -71,3 +76,56 @@ def test_time_only_on_cpu_is_accepted_and_backward_checks_gradients(real_runs):
     assert grads["route"] == "separate"
     assert max(grads["max_abs_err"].values()) < 1e-4, (grads, seed)
     assert "forward" in done["result"]["trace_note"]
+
+
+# Run in a fresh interpreter without TRITON_INTERPRET, as a server's run worker starts: after
+# `prepare`, the jobs of every mode import nothing more of flashscope, torch or Triton.
+PREPARED_JOBS = """
+import json, sys
+from flashscope.app.runs import jobs
+from flashscope.app.schemas.trace import RunRequest
+jobs.prepare("cpu")
+before = set(sys.modules)
+for body in (
+    dict(mode="fwd", what="both", seq=20, seq_k=24, head_dim=16, causal=True, block_m=16,
+         block_n=16),
+    dict(mode="bwd", what="trace", seq=20, head_dim=16, dtype="bf16", block_m=16, block_n=16),
+    dict(mode="decode", what="trace", seq=1, seq_k=40, head_dim=16, block_n=16, heads=2,
+         kv_heads=1, splits=2),
+):
+    jobs.execute(RunRequest(**body).model_dump(), device="cpu", progress=lambda m: None)
+print(json.dumps(sorted(m for m in set(sys.modules) - before
+                        if m.split(".")[0] in ("flashscope", "torch", "triton"))))
+"""
+
+
+def test_a_worker_imports_what_its_jobs_need_before_it_is_ready():
+    # A cancel raises inside the job wherever it runs: one that landed in the first job's
+    # `import torch` left torch half initialized, and the worker died on its next job.
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    out = subprocess.run(
+        [sys.executable, "-c", PREPARED_JOBS], capture_output=True, text=True, env=env, timeout=300
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert json.loads(out.stdout.splitlines()[-1]) == []
+
+
+def test_a_run_cancelled_on_a_starting_worker_leaves_it_fit_for_the_next():
+    settings = Settings(
+        runs_executor="flashscope.app.runs.jobs:execute",
+        runs_devices=["cpu"],
+        runs_timeout_s=240,
+        runs_unwatched_s=0.5,
+    )
+    with TestClient(create_app(settings)) as client:
+        body = {"seq": 48, "head_dim": 16, "block_m": 16, "block_n": 16, "mode": "fwd",
+                "what": "trace"}  # fmt: skip
+        left = client.post("/api/runs", json={**body, "seed": 1}).json()["id"]
+        time.sleep(1.5)  # nobody follows it: cancelled while the worker starts or runs it
+        assert client.get(f"/api/runs/{left}").json()["state"] == "cancelled"
+        followed = client.post("/api/runs", json={**body, "seed": 2}).json()["id"]
+        with client.stream("GET", f"/api/runs/{followed}/events") as stream:
+            for _ in stream.iter_lines():
+                pass  # the stream ends with the run
+        done = client.get(f"/api/runs/{followed}").json()
+        assert done["state"] == "done", done["error"]
