@@ -390,6 +390,7 @@ class RunQueue:
         if run.unwatched_s is None or run.watchers > 0 or run.state not in ("queued", "running"):
             return
         if time.monotonic() - run.unwatched_since >= run.unwatched_s:
+            # static/js/live.js knows this reason by its first words: keep them
             self.cancel(run, f"nobody followed the run for {run.unwatched_s:g} s")
 
     def cancel(self, run: Run, reason: str) -> None:

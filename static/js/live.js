@@ -23,20 +23,34 @@ export class RunError extends Error {
   }
 }
 
+/** How many times a run the server cancelled as unfollowed is queued again (see startRun). */
+const REQUEUES = 3;
+
 /**
  * Queue a run and follow it: `onProgress({state, position, messages})` on every change; resolves
  * with the finished run (GET /api/runs/{id}'s body), rejects with a RunError when the server
  * refuses the request or the run fails or times out. Identical requests share one run.
+ *
+ * The server cancels a run nobody follows within a second or so of its queueing
+ * (FLASHSCOPE_RUNS_UNWATCHED_S); a page on a slow link or a busy machine can open the run's
+ * stream later than that. This page did follow it, so such a run is queued again (at most
+ * REQUEUES times) rather than shown as cancelled.
  */
 export async function startRun(body, { onProgress = () => {} } = {}) {
-  const res = await fetch("/api/runs", {
-    method: "POST",
-    headers: { "Content-Type": "application/json" },
-    body: JSON.stringify(body),
-  });
-  const first = await res.json().catch(() => null);
-  if (!res.ok) throw new RunError(errorList(first, res.status));
-  return followRun(first, onProgress);
+  for (let attempt = 0; ; attempt += 1) {
+    const res = await fetch("/api/runs", {
+      method: "POST",
+      headers: { "Content-Type": "application/json" },
+      body: JSON.stringify(body),
+    });
+    const first = await res.json().catch(() => null);
+    if (!res.ok) throw new RunError(errorList(first, res.status));
+    try {
+      return await followRun(first, onProgress);
+    } catch (err) {
+      if (!(err instanceof RunError && err.unfollowed && attempt < REQUEUES)) throw err;
+    }
+  }
 }
 
 /** Follow a queued run (its POST answer or GET body) until it ends; see startRun. */
@@ -71,7 +85,10 @@ export function followRun(run, onProgress = () => {}) {
 function finished(run) {
   if (run.state === "done") return Promise.resolve(run);
   const why = run.state === "timeout" ? "the run took longer than the server allows" : run.error;
-  return Promise.reject(new RunError([{ msg: `the run ${run.state}: ${why || "no reason given"}` }]));
+  const err = new RunError([{ msg: `the run ${run.state}: ${why || "no reason given"}` }]);
+  // app/runs/queue.py's reason for a run nobody followed
+  err.unfollowed = run.state === "cancelled" && /^nobody followed/.test(run.error || "");
+  return Promise.reject(err);
 }
 
 /** "queued: 2 runs ahead" / "running: compiling…" / "done": one line for a run's progress. */

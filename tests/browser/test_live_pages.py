@@ -5,18 +5,23 @@ reason."""
 from __future__ import annotations
 
 import random
+import time
 
 import numpy as np
 import pytest
 
-from .conftest import screenshot, wait_step
+from .conftest import screenshot, wait_attached, wait_step
 
 pytestmark = pytest.mark.browser
 RUN_TIMEOUT = 120_000  # ms: the interpreter runs the kernel on the test machine's CPU
 
 
 def measured_done(page) -> None:
-    page.locator("#measured[data-state='done']").wait_for(state="attached", timeout=RUN_TIMEOUT)
+    """Wait until the run has ended, and fail at once with its status line if it did not end
+    well (a failed run would otherwise only show as a timeout)."""
+    wait_attached(page, "#measured:is([data-state='done'], [data-state='failed'])", RUN_TIMEOUT)
+    state = page.locator("#measured").get_attribute("data-state")
+    assert state == "done", page.locator("#measured-status").inner_text()
 
 
 def test_every_page_says_what_the_server_runs_on(page, live_server):
@@ -83,6 +88,37 @@ def test_tiles_measured_source_refuses_what_the_kernel_cannot_run(page, live_ser
     wait_step(page, 0)
     page.locator("#measured[data-state='note']").wait_for(state="attached", timeout=15000)
     assert "FA-2" in page.locator("#measured-status").inner_text()
+
+
+def test_a_run_cancelled_before_its_page_followed_it_is_queued_again(page, live_server):
+    # The page's first progress stream is held back past the server's grace for unfollowed runs
+    # (FLASHSCOPE_RUNS_UNWATCHED_S, 1 s by default): the server cancels that run, as it would
+    # for a page on a slow link, and the page queues the same request again.
+    held: list[str] = []
+    posts: list[str] = []
+
+    def hold(route) -> None:
+        if not held:
+            held.append(route.request.url)
+            time.sleep(3)
+        route.continue_()
+
+    page.route("**/api/runs/*/events", hold)
+    page.on(
+        "request",
+        lambda r: r.method == "POST" and r.url.endswith("/api/runs") and posts.append(r.url),
+    )
+    seed = random.SystemRandom().randrange(1000, 2000)
+    query = f"n=256&d=16&bm=16&bn=16&dtype=fp16&seed={seed}&source=measured"  # runs 4 s
+    page.goto(f"{live_server}/tiles?{query}&step=3")
+    wait_step(page, 3)
+    measured_done(page)
+    assert len(held) == 1 and len(posts) == 2, (held, posts)
+    first = held[0].split("/api/runs/")[1].split("/")[0]
+    body = page.evaluate("async (id) => (await fetch(`/api/runs/${id}`)).json()", first)
+    assert body["state"] == "cancelled" and body["error"].startswith("nobody followed"), body
+    assert "within the fp16 tolerance" in page.locator("#measured-status").inner_text()
+    assert not page.log.console_errors and not page.log.page_errors
 
 
 def test_backward_measured_source_checks_the_kernels_gradients(page, live_server):
