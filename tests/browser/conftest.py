@@ -132,12 +132,43 @@ def screenshot(page, name: str) -> Path:
     return path
 
 
+# Runs in the page: what it shows of a wait that did not end (the alert box, the stepper's
+# marks on <body>, the measured panel's state and status line).
+PAGE_STATE = """() => {
+  const text = (id) => (document.getElementById(id) || {}).innerText || null;
+  return {
+    errors: text('errors'), body: {...document.body.dataset},
+    measured: (document.getElementById('measured') || {dataset: {}}).dataset.state || null,
+    status: text('measured-status'),
+  };
+}"""
+
+
+def wait_attached(page, selector: str, timeout: float = 15000) -> None:
+    """Wait until `selector` is in the page; when it is not within `timeout` ms, fail with what
+    the page shows instead (an error the server sent says why far better than a timeout)."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+    try:
+        page.locator(selector).wait_for(state="attached", timeout=timeout)
+    except PlaywrightTimeout:
+        try:
+            shown = page.evaluate(PAGE_STATE)
+        except Exception as exc:  # the page itself is gone or hung: say so
+            shown = f"(the page did not answer: {exc})"
+        errors = getattr(getattr(page, "log", None), "page_errors", None) or getattr(
+            page, "errors", None
+        )
+        raise AssertionError(
+            f"{selector} not in {page.url} after {timeout / 1000:g} s; the page shows {shown}"
+            f"; page errors {errors}"
+        ) from None
+
+
 def wait_step(page, step: int, timeout: float = 15000) -> None:
     """Wait until the view has drawn `step` (views set <body data-step> after drawing) and put
     it into the URL (/tiles writes the URL after the step is painted: <body data-url>)."""
-    page.locator(f"body[data-step='{step}']:not([data-url])").wait_for(
-        state="attached", timeout=timeout
-    )
+    wait_attached(page, f"body[data-step='{step}']:not([data-url])", timeout)
 
 
 def wait_offscreen(page, timeout: float = 15000) -> None:

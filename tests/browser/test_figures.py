@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from .conftest import wait_step
+from .conftest import wait_attached, wait_step
 
 pytestmark = pytest.mark.browser
 
@@ -57,7 +57,7 @@ AUDIT = """() => {
 
 def _open(page, url: str) -> None:
     page.goto(url)
-    page.locator("body[data-step]").wait_for(state="attached", timeout=30000)
+    wait_attached(page, "body[data-step]", 30000)
     page.wait_for_timeout(300)  # a figure drawn after the step's (a measured strip, a timeline)
 
 

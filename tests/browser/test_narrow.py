@@ -7,7 +7,7 @@ import pytest
 
 from flashscope.app.views import VIEWS
 
-from .conftest import screenshot
+from .conftest import screenshot, wait_attached
 
 pytestmark = pytest.mark.browser
 
@@ -29,7 +29,7 @@ def phone(browser, live_server):
 def _open(page, url: str) -> None:
     page.goto(url)
     if page.locator(".view .stepper").count():
-        page.locator("body[data-step]").wait_for(state="attached", timeout=30000)
+        wait_attached(page, "body[data-step]", 30000)
     else:
         page.wait_for_load_state("networkidle")
     page.wait_for_timeout(300)

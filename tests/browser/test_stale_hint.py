@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from .conftest import wait_step
+from .conftest import wait_attached, wait_step
 
 pytestmark = pytest.mark.browser
 
@@ -46,7 +46,7 @@ def test_an_edited_field_says_the_picture_is_stale_until_applied(page, live_serv
 )
 def test_every_form_says_so(page, live_server, path, field, value):
     page.goto(live_server + path)
-    page.locator("body[data-step]").wait_for(state="attached", timeout=30000)
+    wait_attached(page, "body[data-step]", 30000)
     page.locator(f"#params {field}").fill(value)
     hint(page).wait_for(state="visible")
     assert "Not applied yet" in hint(page).inner_text()
