@@ -42,10 +42,24 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+# The server's output (its workers' too) goes to a file, never to a pipe nobody reads, which
+# would stop the server once full; a wait that times out shows its last lines.
+SERVER_LOG: list[Path] = []
+
+
+def server_log_tail(chars: int = 1500) -> str:
+    if not SERVER_LOG or not SERVER_LOG[0].exists():
+        return ""
+    return SERVER_LOG[0].read_text(errors="replace")[-chars:]
+
+
 @pytest.fixture(scope="session")
-def live_server() -> Iterator[str]:
+def live_server(tmp_path_factory) -> Iterator[str]:
     """A flashscope server on a free loopback port, started as `flashscope serve` would be."""
     port = _free_port()
+    log_path = tmp_path_factory.mktemp("server") / "server.log"
+    SERVER_LOG[:] = [log_path]
+    log = log_path.open("wb")
     proc = subprocess.Popen(
         [
             sys.executable,
@@ -57,7 +71,7 @@ def live_server() -> Iterator[str]:
             "--log-level",
             "warning",
         ],
-        stdout=subprocess.PIPE,
+        stdout=log,
         stderr=subprocess.STDOUT,
     )
     base = f"http://127.0.0.1:{port}"
@@ -69,8 +83,7 @@ def live_server() -> Iterator[str]:
                     break
         except OSError:
             if proc.poll() is not None:
-                out = proc.stdout.read().decode() if proc.stdout else ""
-                raise RuntimeError(f"server exited early:\n{out}") from None
+                raise RuntimeError(f"server exited early:\n{server_log_tail()}") from None
             time.sleep(0.2)
     else:
         proc.kill()
@@ -78,6 +91,7 @@ def live_server() -> Iterator[str]:
     yield base
     proc.terminate()
     proc.wait(timeout=10)
+    log.close()
 
 
 @pytest.fixture(scope="session")
@@ -161,7 +175,7 @@ def wait_attached(page, selector: str, timeout: float = 15000) -> None:
         )
         raise AssertionError(
             f"{selector} not in {page.url} after {timeout / 1000:g} s; the page shows {shown}"
-            f"; page errors {errors}"
+            f"; page errors {errors}; the server's last output: {server_log_tail() or '(none)'}"
         ) from None
 
 
