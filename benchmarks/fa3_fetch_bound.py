@@ -83,12 +83,17 @@ def main() -> int:
         "sources": [p.name for p in files],
         "ranking": {k: {"pairs": v["pairs"], "right": v["right"]}
                     for k, v in (("model", before), ("model_with_measured_fetch", after))},
+        # the pairs every run of the GPU orders the same way (fa3_rows.reproduced)
+        "reproduced": {k: {f: v["reproduced"][f] for f in ("pairs", "right", "noisy", "one_run")}
+                       for k, v in (("model", before), ("model_with_measured_fetch", after))},
         "still_wrong_by_class": dict(sorted(still.items())),
         "still_wrong": after["wrong"],
     }  # fmt: skip
     args.out.write_text(json.dumps(doc, indent=1) + "\n")
     for k, v in doc["ranking"].items():
         print(f"{k}: {v['right']} of {v['pairs']} ({v['right'] / v['pairs']:.1%})")
+    for k, v in doc["reproduced"].items():
+        print(f"{k}, pairs every run repeats: {v['right']} of {v['pairs']}")
     print("still wrong:", doc["still_wrong_by_class"])
     return 0
 

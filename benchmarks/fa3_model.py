@@ -76,6 +76,11 @@ def main() -> int:
             print(f"{side:14s} {key:10s} {value:6.1%}")
     rank = result["ranking"]
     print(f"ranking: {rank['right']} of {rank['pairs']} pairs ({rank['accuracy']:.0%})")
+    rep = rank["reproduced"]
+    print(
+        f"  on the pairs every run of their GPU repeats: {rep['right']} of {rep['pairs']} "
+        f"({rep['noisy']} pairs apart in some runs only, {rep['one_run']} of one run)"
+    )
     print(f"{result['count']} rows, {result['groups']} configurations, {seconds:.1f} s")
     print("one configuration, cold: " + ", ".join(f"{v:.0f}" for v in speed.values()) + " ms")
     now = dt.datetime.now(dt.UTC)

@@ -234,6 +234,52 @@ def ranking(rows: list[dict[str, Any]], margin: float = RANK_MARGIN) -> dict[str
         "right": pairs - len(wrong),
         "accuracy": (pairs - len(wrong)) / pairs if pairs else 1.0,
         "wrong": wrong,
+        "reproduced": reproduced(rows, margin),
+    }
+
+
+def reproduced(rows: list[dict[str, Any]], margin: float = RANK_MARGIN) -> dict[str, Any]:
+    """The ranking on the pairs the GPU itself repeats: variant pairs of one problem timed in two
+    or more runs (result files) of the same GPU, counted once where every run puts them more
+    than `margin` apart in the same order, and right where the model orders them so. `noisy`:
+    pairs more than `margin` apart in some run but not in every one, or in opposite orders (the
+    per-run ranking counts them, but a third run may order them either way); `one_run`: pairs
+    more than `margin` apart from problems timed in a single run, not judged here."""
+    runs: dict[tuple[Any, ...], dict[str, dict[str, dict[str, Any]]]] = {}
+    for r in rows:
+        if "variant" in r:
+            key = (r["gpu"], r["head_dim"], r["seq_len"], r["batch"], r["heads"], r["causal"],
+                   r["dtype"])  # fmt: skip
+            runs.setdefault(key, {}).setdefault(r["variant"], {})[r["file"]] = r
+    pairs = right = noisy = one_run = 0
+    wrong = []
+    for key, variants in sorted(runs.items()):
+        for a, b in combinations(sorted(variants), 2):
+            both = sorted(set(variants[a]) & set(variants[b]))
+            ratios = [variants[b][f]["ms"] / variants[a][f]["ms"] for f in both]
+            apart = [max(x, 1 / x) - 1 > margin for x in ratios]
+            if len(both) < 2:
+                one_run += any(apart)
+                continue
+            if not all(apart) or len({x > 1 for x in ratios}) > 1:
+                noisy += any(apart)
+                continue
+            pairs += 1
+            a_faster = ratios[0] > 1
+            if all(
+                (variants[a][f]["model_ms"] < variants[b][f]["model_ms"]) == a_faster for f in both
+            ):
+                right += 1
+            else:
+                fast, slow = (a, b) if a_faster else (b, a)
+                wrong.append({"problem": list(key), "faster": fast, "slower": slow})
+    return {
+        "pairs": pairs,
+        "right": right,
+        "accuracy": right / pairs if pairs else 1.0,
+        "noisy": noisy,
+        "one_run": one_run,
+        "wrong": wrong,
     }
 
 
