@@ -117,9 +117,29 @@ export function react(div, data, layout = {}, options = {}) {
   if (deferring) queue = []; // the first figure of paintFirst is drawn: the others wait
 }
 
+/** How long after its current task a page waits for a frame before going on without one. */
+const FRAME_WAIT_MS = 250;
+
+/**
+ * Run `fn` once the browser has painted what is on screen now: just after the next animation
+ * frame, or FRAME_WAIT_MS after the current task where no frame comes (a tab in the background,
+ * a headless browser that draws no frames), whichever is first. What waits on a paint must not
+ * wait for ever on one.
+ */
+export function afterPaint(fn) {
+  let done = false;
+  const run = () => {
+    if (done) return;
+    done = true;
+    fn();
+  };
+  requestAnimationFrame(() => setTimeout(run, 0));
+  setTimeout(() => setTimeout(run, FRAME_WAIT_MS), 0); // counted from the end of this task
+}
+
 /**
  * Run `fn`, which draws a step: its first figure is drawn at once, the others after the browser
- * has painted it. Resolves once they are all drawn.
+ * has painted it (`afterPaint`). Resolves once they are all drawn.
  */
 export function paintFirst(fn) {
   deferring = true;
@@ -129,10 +149,10 @@ export function paintFirst(fn) {
     deferring = false;
   }
   return new Promise((resolve) => {
-    requestAnimationFrame(() => setTimeout(() => {
+    afterPaint(() => {
       flush();
       resolve();
-    }, 0));
+    });
   });
 }
 

@@ -14,7 +14,7 @@
 import { Controls } from "./controls.js";
 import { errorList, showErrors } from "./errors.js";
 import { bindPngButtons, setExports } from "./exports.js";
-import { paintFirst } from "./plot.js";
+import { afterPaint, paintFirst } from "./plot.js";
 import { changed, registerView } from "./registry.js";
 import { apiUrl, readParams, writeParams } from "./url.js";
 
@@ -135,7 +135,8 @@ export function mountView({
     }
     document.body.dataset.url = "pending";
     if (urlTimer !== null) return;
-    urlTimer = requestAnimationFrame(() => {
+    urlTimer = "painting";
+    afterPaint(() => {
       urlTimer = setTimeout(() => {
         urlTimer = null;
         urlWritten = performance.now();
