@@ -7,6 +7,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -28,6 +29,22 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def _start(argv: list[str], **kwargs) -> subprocess.Popen:
+    """Start a server with its output in a temporary file: a pipe nobody reads would stop it once
+    full (its `output` is read back where it fails to start)."""
+    log = tempfile.TemporaryFile()  # noqa: SIM115 (closed by _stop, with the server)
+    proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, **kwargs)
+    proc.log = log  # type: ignore[attr-defined]
+    return proc
+
+
+def output(proc: subprocess.Popen) -> str:
+    """What a server started by `_start` has printed so far."""
+    log = proc.log  # type: ignore[attr-defined]
+    log.seek(0)
+    return log.read().decode(errors="replace")
+
+
 def _wait(
     proc: subprocess.Popen, ready, what: str, timeout: float = 60.0, poll_s: float = 0.1
 ) -> float:
@@ -35,8 +52,7 @@ def _wait(
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            out = proc.stdout.read().decode() if proc.stdout else ""
-            raise RuntimeError(f"{what} exited early:\n{out}")
+            raise RuntimeError(f"{what} exited early:\n{output(proc)}")
         try:
             if ready():
                 return time.monotonic()
@@ -54,6 +70,9 @@ def _stop(proc: subprocess.Popen) -> None:
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait()
+    log = getattr(proc, "log", None)
+    if log is not None:
+        log.close()
 
 
 class RedisProcess:
@@ -79,9 +98,7 @@ class RedisProcess:
     def start(self, poll_s: float = 0.1) -> float:
         """Start it; the monotonic time at which it first answered (asked every `poll_s`)."""
         argv = ["--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
-        self.proc = subprocess.Popen(
-            [self.exe, *argv], stdout=subprocess.PIPE, stderr=subprocess.STDOUT
-        )
+        self.proc = _start([self.exe, *argv])
         return _wait(self.proc, self.answers, "redis-server", poll_s=poll_s)
 
     def stop(self) -> None:
@@ -117,13 +134,7 @@ def flashscope_server(
     """
     port = free_port()
     argv = [python, "-m", "flashscope.app.cli.main", "serve", "--port", str(port)]
-    proc = subprocess.Popen(
-        [*argv, "--log-level", "warning"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        env={**os.environ, **(env or {})},
-        cwd=cwd,
-    )
+    proc = _start([*argv, "--log-level", "warning"], env={**os.environ, **(env or {})}, cwd=cwd)
     base = f"http://127.0.0.1:{port}"
 
     def ready() -> bool:
