@@ -12,6 +12,7 @@ import time
 import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 
 def alive(pid: int) -> bool:
@@ -29,10 +30,11 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def _start(argv: list[str], **kwargs) -> subprocess.Popen:
-    """Start a server with its output in a temporary file: a pipe nobody reads would stop it once
-    full (its `output` is read back where it fails to start)."""
-    log = tempfile.TemporaryFile()  # noqa: SIM115 (closed by _stop, with the server)
+def _start(argv: list[str], log_path: Path | None = None, **kwargs) -> subprocess.Popen:
+    """Start a server with its output in a file (`log_path`, else a temporary one): a pipe nobody
+    reads would stop it once full (its `output` is read back where it fails to start)."""
+    # closed by _stop, with the server
+    log = log_path.open("w+b") if log_path else tempfile.TemporaryFile()  # noqa: SIM115
     proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, **kwargs)
     proc.log = log  # type: ignore[attr-defined]
     return proc
@@ -126,15 +128,21 @@ def restartable_redis() -> Iterator[RedisProcess]:
 
 @contextmanager
 def flashscope_server(
-    env: dict[str, str] | None = None, python: str = sys.executable, cwd: str | None = None
+    env: dict[str, str] | None = None,
+    python: str = sys.executable,
+    cwd: str | None = None,
+    log_path: Path | None = None,
 ) -> Iterator[str]:
     """`flashscope serve` on a free port with extra FLASHSCOPE_* settings; yields its base URL.
 
-    `python` is the interpreter whose flashscope serves (an installed wheel's, say), `cwd` where.
+    `python` is the interpreter whose flashscope serves (an installed wheel's, say), `cwd` where,
+    `log_path` the file its output (its workers' too) goes to (default: a temporary one).
     """
     port = free_port()
     argv = [python, "-m", "flashscope.app.cli.main", "serve", "--port", str(port)]
-    proc = _start([*argv, "--log-level", "warning"], env={**os.environ, **(env or {})}, cwd=cwd)
+    proc = _start(
+        [*argv, "--log-level", "warning"], log_path, env={**os.environ, **(env or {})}, cwd=cwd
+    )
     base = f"http://127.0.0.1:{port}"
 
     def ready() -> bool:

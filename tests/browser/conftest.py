@@ -8,16 +8,13 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
-import subprocess
-import sys
-import time
-import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+
+from ..app.servers import flashscope_server
 
 CHROMIUM = os.environ.get("FLASHSCOPE_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_ARGS = [
@@ -36,12 +33,6 @@ ROOT = Path(__file__).resolve().parents[2]
 SCREENSHOTS = ROOT / os.environ.get("FLASHSCOPE_SCREENSHOTS", "artifacts/screenshots")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 # The server's output (its workers' too) goes to a file, never to a pipe nobody reads, which
 # would stop the server once full; a wait that times out shows its last lines.
 SERVER_LOG: list[Path] = []
@@ -56,42 +47,10 @@ def server_log_tail(chars: int = 1500) -> str:
 @pytest.fixture(scope="session")
 def live_server(tmp_path_factory) -> Iterator[str]:
     """A flashscope server on a free loopback port, started as `flashscope serve` would be."""
-    port = _free_port()
     log_path = tmp_path_factory.mktemp("server") / "server.log"
     SERVER_LOG[:] = [log_path]
-    log = log_path.open("wb")
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "flashscope.app.cli.main",
-            "serve",
-            "--port",
-            str(port),
-            "--log-level",
-            "warning",
-        ],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        try:
-            with urllib.request.urlopen(base + "/api/health", timeout=30) as r:
-                if r.status == 200:
-                    break
-        except OSError:
-            if proc.poll() is not None:
-                raise RuntimeError(f"server exited early:\n{server_log_tail()}") from None
-            time.sleep(0.2)
-    else:
-        proc.kill()
-        raise RuntimeError("server did not start within 60 s")
-    yield base
-    proc.terminate()
-    proc.wait(timeout=10)
-    log.close()
+    with flashscope_server(log_path=log_path) as base:
+        yield base
 
 
 @pytest.fixture(scope="session")
