@@ -192,13 +192,18 @@ def mape(rows: list[dict[str, Any]]) -> dict[str, float]:
     return {k: float(np.mean(v)) for k, v in groups.items()}
 
 
+def apart(a_ms: float, b_ms: float, margin: float = RANK_MARGIN) -> bool:
+    """Whether two measured times differ by more than `margin` of the shorter."""
+    return abs(a_ms - b_ms) > margin * min(a_ms, b_ms)
+
+
 def judged_pairs(
     rows: list[dict[str, Any]], margin: float = RANK_MARGIN
 ) -> Iterator[tuple[dict[str, Any], dict[str, Any], bool]]:
     """(faster, slower, whether the model orders them so) for each pair of `rows` (one
     problem's) whose measured times differ by more than `margin`."""
     for a, b in combinations(rows, 2):
-        if abs(a["ms"] - b["ms"]) <= margin * min(a["ms"], b["ms"]):
+        if not apart(a["ms"], b["ms"], margin):
             continue
         fast, slow = (a, b) if a["ms"] < b["ms"] else (b, a)
         yield fast, slow, (a["ms"] < b["ms"]) == (a["model_ms"] < b["model_ms"])
@@ -256,16 +261,16 @@ def reproduced(rows: list[dict[str, Any]], margin: float = RANK_MARGIN) -> dict[
     for key, variants in sorted(runs.items()):
         for a, b in combinations(sorted(variants), 2):
             both = sorted(set(variants[a]) & set(variants[b]))
-            ratios = [variants[b][f]["ms"] / variants[a][f]["ms"] for f in both]
-            apart = [max(x, 1 / x) - 1 > margin for x in ratios]
+            split = [apart(variants[a][f]["ms"], variants[b][f]["ms"], margin) for f in both]
+            a_first = {variants[a][f]["ms"] < variants[b][f]["ms"] for f in both}
             if len(both) < 2:
-                one_run += any(apart)
+                one_run += any(split)
                 continue
-            if not all(apart) or len({x > 1 for x in ratios}) > 1:
-                noisy += any(apart)
+            if not all(split) or len(a_first) > 1:
+                noisy += any(split)
                 continue
             pairs += 1
-            a_faster = ratios[0] > 1
+            a_faster = a_first.pop()
             if all(
                 (variants[a][f]["model_ms"] < variants[b][f]["model_ms"]) == a_faster for f in both
             ):
