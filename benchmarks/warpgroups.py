@@ -1,7 +1,7 @@
 """The Hopper forward's variants timed, and its warpgroups' measured timelines (GPU only).
 
 Usage (on an H100 or H200):
-    python benchmarks/warpgroups.py --out FILE [--quick]
+    python benchmarks/warpgroups.py --out FILE [--quick] [--merged]
 
 Two parts, in one process:
 
@@ -17,6 +17,9 @@ Two parts, in one process:
    store, for comparison), the launch's span by the global timer against the plain time, and
    the intervals of programs 0 and 1 over their first tiles, as the /hopper view draws them.
 
+With --merged only part 1 runs, causal rows only, each variant with its causal steps in one
+loop (`WsConfig.merged`, the form most causal entries of kernels/tuned.json route).
+
 Writes one JSON with the device, date, versions and every raw figure.
 """
 
@@ -25,6 +28,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import replace
 from functools import partial
 from pathlib import Path
 
@@ -82,15 +86,17 @@ def inputs(b: int, h: int, n: int, d: int, sets: int) -> list[tuple[torch.Tensor
     ]
 
 
-def time_variants(lengths: tuple[int, ...]) -> list[dict]:
+def time_variants(lengths: tuple[int, ...], merged: bool = False) -> list[dict]:
     rows = []
+    masks = (True,) if merged else (False, True)
     for d, variants in VARIANTS.items():
         for n in lengths:
             b, h = protocol(n, d)
             probe = inputs(b, h, n, d, 1)[0]
             sets = inputs(b, h, n, d, input_sets(tensor_bytes(*probe)))
-            for causal in (False, True):
+            for causal in masks:
                 for name, cfg in variants.items():
+                    cfg = replace(cfg, merged=merged)
                     why = supports(*sets[0], cfg)
                     row = {"variant": name, "config": cfg.as_list(), "head_dim": d, "seq": n,
                            "batch": b, "heads": h, "causal": causal, "dtype": "fp16"}  # fmt: skip
@@ -142,10 +148,16 @@ def main() -> int:
     ap.add_argument("--out", required=True)
     ap.add_argument("--quick", action="store_true", help="N = 4096 only")
     ap.add_argument("--timelines-only", action="store_true", help="part 2 alone")
+    ap.add_argument("--merged", action="store_true", help="part 1 alone, causal, merged steps")
     args = ap.parse_args()
     torch.manual_seed(0)
     lengths = (4096,) if args.quick else LENGTHS
     result = {**gpu_header(), "benchmark": "warpgroups", "lengths": list(lengths)}
+    if args.merged:
+        result["merged"] = True
+        result["variants"] = time_variants(lengths, merged=True)
+        Path(args.out).write_text(json.dumps(result))
+        return 0
     result["timelines"] = record(4096, RECORDED) + record(1024, RECORDED_SHORT)
     Path(args.out).write_text(json.dumps(result))
     if not args.timelines_only:
