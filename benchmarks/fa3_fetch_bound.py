@@ -8,8 +8,9 @@ loops, whose code stalls the SMs' instruction fetch (benchmarks/band_latency.py)
 kernels with the steps merged into one loop. Here each causal variant's model time is multiplied
 by the ratio measured on the H100 between its two-loop and merged forms at the same length
 (benchmarks/results/merged-mask-*-passes.json, both passes summed; at least 1): the ranking an
-exact instruction-fetch term would give, an upper bound for one fitted. H200 rows take the
-H100's ratios. Variants without an A/B row of their own take their nearest one (`NEAREST`).
+exact instruction-fetch term would give, an upper bound for one fitted. Each GPU takes its own
+ratios (the H100's and the H200's A/B files); a GPU with none takes the H100's. Variants
+without an A/B row of their own take their nearest one (`NEAREST`).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from flashscope.simulator.calibrate import fa3_rows
+from flashscope.simulator.core import hardware
 
 RESULTS = ROOT / "benchmarks" / "results"
 # variants with no A/B row of their own → the configuration whose ratio stands for them:
@@ -37,28 +39,34 @@ NEAREST = {
 
 
 def two_loop_ratios(files: list[Path]) -> dict[tuple, float]:
-    """(head_dim, N, configuration without `merged`) → two-loop time over merged time."""
+    """(GPU preset, head_dim, N, configuration without `merged`) → two-loop time over merged
+    time."""
     times: dict[tuple, float] = {}
     for path in files:
-        for r in json.loads(path.read_text())["rows"]:
+        data = json.loads(path.read_text())
+        gpu = hardware.resolve(data["device"])
+        for r in data["rows"]:
             entry = fa3_rows.full_entry(r["impl"])
             if entry is not None:
-                key = (r["head_dim"], r["seq_len"], entry)
+                key = (gpu, r["head_dim"], r["seq_len"], entry)
                 times[key] = times.get(key, 0.0) + r["ms"]
     return {
-        (d, n, cfg[:8]): ms / times[(d, n, (*cfg[:8], 1))]
-        for (d, n, cfg), ms in times.items()
-        if cfg[8] == 0 and (d, n, (*cfg[:8], 1)) in times
+        (gpu, d, n, cfg[:8]): ms / times[(gpu, d, n, (*cfg[:8], 1))]
+        for (gpu, d, n, cfg), ms in times.items()
+        if cfg[8] == 0 and (gpu, d, n, (*cfg[:8], 1)) in times
     }
 
 
 def with_fetch(rows: list[dict], ratios: dict[tuple, float]) -> list[dict]:
-    """The compared rows, each causal variant's model time times its two-loop ratio."""
+    """The compared rows, each causal variant's model time times its two-loop ratio (its GPU's,
+    else the H100's)."""
+    measured = {key[0] for key in ratios}
     out = []
     for r in rows:
         if "variant" in r and r["causal"]:
             cfg = fa3_rows.full_entry(r["impl"])[:8]
-            key = (r["head_dim"], r["seq_len"], NEAREST.get(cfg, cfg))
+            gpu = r["gpu"] if r["gpu"] in measured else "h100-sxm"
+            key = (gpu, r["head_dim"], r["seq_len"], NEAREST.get(cfg, cfg))
             r = {**r, "model_ms": r["model_ms"] * max(1.0, ratios[key])}
         out.append(r)
     return out

@@ -7,7 +7,8 @@ and every variant of benchmarks/results/warpgroups-*.json (simulator/calibrate/f
 which rows, how, and which half of them is held out), and on the recorded timelines
 (simulator/calibrate/fa3_timelines.py). Writes each row's model time beside its measured time,
 the mean absolute percentage error of the fit half, the held-out half and all rows (by GPU,
-head_dim and causal), the variants' ranking, the timelines' phase lengths, and the time one
+head_dim and causal), the variants' ranking (also as the kernel routes them, causal steps
+merged: `fa3_rows.routed_ranking`), the timelines' phase lengths, and the time one
 configuration takes to simulate from a cold cache (the cases of benchmarks/simulator_speed.py
 at N = 16384, each the best of three runs), to fa3-model-<date>.json. `--fit` first fits the
 model's terms on the fit half and the timelines (simulator/calibrate/fa3_fit.py) and prints
@@ -30,7 +31,12 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks.simulator_speed import fa3_problems
 from flashscope.simulator.calibrate import fa3_fit
-from flashscope.simulator.calibrate.fa3_rows import all_rows, compare, result_paths
+from flashscope.simulator.calibrate.fa3_rows import (
+    all_rows,
+    compare,
+    result_paths,
+    routed_ranking,
+)
 from flashscope.simulator.calibrate.fa3_timelines import compare_phases, recorded
 from flashscope.simulator.timing import fa3
 from flashscope.simulator.timing.fa3 import TERMS, Fa3Terms
@@ -68,6 +74,7 @@ def main() -> int:
         print(f"fit: loss {start:.4f} -> {best:.4f}")
         print(terms)
     result = compare(rows, terms, pinned)
+    routed = routed_ranking(result["rows"], paths["variants_merged"], terms)
     phases = compare_phases(runs, terms=terms)
     seconds = time.perf_counter() - t0
     speed = cold_ms(terms)
@@ -80,6 +87,13 @@ def main() -> int:
     print(
         f"  on the pairs every run of their GPU repeats: {rep['right']} of {rep['pairs']} "
         f"({rep['noisy']} pairs apart in some runs only, {rep['one_run']} of one run)"
+    )
+    rep = routed["reproduced"]
+    print(
+        f"ranking as routed (causal variants with merged steps): {routed['right']} of "
+        f"{routed['pairs']} pairs ({routed['accuracy']:.0%}); on the pairs every run repeats "
+        f"{rep['right']} of {rep['pairs']}; merged rows' time MAPE "
+        f"{routed['merged_mape']['all']:.1%} ({routed['merged_rows']} rows, never fitted)"
     )
     print(f"{result['count']} rows, {result['groups']} configurations, {seconds:.1f} s")
     print("one configuration, cold: " + ", ".join(f"{v:.0f}" for v in speed.values()) + " ms")
@@ -94,6 +108,7 @@ def main() -> int:
         "load_average_1_5_15": list(os.getloadavg()),
         "timelines": phases,
         **result,
+        "ranking_routed": routed,
     }
     args.out.mkdir(parents=True, exist_ok=True)
     path = args.out / f"fa3-model-{now.date().isoformat()}.json"

@@ -174,29 +174,42 @@ def test_the_model_judges_each_causal_loop_form_on_its_own(tmp_path) -> None:
 
 
 def test_the_fetch_bound_scales_only_causal_variants_by_their_two_loop_ratio(tmp_path) -> None:
-    """benchmarks/fa3_fetch_bound: the ratio is two-loop over merged time, passes summed; it
-    multiplies a causal variant's model time (its nearest A/B configuration's where it has
-    none of its own), never below 1, and leaves unmasked variants and sweep rows alone."""
+    """benchmarks/fa3_fetch_bound: the ratio is two-loop over merged time, passes summed, per
+    GPU; it multiplies a causal variant's model time (its nearest A/B configuration's where it
+    has none of its own; the H100's where its GPU has no A/B file), never below 1, and leaves
+    unmasked variants and sweep rows alone."""
     from benchmarks import fa3_fetch_bound as fb
 
-    slow = random.uniform(1.05, 1.6)
-    times = {"ws[3, 128, 2, 0, 1]": slow, "ws[3, 128, 2, 0, 1, 0, 0, 1, 1]": 1.0,
-             "ws[3, 128, 2, 1, 1, 1]": 0.9, "ws[3, 128, 2, 1, 1, 1, 0, 1, 1]": 1.0,
-             "sdpa-cudnn": 0.5}  # fmt: skip
-    rows = [dict(impl=i, head_dim=64, seq_len=1024, ms=ms) for i, ms in times.items()] * 2
-    path = tmp_path / "ab.json"
-    path.write_text(json.dumps({"rows": rows}))
-    ratios = fb.two_loop_ratios([path])
-    assert ratios == {
-        (64, 1024, (3, 128, 2, 0, 1, 0, 0, 1)): pytest.approx(slow),
-        (64, 1024, (3, 128, 2, 1, 1, 1, 0, 1)): pytest.approx(0.9),
+    slow = {
+        "NVIDIA H100 80GB HBM3": random.uniform(1.05, 1.6),
+        "NVIDIA H200": random.uniform(1.05, 1.6),
     }
-    base = dict(head_dim=64, seq_len=1024, model_ms=2.0)
+    paths = []
+    for device, ratio in slow.items():
+        times = {"ws[3, 128, 2, 0, 1]": ratio, "ws[3, 128, 2, 0, 1, 0, 0, 1, 1]": 1.0,
+                 "ws[3, 128, 2, 1, 1, 1]": 0.9, "ws[3, 128, 2, 1, 1, 1, 0, 1, 1]": 1.0,
+                 "sdpa-cudnn": 0.5}  # fmt: skip
+        rows = [dict(impl=i, head_dim=64, seq_len=1024, ms=ms) for i, ms in times.items()] * 2
+        paths.append(tmp_path / f"ab-{len(paths)}.json")
+        paths[-1].write_text(json.dumps({"device": device, "rows": rows}))
+    ratios = fb.two_loop_ratios(paths)
+    h100, h200 = slow.values()
+    assert ratios == {
+        ("h100-sxm", 64, 1024, (3, 128, 2, 0, 1, 0, 0, 1)): pytest.approx(h100),
+        ("h100-sxm", 64, 1024, (3, 128, 2, 1, 1, 1, 0, 1)): pytest.approx(0.9),
+        ("h200", 64, 1024, (3, 128, 2, 0, 1, 0, 0, 1)): pytest.approx(h200),
+        ("h200", 64, 1024, (3, 128, 2, 1, 1, 1, 0, 1)): pytest.approx(0.9),
+    }
+    base = dict(head_dim=64, seq_len=1024, model_ms=2.0, gpu="h100-sxm")
     compared = [
         dict(base, variant="plain", causal=True, impl="ws[3, 128, 2, 0, 1]"),
+        dict(base, variant="plain", causal=True, impl="ws[3, 128, 2, 0, 1]", gpu="h200"),
+        dict(base, variant="plain", causal=True, impl="ws[3, 128, 2, 0, 1]", gpu="h100-pcie"),
         dict(base, variant="plain", causal=False, impl="ws[3, 128, 2, 0, 1]"),
         dict(base, variant="pipelined", causal=True, impl="ws[3, 128, 2, 1, 1]"),  # NEAREST
         dict(base, causal=True, impl="ws[3, 128, 2, 0, 1]"),  # a sweep row, not a variant
     ]
     out = [r["model_ms"] for r in fb.with_fetch(compared, ratios)]
-    assert out == [pytest.approx(2.0 * slow), 2.0, 2.0, 2.0]  # the 0.9 ratio counts as 1
+    # the 0.9 ratio counts as 1
+    assert out == [pytest.approx(2.0 * h100), pytest.approx(2.0 * h200),
+                   pytest.approx(2.0 * h100), 2.0, 2.0, 2.0]  # fmt: skip

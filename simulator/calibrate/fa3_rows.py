@@ -122,16 +122,18 @@ def measured_rows(paths: list[Path], merged_as_plain: bool = False) -> list[dict
     return rows
 
 
-def variant_rows(paths: list[Path]) -> list[dict[str, Any]]:
-    """The `variants` of warpgroups result files as rows of the same form (impl `ws[...]`)."""
+def variant_rows(paths: list[Path], merged_as_plain: bool = False) -> list[dict[str, Any]]:
+    """The `variants` of warpgroups result files as rows of the same form (impl `ws[...]`;
+    variants with their causal steps merged need `merged_as_plain`, as `config_of` says)."""
     rows = []
     for path in paths:
         data = json.loads(path.read_text())
         gpu = hardware.resolve(data["device"])
         for v in data.get("variants", []):
             impl = "ws" + str(list(v["config"]))
-            cfg = config_of(impl)
-            assert cfg is not None
+            cfg = config_of(impl, merged_as_plain)
+            if cfg is None:
+                raise ValueError(f"{path.name}: {impl} runs merged causal steps")
             rows.append(
                 {
                     "impl": impl,
@@ -359,13 +361,39 @@ def compare(
 
 
 def result_paths(results: Path) -> dict[str, list[Path]]:
-    """The measured files of a results folder: forward rows, variants, timelines."""
+    """The measured files of a results folder: forward rows, variants, timelines, and the
+    variants' causal rows with merged steps (`routed_ranking`)."""
     return {
         "forward": sorted(results.glob("hopper-forward-*.json")),
         "variants": sorted(
             p for p in results.glob("warpgroups-*.json") if "timelines" not in p.name
         ),
         "timelines": sorted(results.glob("warpgroups-timelines-*.json")),
+        "variants_merged": sorted(results.glob("variants-merged-*.json")),
+    }
+
+
+def routed_ranking(
+    compared: list[dict[str, Any]],
+    merged_paths: list[Path],
+    terms: Fa3Terms = TERMS,
+    margin: float = RANK_MARGIN,
+) -> dict[str, Any]:
+    """The variants' ranking in the form the kernel runs them: unmasked, the variants of the
+    compared rows (`compare`'s), and causal, the same variants timed with their steps merged
+    into one loop (variants-merged-*.json, `benchmarks/warpgroups.py --merged`; the form of
+    most causal entries of kernels/tuned.json) in place of their two-loop rows, which stall
+    the SMs' instruction fetch, an effect the model leaves out (`config_of`). The merged rows
+    are each simulated as its two-loop twin; none of them was fitted to, so their time error
+    (`merged_mape`) is of rows the model never saw."""
+    merged = compare(variant_rows(merged_paths, merged_as_plain=True), terms)["rows"]
+    unmasked = [r for r in compared if "variant" in r and not r["causal"]]
+    rows = unmasked + [r for r in merged if r["causal"]]
+    return {
+        **ranking(rows, margin),
+        "merged_rows": len(merged),
+        "merged_mape": mape(merged),
+        "sources": sorted({r["file"] for r in rows}),
     }
 
 

@@ -5,6 +5,7 @@ variants' ranking and the phases' lengths, each recomputed from the committed da
 from __future__ import annotations
 
 import json
+import random
 from pathlib import Path
 
 import pytest
@@ -18,6 +19,8 @@ from flashscope.simulator.calibrate.fa3_rows import (
     held_out,
     measured_rows,
     reproduced,
+    result_paths,
+    routed_ranking,
     variant_rows,
 )
 from flashscope.simulator.calibrate.fa3_timelines import compare_phases, recorded
@@ -40,6 +43,10 @@ HELD_OUT_MAPE = 0.08
 RANKING = 0.82
 # On the pairs both H100 runs of the variants order the same way by more than 5%: 81 of 92.
 REPRODUCED = 0.85
+# As the kernel routes them (causal steps merged, variants-merged-*.json): 321 of 355 pairs per
+# run, 120 of the 129 every run repeats; the merged rows, never fitted, at 5.3%.
+ROUTED = 0.90
+ROUTED_MERGED_MAPE = 0.08
 # A steady block's softmax, S and P·V phases and the K/V copies, model against recorded.
 PHASE_TOLERANCE = 0.5  # the plain loop's S is modelled 1.5 times its recorded length
 LAUNCH_TOLERANCE = 0.06  # and the recorded launches' times (persistent ping-pong: +5.1%)
@@ -130,6 +137,47 @@ def test_only_pairs_every_run_repeats_are_judged_again():
     flipped = [_variant("r1", "x", 1.0, 1.0), _variant("r1", "y", 1.2, 1.1),
                _variant("r2", "x", 1.2, 1.0), _variant("r2", "y", 1.0, 1.1)]  # fmt: skip
     assert reproduced(flipped)["pairs"] == 0 and reproduced(flipped)["noisy"] == 1
+
+
+def test_the_variants_as_the_kernel_routes_them_rank_right(result):
+    out, _ = result
+    routed = routed_ranking(out["rows"], result_paths(RESULTS)["variants_merged"])
+    assert routed["merged_rows"] >= 100
+    assert routed["merged_mape"]["all"] <= ROUTED_MERGED_MAPE
+    assert routed["pairs"] >= 300 and routed["accuracy"] >= ROUTED
+    again = routed["reproduced"]
+    assert again["pairs"] >= 100 and again["accuracy"] >= ROUTED
+    # both GPUs' merged runs are in it, and no two-loop causal variant
+    assert any("H200" in f for f in routed["sources"] if f.startswith("variants-merged"))
+    assert any("H100" in f for f in routed["sources"] if f.startswith("variants-merged"))
+    record = json.loads(RECORD.read_text())["ranking_routed"]
+    assert (record["right"], record["pairs"]) == (routed["right"], routed["pairs"])
+
+
+def test_the_routed_ranking_puts_merged_causal_rows_in_place_of_two_loop_ones(tmp_path):
+    """Causal variants come from the merged file only; unmasked ones from the compared rows."""
+    n = random.choice([1024, 2048, 4096])
+    base = {"head_dim": 64, "seq": n, "batch": 16384 // n, "heads": 32, "causal": True,
+            "dtype": "fp16"}  # fmt: skip
+    configs = {"plain": [3, 128, 2, 0, 1, 0, 0, 1, 1], "pingpong": [3, 128, 2, 1, 1, 1, 0, 1, 1]}
+    path = tmp_path / "variants-merged-TEST.json"
+
+    def write(ms: dict[str, float]) -> list[dict]:
+        variants = [{**base, "variant": k, "config": c, "ms": ms[k]} for k, c in configs.items()]
+        path.write_text(json.dumps({"device": "NVIDIA H100 80GB HBM3", "variants": variants}))
+        return compare(variant_rows([path], merged_as_plain=True))["rows"]
+
+    model = {r["variant"]: r["model_ms"] for r in write(dict.fromkeys(configs, 1.0))}
+    assert model["plain"] != model["pingpong"]
+    # measured in the opposite order to the model's, 20% apart: one pair, ordered wrong
+    fast, slow = sorted(model, key=model.get, reverse=True)
+    write({fast: 1.0, slow: 1.2})
+    unmasked = [{**_variant("r", v, ms, m), "causal": False} for v, ms, m in
+                (("a", 1.0, 1.0), ("b", 1.5, 1.4))]  # fmt: skip
+    two_loop = [_variant("r", "a", 1.0, 2.0), _variant("r", "b", 1.5, 1.0)]  # wrong, dropped
+    got = routed_ranking(unmasked + two_loop, [path])
+    assert (got["pairs"], got["right"], got["merged_rows"]) == (2, 1, 2)
+    assert [(w["faster"], w["slower"]) for w in got["wrong"]] == [(fast, slow)]
 
 
 def test_the_committed_record_is_the_models(result):
