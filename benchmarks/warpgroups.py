@@ -13,9 +13,10 @@ Two parts, in one process:
 2. Timelines: the RECORDED configurations (at N = 4096; RECORDED_SHORT at 1024) run with the
    recording on (kernels/warpgroups.py; programs 0 and 1 stamp every phase, the others their
    start and end): their output compared bit for bit with the plain kernel's, their time with
-   the recording on (its overhead; each stamp behind a branch, as shipped, and as a masked
-   store, for comparison), the launch's span by the global timer against the plain time, and
-   the intervals of programs 0 and 1 over their first tiles, as the /hopper view draws them.
+   the recording on (its overhead, as shipped; with --masked-too also with every stamp a
+   masked store in every program, for comparison), the launch's span by the global timer
+   against the plain time, and the intervals of programs 0 and 1 over their first tiles, as the
+   /hopper view draws them.
 
 With --merged only part 1 runs, causal rows only, each variant with its causal steps in one
 loop (`WsConfig.merged`, the form most causal entries of kernels/tuned.json route).
@@ -115,19 +116,31 @@ def time_variants(lengths: tuple[int, ...], merged: bool = False) -> list[dict]:
     return rows
 
 
-def record(n: int, which: list[tuple[int, str, bool]]) -> list[dict]:
-    out = []
+def record(
+    n: int,
+    which: list[tuple[int, str, bool]],
+    masked: bool = False,
+    out: list[dict] | None = None,
+    save=None,
+) -> list[dict]:
+    """Each launch of `which` at length n recorded and timed (`record_and_time`; `masked`: also
+    with every stamp a masked store), appended to `out`, `save()` called after each."""
+    out = [] if out is None else out
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     for d, name, causal in which:
         cfg = VARIANTS[d][name]
         b, h = protocol(n, d)
         q, k, v = inputs(b, h, n, d, 1)[0]
         try:
-            stamps, figures = record_and_time(q, k, v, causal, cfg, detail=2, steps=96, tiles=4)
+            stamps, figures = record_and_time(
+                q, k, v, causal, cfg, detail=2, steps=96, tiles=4, masked=masked
+            )
         except Exception as exc:  # recorded; the other recordings go on
             print(f"recording {name} d={d} causal={causal} N={n}: {exc!r}", flush=True)
             out.append({"variant": name, "head_dim": d, "seq": n, "causal": causal,
                         "failed": repr(exc)})  # fmt: skip
+            if save:
+                save()
             continue
         programs = recorded_programs(stamps, b * h, n, n, causal, sms, (0, 1))
         row = {"variant": name, "config": cfg.as_list(), "head_dim": d, "seq": n, "batch": b,
@@ -135,11 +148,13 @@ def record(n: int, which: list[tuple[int, str, bool]]) -> list[dict]:
                "programs": programs}  # fmt: skip
         print(
             f"recorded {name} d={d} causal={causal} same={figures['same_output']} plain "
-            f"{figures['plain_ms']:.4f} rec {figures['recorded_ms']:.4f} branch "
-            f"{figures['recorded_branch_ms']:.4f} span {figures['span_ms']:.4f} ms",
+            f"{figures['plain_ms']:.4f} rec {figures['recorded_branch_ms']:.4f} span "
+            f"{figures['span_ms']:.4f} ms ({figures['span_vs_plain']:+.1%})",
             flush=True,
         )
         out.append(row)
+        if save:
+            save()
     return out
 
 
@@ -149,6 +164,7 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true", help="N = 4096 only")
     ap.add_argument("--timelines-only", action="store_true", help="part 2 alone")
     ap.add_argument("--merged", action="store_true", help="part 1 alone, causal, merged steps")
+    ap.add_argument("--masked-too", action="store_true", help="part 2: time masked stamps too")
     args = ap.parse_args()
     torch.manual_seed(0)
     lengths = (4096,) if args.quick else LENGTHS
@@ -158,8 +174,13 @@ def main() -> int:
         result["variants"] = time_variants(lengths, merged=True)
         Path(args.out).write_text(json.dumps(result))
         return 0
-    result["timelines"] = record(4096, RECORDED) + record(1024, RECORDED_SHORT)
-    Path(args.out).write_text(json.dumps(result))
+    result["timelines"] = []
+
+    def save() -> None:
+        Path(args.out).write_text(json.dumps(result))
+
+    for n, which in ((4096, RECORDED), (1024, RECORDED_SHORT)):
+        record(n, which, args.masked_too, result["timelines"], save)
     if not args.timelines_only:
         result["variants"] = time_variants(lengths)
         Path(args.out).write_text(json.dumps(result))

@@ -273,6 +273,12 @@ def _tile_at(k, SCHED, SCHEDULED: gl.constexpr):
 # REC_STEP_EVENTS per ring step for its first `rec_steps` steps, REC_TILE_EVENTS per tile for
 # its first `rec_tiles` tiles, then REC_HEADER (counter and global timer at its start and end).
 # The codes each role writes are listed with `timeline_intervals`, which reads them.
+# RECORD modes: 0 none; 1 every stamp a masked store in every program; 2 (the default) each
+# role's loop compiled twice, taken per program: mode 3 in the programs that stamp their steps
+# (each stamp a store, predicated on the step or tile being among those kept) and mode 4 in the
+# others (their start and end only, so their loop is the plain kernel's). A stamp behind a
+# branch in every program, as before, cost ping-pong launches 12-47% even where no program
+# took the branch (benchmarks/results/recording-cost-*.json).
 REC_STEP_EVENTS = 9
 REC_TILE_EVENTS = 8
 REC_HEADER = 4
@@ -313,24 +319,22 @@ def _recorder(REC, role, ROLES: gl.constexpr, rec_programs, rec_detail, rec_step
 
 @gluon.jit
 def _stamp(rec, g, code: gl.constexpr, RECORD: gl.constexpr):
-    """Event `code` of ring step g, RECORD only."""
-    if RECORD == 2:  # a branch: programs that stamp nothing read no clock
-        base, on, steps, _, _ = rec
-        if on & (g < steps):
-            gl.store(base + g * _REC_STEP + code, _clock())
-    elif RECORD:  # a masked store
+    """Event `code` of ring step g, RECORD only (the modes: above `record_size`)."""
+    if RECORD == 3:  # a program that stamps its steps: the first `steps` of them
+        base, _, steps, _, _ = rec
+        gl.store(base + g * _REC_STEP + code, _clock(), mask=g < steps)
+    elif RECORD == 1:  # a masked store in every program
         base, on, steps, _, _ = rec
         gl.store(base + g * _REC_STEP + code, _clock(), mask=on & (g < steps))
 
 
 @gluon.jit
 def _stamp_tile(rec, i, code: gl.constexpr, RECORD: gl.constexpr):
-    """Event `code` of the role's tile i, RECORD only."""
-    if RECORD == 2:
-        base, on, steps, tiles, _ = rec
-        if on & (i < tiles):
-            gl.store(base + steps * _REC_STEP + i * _REC_TILE + code, _clock())
-    elif RECORD:
+    """Event `code` of the role's tile i, RECORD only (the modes: above `record_size`)."""
+    if RECORD == 3:
+        base, _, steps, tiles, _ = rec
+        gl.store(base + steps * _REC_STEP + i * _REC_TILE + code, _clock(), mask=i < tiles)
+    elif RECORD == 1:
         base, on, steps, tiles, _ = rec
         at = base + steps * _REC_STEP + i * _REC_TILE + code
         gl.store(at, _clock(), mask=on & (i < tiles))
@@ -350,6 +354,28 @@ def _stamp_edge(rec, code: gl.constexpr, RECORD: gl.constexpr):
 def _loader(args, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, CONSUMERS: gl.constexpr,
             STAGES: gl.constexpr, CAUSAL: gl.constexpr, SCHEDULED: gl.constexpr,
             RECORD: gl.constexpr):
+    """The loader's loop (`_loader_loop`), in RECORD mode 2 one copy for the programs that stamp
+    their steps and one for those that do not (the modes: above `record_size`)."""
+    if RECORD == 2:
+        if _stamps_steps(args[20], args[21]):
+            _loader_loop(args, BLOCK_M, BLOCK_N, CONSUMERS, STAGES, CAUSAL, SCHEDULED, 3)
+        else:
+            _loader_loop(args, BLOCK_M, BLOCK_N, CONSUMERS, STAGES, CAUSAL, SCHEDULED, 4)
+    else:
+        _loader_loop(args, BLOCK_M, BLOCK_N, CONSUMERS, STAGES, CAUSAL, SCHEDULED, RECORD)
+
+
+@gluon.jit
+def _stamps_steps(rec_programs, rec_detail):
+    """Whether this program stamps its steps and tiles (the first rec_detail of them)."""
+    pid = gl.program_id(0)
+    return (pid < rec_programs) & (pid < rec_detail)
+
+
+@gluon.jit
+def _loader_loop(args, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, CONSUMERS: gl.constexpr,
+                 STAGES: gl.constexpr, CAUSAL: gl.constexpr, SCHEDULED: gl.constexpr,
+                 RECORD: gl.constexpr):
     """One warp: for each of the program's tiles, each consumer's Q rows (once that consumer
     has finished with the previous tile's), then K and V of every step into the ring.
     RECORD stamps: per step 0 before K's slot is free, 1 K's copy issued, 2 V's copy issued;
@@ -544,6 +570,26 @@ def _consumer(args, C: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constex
               PIPELINE: gl.constexpr, CONSUMERS: gl.constexpr, PINGPONG: gl.constexpr,
               HALF: gl.constexpr, MERGED: gl.constexpr, SCHEDULED: gl.constexpr,
               RECORD: gl.constexpr, KEY_EDGE: gl.constexpr, Q_EDGE: gl.constexpr):
+    """Warpgroup C's loop (`_consumer_loop`), in RECORD mode 2 one copy for the programs that
+    stamp their steps and one for those that do not (the modes: above `record_size`)."""
+    if RECORD == 2:
+        if _stamps_steps(args[22], args[23]):
+            _consumer_loop(args, C, HEAD_DIM, BLOCK_M, BLOCK_N, STAGES, CAUSAL, PIPELINE,
+                           CONSUMERS, PINGPONG, HALF, MERGED, SCHEDULED, 3, KEY_EDGE, Q_EDGE)
+        else:
+            _consumer_loop(args, C, HEAD_DIM, BLOCK_M, BLOCK_N, STAGES, CAUSAL, PIPELINE,
+                           CONSUMERS, PINGPONG, HALF, MERGED, SCHEDULED, 4, KEY_EDGE, Q_EDGE)
+    else:
+        _consumer_loop(args, C, HEAD_DIM, BLOCK_M, BLOCK_N, STAGES, CAUSAL, PIPELINE, CONSUMERS,
+                       PINGPONG, HALF, MERGED, SCHEDULED, RECORD, KEY_EDGE, Q_EDGE)
+
+
+@gluon.jit
+def _consumer_loop(args, C: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr,
+                   BLOCK_N: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
+                   PIPELINE: gl.constexpr, CONSUMERS: gl.constexpr, PINGPONG: gl.constexpr,
+                   HALF: gl.constexpr, MERGED: gl.constexpr, SCHEDULED: gl.constexpr,
+                   RECORD: gl.constexpr, KEY_EDGE: gl.constexpr, Q_EDGE: gl.constexpr):
     """Warpgroup C: for each of the program's tiles, its BLOCK_M query rows through every step,
     then their O and LSE.
 
@@ -932,8 +978,8 @@ class Recording:
     steps: int
     tiles: int
     detail: int
-    mode: int = 2  # 2: each stamp behind a branch (`_stamp`); 1: as a masked store (measured
-    # slower: benchmarks/results/warpgroups-timelines-*.json, "recorded_ms" against "…_branch_ms")
+    mode: int = 2  # 2: each role's loop in two copies, taken per program; 1: every stamp a
+    # masked store (the RECORD modes: above `record_size`)
 
 
 @lru_cache

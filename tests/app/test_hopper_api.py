@@ -34,7 +34,7 @@ def test_default_is_the_recorded_pingpong_kernel_beside_its_model(client):
     sim, m = body["simulated"], body["measured"]
     assert sim["simulated"] and sim["config"]["pingpong"] and sim["config"]["consumers"] == 2
     assert interval_problems(sim["timeline"]["intervals"], 2) == []
-    assert m["available"] and m["device"] == "NVIDIA H100 80GB HBM3" and m["date"] == "2026-11-26"
+    assert m["available"] and m["device"] == "NVIDIA H100 80GB HBM3" and m["date"] == "2026-11-28"
     rec = m["timeline"]
     assert rec["variant"] == "pingpong" and rec["seq"] == 4096 and rec["tile_steps"] == [32]
     assert interval_problems(rec["intervals"], 2) == []

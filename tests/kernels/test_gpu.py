@@ -384,7 +384,12 @@ def test_a_planned_gluon_call_is_bit_for_bit_a_call_through_triton(seed: int) ->
 
 
 def test_the_recorded_forward_computes_the_same_and_stamps_every_phase(seed: int) -> None:
-    from flashscope.kernels.hopper_forward import WsConfig, launch_forward_ws
+    from flashscope.kernels.hopper_forward import (
+        REC_STEP_EVENTS,
+        REC_TILE_EVENTS,
+        WsConfig,
+        launch_forward_ws,
+    )
     from flashscope.kernels.warpgroups import (
         new_recording,
         program_tiles,
@@ -426,6 +431,14 @@ def test_the_recorded_forward_computes_the_same_and_stamps_every_phase(seed: int
         # a product takes time; the program's intervals fit its lifetime by the global timer
         assert all(x["end_ns"] > x["start_ns"] for x in got if x["phase"] in ("qk", "pv")), what
         assert max(x["end_ns"] for x in got) <= stamps.span_ns() * 1.01, what
+        # programs past the first `detail` run the loop without stamps: their steps' and tiles'
+        # regions untouched, their roles' start and end stamped
+        buf = rec.buffer.cpu()
+        assert buf.shape[0] > rec.detail, what
+        loops = rec.steps * REC_STEP_EVENTS + rec.tiles * REC_TILE_EVENTS
+        assert (buf[rec.detail :, :, :loops] == -1).all(), what
+        assert (buf[rec.detail :, :, loops] > 0).all(), what  # each role's start
+        assert (buf[: rec.detail, :, : rec.steps * REC_STEP_EVENTS] > 0).any(), what
 
 
 @pytest.mark.parametrize("dtype", [F16, BF16], ids=["fp16", "bf16"])
