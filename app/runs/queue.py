@@ -65,6 +65,7 @@ class Run:
     messages: list[str] = field(default_factory=list)
     result: dict[str, Any] | None = None
     error: str | None = None
+    cause: str | None = None  # why it was cancelled, for programs: "unfollowed" (`_check`)
     unwatched_s: float | None = None  # cancelled after this long unwatched (None: never)
     watchers: int = 0  # progress streams open on it now
     unwatched_since: float = field(default_factory=time.monotonic)
@@ -82,6 +83,7 @@ class Run:
             "messages": self.messages,
             "result": self.result,
             "error": self.error,
+            "cause": self.cause,
         }
 
 
@@ -390,11 +392,13 @@ class RunQueue:
         if run.unwatched_s is None or run.watchers > 0 or run.state not in ("queued", "running"):
             return
         if time.monotonic() - run.unwatched_since >= run.unwatched_s:
-            # static/js/live.js knows this reason by its first words: keep them
-            self.cancel(run, f"nobody followed the run for {run.unwatched_s:g} s")
+            # static/js/live.js queues the run again for this cause
+            reason = f"nobody followed the run for {run.unwatched_s:g} s"
+            self.cancel(run, reason, cause="unfollowed")
 
-    def cancel(self, run: Run, reason: str) -> None:
-        """Stop `run`: out of the queue when it waits, its worker killed when it runs."""
+    def cancel(self, run: Run, reason: str, cause: str | None = None) -> None:
+        """Stop `run`: out of the queue when it waits, its worker killed when it runs (`reason`
+        for people, `cause` a word for programs)."""
         with self._lock:
             if run.state == "queued":
                 waiting = self._pending.get(run.client)
@@ -403,10 +407,11 @@ class RunQueue:
                     if not waiting:
                         del self._pending[run.client]
                 run.state, run.error, run.finished = "cancelled", reason, time.time()
+                run.cause = cause
                 self._trim()
             elif run.state == "running" and not run.cancelling:
                 run.cancelling = True
-                run.error = reason
+                run.error, run.cause = reason, cause
                 for worker in self._workers:
                     if worker.current is run:
                         worker.interrupt()

@@ -86,8 +86,8 @@ function finished(run) {
   if (run.state === "done") return Promise.resolve(run);
   const why = run.state === "timeout" ? "the run took longer than the server allows" : run.error;
   const err = new RunError([{ msg: `the run ${run.state}: ${why || "no reason given"}` }]);
-  // app/runs/queue.py's reason for a run nobody followed
-  err.unfollowed = run.state === "cancelled" && /^nobody followed/.test(run.error || "");
+  // cancelled because nobody followed it (app/runs/queue.py): the caller may queue it again
+  err.unfollowed = run.state === "cancelled" && run.cause === "unfollowed";
   return Promise.reject(err);
 }
 

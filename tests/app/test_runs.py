@@ -402,14 +402,18 @@ def test_runs_nobody_follows_are_cancelled_and_the_worker_lives_on(watched_clien
         queued = client.post("/api/runs", json={"seed": 11}).json()["id"]
         # waiting, and nobody followed it: cancelled; the one followed runs on
         assert _state_after(client, queued, 1.5) == "cancelled"
-        assert client.get(f"/api/runs/{blocker}").json()["state"] == "running"
+        assert client.get(f"/api/runs/{queued}").json()["cause"] == "unfollowed"
+        running = client.get(f"/api/runs/{blocker}").json()
+        assert running["state"] == "running" and running["cause"] is None
     # its stream closed: cancelled within the grace (0.5 s) and the worker's answer
     body = client.get(f"/api/runs/{blocker}").json()
     time.sleep(1.5)
     body = client.get(f"/api/runs/{blocker}").json()
     assert body["state"] == "cancelled" and "nobody followed" in body["error"], body
+    assert body["cause"] == "unfollowed", body
     again = _wait(client, client.post("/api/runs", json={"seed": 12}).json()["id"])
     assert again["state"] == "done" and again["result"]["pid"] == worker  # the same worker
+    assert again["cause"] is None
     # a cancelled run is not served from the cache: the same request queues a new run
     fresh = client.post("/api/runs", json={"seed": 11}).json()
     assert fresh["id"] != queued and fresh["cached"] is False

@@ -116,7 +116,7 @@ def test_a_run_cancelled_before_its_page_followed_it_is_queued_again(page, live_
     assert len(held) == 1 and len(posts) == 2, (held, posts)
     first = held[0].split("/api/runs/")[1].split("/")[0]
     body = page.evaluate("async (id) => (await fetch(`/api/runs/${id}`)).json()", first)
-    assert body["state"] == "cancelled" and body["error"].startswith("nobody followed"), body
+    assert body["state"] == "cancelled" and body["cause"] == "unfollowed", body
     assert "within the fp16 tolerance" in page.locator("#measured-status").inner_text()
     assert not page.log.console_errors and not page.log.page_errors
 
