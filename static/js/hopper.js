@@ -4,7 +4,7 @@
 // On an H100 or H200 server the launch can be recorded live (hopper_live.js); the finished run's
 // id goes into the URL (`run`), and the twin shows its recording in place of the shipped one.
 
-import { costText, liveSummary, mountRecord } from "./hopper_live.js";
+import { costText, liveSummary, mountRecord, spanText } from "./hopper_live.js";
 import { react } from "./plot.js";
 import { onApply } from "./registry.js";
 import { urlHasStep } from "./step_prompt.js";
@@ -344,7 +344,7 @@ function renderStatic(body) {
     const v = m.versions;
     const rec = m.timeline;
     const recText = rec
-      ? ` Recorded variant '${rec.variant}' at N = ${rec.seq}: plain kernel ${rec.plain_ms.toFixed(3)} ms, the recording cost ${(100 * rec.overhead).toFixed(1)} %${rec.notes.length ? ` (${rec.notes.join("; ")})` : ""}.`
+      ? ` Recorded variant '${rec.variant}' at N = ${rec.seq}: plain kernel ${rec.plain_ms.toFixed(3)} ms, the recording cost ${(100 * rec.overhead).toFixed(1)} %${spanText(rec)}${rec.notes.length ? ` (${rec.notes.join("; ")})` : ""}.`
       : ` ${measuredWhy(m)}`;
     $("measured-source").textContent = `${cfg}. Measured side: ${m.device}, ${m.date} (torch ${v.torch}, Triton ${v.triton}).${recText}${notShown}`;
   }

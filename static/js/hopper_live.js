@@ -15,10 +15,20 @@ export function costText(rec) {
   return `${signed(rec.overhead)} time with the recording on`;
 }
 
-/** "recorded live on …: plain kernel …, recorded … (+x % …)": a live recording in one line. */
+/**
+ * "; the recorded launch spans 0.924 ms by the GPU's timer, +1.1 % against the plain kernel":
+ * how far the timeline shown is from the plain kernel's time ("" without a span).
+ */
+export function spanText(rec) {
+  if (!(rec.span_ms > 0) || !(rec.plain_ms > 0)) return "";
+  return `; the recorded launch spans ${rec.span_ms.toFixed(3)} ms by the GPU's timer, ` +
+    `${signed(rec.span_ms / rec.plain_ms - 1)} against the plain kernel`;
+}
+
+/** "recorded live on …: plain kernel …, recorded … (+x % …); … spans …": a live recording. */
 export function liveSummary(rec) {
   return `recorded live on ${rec.device}: plain kernel ${rec.plain_ms.toFixed(3)} ms, recorded ` +
-    `${rec.recorded_branch_ms.toFixed(3)} ms (${costText(rec)})`;
+    `${rec.recorded_branch_ms.toFixed(3)} ms (${costText(rec)})${spanText(rec)}`;
 }
 
 const sentence = (text) => `${text[0].toUpperCase()}${text.slice(1)}.`;

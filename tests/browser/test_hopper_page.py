@@ -55,7 +55,14 @@ def test_gantt_per_warpgroup_simulated_over_measured(page, live_server):
     assert key.count() == 10 and page.locator("#phase-key .chip").count() == 10
     assert "softmax" in page.locator("#phase-key").inner_text()
     assert "measured: variant 'pingpong'" in page.locator("#time-measured").inner_text()
-    assert "NVIDIA H100 80GB HBM3" in page.locator("#measured-source").inner_text()
+    source = page.locator("#measured-source").inner_text()
+    assert "NVIDIA H100 80GB HBM3" in source
+    # how far the timeline shown is from the plain kernel, from the shipped figures
+    rec = page.evaluate("async () => (await (await fetch('/api/hopper')).json()).measured.timeline")
+    off = 100 * (rec["span_ms"] / rec["plain_ms"] - 1)
+    sign = "+" if off >= 0 else "−"
+    want = f"spans {rec['span_ms']:.3f} ms by the GPU's timer, {sign}{abs(off):.1f} % against"
+    assert want in source, source
     # the narrative sits beside the Gantt, above the fold
     now = page.locator("#now-sim").bounding_box()
     gantt = page.locator("#gantt").bounding_box()
@@ -209,6 +216,7 @@ def test_a_live_recording_replaces_the_shipped_one_and_stays_in_the_url(page):
         assert "+10.0 % time with the recording on" in label
         source = page.locator("#measured-source").inner_text()
         assert "plain kernel 0.010 ms, recorded 0.011 ms (+10.0 %" in source
+        assert "spans 0.003 ms by the GPU's timer, −66.0 % against the plain kernel" in source
         assert "measured live" in page.locator("#time-measured").inner_text()
         # the recording's loader and consumer rows, as the stand-in's stamps say
         assert sorted(_rows(page, "y2")) == ["consumer 0", "loader"]
