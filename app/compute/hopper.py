@@ -25,12 +25,53 @@ from flashscope.simulator.timing import fa3
 CONFIG_FIELDS = ("consumers", "block_n", "stages", "pipeline", "ctas", "pingpong", "persistent")
 PRECISION_N = 256  # queries and keys of the one head the precision errors are measured on
 LABELS = {"fa1": "FA-1", "fa2": "FA-2", "fa3": "FA-3"}
+# program 0 slower per step than the launch's programs by more than this: the view says so
+# (a stretched stamped loop: docs/kernels.md, the warpgroups' measured timeline)
+STEP_RATIO_NOTE = 1.25
 
 
 def config_of(row: dict[str, Any]) -> tuple[int, ...]:
     """A measured row's configuration as seven integers (the file leaves trailing zeros out)."""
     c = [int(x) for x in row.get("config", [])]
     return tuple(c + [0] * (len(CONFIG_FIELDS) - len(c)))[: len(CONFIG_FIELDS)]
+
+
+def step_ratio(rec: dict[str, Any], sms: int | None) -> float | None:
+    """Program 0's time per key step over the launch's time per step and CTA slot (its span by
+    the global timer × the slots ÷ every tile's steps), or None where a figure is missing. Near
+    1 (persistent programs, which fetch a tile under the last, below it) where the timeline
+    shown runs at the pace of the launch's other programs; well above 1 where its stamped loop
+    ran slower than their plain one (three ping-pong warpgroups recorded with predicated
+    stamps: 1.35-3.6, benchmarks/results/recording-cost-*.json)."""
+    c = rec.get("config")
+    cfg = c if isinstance(c, dict) else dict(zip(CONFIG_FIELDS, config_of(rec), strict=True))
+    intervals = rec.get("intervals") or []
+    steps_shown = sum(rec.get("tile_steps") or [])
+    n_q, span_ms = rec.get("seq"), rec.get("span_ms")
+    if not (intervals and steps_shown and sms and n_q and span_ms):
+        return None
+    n_k = rec.get("seq_k") or n_q
+    tile_m, block_n = 64 * int(cfg["consumers"]), int(cfg["block_n"])
+    per_head = 0
+    for i in range(math.ceil(n_q / tile_m)):
+        keys = min(n_k, (i + 1) * tile_m + n_k - n_q) if rec.get("causal") else n_k
+        per_head += math.ceil(max(keys, 0) / block_n)
+    steps = per_head * int(rec.get("batch") or 0) * int(rec.get("heads") or 0)
+    if steps == 0:
+        return None
+    launch_step_ns = span_ms * 1e6 * sms * int(cfg.get("ctas") or 1) / steps
+    shown_ns = max(x["end_ns"] for x in intervals) - min(x["start_ns"] for x in intervals)
+    return float(shown_ns / steps_shown / launch_step_ns)
+
+
+def _stretched(ratio: float | None) -> list[str]:
+    """The note for a program 0 that ran its steps slower than the launch (`step_ratio`)."""
+    if ratio is None or ratio <= STEP_RATIO_NOTE:
+        return []
+    return [
+        f"program 0 took {ratio:.1f}× as long per step as the launch's programs on average: "
+        "its stamped loop ran slower than their plain one, so this timeline is stretched"
+    ]
 
 
 def config_dict(config: tuple[int, ...]) -> dict[str, Any]:
@@ -213,29 +254,29 @@ def _recorded(p: HopperParams, doc: dict[str, Any]) -> dict[str, Any]:
     prog = next((x for x in t.get("programs", []) if x.get("program") == 0), None)
     if prog is None:
         return {"timeline_why": "the record has no program 0", "recorded": _recorded_list(recs)}
-    return {
-        "timeline": {
-            "variant": t["variant"],
-            "config": config_dict(config_of(t)),
-            "head_dim": t["head_dim"],
-            "causal": bool(t.get("causal")),
-            "seq": t.get("seq"),
-            "batch": t.get("batch"),
-            "heads": t.get("heads"),
-            "dtype": t.get("dtype", "fp16"),
-            "plain_ms": t.get("plain_ms"),
-            "recorded_branch_ms": t.get("recorded_branch_ms"),
-            "overhead": t.get("overhead"),
-            "span_ms": t.get("span_ms"),
-            "program": 0,
-            "tile_steps": prog.get("tile_steps"),
-            "ns_per_cycle": prog.get("ns_per_cycle"),
-            "busy": prog.get("busy"),
-            "intervals": prog.get("intervals", []),
-            "notes": notes,
-        },
-        "recorded": _recorded_list(recs),
+    timeline = {
+        "variant": t["variant"],
+        "config": config_dict(config_of(t)),
+        "head_dim": t["head_dim"],
+        "causal": bool(t.get("causal")),
+        "seq": t.get("seq"),
+        "batch": t.get("batch"),
+        "heads": t.get("heads"),
+        "dtype": t.get("dtype", "fp16"),
+        "plain_ms": t.get("plain_ms"),
+        "recorded_branch_ms": t.get("recorded_branch_ms"),
+        "overhead": t.get("overhead"),
+        "span_ms": t.get("span_ms"),
+        "program": 0,
+        "tile_steps": prog.get("tile_steps"),
+        "ns_per_cycle": prog.get("ns_per_cycle"),
+        "busy": prog.get("busy"),
+        "intervals": prog.get("intervals", []),
+        "notes": notes,
     }
+    timeline["step_ratio"] = step_ratio(timeline, doc.get("sms"))
+    notes.extend(_stretched(timeline["step_ratio"]))
+    return {"timeline": timeline, "recorded": _recorded_list(recs)}
 
 
 def _recorded_list(recs: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -297,12 +338,12 @@ def live_timeline(wg: dict[str, Any]) -> dict[str, Any] | None:
     prog = next((x for x in wg.get("programs", []) if x.get("program") == 0), None)
     if prog is None:
         return None
-    return {
+    out = {
         "variant": "live",
         "live": True,
         "device": wg.get("device"),
         "config": wg.get("config"),
-        **{k: wg.get(k) for k in ("head_dim", "causal", "seq", "batch", "heads", "dtype")},
+        **{k: wg.get(k) for k in ("head_dim", "causal", "seq", "seq_k", "batch", "heads", "dtype")},
         **{k: wg.get(k) for k in ("plain_ms", "recorded_branch_ms", "overhead", "span_ms")},
         "same_output": wg.get("same_output"),
         "program": 0,
@@ -310,8 +351,10 @@ def live_timeline(wg: dict[str, Any]) -> dict[str, Any] | None:
         "ns_per_cycle": prog.get("ns_per_cycle"),
         "busy": prog.get("busy"),
         "intervals": prog.get("intervals", []),
-        "notes": [],
     }
+    out["step_ratio"] = step_ratio(out, wg.get("sms"))
+    out["notes"] = _stretched(out["step_ratio"])
+    return out
 
 
 def _with_live(measured: dict[str, Any], live: dict[str, Any] | None) -> None:

@@ -3,10 +3,12 @@ the same problem, the FP8 what-if; the 422s; a GPU the dataset does not cover.""
 
 from __future__ import annotations
 
+import random
+
 import pytest
 from fastapi.testclient import TestClient
 
-from flashscope.app.compute.hopper import config_of, coverage
+from flashscope.app.compute.hopper import STEP_RATIO_NOTE, config_of, coverage, step_ratio
 from flashscope.app.config import Settings
 from flashscope.app.main import create_app
 from flashscope.simulator.timing.fa3_config import interval_problems
@@ -76,6 +78,36 @@ def test_each_recorded_variant_comes_back_with_its_timeline(client, query, varia
     assert rec["causal"] == bool(query.get("causal"))
     assert max(iv["warpgroup"] for iv in rec["intervals"]) == consumers - 1
     assert body["measured"]["time"]["exact"]
+
+
+def test_a_stretched_program_0_is_said_so():
+    """`step_ratio`: program 0's time per key step over the launch's per step and slot. A launch
+    of 2 (batch × heads) rows, one 64-row warpgroup per tile and 64-key steps on 2 SMs: 128
+    keys unmasked are 2 tiles of 2 steps a head, 8 steps over 2 slots; causal with 192 keys for
+    128 queries 2 + 3 steps a head. Program 0 stretched k times shows ratio k."""
+    k = random.uniform(0.5, 4.0)
+    cfg = {"consumers": 1, "block_n": 64, "ctas": 1}
+    base = {"config": cfg, "batch": 1, "heads": 2, "seq": 128, "causal": False}
+    # the launch: 8 steps of 100 ns on 2 slots is 400 ns; program 0 shows 2 steps
+    rec = {**base, "span_ms": 400e-6, "tile_steps": [2],
+           "intervals": [{"start_ns": 50, "end_ns": 50 + 2 * 100 * k}]}  # fmt: skip
+    assert step_ratio(rec, sms=2) == pytest.approx(k)
+    causal = {**rec, "causal": True, "seq_k": 192, "span_ms": 500e-6}  # 10 steps of 100 ns
+    assert step_ratio(causal, sms=2) == pytest.approx(k)
+    assert step_ratio({**rec, "span_ms": None}, sms=2) is None
+    assert step_ratio(rec, sms=None) is None
+
+
+def test_the_shipped_recordings_say_whether_program_0_kept_pace(client):
+    """The lesson's launch (two ping-pong warpgroups, d = 128) ran program 0 at the launch's
+    pace; three ping-pong warpgroups recorded with predicated stamps did not (3.5× on the
+    H100), and the measured side says so."""
+    rec = client.get("/api/hopper").json()["measured"]["timeline"]
+    assert 0.9 < rec["step_ratio"] < STEP_RATIO_NOTE and rec["notes"] == []
+    params = {"head_dim": 64, "consumers": 3}
+    rec = client.get("/api/hopper", params=params).json()["measured"]["timeline"]
+    assert rec["variant"] == "pingpong" and rec["step_ratio"] > 3
+    assert any("stretched" in note for note in rec["notes"]), rec["notes"]
 
 
 def test_unrecorded_variants_get_the_nearest_time_labelled(client):
