@@ -275,10 +275,12 @@ def _tile_at(k, SCHED, SCHEDULED: gl.constexpr):
 # The codes each role writes are listed with `timeline_intervals`, which reads them.
 # RECORD modes: 0 none; 1 every stamp a masked store in every program; 2 (the default) each
 # role's loop compiled twice, taken per program: mode 3 in the programs that stamp their steps
-# (each stamp a store, predicated on the step or tile being among those kept) and mode 4 in the
-# others (their start and end only, so their loop is the plain kernel's). A stamp behind a
-# branch in every program, as before, cost ping-pong launches 12-47% even where no program
-# took the branch (benchmarks/results/recording-cost-*.json).
+# (each stamp behind a branch on the step or tile being among those kept) and mode 4 in the
+# others (their start and end only, so their loop is the plain kernel's). The branches in every
+# program, as the kernel first had them, cost ping-pong launches 12-47% even where no program
+# took them (benchmarks/results/recording-cost-probe-*.json); predicated stores in mode 3 spilled
+# three ping-pong warpgroups' stamped loop (48 bytes of stack unmasked, none with branches),
+# whose program 0 then ran its steps 1.4-3.6 times as long as the others.
 REC_STEP_EVENTS = 9
 REC_TILE_EVENTS = 8
 REC_HEADER = 4
@@ -322,7 +324,8 @@ def _stamp(rec, g, code: gl.constexpr, RECORD: gl.constexpr):
     """Event `code` of ring step g, RECORD only (the modes: above `record_size`)."""
     if RECORD == 3:  # a program that stamps its steps: the first `steps` of them
         base, _, steps, _, _ = rec
-        gl.store(base + g * _REC_STEP + code, _clock(), mask=g < steps)
+        if g < steps:
+            gl.store(base + g * _REC_STEP + code, _clock())
     elif RECORD == 1:  # a masked store in every program
         base, on, steps, _, _ = rec
         gl.store(base + g * _REC_STEP + code, _clock(), mask=on & (g < steps))
@@ -333,7 +336,8 @@ def _stamp_tile(rec, i, code: gl.constexpr, RECORD: gl.constexpr):
     """Event `code` of the role's tile i, RECORD only (the modes: above `record_size`)."""
     if RECORD == 3:
         base, _, steps, tiles, _ = rec
-        gl.store(base + steps * _REC_STEP + i * _REC_TILE + code, _clock(), mask=i < tiles)
+        if i < tiles:
+            gl.store(base + steps * _REC_STEP + i * _REC_TILE + code, _clock())
     elif RECORD == 1:
         base, on, steps, tiles, _ = rec
         at = base + steps * _REC_STEP + i * _REC_TILE + code

@@ -473,16 +473,21 @@ def test_the_recorded_variant_runs_its_loops_twice_and_spills_no_step() -> None:
     without for the others, so that the launch runs near the plain kernel's time (a stamp behind
     a branch in every program cost ping-pong launches 12-47%:
     benchmarks/results/recording-cost-probe-*.json). With two pipelined ping-pong consumers at
-    d = 128, the lesson's configuration, and two plain ones at d = 64, neither copy costs local
-    memory traffic (causal: a few scalars saved on the stack, reloaded at a tile's edges)."""
-    wanted = [([2, 128, 2, 1, 1, 1], 128), ([2, 128, 2, 0, 1], 64)]
+    d = 128, the lesson's configuration, two plain ones at d = 64 and three ping-pong ones
+    unmasked (whose stamped loop spilled with predicated stamps), neither copy costs local
+    memory traffic; causal, a few scalars go to the stack at a tile's edges (three ping-pong
+    warpgroups, which spill 32 bytes unrecorded, more)."""
+    wanted = [([2, 128, 2, 1, 1, 1], 128), ([2, 128, 2, 0, 1], 64), ([3, 128, 2, 1, 1, 1], 64)]
     plain = {(tuple(r["config"]), r["causal"]): r for r in compiled_apart("hopper_forward", wanted)}
     rows = compiled_apart("hopper_forward", wanted, "--record")
-    assert len(rows) == len(plain) == 4
+    assert len(rows) == len(plain) == 6
     for row in rows:
         what = f"{row['config']} d={row['head_dim']} causal={row['causal']}"
-        assert row["wgmma"] == 2 * plain[(tuple(row["config"]), row["causal"])]["wgmma"], what
-        assert row["stack"] <= (24 if row["causal"] else 0), f"{what} spills when recorded"
+        twin = plain[(tuple(row["config"]), row["causal"])]
+        assert row["wgmma"] == 2 * twin["wgmma"], what
+        three = row["config"][0] == 3
+        limit = (128 if three else 16) if row["causal"] else 0
+        assert row["stack"] <= limit, f"{what} spills when recorded"
         assert row["local"] == 0, f"{what} spills when recorded"
         # at least the loop's stamps of every step (the loader's 3, the consumers' 9 or 7) and
         # the roles' start and end
