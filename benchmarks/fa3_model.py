@@ -37,7 +37,7 @@ from flashscope.simulator.calibrate.fa3_rows import (
     result_paths,
     routed_ranking,
 )
-from flashscope.simulator.calibrate.fa3_timelines import compare_phases, recorded
+from flashscope.simulator.calibrate.fa3_timelines import compare_phases, recorded, unseen
 from flashscope.simulator.timing import fa3
 from flashscope.simulator.timing.fa3 import TERMS, Fa3Terms
 
@@ -76,6 +76,11 @@ def main() -> int:
     result = compare(rows, terms, pinned)
     routed = routed_ranking(result["rows"], paths["variants_merged"], terms)
     phases = compare_phases(runs, terms=terms)
+    # the recordings in the variants' files made after the fitted timelines (a file of the same
+    # day records the same kernel again), whose phases no term was fitted to
+    fitted = max(json.loads(p.read_text())["date"] for p in paths["timelines"])
+    later = [p for p in paths["variants"] if json.loads(p.read_text())["date"] > fitted]
+    recorded_apart = unseen(later, terms)
     seconds = time.perf_counter() - t0
     speed = cold_ms(terms)
     for side in ("mape_held_out", "mape_fit", "mape"):
@@ -95,6 +100,10 @@ def main() -> int:
         f"{rep['right']} of {rep['pairs']}; merged rows' time MAPE "
         f"{routed['merged_mape']['all']:.1%} ({routed['merged_rows']} rows, never fitted)"
     )
+    for gpu, v in recorded_apart.items():
+        if gpu != "sources":
+            errs = ", ".join(f"{k} {e:.0%}" for k, e in v["phase_median_error"].items())
+            print(f"timelines never fitted, {gpu}: {v['launches']} launches, phases {errs}")
     print(f"{result['count']} rows, {result['groups']} configurations, {seconds:.1f} s")
     print("one configuration, cold: " + ", ".join(f"{v:.0f}" for v in speed.values()) + " ms")
     now = dt.datetime.now(dt.UTC)
@@ -107,6 +116,7 @@ def main() -> int:
         "cold_ms": speed,
         "load_average_1_5_15": list(os.getloadavg()),
         "timelines": phases,
+        "timelines_unseen": recorded_apart,
         **result,
         "ranking_routed": routed,
     }

@@ -102,3 +102,35 @@ def compare_phases(
             }
         )
     return out
+
+
+UNSEEN_PHASES = ("qk", "softmax", "pv", "load_k", "load_v")
+
+
+def unseen(paths: list[Path], terms: Fa3Terms = TERMS) -> dict[str, Any]:
+    """The model's phases against recorded launches whose phases no term was fitted to (the
+    timelines of benchmarks/results/warpgroups-*.json runs, each on its own GPU's preset): per
+    GPU, the launches and the median |model − recorded| / recorded of each phase's length over
+    them (a recorded length of 0 left out). Their launches' times are not judged here: the same
+    configurations' variant rows are in `fa3_rows`' dataset."""
+    from flashscope.simulator.core import hardware
+
+    by_gpu: dict[str, list[dict[str, Any]]] = {}
+    for path in paths:
+        doc = json.loads(path.read_text())
+        runs = [r for r in doc.get("timelines", []) if "programs" in r]
+        if runs:
+            gpu = hardware.resolve(doc["device"])
+            by_gpu.setdefault(gpu, []).extend(compare_phases(runs, gpu, terms))
+    out: dict[str, Any] = {"sources": [p.name for p in paths]}
+    for gpu, rows in sorted(by_gpu.items()):
+        phases = {}
+        for phase in UNSEEN_PHASES:
+            errors = [
+                abs(r["model"][phase] - r["measured"][phase]) / r["measured"][phase]
+                for r in rows
+                if r["measured"][phase] > 0
+            ]
+            phases[phase] = float(np.median(errors))
+        out[gpu] = {"launches": len(rows), "phase_median_error": phases}
+    return out
