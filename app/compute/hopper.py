@@ -21,6 +21,7 @@ from flashscope.app.schemas.simulate import FA3_MAX_INTERVALS, SimulateRequest, 
 from flashscope.simulator.core import hardware
 from flashscope.simulator.teach.numerics_fp8 import precision_errors
 from flashscope.simulator.timing import fa3
+from flashscope.simulator.timing.fa3_config import Fa3Config, tile_steps
 
 CONFIG_FIELDS = ("consumers", "block_n", "stages", "pipeline", "ctas", "pingpong", "persistent")
 PRECISION_N = 256  # queries and keys of the one head the precision errors are measured on
@@ -38,28 +39,26 @@ def config_of(row: dict[str, Any]) -> tuple[int, ...]:
 
 def step_ratio(rec: dict[str, Any], sms: int | None) -> float | None:
     """Program 0's time per key step over the launch's time per step and CTA slot (its span by
-    the global timer × the slots ÷ every tile's steps), or None where a figure is missing. Near
-    1 (persistent programs, which fetch a tile under the last, below it) where the timeline
-    shown runs at the pace of the launch's other programs; well above 1 where its stamped loop
-    ran slower than their plain one (three ping-pong warpgroups recorded with predicated
-    stamps: 1.35-3.6, benchmarks/results/recording-cost-*.json)."""
+    the global timer × the slots ÷ every tile's steps, `fa3_config.tile_steps`), or None where
+    a figure is missing. Near 1 (persistent programs, which fetch a tile under the last, below
+    it) where the timeline shown runs at the pace of the launch's other programs; well above 1
+    where its stamped loop ran slower than their plain one (three ping-pong warpgroups recorded
+    with predicated stamps: 3.3-3.6 unmasked, 1.1-1.8 causal, where a program 0 running the
+    heaviest tiles shows 0.56-0.78 unstretched; benchmarks/results/recording-cost-*.json)."""
     c = rec.get("config")
-    cfg = c if isinstance(c, dict) else dict(zip(CONFIG_FIELDS, config_of(rec), strict=True))
+    cfg = c if isinstance(c, dict) else config_dict(config_of(rec))
     intervals = rec.get("intervals") or []
     steps_shown = sum(rec.get("tile_steps") or [])
     n_q, span_ms = rec.get("seq"), rec.get("span_ms")
-    if not (intervals and steps_shown and sms and n_q and span_ms):
+    rows = int(rec.get("batch") or 0) * int(rec.get("heads") or 0)
+    if not (intervals and steps_shown and sms and n_q and span_ms and rows):
         return None
-    n_k = rec.get("seq_k") or n_q
-    tile_m, block_n = 64 * int(cfg["consumers"]), int(cfg["block_n"])
-    per_head = 0
-    for i in range(math.ceil(n_q / tile_m)):
-        keys = min(n_k, (i + 1) * tile_m + n_k - n_q) if rec.get("causal") else n_k
-        per_head += math.ceil(max(keys, 0) / block_n)
-    steps = per_head * int(rec.get("batch") or 0) * int(rec.get("heads") or 0)
-    if steps == 0:
-        return None
-    launch_step_ns = span_ms * 1e6 * sms * int(cfg.get("ctas") or 1) / steps
+    # the steps depend on the tile's rows and keys alone
+    launch = Fa3Config(int(cfg["consumers"]), int(cfg["block_n"]), ctas=int(cfg.get("ctas") or 1))
+    steps = int(
+        tile_steps(launch, rows, n_q, rec.get("seq_k") or n_q, bool(rec.get("causal"))).sum()
+    )
+    launch_step_ns = span_ms * 1e6 * sms * launch.ctas / steps
     shown_ns = max(x["end_ns"] for x in intervals) - min(x["start_ns"] for x in intervals)
     return float(shown_ns / steps_shown / launch_step_ns)
 
