@@ -169,21 +169,21 @@ def main() -> int:
     torch.manual_seed(0)
     lengths = (4096,) if args.quick else LENGTHS
     result = {**gpu_header(), "benchmark": "warpgroups", "lengths": list(lengths)}
-    if args.merged:
-        result["merged"] = True
-        result["variants"] = time_variants(lengths, merged=True)
-        Path(args.out).write_text(json.dumps(result))
-        return 0
-    result["timelines"] = []
 
     def save() -> None:
         Path(args.out).write_text(json.dumps(result))
 
+    if args.merged:
+        result["merged"] = True
+        result["variants"] = time_variants(lengths, merged=True)
+        save()
+        return 0
+    result["timelines"] = []
     for n, which in ((4096, RECORDED), (1024, RECORDED_SHORT)):
         record(n, which, args.masked_too, result["timelines"], save)
     if not args.timelines_only:
         result["variants"] = time_variants(lengths)
-        Path(args.out).write_text(json.dumps(result))
+        save()
     return 0
 
 

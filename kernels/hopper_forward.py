@@ -280,7 +280,7 @@ def _tile_at(k, SCHED, SCHEDULED: gl.constexpr):
 # program, as the kernel first had them, cost ping-pong launches 12-47% even where no program
 # took them (benchmarks/results/recording-cost-probe-*.json); predicated stores in mode 3 spilled
 # three ping-pong warpgroups' stamped loop (48 bytes of stack unmasked, none with branches),
-# whose program 0 then ran its steps 1.4-3.6 times as long as the others.
+# whose program 0 then ran its steps up to 3.6 times as long as the others.
 REC_STEP_EVENTS = 9
 REC_TILE_EVENTS = 8
 REC_HEADER = 4
@@ -316,7 +316,7 @@ def _recorder(REC, role, ROLES: gl.constexpr, rec_programs, rec_detail, rec_step
     size = rec_steps * _REC_STEP + rec_tiles * _REC_TILE + _REC_HEADER
     base = REC + (gl.minimum(pid, rec_programs) * ROLES + role) * size
     edges = pid < rec_programs  # (unused where RECORD is 0)
-    return base, edges & (pid < rec_detail), rec_steps, rec_tiles, edges
+    return base, _stamps_steps(rec_programs, rec_detail), rec_steps, rec_tiles, edges
 
 
 @gluon.jit
