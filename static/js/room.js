@@ -36,6 +36,7 @@ const FATAL = new Set([4400, 4403, 4409, 4410]); // no point in joining again
 const SEND_EVERY_MS = 50; // the most a driver sends: one state per 50 ms, the newest one
 const GONE_TRIES = 8; // a room this page was in and cannot find: tries before giving up
 const DRIVER_GRACE_MS = 2500; // a driver changing pages is away this long at most
+const LEAVING_MS = 10000; // an attendee's page load for the room, not started again meanwhile
 const $ = (id) => document.getElementById(id);
 
 const room = {
@@ -54,6 +55,7 @@ const room = {
   goneTries: 0, // joins in a row that found this page's room gone
   acted: false, // an attendee's own key, pointer or form since the room's state was applied
   applied: null, // the room state this page last applied (an attendee's)
+  leaving: null, // {path, at}: the page this one is navigating to for the room, since when
   driverAway: false, // no driver in the room (after DRIVER_GRACE_MS)
   awayTimer: null,
 };
@@ -331,6 +333,11 @@ function apply(s) {
   if (s.path !== window.location.pathname) {
     const url = new URL(s.path, window.location.origin);
     if (url.origin !== window.location.origin) return;
+    // Already on the way there: the next page takes the room's latest state when it joins, and
+    // a second assign would only abort the load under way (retried after LEAVING_MS).
+    const going = room.leaving;
+    if (going && going.path === url.pathname && Date.now() - going.at < LEAVING_MS) return;
+    room.leaving = { path: url.pathname, at: Date.now() };
     update({ expect: url.pathname });
     window.location.assign(url.pathname);
     return;
