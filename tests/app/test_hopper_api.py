@@ -101,13 +101,17 @@ def test_a_stretched_program_0_is_said_so():
 def test_the_shipped_recordings_say_whether_program_0_kept_pace(client):
     """The lesson's launch (two ping-pong warpgroups, d = 128) ran program 0 at the launch's
     pace; three ping-pong warpgroups recorded with predicated stamps did not (3.5× on the
-    H100), and the measured side says so."""
+    H100), and the measured side says so. Recorded with branch stamps (the H200's file) they
+    keep pace, and no note is added."""
     rec = client.get("/api/hopper").json()["measured"]["timeline"]
     assert 0.9 < rec["step_ratio"] < STEP_RATIO_NOTE and rec["notes"] == []
     params = {"head_dim": 64, "consumers": 3}
     rec = client.get("/api/hopper", params=params).json()["measured"]["timeline"]
     assert rec["variant"] == "pingpong" and rec["step_ratio"] > 3
     assert any("stretched" in note for note in rec["notes"]), rec["notes"]
+    rec = client.get("/api/hopper", params={**params, "gpu": "h200"}).json()["measured"]
+    assert rec["device"] == "NVIDIA H200" and rec["timeline"]["variant"] == "pingpong"
+    assert 0.9 < rec["timeline"]["step_ratio"] < 1.2 and rec["timeline"]["notes"] == []
 
 
 def test_unrecorded_variants_get_the_nearest_time_labelled(client):
