@@ -63,6 +63,7 @@ from flashscope.kernels.device import interpreting
 from flashscope.kernels.fastlaunch import launch, signature
 from flashscope.kernels.launch import LOG2E, flat_rows, gpu_name, output, pad_dim
 from flashscope.simulator.timing.kernelplan import tuned_keys
+from flashscope.simulator.timing.occupancy import qk_columns
 
 _GL_DTYPES = {torch.float16: gl.float16, torch.bfloat16: gl.bfloat16}
 LOADER_REGS = 24  # the fewest registers a warp can be given
@@ -425,16 +426,28 @@ def _loader_loop(args, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, CONSUMERS: 
 
 @gluon.jit
 def _scores(q, k_smem, k_ready, g, STAGES: gl.constexpr, s_layout: gl.constexpr,
-            BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, KEYS: gl.constexpr):
+            BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, KEYS: gl.constexpr,
+            QK_DIM: gl.constexpr):
     """Issue S = Q Kᵀ (asynchronous) over the first KEYS of the BLOCK_N keys of the ring's step
-    g, once it has landed."""
+    g, once it has landed. Below the tiles' width (QK_DIM, `qk_dim`) the product runs over the
+    first QK_DIM columns alone, in two products of power-of-two widths: the columns past it are
+    the copy engine's zeros."""
     slot = g % STAGES
     mbarrier.wait(k_ready.index(slot), (g // STAGES) & 1)
     k = k_smem.index(slot)
     if KEYS != BLOCK_N:
         k = k.slice(0, KEYS)
     zero = gl.zeros([BLOCK_M, KEYS], gl.float32, s_layout)
-    return warpgroup_mma(q, k.permute((1, 0)), zero, use_acc=False, is_async=True)
+    HEAD_DIM: gl.constexpr = q.shape[1]
+    if QK_DIM == HEAD_DIM:
+        return warpgroup_mma(q, k.permute((1, 0)), zero, use_acc=False, is_async=True)
+    else:
+        LOW: gl.constexpr = HEAD_DIM // 2
+        s = warpgroup_mma(q.slice(0, LOW, dim=1), k.slice(0, LOW, dim=1).permute((1, 0)), zero,
+                          use_acc=False, is_async=True)
+        HIGH: gl.constexpr = QK_DIM - LOW
+        return warpgroup_mma(q.slice(LOW, HIGH, dim=1),
+                             k.slice(LOW, HIGH, dim=1).permute((1, 0)), s, is_async=True)
 
 
 @gluon.jit
@@ -496,7 +509,8 @@ def _pipelined_step(q, p, acc, m, l, j, g0, r0, bounds, qk_scale2, ring, turn, r
                     s_layout: gl.constexpr, o_layout: gl.constexpr, p_layout: gl.constexpr,
                     BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
                     MASKED: gl.constexpr, dtype: gl.constexpr, C: gl.constexpr,
-                    CONSUMERS: gl.constexpr, PINGPONG: gl.constexpr, RECORD: gl.constexpr):
+                    CONSUMERS: gl.constexpr, PINGPONG: gl.constexpr, RECORD: gl.constexpr,
+                    QK_DIM: gl.constexpr):
     """Key block j (ring step g0 + j, round r0 + j) of the pipelined loop: issue Sⱼ, issue
     P_{j-1} V_{j-1}, wait for Sⱼ alone, run its softmax while the P V product is still on the
     tensor cores, then rescale. Returns the state with P of block j (in the operand layout)
@@ -508,7 +522,7 @@ def _pipelined_step(q, p, acc, m, l, j, g0, r0, bounds, qk_scale2, ring, turn, r
     _stamp(rec, g, 0, RECORD)
     _take_turn(turn, r0 + j, C, PINGPONG)
     _stamp(rec, g, 1, RECORD)
-    s = _scores(q, k_smem, k_ready, g, STAGES, s_layout, BLOCK_M, BLOCK_N, BLOCK_N)
+    s = _scores(q, k_smem, k_ready, g, STAGES, s_layout, BLOCK_M, BLOCK_N, BLOCK_N, QK_DIM)
     _stamp(rec, g, 2, RECORD)
     prev = (g - 1) % STAGES
     mbarrier.wait(v_ready.index(prev), ((g - 1) // STAGES) & 1)
@@ -535,7 +549,8 @@ def _pipelined_step(q, p, acc, m, l, j, g0, r0, bounds, qk_scale2, ring, turn, r
 def _plain_step(q, acc, m, l, j, g0, bounds, qk_scale2, ring, rec, s_layout: gl.constexpr,
                 o_layout: gl.constexpr, p_layout: gl.constexpr, BLOCK_M: gl.constexpr,
                 BLOCK_N: gl.constexpr, STAGES: gl.constexpr, MASKED: gl.constexpr,
-                dtype: gl.constexpr, KEYS: gl.constexpr, RECORD: gl.constexpr):
+                dtype: gl.constexpr, KEYS: gl.constexpr, RECORD: gl.constexpr,
+                QK_DIM: gl.constexpr):
     """Key block j (ring step g0 + j) without pipelining: Sⱼ, its softmax, the rescale, then
     P V, each waited for. KEYS < BLOCK_N: only the block's first KEYS keys (the causal
     diagonal's last block, where no row sees the rest; s_layout is then KEYS wide, and m and ℓ
@@ -545,7 +560,7 @@ def _plain_step(q, acc, m, l, j, g0, bounds, qk_scale2, ring, rec, s_layout: gl.
     g = g0 + j
     slot = g % STAGES
     _stamp(rec, g, 0, RECORD)
-    s = _scores(q, k_smem, k_ready, g, STAGES, s_layout, BLOCK_M, BLOCK_N, KEYS)
+    s = _scores(q, k_smem, k_ready, g, STAGES, s_layout, BLOCK_M, BLOCK_N, KEYS, QK_DIM)
     _stamp(rec, g, 2, RECORD)
     s = warpgroup_mma_wait(0, deps=(s,))
     _stamp(rec, g, 5, RECORD)
@@ -573,19 +588,22 @@ def _consumer(args, C: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constex
               BLOCK_N: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
               PIPELINE: gl.constexpr, CONSUMERS: gl.constexpr, PINGPONG: gl.constexpr,
               HALF: gl.constexpr, MERGED: gl.constexpr, SCHEDULED: gl.constexpr,
-              RECORD: gl.constexpr, KEY_EDGE: gl.constexpr, Q_EDGE: gl.constexpr):
+              RECORD: gl.constexpr, KEY_EDGE: gl.constexpr, Q_EDGE: gl.constexpr,
+              QK_DIM: gl.constexpr):
     """Warpgroup C's loop (`_consumer_loop`), in RECORD mode 2 one copy for the programs that
     stamp their steps and one for those that do not (the modes: above `record_size`)."""
     if RECORD == 2:
         if _stamps_steps(args[22], args[23]):
             _consumer_loop(args, C, HEAD_DIM, BLOCK_M, BLOCK_N, STAGES, CAUSAL, PIPELINE,
-                           CONSUMERS, PINGPONG, HALF, MERGED, SCHEDULED, 3, KEY_EDGE, Q_EDGE)
+                           CONSUMERS, PINGPONG, HALF, MERGED, SCHEDULED, 3, KEY_EDGE, Q_EDGE,
+                           QK_DIM)
         else:
             _consumer_loop(args, C, HEAD_DIM, BLOCK_M, BLOCK_N, STAGES, CAUSAL, PIPELINE,
-                           CONSUMERS, PINGPONG, HALF, MERGED, SCHEDULED, 4, KEY_EDGE, Q_EDGE)
+                           CONSUMERS, PINGPONG, HALF, MERGED, SCHEDULED, 4, KEY_EDGE, Q_EDGE,
+                           QK_DIM)
     else:
         _consumer_loop(args, C, HEAD_DIM, BLOCK_M, BLOCK_N, STAGES, CAUSAL, PIPELINE, CONSUMERS,
-                       PINGPONG, HALF, MERGED, SCHEDULED, RECORD, KEY_EDGE, Q_EDGE)
+                       PINGPONG, HALF, MERGED, SCHEDULED, RECORD, KEY_EDGE, Q_EDGE, QK_DIM)
 
 
 @gluon.jit
@@ -593,7 +611,8 @@ def _consumer_loop(args, C: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M: gl.co
                    BLOCK_N: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
                    PIPELINE: gl.constexpr, CONSUMERS: gl.constexpr, PINGPONG: gl.constexpr,
                    HALF: gl.constexpr, MERGED: gl.constexpr, SCHEDULED: gl.constexpr,
-                   RECORD: gl.constexpr, KEY_EDGE: gl.constexpr, Q_EDGE: gl.constexpr):
+                   RECORD: gl.constexpr, KEY_EDGE: gl.constexpr, Q_EDGE: gl.constexpr,
+                   QK_DIM: gl.constexpr):
     """Warpgroup C: for each of the program's tiles, its BLOCK_M query rows through every step,
     then their O and LSE.
 
@@ -661,7 +680,8 @@ def _consumer_loop(args, C: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M: gl.co
             _stamp(rec, g, 0, RECORD)
             _take_turn(turn, r0, C, PINGPONG)
             _stamp(rec, g, 1, RECORD)
-            s = _scores(q, k_smem, k_ready, g, STAGES, s_layout, BLOCK_M, BLOCK_N, BLOCK_N)
+            s = _scores(q, k_smem, k_ready, g, STAGES, s_layout, BLOCK_M, BLOCK_N, BLOCK_N,
+                        QK_DIM)
             _pass_turn(turn, C, CONSUMERS, PINGPONG)
             _stamp(rec, g, 2, RECORD)
             s = warpgroup_mma_wait(0, deps=(s,))
@@ -675,13 +695,14 @@ def _consumer_loop(args, C: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M: gl.co
                 p, acc, m, l = _pipelined_step(q, p, acc, m, l, j, g, r0, bounds, qk_scale2,
                                                ring, turn, rec, s_layout, o_layout, p_layout,
                                                BLOCK_M, BLOCK_N, STAGES, FIRST, dtype, C,
-                                               CONSUMERS, PINGPONG, RECORD)
+                                               CONSUMERS, PINGPONG, RECORD, QK_DIM)
             if (CAUSAL or KEY_EDGE) and not MERGED:
                 for j in range(gl.maximum(n_full, 1), n_steps):
                     p, acc, m, l = _pipelined_step(q, p, acc, m, l, j, g, r0, bounds,
                                                    qk_scale2, ring, turn, rec, s_layout,
                                                    o_layout, p_layout, BLOCK_M, BLOCK_N, STAGES,
-                                                   MASK, dtype, C, CONSUMERS, PINGPONG, RECORD)
+                                                   MASK, dtype, C, CONSUMERS, PINGPONG, RECORD,
+                                                   QK_DIM)
             mbarrier.arrive(q_empty.index(C), count=1)  # every S product of the tile is done
             last = g + n_steps - 1
             mbarrier.wait(v_ready.index(last % STAGES), (last // STAGES) & 1)
@@ -697,12 +718,12 @@ def _consumer_loop(args, C: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M: gl.co
             for j in range(n_whole if MERGED else n_full):
                 acc, m, l = _plain_step(q, acc, m, l, j, g, bounds, qk_scale2, ring, rec,
                                         s_layout, o_layout, p_layout, BLOCK_M, BLOCK_N, STAGES,
-                                        FIRST, dtype, BLOCK_N, RECORD)
+                                        FIRST, dtype, BLOCK_N, RECORD, QK_DIM)
             if (CAUSAL or KEY_EDGE) and not MERGED:
                 for j in range(n_full, n_whole):
                     acc, m, l = _plain_step(q, acc, m, l, j, g, bounds, qk_scale2, ring, rec,
                                             s_layout, o_layout, p_layout, BLOCK_M, BLOCK_N,
-                                            STAGES, MASK, dtype, BLOCK_N, RECORD)
+                                            STAGES, MASK, dtype, BLOCK_N, RECORD, QK_DIM)
             # (HALF, a constexpr, leaves the half step out of other kernels altogether)
             if CAUSAL and HALF:  # noqa: SIM102
                 if n_whole < n_steps:
@@ -710,7 +731,7 @@ def _consumer_loop(args, C: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M: gl.co
                                                 gl.convert_layout(l, row_h), n_whole, g, bounds,
                                                 qk_scale2, ring, rec, half_layout, o_layout,
                                                 p_layout, BLOCK_M, BLOCK_N, STAGES, True, dtype,
-                                                BLOCK_N // 2, RECORD)
+                                                BLOCK_N // 2, RECORD, QK_DIM)
                     m = gl.convert_layout(m_h, row_s)
                     l = gl.convert_layout(l_h, row_s)
             mbarrier.arrive(q_empty.index(C), count=1)
@@ -759,7 +780,7 @@ def _attn_fwd_ws(q_desc, k_desc, v_desc, o_desc, LSE, qk_scale2, H, GROUP, N_Q, 
                  PIPELINE: gl.constexpr, PINGPONG: gl.constexpr, HALF: gl.constexpr,
                  MERGED: gl.constexpr, SCHEDULED: gl.constexpr, CONSUMER_REGS: gl.constexpr,
                  RECORD: gl.constexpr, KEY_EDGE: gl.constexpr, Q_EDGE: gl.constexpr,
-                 O_IN_Q: gl.constexpr):
+                 O_IN_Q: gl.constexpr, QK_DIM: gl.constexpr):
     """Programs take tiles t = program_id, + num_programs, … < n_tiles (one each, or, launched
     persistent, one program per SM slot looping over its share; SCHEDULED: the share the host's
     schedule in SCHED gives it). RECORD: programs below rec_detail stamp their phases into REC,
@@ -799,34 +820,45 @@ def _attn_fwd_ws(q_desc, k_desc, v_desc, o_desc, LSE, qk_scale2, H, GROUP, N_Q, 
     if CONSUMERS == 1:
         gl.warp_specialize([(_consumer, (shared, 0, HEAD_DIM, BLOCK_M, BLOCK_N, STAGES, CAUSAL,
                                          PIPELINE, CONSUMERS, PINGPONG, HALF, MERGED,
-                                         SCHEDULED, RECORD, KEY_EDGE, Q_EDGE)),
+                                         SCHEDULED, RECORD, KEY_EDGE, Q_EDGE, QK_DIM)),
                             (_loader, (loads, BLOCK_M, BLOCK_N, CONSUMERS, STAGES, CAUSAL,
                                        SCHEDULED, RECORD))],
                            [1], [_LOADER_REGS])
     elif CONSUMERS == 2:
         gl.warp_specialize([(_consumer, (shared, 0, HEAD_DIM, BLOCK_M, BLOCK_N, STAGES, CAUSAL,
                                          PIPELINE, CONSUMERS, PINGPONG, HALF, MERGED,
-                                         SCHEDULED, RECORD, KEY_EDGE, Q_EDGE)),
+                                         SCHEDULED, RECORD, KEY_EDGE, Q_EDGE, QK_DIM)),
                             (_consumer, (shared, 1, HEAD_DIM, BLOCK_M, BLOCK_N, STAGES, CAUSAL,
                                          PIPELINE, CONSUMERS, PINGPONG, HALF, MERGED,
-                                         SCHEDULED, RECORD, KEY_EDGE, Q_EDGE)),
+                                         SCHEDULED, RECORD, KEY_EDGE, Q_EDGE, QK_DIM)),
                             (_loader, (loads, BLOCK_M, BLOCK_N, CONSUMERS, STAGES, CAUSAL,
                                        SCHEDULED, RECORD))],
                            [4, 1], [CONSUMER_REGS, _LOADER_REGS])
     else:
         gl.warp_specialize([(_consumer, (shared, 0, HEAD_DIM, BLOCK_M, BLOCK_N, STAGES, CAUSAL,
                                          PIPELINE, CONSUMERS, PINGPONG, HALF, MERGED,
-                                         SCHEDULED, RECORD, KEY_EDGE, Q_EDGE)),
+                                         SCHEDULED, RECORD, KEY_EDGE, Q_EDGE, QK_DIM)),
                             (_consumer, (shared, 1, HEAD_DIM, BLOCK_M, BLOCK_N, STAGES, CAUSAL,
                                          PIPELINE, CONSUMERS, PINGPONG, HALF, MERGED,
-                                         SCHEDULED, RECORD, KEY_EDGE, Q_EDGE)),
+                                         SCHEDULED, RECORD, KEY_EDGE, Q_EDGE, QK_DIM)),
                             (_consumer, (shared, 2, HEAD_DIM, BLOCK_M, BLOCK_N, STAGES, CAUSAL,
                                          PIPELINE, CONSUMERS, PINGPONG, HALF, MERGED,
-                                         SCHEDULED, RECORD, KEY_EDGE, Q_EDGE)),
+                                         SCHEDULED, RECORD, KEY_EDGE, Q_EDGE, QK_DIM)),
                             (_loader, (loads, BLOCK_M, BLOCK_N, CONSUMERS, STAGES, CAUSAL,
                                        SCHEDULED, RECORD))],
                            [4, 4, 1], [CONSUMER_REGS, CONSUMER_REGS, _LOADER_REGS])
 # fmt: on
+
+
+# Whether S = Q Kᵀ skips the padded columns (`qk_dim`); a switch for benchmarks/qk_split.py.
+SPLIT_QK = True
+
+
+def qk_dim(d: int) -> int:
+    """The columns S = Q Kᵀ runs over for head_dim d (`occupancy.qk_columns`: d rounded up to
+    16 where two products of power-of-two widths cover it, else the tile's width); the P V
+    product runs over the tile's whole width. SPLIT_QK off: the tile's width always."""
+    return qk_columns(d) if SPLIT_QK else pad_dim(d)
 
 
 def supports(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cfg: WsConfig) -> str | None:
@@ -1093,6 +1125,7 @@ def _geometry(q, k, causal: bool, cfg: WsConfig, sms: int, record: Recording | N
         KEY_EDGE=n_k % cfg.block_n != 0,
         Q_EDGE=n_q % cfg.block_m != 0,
         O_IN_Q=cfg.o_in_q(pad_dim(q.shape[3])),
+        QK_DIM=qk_dim(q.shape[3]),
     )
     sizes = (h, h // k.shape[1], n_q, n_k, tiles, cfg.band or rows)
     options = {"num_warps": 4, "maxnreg": launch_regs}
@@ -1128,8 +1161,8 @@ def launch_forward_ws(
         return o, lse
     where = (q.shape, k.shape, v.shape, q.stride(2), k.stride(2), v.stride(2), q.dtype, causal,
              cfg, q.device, torch.cuda.current_device(), HALF_STEPS, SCHEDULE_TILES,
-             MAX_SCHEDULED_TILES, TILE_FIXED_COST,
-             MASKED_STEP_COST)  # the switches: benchmarks change them  # fmt: skip
+             MAX_SCHEDULED_TILES, TILE_FIXED_COST, MASKED_STEP_COST,
+             SPLIT_QK)  # the switches: benchmarks change them  # fmt: skip
     plan = _PLANS.get(where)
     if plan is None:
         plan = _plan(q, k, v, o, lse, causal, scale, cfg, _sms(q.device.index or 0))

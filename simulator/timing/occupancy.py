@@ -51,6 +51,18 @@ def pad_head_dim(d: int) -> int:
     return max(16, 1 << (d - 1).bit_length())
 
 
+def qk_columns(d: int) -> int:
+    """The columns the Gluon forward's S = Q Kᵀ runs over at head_dim d: d rounded up to 16
+    (wgmma's step) where half the padded width plus a power of two covers it (192 = 128 + 64,
+    96 = 64 + 32, 80 = 64 + 16: two products), else the padded width. Its P V product and O
+    stay `pad_head_dim(d)` wide. On an H200 (benchmarks/results/qk-split-*.json) that cut the
+    forward's time by 2-12% against the padded product at d = 80, 96, 160 and 192."""
+    full = pad_head_dim(d)
+    used = -(-d // 16) * 16
+    rest = used - full // 2
+    return used if 0 < rest < full // 2 and rest & (rest - 1) == 0 else full
+
+
 @dataclass(frozen=True)
 class Footprint:
     """What one CTA of a kernel asks of an SM."""

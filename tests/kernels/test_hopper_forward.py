@@ -19,6 +19,7 @@ from flashscope.kernels.hopper_forward import (
     REGS_PER_SM,
     SHARED_LIMIT,
     WsConfig,
+    qk_dim,
     schedule,
     supports,
     tile_costs,
@@ -26,6 +27,7 @@ from flashscope.kernels.hopper_forward import (
     tuned_config,
     tuned_configs,
 )
+from flashscope.kernels.launch import pad_dim
 from flashscope.simulator.timing.kernelplan import SEQ_BUCKETS
 from flashscope.simulator.timing.tuned_tables import LENT
 
@@ -311,6 +313,35 @@ def test_padded_head_dims_compile_without_spilling() -> None:
         what = f"{row['config']} d={row['head_dim']} causal={row['causal']}"
         assert row["stack"] == 0 and row["local"] == 0, f"{what} spills"
         assert row["wgmma"] > 0, f"{what} compiled no wgmma"
+
+
+@pytest.mark.parametrize("d", range(8, 257, 8))
+def test_the_score_product_covers_the_head_dims_columns_in_two_powers_of_two(d: int) -> None:
+    """S = Q Kᵀ runs over d rounded up to wgmma's 16 where two products of power-of-two widths,
+    half the padded tile and the rest, cover it; else over the whole padded tile."""
+    full, got = pad_dim(d), qk_dim(d)
+    assert d <= got <= full and got % 16 == 0
+    if got < full:  # no more than wgmma's step over d, and two power-of-two products
+        rest = got - full // 2
+        assert got - d < 16 and 0 < rest < full // 2 and rest & (rest - 1) == 0
+    assert {d: qk_dim(d) for d in (40, 80, 96, 120, 160, 176, 192)} == {
+        40: 48, 80: 80, 96: 96, 120: 128, 160: 160, 176: 256, 192: 192}  # fmt: skip
+
+
+def test_the_score_product_of_padded_head_dims_issues_fewer_wgmma() -> None:
+    """A head dim that fills half the padded tile and a power of two more (192 in 256 columns,
+    96 in 128) compiles its S products over those columns alone: per S product 12 wgmma k-steps
+    of 16 instead of 16 (192), 6 instead of 8 (96); P V stays at the tile's width. 120 in 128
+    columns runs over the whole tile, as 128 does."""
+    wanted = [([2, 64, 2, 1, 1], 192), ([2, 64, 2, 1, 1], 256), ([2, 128, 2, 1, 1, 1], 96),
+              ([2, 128, 2, 1, 1, 1], 120), ([2, 128, 2, 1, 1, 1], 128)]  # fmt: skip
+    rows = compiled_apart("hopper_forward", wanted)
+    wgmma = {(r["head_dim"], r["causal"]): r["wgmma"] for r in rows}
+    for causal in (False, True):
+        assert wgmma[192, causal] < wgmma[256, causal], wgmma
+        assert wgmma[96, causal] < wgmma[120, causal] == wgmma[128, causal], wgmma
+    for row in rows:
+        assert row["stack"] == 0 and row["local"] == 0, row
 
 
 def test_rows_off_the_copy_engines_alignment_do_not_qualify() -> None:
