@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from flashscope.simulator.core.problem import cdiv
+from flashscope.simulator.timing.occupancy import pad_head_dim
 
 PHASES = (
     "load_q",
@@ -106,7 +107,10 @@ class Fa3Config:
 
     def shared_bytes(self, head_dim: int, elem: int = 2) -> int:
         """Q's and O's stages, the K/V ring and the mbarriers (the kernel's count: past 128
-        columns a program of one tile, not persistent, sends O out through Q's stage)."""
+        columns a program of one tile, not persistent, sends O out through Q's stage; a
+        head_dim that is not a power of two takes the next one's width, as the kernel's tiles
+        do)."""
+        head_dim = pad_head_dim(head_dim)
         o_in_q = head_dim > 128 and not self.persistent
         q_and_o = (1 if o_in_q else 2) * self.tile_m * head_dim * elem
         kv = 2 * self.stages * self.block_n * head_dim * elem
