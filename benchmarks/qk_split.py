@@ -1,16 +1,18 @@
-"""The Gluon forward's S = Q Kᵀ over the head dim's own columns against the padded tile's (GPU).
+"""The Gluon forward's products over the head dim's own columns against the padded tile's (GPU).
 
     python benchmarks/qk_split.py [--out benchmarks/results] [--head-dims 80,96,192]
         [--lengths 1000,3000,5000] [--dtypes fp16,bf16] [--passes 3] [--wait-for FILE]
 
 Head dims that are not a power of two run in the next one's tiles (`pad_dim`); with
 `hopper_forward.SPLIT_QK` the S product covers only the columns the head dim fills, rounded up
-to 16 (`qk_dim`: 192 = 128 + 64, 96 = 64 + 32, 80 = 64 + 16), instead of the whole tile. Both
-forms run the tuned route's configuration, on the papers' protocol (batch × N ≈ 16384,
+to 16 (`qk_dim`: 192 = 128 + 64, 96 = 64 + 32, 80 = 64 + 16), instead of the whole tile, and
+with `SPLIT_PV` P V and O's accumulator too (`pv_dim`, in two parts). Three forms: "split"
+(both), "s-only" (S alone) and "padded" (neither; `--forms` chooses). Each runs the tuned
+route's configuration, on the papers' protocol (batch × N ≈ 16384,
 heads = 2048 // d), causal and not, fp16 and bf16, in one process: first every case once per
 form, each output checked against the Triton forward's (`--wait-for`: then wait until that file
-exists, so the timings do not share the GPU with a test run), then `--passes` rounds of the split
-form, the padded form and sdpa-cudnn, each the median of do_bench over rotated input sets.
+exists, so the timings do not share the GPU with a test run), then `--passes` rounds of each
+form and sdpa-cudnn, each the median of do_bench over rotated input sets.
 Writes one JSON with the device, date, versions and every raw figure.
 """
 
@@ -32,11 +34,15 @@ from flashscope.kernels import hopper_forward
 from flashscope.kernels.hopper_forward import qk_dim, tuned
 from flashscope.kernels.timing import median_ms
 
-FORMS = {"split": True, "padded": False}
+FORMS = {"split": (True, True), "s-only": (True, False), "padded": (False, False)}
+
+
+def switch(form: str) -> None:
+    hopper_forward.SPLIT_QK, hopper_forward.SPLIT_PV = FORMS[form]
 
 
 def forward(form: str, q, k, v, causal: bool):
-    hopper_forward.SPLIT_QK = FORMS[form]
+    switch(form)
     return attention_fn("flashscope")(q, k, v, causal)
 
 
@@ -44,7 +50,7 @@ def timed(form: str, sets: list, causal: bool) -> float:
     if form == "sdpa-cudnn":
         fn = attention_fn("sdpa-cudnn")
         return median_ms([lambda s=s: fn(*s, causal) for s in sets])
-    hopper_forward.SPLIT_QK = FORMS[form]
+    switch(form)
     fn = attention_fn("flashscope")
     return median_ms([lambda s=s: fn(*s, causal) for s in sets])
 
@@ -57,11 +63,13 @@ def main() -> int:
     ap.add_argument("--dtypes", default="fp16,bf16")
     ap.add_argument("--passes", type=int, default=3)
     ap.add_argument("--wait-for", type=Path, default=None)
+    ap.add_argument("--forms", default=",".join(FORMS), help="of " + ", ".join(FORMS))
     args = ap.parse_args()
     head_dims = [int(x) for x in args.head_dims.split(",")]
     lengths = [int(x) for x in args.lengths.split(",")]
     header = gpu_header()
     dtypes = args.dtypes.split(",")
+    forms = args.forms.split(",")
     path = result_path(args.out, "qk-split-d" + "-".join(map(str, head_dims)), header)
     cases = []
     for dname in dtypes:
@@ -84,7 +92,7 @@ def main() -> int:
         if cfg is not None:
             with triton_forward_only():
                 ref = attention_fn("flashscope")(q, k, v, causal).float()
-            for form in FORMS:
+            for form in forms:
                 o = forward(form, q, k, v, causal).float()
                 row[f"max_abs_diff_{form}"] = float((o - ref).abs().max())
         rows.append(row)
@@ -98,23 +106,21 @@ def main() -> int:
             if row["ws_config"] is None:
                 continue
             sets = protocol_inputs(d, n, dtype)
-            for form in ("split", "padded", "sdpa-cudnn"):
+            for form in (*forms, "sdpa-cudnn"):
                 row["passes_ms"].setdefault(form, []).append(timed(form, sets, causal))
             if p == args.passes - 1:
                 b, h = row["batch"], row["heads"]
                 for form, passes in row["passes_ms"].items():
                     ms = sorted(passes)[len(passes) // 2]
                     row["ms"][form] = ms
-                row["tflops_split"] = flops(b, h, n, d, causal, "fwd") / row["ms"]["split"] / 1e9
-                row["split_vs_cudnn"] = row["ms"]["sdpa-cudnn"] / row["ms"]["split"]
-                row["padded_vs_cudnn"] = row["ms"]["sdpa-cudnn"] / row["ms"]["padded"]
-                print(
-                    f"{dname} d={d} N={n} causal={causal!s:5} split/cudnn "
-                    f"{row['split_vs_cudnn']:.3f} padded/cudnn {row['padded_vs_cudnn']:.3f}",
-                    flush=True,
-                )
+                useful = flops(b, h, n, d, causal, "fwd")
+                row["tflops"] = {f: useful / ms / 1e9 for f, ms in row["ms"].items()}
+                for form in forms:
+                    row[f"{form}_vs_cudnn"] = row["ms"]["sdpa-cudnn"] / row["ms"][form]
+                ratios = " ".join(f"{f} {row[f'{f}_vs_cudnn']:.3f}" for f in forms)
+                print(f"{dname} d={d} N={n} causal={causal!s:5} ÷ cudnn {ratios}", flush=True)
             save()
-    hopper_forward.SPLIT_QK = True
+    switch("split")
     print("wrote", path)
     return 0
 

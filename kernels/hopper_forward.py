@@ -63,7 +63,7 @@ from flashscope.kernels.device import interpreting
 from flashscope.kernels.fastlaunch import launch, signature
 from flashscope.kernels.launch import LOG2E, flat_rows, gpu_name, output, pad_dim
 from flashscope.simulator.timing.kernelplan import tuned_keys
-from flashscope.simulator.timing.occupancy import qk_columns
+from flashscope.simulator.timing.occupancy import pv_columns, qk_columns
 
 _GL_DTYPES = {torch.float16: gl.float16, torch.bfloat16: gl.bfloat16}
 LOADER_REGS = 24  # the fewest registers a warp can be given
@@ -505,12 +505,106 @@ def _pass_turn(turn, C: gl.constexpr, CONSUMERS: gl.constexpr, PINGPONG: gl.cons
 
 
 @gluon.jit
+def _acc_zeros(BLOCK_M: gl.constexpr, HEAD_DIM: gl.constexpr, PV_DIM: gl.constexpr,
+               o_layout: gl.constexpr, oh_layout: gl.constexpr):
+    """O's accumulator at zero: one tensor, or (the first half of the tile, the rest)."""
+    if PV_DIM == HEAD_DIM:
+        return gl.zeros([BLOCK_M, HEAD_DIM], gl.float32, o_layout)
+    else:
+        LOW: gl.constexpr = HEAD_DIM // 2
+        return (gl.zeros([BLOCK_M, LOW], gl.float32, o_layout),
+                gl.zeros([BLOCK_M, PV_DIM - LOW], gl.float32, oh_layout))
+
+
+@gluon.jit
+def _pv(p, v, acc, PV_DIM: gl.constexpr):
+    """Issue O += P V (asynchronous) over PV_DIM of V's columns: one product, or two (the first
+    half of the tile's columns, then the rest, each into its part of the accumulator; then
+    (the two parts, the second product's P), all three in flight until `_pv_wait`)."""
+    HEAD_DIM: gl.constexpr = v.shape[1]
+    if PV_DIM == HEAD_DIM:
+        return warpgroup_mma(p, v, acc, is_async=True)
+    else:
+        LOW: gl.constexpr = HEAD_DIM // 2
+        low = warpgroup_mma(p, v.slice(0, LOW, dim=1), acc[0], is_async=True)
+        p_high = gl.convert_layout(p, gl.DotOperandLayout(operand_index=0,
+                                                          parent=acc[1].type.layout, k_width=2))
+        high = warpgroup_mma(p_high, v.slice(LOW, PV_DIM - LOW, dim=1), acc[1], is_async=True)
+        return low, high, p_high
+
+
+@gluon.jit
+def _pv_wait(acc, p, HEAD_DIM: gl.constexpr, PV_DIM: gl.constexpr):
+    """Wait for every product in flight: (the accumulator, P)."""
+    if PV_DIM == HEAD_DIM:
+        acc, p = warpgroup_mma_wait(0, deps=(acc, p))
+        return acc, p
+    else:
+        low, high, _, p = warpgroup_mma_wait(0, deps=(acc[0], acc[1], acc[2], p))
+        return (low, high), p
+
+
+@gluon.jit
+def _by_rows(x, alpha, DIVIDE: gl.constexpr):
+    a = gl.convert_layout(alpha, gl.SliceLayout(1, x.type.layout))[:, None]
+    return x / a if DIVIDE else x * a
+
+
+@gluon.jit
+def _rescaled(acc, alpha, HEAD_DIM: gl.constexpr, PV_DIM: gl.constexpr,
+              DIVIDE: gl.constexpr = False):
+    """The accumulator's rows times alpha (DIVIDE: divided by it), part by part."""
+    if PV_DIM == HEAD_DIM:
+        return _by_rows(acc, alpha, DIVIDE)
+    else:
+        return _by_rows(acc[0], alpha, DIVIDE), _by_rows(acc[1], alpha, DIVIDE)
+
+
+@gluon.jit
+def _o_to_stage(o_stage, acc, l, dtype: gl.constexpr, HEAD_DIM: gl.constexpr,
+                PV_DIM: gl.constexpr):
+    """O = acc / l per row, into its shared-memory stage (where P V ran over PV_DIM columns,
+    the stage's columns past them are left as they are: the copy engine drops them)."""
+    o = _rescaled(acc, l, HEAD_DIM, PV_DIM, True)
+    if PV_DIM == HEAD_DIM:
+        o_stage.store(o.to(dtype))
+    else:
+        LOW: gl.constexpr = HEAD_DIM // 2
+        o_stage.slice(0, LOW, dim=1).store(o[0].to(dtype))
+        o_stage.slice(LOW, PV_DIM - LOW, dim=1).store(o[1].to(dtype))
+
+
+@gluon.jit
+def _o_part_to_rows(O, o, row0, skip, col0, D, BLOCK_M: gl.constexpr, dtype: gl.constexpr):
+    """One part of O (its columns from col0) to global memory at rows row0 on, but its first
+    `skip` rows and the columns from D on."""
+    layout: gl.constexpr = o.type.layout
+    r = gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, layout))
+    c = col0 + gl.arange(0, o.shape[1], layout=gl.SliceLayout(0, layout))
+    row = (row0 + r).to(gl.int64)
+    ptrs = O + row[:, None] * D + c[None, :]  # O is (B·H·N_q, D), D ≤ HEAD_DIM
+    gl.store(ptrs, o.to(dtype), mask=(r >= skip)[:, None] & (c < D)[None, :])
+
+
+@gluon.jit
+def _o_to_rows(O, acc, l, row0, skip, D, BLOCK_M: gl.constexpr, dtype: gl.constexpr,
+               HEAD_DIM: gl.constexpr, PV_DIM: gl.constexpr):
+    """O = acc / l per row, stored with masks (`_o_part_to_rows`), a part at a time."""
+    o = _rescaled(acc, l, HEAD_DIM, PV_DIM, True)
+    if PV_DIM == HEAD_DIM:
+        _o_part_to_rows(O, o, row0, skip, 0, D, BLOCK_M, dtype)
+    else:
+        _o_part_to_rows(O, o[0], row0, skip, 0, D, BLOCK_M, dtype)
+        _o_part_to_rows(O, o[1], row0, skip, HEAD_DIM // 2, D, BLOCK_M, dtype)
+
+
+@gluon.jit
 def _pipelined_step(q, p, acc, m, l, j, g0, r0, bounds, qk_scale2, ring, turn, rec,
                     s_layout: gl.constexpr, o_layout: gl.constexpr, p_layout: gl.constexpr,
                     BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
                     MASKED: gl.constexpr, dtype: gl.constexpr, C: gl.constexpr,
                     CONSUMERS: gl.constexpr, PINGPONG: gl.constexpr, RECORD: gl.constexpr,
-                    QK_DIM: gl.constexpr):
+                    QK_DIM: gl.constexpr, PV_DIM: gl.constexpr):
     """Key block j (ring step g0 + j, round r0 + j) of the pipelined loop: issue Sⱼ, issue
     P_{j-1} V_{j-1}, wait for Sⱼ alone, run its softmax while the P V product is still on the
     tensor cores, then rescale. Returns the state with P of block j (in the operand layout)
@@ -527,19 +621,20 @@ def _pipelined_step(q, p, acc, m, l, j, g0, r0, bounds, qk_scale2, ring, turn, r
     prev = (g - 1) % STAGES
     mbarrier.wait(v_ready.index(prev), ((g - 1) // STAGES) & 1)
     _stamp(rec, g, 3, RECORD)
-    acc = warpgroup_mma(p, v_smem.index(prev), acc, is_async=True)
+    acc = _pv(p, v_smem.index(prev), acc, PV_DIM)
     _pass_turn(turn, C, CONSUMERS, PINGPONG)
     _stamp(rec, g, 4, RECORD)
-    s = warpgroup_mma_wait(1, deps=(s,))
+    # Sⱼ alone: the P V products issued after it (one, or two where split) stay in flight
+    s = warpgroup_mma_wait(1 if q.shape[1] == PV_DIM else 2, deps=(s,))
     _stamp(rec, g, 5, RECORD)
     mbarrier.arrive(k_empty.index(g % STAGES), count=1)
     p_new, m, l, alpha = _softmax(s, m, l, j * BLOCK_N, bounds, qk_scale2, s_layout, BLOCK_M,
                                   BLOCK_N, MASKED)
     _stamp(rec, g, 6, RECORD)
-    acc, p = warpgroup_mma_wait(0, deps=(acc, p))
+    acc, p = _pv_wait(acc, p, q.shape[1], PV_DIM)
     _stamp(rec, g, 7, RECORD)
     mbarrier.arrive(v_empty.index(prev), count=1)
-    acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, o_layout))[:, None]
+    acc = _rescaled(acc, alpha, q.shape[1], PV_DIM)
     p = gl.convert_layout(p_new.to(dtype), p_layout)
     _stamp(rec, g, 8, RECORD)
     return p, acc, m, l
@@ -550,7 +645,7 @@ def _plain_step(q, acc, m, l, j, g0, bounds, qk_scale2, ring, rec, s_layout: gl.
                 o_layout: gl.constexpr, p_layout: gl.constexpr, BLOCK_M: gl.constexpr,
                 BLOCK_N: gl.constexpr, STAGES: gl.constexpr, MASKED: gl.constexpr,
                 dtype: gl.constexpr, KEYS: gl.constexpr, RECORD: gl.constexpr,
-                QK_DIM: gl.constexpr):
+                QK_DIM: gl.constexpr, PV_DIM: gl.constexpr):
     """Key block j (ring step g0 + j) without pipelining: Sⱼ, its softmax, the rescale, then
     P V, each waited for. KEYS < BLOCK_N: only the block's first KEYS keys (the causal
     diagonal's last block, where no row sees the rest; s_layout is then KEYS wide, and m and ℓ
@@ -567,7 +662,7 @@ def _plain_step(q, acc, m, l, j, g0, bounds, qk_scale2, ring, rec, s_layout: gl.
     mbarrier.arrive(k_empty.index(slot), count=1)
     p, m, l, alpha = _softmax(s, m, l, j * BLOCK_N, bounds, qk_scale2, s_layout, BLOCK_M, KEYS,
                               MASKED)
-    acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, o_layout))[:, None]
+    acc = _rescaled(acc, alpha, q.shape[1], PV_DIM)
     p = gl.convert_layout(p.to(dtype), p_layout)
     _stamp(rec, g, 6, RECORD)
     mbarrier.wait(v_ready.index(slot), (g // STAGES) & 1)
@@ -575,9 +670,9 @@ def _plain_step(q, acc, m, l, j, g0, bounds, qk_scale2, ring, rec, s_layout: gl.
     v = v_smem.index(slot)
     if KEYS != BLOCK_N:
         v = v.slice(0, KEYS)
-    acc = warpgroup_mma(p, v, acc, is_async=True)
+    acc = _pv(p, v, acc, PV_DIM)
     _stamp(rec, g, 4, RECORD)
-    acc, p = warpgroup_mma_wait(0, deps=(acc, p))
+    acc, p = _pv_wait(acc, p, q.shape[1], PV_DIM)
     _stamp(rec, g, 7, RECORD)
     mbarrier.arrive(v_empty.index(slot), count=1)
     return acc, m, l
@@ -589,21 +684,21 @@ def _consumer(args, C: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constex
               PIPELINE: gl.constexpr, CONSUMERS: gl.constexpr, PINGPONG: gl.constexpr,
               HALF: gl.constexpr, MERGED: gl.constexpr, SCHEDULED: gl.constexpr,
               RECORD: gl.constexpr, KEY_EDGE: gl.constexpr, Q_EDGE: gl.constexpr,
-              QK_DIM: gl.constexpr):
+              QK_DIM: gl.constexpr, PV_DIM: gl.constexpr):
     """Warpgroup C's loop (`_consumer_loop`), in RECORD mode 2 one copy for the programs that
     stamp their steps and one for those that do not (the modes: above `record_size`)."""
     if RECORD == 2:
         if _stamps_steps(args[22], args[23]):
             _consumer_loop(args, C, HEAD_DIM, BLOCK_M, BLOCK_N, STAGES, CAUSAL, PIPELINE,
                            CONSUMERS, PINGPONG, HALF, MERGED, SCHEDULED, 3, KEY_EDGE, Q_EDGE,
-                           QK_DIM)
+                           QK_DIM, PV_DIM)
         else:
             _consumer_loop(args, C, HEAD_DIM, BLOCK_M, BLOCK_N, STAGES, CAUSAL, PIPELINE,
                            CONSUMERS, PINGPONG, HALF, MERGED, SCHEDULED, 4, KEY_EDGE, Q_EDGE,
-                           QK_DIM)
+                           QK_DIM, PV_DIM)
     else:
         _consumer_loop(args, C, HEAD_DIM, BLOCK_M, BLOCK_N, STAGES, CAUSAL, PIPELINE, CONSUMERS,
-                       PINGPONG, HALF, MERGED, SCHEDULED, RECORD, KEY_EDGE, Q_EDGE, QK_DIM)
+                       PINGPONG, HALF, MERGED, SCHEDULED, RECORD, KEY_EDGE, Q_EDGE, QK_DIM, PV_DIM)
 
 
 @gluon.jit
@@ -612,7 +707,7 @@ def _consumer_loop(args, C: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M: gl.co
                    PIPELINE: gl.constexpr, CONSUMERS: gl.constexpr, PINGPONG: gl.constexpr,
                    HALF: gl.constexpr, MERGED: gl.constexpr, SCHEDULED: gl.constexpr,
                    RECORD: gl.constexpr, KEY_EDGE: gl.constexpr, Q_EDGE: gl.constexpr,
-                   QK_DIM: gl.constexpr):
+                   QK_DIM: gl.constexpr, PV_DIM: gl.constexpr):
     """Warpgroup C: for each of the program's tiles, its BLOCK_M query rows through every step,
     then their O and LSE.
 
@@ -634,14 +729,19 @@ def _consumer_loop(args, C: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M: gl.co
      rec_steps, rec_tiles, O, D) = args
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                        instr_shape=[16, BLOCK_N, 16])
+    # O's accumulator: one part HEAD_DIM wide, or where P V runs over PV_DIM < HEAD_DIM columns
+    # (`pv_dim`), one half the tile wide and one for the rest (`_acc_zeros`)
+    PV_LOW: gl.constexpr = HEAD_DIM if PV_DIM == HEAD_DIM else HEAD_DIM // 2
+    PV_HIGH: gl.constexpr = 16 if PV_DIM == HEAD_DIM else PV_DIM - PV_LOW  # (16: unused)
     o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
-                                                       instr_shape=[16, HEAD_DIM, 16])
+                                                       instr_shape=[16, PV_LOW, 16])
+    oh_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                        instr_shape=[16, PV_HIGH, 16])
     p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
     half_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                           instr_shape=[16, BLOCK_N // 2, 16])
     row_s: gl.constexpr = gl.SliceLayout(1, s_layout)
     row_h: gl.constexpr = gl.SliceLayout(1, half_layout)
-    row_o: gl.constexpr = gl.SliceLayout(1, o_layout)
     dtype: gl.constexpr = o_desc.dtype
     TILE_M: gl.constexpr = BLOCK_M * CONSUMERS
     MASK: gl.constexpr = 1 if CAUSAL else 2  # the masked steps' mask (`_softmax`)
@@ -666,7 +766,7 @@ def _consumer_loop(args, C: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M: gl.co
         bounds = (m0 + C * BLOCK_M + N_K - N_Q, N_K, n_full * BLOCK_N)
         m = gl.full([BLOCK_M], float("-inf"), gl.float32, row_s)
         l = gl.zeros([BLOCK_M], gl.float32, row_s)
-        acc = gl.zeros([BLOCK_M, HEAD_DIM], gl.float32, o_layout)
+        acc = _acc_zeros(BLOCK_M, HEAD_DIM, PV_DIM, o_layout, oh_layout)
         _stamp_tile(rec, i, 0, RECORD)
         mbarrier.wait(q_ready.index(C), i & 1)
         _stamp_tile(rec, i, 1, RECORD)
@@ -695,35 +795,35 @@ def _consumer_loop(args, C: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M: gl.co
                 p, acc, m, l = _pipelined_step(q, p, acc, m, l, j, g, r0, bounds, qk_scale2,
                                                ring, turn, rec, s_layout, o_layout, p_layout,
                                                BLOCK_M, BLOCK_N, STAGES, FIRST, dtype, C,
-                                               CONSUMERS, PINGPONG, RECORD, QK_DIM)
+                                               CONSUMERS, PINGPONG, RECORD, QK_DIM, PV_DIM)
             if (CAUSAL or KEY_EDGE) and not MERGED:
                 for j in range(gl.maximum(n_full, 1), n_steps):
                     p, acc, m, l = _pipelined_step(q, p, acc, m, l, j, g, r0, bounds,
                                                    qk_scale2, ring, turn, rec, s_layout,
                                                    o_layout, p_layout, BLOCK_M, BLOCK_N, STAGES,
                                                    MASK, dtype, C, CONSUMERS, PINGPONG, RECORD,
-                                                   QK_DIM)
+                                                   QK_DIM, PV_DIM)
             mbarrier.arrive(q_empty.index(C), count=1)  # every S product of the tile is done
             last = g + n_steps - 1
             mbarrier.wait(v_ready.index(last % STAGES), (last // STAGES) & 1)
             _stamp_tile(rec, i, 2, RECORD)
             _take_turn(turn, r0 + n_steps, C, PINGPONG)
-            acc = warpgroup_mma(p, v_smem.index(last % STAGES), acc, is_async=True)
+            acc = _pv(p, v_smem.index(last % STAGES), acc, PV_DIM)
             _pass_turn(turn, C, CONSUMERS, PINGPONG)
             _stamp_tile(rec, i, 3, RECORD)
-            acc, p = warpgroup_mma_wait(0, deps=(acc, p))
+            acc, p = _pv_wait(acc, p, HEAD_DIM, PV_DIM)
             _stamp_tile(rec, i, 4, RECORD)
             mbarrier.arrive(v_empty.index(last % STAGES), count=1)
         else:
             for j in range(n_whole if MERGED else n_full):
                 acc, m, l = _plain_step(q, acc, m, l, j, g, bounds, qk_scale2, ring, rec,
                                         s_layout, o_layout, p_layout, BLOCK_M, BLOCK_N, STAGES,
-                                        FIRST, dtype, BLOCK_N, RECORD, QK_DIM)
+                                        FIRST, dtype, BLOCK_N, RECORD, QK_DIM, PV_DIM)
             if (CAUSAL or KEY_EDGE) and not MERGED:
                 for j in range(n_full, n_whole):
                     acc, m, l = _plain_step(q, acc, m, l, j, g, bounds, qk_scale2, ring, rec,
                                             s_layout, o_layout, p_layout, BLOCK_M, BLOCK_N,
-                                            STAGES, MASK, dtype, BLOCK_N, RECORD, QK_DIM)
+                                            STAGES, MASK, dtype, BLOCK_N, RECORD, QK_DIM, PV_DIM)
             # (HALF, a constexpr, leaves the half step out of other kernels altogether)
             if CAUSAL and HALF:  # noqa: SIM102
                 if n_whole < n_steps:
@@ -731,7 +831,7 @@ def _consumer_loop(args, C: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M: gl.co
                                                 gl.convert_layout(l, row_h), n_whole, g, bounds,
                                                 qk_scale2, ring, rec, half_layout, o_layout,
                                                 p_layout, BLOCK_M, BLOCK_N, STAGES, True, dtype,
-                                                BLOCK_N // 2, RECORD, QK_DIM)
+                                                BLOCK_N // 2, RECORD, QK_DIM, PV_DIM)
                     m = gl.convert_layout(m_h, row_s)
                     l = gl.convert_layout(l_h, row_s)
             mbarrier.arrive(q_empty.index(C), count=1)
@@ -742,7 +842,6 @@ def _consumer_loop(args, C: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M: gl.co
                                       CAUSAL, False)
         seen = l > 0
         l_safe = gl.where(seen, l, 1.0)
-        o = acc / gl.convert_layout(l_safe, row_o)[:, None]
         lse = gl.where(seen, (m + gl.log2(l_safe)) * 0.6931471805599453, float("-inf"))
         # A warpgroup whose rows all lie above row 0 (the top tile) computed nothing of this
         # head's and stores nothing; where BLOCK_M does not divide N_Q (Q_EDGE), the top tile's
@@ -752,19 +851,15 @@ def _consumer_loop(args, C: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M: gl.co
             local = C * BLOCK_M + gl.arange(0, BLOCK_M, layout=row_s)
             gl.store(LSE + q_row + local, lse)  # LSE is (B·H·N_q) in the same row order as Q
             tma.store_wait(0)  # the previous tile's O has left the stage
-            o_stage.store(o.to(dtype))
+            _o_to_stage(o_stage, acc, l_safe, dtype, HEAD_DIM, PV_DIM)
             fence_async_shared()
             tma.async_copy_shared_to_global(o_desc, [q_row + C * BLOCK_M, 0], o_stage)
         elif Q_EDGE:  # noqa: SIM102 (a constexpr, then a runtime test)
             if first_row + BLOCK_M > 0:
                 r_s = gl.arange(0, BLOCK_M, layout=row_s)
                 gl.store(LSE + q_row + C * BLOCK_M + r_s, lse, mask=r_s >= -first_row)
-                r_o = gl.arange(0, BLOCK_M, layout=row_o)
-                c_o = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, o_layout))
-                row = (q_row + C * BLOCK_M + r_o).to(gl.int64)
-                ptrs = O + row[:, None] * D + c_o[None, :]  # O is (B·H·N_q, D), D ≤ HEAD_DIM
-                inside = (r_o >= -first_row)[:, None] & (c_o < D)[None, :]
-                gl.store(ptrs, o.to(dtype), mask=inside)
+                _o_to_rows(O, acc, l_safe, q_row + C * BLOCK_M, -first_row, D, BLOCK_M,
+                           dtype, HEAD_DIM, PV_DIM)
         _stamp_tile(rec, i, 6, RECORD)
         g += n_steps
         i += 1  # noqa: SIM113 (no enumerate in a kernel)
@@ -780,7 +875,7 @@ def _attn_fwd_ws(q_desc, k_desc, v_desc, o_desc, LSE, qk_scale2, H, GROUP, N_Q, 
                  PIPELINE: gl.constexpr, PINGPONG: gl.constexpr, HALF: gl.constexpr,
                  MERGED: gl.constexpr, SCHEDULED: gl.constexpr, CONSUMER_REGS: gl.constexpr,
                  RECORD: gl.constexpr, KEY_EDGE: gl.constexpr, Q_EDGE: gl.constexpr,
-                 O_IN_Q: gl.constexpr, QK_DIM: gl.constexpr):
+                 O_IN_Q: gl.constexpr, QK_DIM: gl.constexpr, PV_DIM: gl.constexpr):
     """Programs take tiles t = program_id, + num_programs, … < n_tiles (one each, or, launched
     persistent, one program per SM slot looping over its share; SCHEDULED: the share the host's
     schedule in SCHED gives it). RECORD: programs below rec_detail stamp their phases into REC,
@@ -820,38 +915,40 @@ def _attn_fwd_ws(q_desc, k_desc, v_desc, o_desc, LSE, qk_scale2, H, GROUP, N_Q, 
     if CONSUMERS == 1:
         gl.warp_specialize([(_consumer, (shared, 0, HEAD_DIM, BLOCK_M, BLOCK_N, STAGES, CAUSAL,
                                          PIPELINE, CONSUMERS, PINGPONG, HALF, MERGED,
-                                         SCHEDULED, RECORD, KEY_EDGE, Q_EDGE, QK_DIM)),
+                                         SCHEDULED, RECORD, KEY_EDGE, Q_EDGE, QK_DIM, PV_DIM)),
                             (_loader, (loads, BLOCK_M, BLOCK_N, CONSUMERS, STAGES, CAUSAL,
                                        SCHEDULED, RECORD))],
                            [1], [_LOADER_REGS])
     elif CONSUMERS == 2:
         gl.warp_specialize([(_consumer, (shared, 0, HEAD_DIM, BLOCK_M, BLOCK_N, STAGES, CAUSAL,
                                          PIPELINE, CONSUMERS, PINGPONG, HALF, MERGED,
-                                         SCHEDULED, RECORD, KEY_EDGE, Q_EDGE, QK_DIM)),
+                                         SCHEDULED, RECORD, KEY_EDGE, Q_EDGE, QK_DIM, PV_DIM)),
                             (_consumer, (shared, 1, HEAD_DIM, BLOCK_M, BLOCK_N, STAGES, CAUSAL,
                                          PIPELINE, CONSUMERS, PINGPONG, HALF, MERGED,
-                                         SCHEDULED, RECORD, KEY_EDGE, Q_EDGE, QK_DIM)),
+                                         SCHEDULED, RECORD, KEY_EDGE, Q_EDGE, QK_DIM, PV_DIM)),
                             (_loader, (loads, BLOCK_M, BLOCK_N, CONSUMERS, STAGES, CAUSAL,
                                        SCHEDULED, RECORD))],
                            [4, 1], [CONSUMER_REGS, _LOADER_REGS])
     else:
         gl.warp_specialize([(_consumer, (shared, 0, HEAD_DIM, BLOCK_M, BLOCK_N, STAGES, CAUSAL,
                                          PIPELINE, CONSUMERS, PINGPONG, HALF, MERGED,
-                                         SCHEDULED, RECORD, KEY_EDGE, Q_EDGE, QK_DIM)),
+                                         SCHEDULED, RECORD, KEY_EDGE, Q_EDGE, QK_DIM, PV_DIM)),
                             (_consumer, (shared, 1, HEAD_DIM, BLOCK_M, BLOCK_N, STAGES, CAUSAL,
                                          PIPELINE, CONSUMERS, PINGPONG, HALF, MERGED,
-                                         SCHEDULED, RECORD, KEY_EDGE, Q_EDGE, QK_DIM)),
+                                         SCHEDULED, RECORD, KEY_EDGE, Q_EDGE, QK_DIM, PV_DIM)),
                             (_consumer, (shared, 2, HEAD_DIM, BLOCK_M, BLOCK_N, STAGES, CAUSAL,
                                          PIPELINE, CONSUMERS, PINGPONG, HALF, MERGED,
-                                         SCHEDULED, RECORD, KEY_EDGE, Q_EDGE, QK_DIM)),
+                                         SCHEDULED, RECORD, KEY_EDGE, Q_EDGE, QK_DIM, PV_DIM)),
                             (_loader, (loads, BLOCK_M, BLOCK_N, CONSUMERS, STAGES, CAUSAL,
                                        SCHEDULED, RECORD))],
                            [4, 4, 1], [CONSUMER_REGS, CONSUMER_REGS, _LOADER_REGS])
 # fmt: on
 
 
-# Whether S = Q Kᵀ skips the padded columns (`qk_dim`); a switch for benchmarks/qk_split.py.
+# Whether S = Q Kᵀ (`qk_dim`) and P V (`pv_dim`) skip the padded columns; switches for
+# benchmarks/qk_split.py.
 SPLIT_QK = True
+SPLIT_PV = True
 
 
 def qk_dim(d: int) -> int:
@@ -859,6 +956,13 @@ def qk_dim(d: int) -> int:
     16 where two products of power-of-two widths cover it, else the tile's width); the P V
     product runs over the tile's whole width. SPLIT_QK off: the tile's width always."""
     return qk_columns(d) if SPLIT_QK else pad_dim(d)
+
+
+def pv_dim(d: int) -> int:
+    """The columns P V and O's accumulator cover for head_dim d: `pv_columns` (192 of 256, the
+    accumulator then in two parts, half the tile and the rest), or with SPLIT_PV off the tile's
+    width."""
+    return pv_columns(d) if SPLIT_PV else pad_dim(d)
 
 
 def supports(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cfg: WsConfig) -> str | None:
@@ -1126,6 +1230,7 @@ def _geometry(q, k, causal: bool, cfg: WsConfig, sms: int, record: Recording | N
         Q_EDGE=n_q % cfg.block_m != 0,
         O_IN_Q=cfg.o_in_q(pad_dim(q.shape[3])),
         QK_DIM=qk_dim(q.shape[3]),
+        PV_DIM=pv_dim(q.shape[3]),
     )
     sizes = (h, h // k.shape[1], n_q, n_k, tiles, cfg.band or rows)
     options = {"num_warps": 4, "maxnreg": launch_regs}
@@ -1162,7 +1267,7 @@ def launch_forward_ws(
     where = (q.shape, k.shape, v.shape, q.stride(2), k.stride(2), v.stride(2), q.dtype, causal,
              cfg, q.device, torch.cuda.current_device(), HALF_STEPS, SCHEDULE_TILES,
              MAX_SCHEDULED_TILES, TILE_FIXED_COST, MASKED_STEP_COST,
-             SPLIT_QK)  # the switches: benchmarks change them  # fmt: skip
+             SPLIT_QK, SPLIT_PV)  # the switches: benchmarks change them  # fmt: skip
     plan = _PLANS.get(where)
     if plan is None:
         plan = _plan(q, k, v, o, lse, causal, scale, cfg, _sms(q.device.index or 0))
@@ -1313,7 +1418,9 @@ def compile_report(
 ) -> list[dict]:
     """Per (configuration, head_dim) and causal: what the compiled sm_90a kernel (`record`: its
     recorded variant) holds (its registers and spill stack as cuobjdump reads them from the
-    cubin, the bytes of its machine code, and the cycle-counter reads in its PTX)."""
+    cubin, the bytes of its machine code, the cycle-counter reads in its PTX, and its wgmma
+    instructions: how many, and the sum of their widths N, each m64 × N × k16, so the work
+    its code issues)."""
     import re
 
     rows = []
@@ -1327,6 +1434,7 @@ def compile_report(
                 "shared": k.metadata.shared, "regs": found["REG"],
                 "stack": found["STACK"], "local": found["LOCAL"],
                 "wgmma": ptx.count("wgmma.mma_async"),
+                "wgmma_n": sum(map(int, re.findall(r"wgmma\.mma_async\S*\.m64n(\d+)k", ptx))),
                 "setmaxnreg": sorted({int(x) for x in re.findall(SETMAXNREG, ptx)}),
                 "registers": list(cfg.registers()), "clock_reads": ptx.count("%clock64"),
                 "code_bytes": max(int(x, 16) for x in offsets) + 16,

@@ -11,7 +11,7 @@ slot (SMs × `ctas`) looping over tiles, its loader fetching the next tile's Q e
 How the time is made:
 1. Per-block work of one warpgroup (`costs`): each product's FLOPs at the SM's share of the
    tensor peak × `Fa3Terms.tensor` (a head_dim that is not a power of two at the kernel's
-   widths: S over `qk_columns`, P V, the rescale and the epilogue over the padded width);
+   widths: S over `qk_columns`, P V, the rescale and the epilogue over `pv_columns`);
    64·(block_n + 1) exp2 at `sfu_per_clk` × clock × `efficiency.sfu`; SOFTMAX_OPS FP32
    operations per score (`Fa3Terms.mask_ops` more on a masked step), the rescale's one per
    element of O and the epilogue at `Fa3Terms.softmax_ops_per_clk`;
@@ -78,7 +78,7 @@ from flashscope.simulator.timing.fa3_config import (
     tile_steps,
 )
 from flashscope.simulator.timing.fa3_sm import SM, Costs, Tile
-from flashscope.simulator.timing.occupancy import pad_head_dim, qk_columns
+from flashscope.simulator.timing.occupancy import pv_columns, qk_columns
 
 ALGO = "fa3"
 DTYPES = ("fp16", "bf16", "fp8")
@@ -191,8 +191,9 @@ def costs(
 ) -> Costs:
     """One warpgroup's work per key block on `gpu` (see the module docstring, step 1)."""
     eff, d, bn = gpu.efficiency, problem.head_dim, cfg.block_n
-    # on chip the tiles are the padded width wide; S = Q Kᵀ runs over `qk_columns` of them
-    d_qk, d_pad = qk_columns(d), pad_head_dim(d)
+    # on chip the tiles are the padded width wide; S = Q Kᵀ runs over `qk_columns` of them,
+    # P V and O's accumulator over `pv_columns`
+    d_qk, d_pv = qk_columns(d), pv_columns(d)
     elem = ELEMENT_BYTES[dtype]
     tensor = gpu.tensor_flops("fp16") * (2 if dtype == "fp8" else 1) * terms.tensor / gpu.sms / 1e9
     sfu = gpu.sfu_per_clk * gpu.clock_ghz * eff.sfu  # exp2 per ns per SM
@@ -201,10 +202,10 @@ def costs(
     scale = 4 if dtype == "fp8" else 0  # one fp32 scale per block
     return Costs(
         qk=2 * BLOCK_M * bn * d_qk / tensor,
-        pv=2 * BLOCK_M * bn * d_pad / tensor,
+        pv=2 * BLOCK_M * bn * d_pv / tensor,
         exp=BLOCK_M * (bn + 1) / sfu,
         alu=ops / fp32,
-        epilogue=(2 * BLOCK_M * d_pad + 4 * BLOCK_M) / fp32,
+        epilogue=(2 * BLOCK_M * d_pv + 4 * BLOCK_M) / fp32,
         q_bytes=BLOCK_M * d * elem + scale,
         kv_bytes=bn * d * elem + scale,
         o_bytes=BLOCK_M * d * 2,
@@ -212,7 +213,7 @@ def costs(
         mma_latency=terms.mma_latency_ns,
         copy_latency=terms.kv_latency_ns,
         q_latency=eff.dram_latency_ns,
-        rescale=BLOCK_M * d_pad / fp32,
+        rescale=BLOCK_M * d_pv / fp32,
         mask_alu=terms.mask_ops * BLOCK_M * bn / fp32,
         softmax_ns=terms.softmax_ns,
         blocking_issue=terms.blocking_issue,

@@ -55,12 +55,23 @@ def qk_columns(d: int) -> int:
     """The columns the Gluon forward's S = Q Kᵀ runs over at head_dim d: d rounded up to 16
     (wgmma's step) where half the padded width plus a power of two covers it (192 = 128 + 64,
     96 = 64 + 32, 80 = 64 + 16: two products), else the padded width. Its P V product and O
-    stay `pad_head_dim(d)` wide. On an H200 (benchmarks/results/qk-split-*.json) that cut the
+    stay `pv_columns(d)` wide. On an H200 (benchmarks/results/qk-split-*.json) that cut the
     forward's time by 2-12% against the padded product at d = 80, 96, 160 and 192."""
     full = pad_head_dim(d)
     used = -(-d // 16) * 16
     rest = used - full // 2
     return used if 0 < rest < full // 2 and rest & (rest - 1) == 0 else full
+
+
+def pv_columns(d: int) -> int:
+    """The columns the Gluon forward's P V product and O's accumulator cover at head_dim d:
+    `qk_columns` where its second part is at least 64 wide (192 = 128 + 64, the accumulator
+    then in those two parts), else the padded width. Measured on an H200
+    (benchmarks/results/qk-split-*.json): at d = 192 two parts ran 1.01-1.06x faster than
+    one 256-wide accumulator in all 12 cases; at d = 80 and 96 (parts of 64 + 16 and 64 + 32)
+    1.01-1.06x in 8 cases and 0.93-0.95x in the other 4 (all of one configuration)."""
+    cols, full = qk_columns(d), pad_head_dim(d)
+    return cols if cols - full // 2 >= 64 else full
 
 
 @dataclass(frozen=True)

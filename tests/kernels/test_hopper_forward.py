@@ -328,18 +328,20 @@ def test_the_score_product_covers_the_head_dims_columns_in_two_powers_of_two(d: 
         40: 48, 80: 80, 96: 96, 120: 128, 160: 160, 176: 256, 192: 192}  # fmt: skip
 
 
-def test_the_score_product_of_padded_head_dims_issues_fewer_wgmma() -> None:
-    """A head dim that fills half the padded tile and a power of two more (192 in 256 columns,
-    96 in 128) compiles its S products over those columns alone: per S product 12 wgmma k-steps
-    of 16 instead of 16 (192), 6 instead of 8 (96); P V stays at the tile's width. 120 in 128
-    columns runs over the whole tile, as 128 does."""
+def test_padded_head_dims_issue_products_over_their_own_columns() -> None:
+    """S = Q Kᵀ runs over the head dim's columns where half the padded tile and a power of two
+    more cover them (192 of 256, 96 of 128), P V too where that second part is 64 wide or more
+    (192, in two accumulators; not 96). The work of the compiled wgmma instructions (the sum
+    of their widths, each m64 × N × k16) is then (192 + 192) / (256 + 256) of the padded
+    tile's, and (96 + 128) / (128 + 128). 120 in 128 columns runs over the whole tile."""
     wanted = [([2, 64, 2, 1, 1], 192), ([2, 64, 2, 1, 1], 256), ([2, 128, 2, 1, 1, 1], 96),
               ([2, 128, 2, 1, 1, 1], 120), ([2, 128, 2, 1, 1, 1], 128)]  # fmt: skip
     rows = compiled_apart("hopper_forward", wanted)
-    wgmma = {(r["head_dim"], r["causal"]): r["wgmma"] for r in rows}
+    work = {(r["head_dim"], r["causal"]): r["wgmma_n"] for r in rows}
     for causal in (False, True):
-        assert wgmma[192, causal] < wgmma[256, causal], wgmma
-        assert wgmma[96, causal] < wgmma[120, causal] == wgmma[128, causal], wgmma
+        assert work[192, causal] * 512 == work[256, causal] * 384, work
+        assert work[96, causal] * 256 == work[128, causal] * 224, work
+        assert work[120, causal] == work[128, causal], work
     for row in rows:
         assert row["stack"] == 0 and row["local"] == 0, row
 
