@@ -7,9 +7,10 @@ It runs one task at a time: `run(name, payload, state)` of its tasks module
 (app/compute/tasks.py), its `state` (caches) private to the worker. A task goes to the worker its
 `affinity` names (the same trace to the same worker, whose cache then serves it), or without one
 to the worker with the fewest tasks. A task that outlives `timeout_s`, or whose client has gone
-(`gone()`, asked every `POLL_S` while it waits or runs), has its worker killed and replaced, or
-never starts; the caller gets `TooSlow` or `Cancelled`. At most `max_pending` tasks wait or run at
-once, and at most `max_per_client` of one client's; beyond either, `Busy` is raised at once.
+(`gone()`, asked every `POLL_S` while it waits or runs), has its worker killed and replaced (at
+once where its client went away, else on the worker's next task), or never starts; the caller
+gets `TooSlow` or `Cancelled`. At most `max_pending` tasks wait or run at once, and at most
+`max_per_client` of one client's; beyond either, `Busy` is raised at once.
 """
 
 from __future__ import annotations
@@ -306,6 +307,9 @@ class WorkerPool:
                     self._kill(w)
                     with contextlib.suppress(Exception):
                         await job
+                    # its replacement starts now, so the client's next request (a reader who
+                    # stepped on, or left for another page) does not wait for a worker's imports
+                    await loop.run_in_executor(self._executor(), self._spawn, w)
                     raise Cancelled("the client went away")
         except asyncio.CancelledError:  # the request itself was cancelled: so is its task
             self._kill(w)

@@ -158,6 +158,9 @@ def test_a_client_that_disconnects_has_its_worker_killed_within_a_second(request
         assert time.monotonic() - t0 < 1.0
         _until(lambda: pool.pending == 0, timeout=1)
         assert pool.restarts == 1 and pid not in pool.pids()
+        # its replacement is already running, before any other request asks for it
+        (new,) = [p for p in pool.pids() if p is not None]
+        assert alive(new)
 
 
 def test_a_trace_stream_that_closes_has_its_worker_killed_within_a_second():
