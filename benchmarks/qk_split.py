@@ -29,10 +29,9 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks.attention import DTYPES, attention_fn, flops, protocol_inputs
 from benchmarks.hostinfo import gpu_header, result_path
-from benchmarks.odd_lengths import triton_forward_only
+from benchmarks.odd_lengths import run, triton_forward_only
 from flashscope.kernels import hopper_forward
 from flashscope.kernels.hopper_forward import qk_dim, tuned
-from flashscope.kernels.timing import median_ms
 
 FORMS = {"split": (True, True), "s-only": (True, False), "padded": (False, False)}
 
@@ -47,12 +46,11 @@ def forward(form: str, q, k, v, causal: bool):
 
 
 def timed(form: str, sets: list, causal: bool) -> float:
-    if form == "sdpa-cudnn":
-        fn = attention_fn("sdpa-cudnn")
-        return median_ms([lambda s=s: fn(*s, causal) for s in sets])
-    switch(form)
-    fn = attention_fn("flashscope")
-    return median_ms([lambda s=s: fn(*s, causal) for s in sets])
+    """A form's median time (`odd_lengths.run`), or sdpa-cudnn's."""
+    if form in FORMS:
+        switch(form)
+        return run("flashscope", sets, causal)
+    return run(form, sets, causal)
 
 
 def main() -> int:

@@ -600,9 +600,9 @@ def _o_to_rows(O, acc, l, row0, skip, D, BLOCK_M: gl.constexpr, dtype: gl.conste
 
 @gluon.jit
 def _pipelined_step(q, p, acc, m, l, j, g0, r0, bounds, qk_scale2, ring, turn, rec,
-                    s_layout: gl.constexpr, o_layout: gl.constexpr, p_layout: gl.constexpr,
-                    BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
-                    MASKED: gl.constexpr, dtype: gl.constexpr, C: gl.constexpr,
+                    s_layout: gl.constexpr, p_layout: gl.constexpr, BLOCK_M: gl.constexpr,
+                    BLOCK_N: gl.constexpr, STAGES: gl.constexpr, MASKED: gl.constexpr,
+                    dtype: gl.constexpr, C: gl.constexpr,
                     CONSUMERS: gl.constexpr, PINGPONG: gl.constexpr, RECORD: gl.constexpr,
                     QK_DIM: gl.constexpr, PV_DIM: gl.constexpr):
     """Key block j (ring step g0 + j, round r0 + j) of the pipelined loop: issue Sⱼ, issue
@@ -642,10 +642,10 @@ def _pipelined_step(q, p, acc, m, l, j, g0, r0, bounds, qk_scale2, ring, turn, r
 
 @gluon.jit
 def _plain_step(q, acc, m, l, j, g0, bounds, qk_scale2, ring, rec, s_layout: gl.constexpr,
-                o_layout: gl.constexpr, p_layout: gl.constexpr, BLOCK_M: gl.constexpr,
-                BLOCK_N: gl.constexpr, STAGES: gl.constexpr, MASKED: gl.constexpr,
-                dtype: gl.constexpr, KEYS: gl.constexpr, RECORD: gl.constexpr,
-                QK_DIM: gl.constexpr, PV_DIM: gl.constexpr):
+                p_layout: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+                STAGES: gl.constexpr, MASKED: gl.constexpr, dtype: gl.constexpr,
+                KEYS: gl.constexpr, RECORD: gl.constexpr, QK_DIM: gl.constexpr,
+                PV_DIM: gl.constexpr):
     """Key block j (ring step g0 + j) without pipelining: Sⱼ, its softmax, the rescale, then
     P V, each waited for. KEYS < BLOCK_N: only the block's first KEYS keys (the causal
     diagonal's last block, where no row sees the rest; s_layout is then KEYS wide, and m and ℓ
@@ -793,14 +793,14 @@ def _consumer_loop(args, C: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M: gl.co
             _stamp(rec, g, 6, RECORD)
             for j in range(1, n_steps if MERGED else n_full):
                 p, acc, m, l = _pipelined_step(q, p, acc, m, l, j, g, r0, bounds, qk_scale2,
-                                               ring, turn, rec, s_layout, o_layout, p_layout,
+                                               ring, turn, rec, s_layout, p_layout,
                                                BLOCK_M, BLOCK_N, STAGES, FIRST, dtype, C,
                                                CONSUMERS, PINGPONG, RECORD, QK_DIM, PV_DIM)
             if (CAUSAL or KEY_EDGE) and not MERGED:
                 for j in range(gl.maximum(n_full, 1), n_steps):
                     p, acc, m, l = _pipelined_step(q, p, acc, m, l, j, g, r0, bounds,
                                                    qk_scale2, ring, turn, rec, s_layout,
-                                                   o_layout, p_layout, BLOCK_M, BLOCK_N, STAGES,
+                                                   p_layout, BLOCK_M, BLOCK_N, STAGES,
                                                    MASK, dtype, C, CONSUMERS, PINGPONG, RECORD,
                                                    QK_DIM, PV_DIM)
             mbarrier.arrive(q_empty.index(C), count=1)  # every S product of the tile is done
@@ -817,20 +817,20 @@ def _consumer_loop(args, C: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M: gl.co
         else:
             for j in range(n_whole if MERGED else n_full):
                 acc, m, l = _plain_step(q, acc, m, l, j, g, bounds, qk_scale2, ring, rec,
-                                        s_layout, o_layout, p_layout, BLOCK_M, BLOCK_N, STAGES,
+                                        s_layout, p_layout, BLOCK_M, BLOCK_N, STAGES,
                                         FIRST, dtype, BLOCK_N, RECORD, QK_DIM, PV_DIM)
             if (CAUSAL or KEY_EDGE) and not MERGED:
                 for j in range(n_full, n_whole):
                     acc, m, l = _plain_step(q, acc, m, l, j, g, bounds, qk_scale2, ring, rec,
-                                            s_layout, o_layout, p_layout, BLOCK_M, BLOCK_N,
+                                            s_layout, p_layout, BLOCK_M, BLOCK_N,
                                             STAGES, MASK, dtype, BLOCK_N, RECORD, QK_DIM, PV_DIM)
             # (HALF, a constexpr, leaves the half step out of other kernels altogether)
             if CAUSAL and HALF:  # noqa: SIM102
                 if n_whole < n_steps:
                     acc, m_h, l_h = _plain_step(q, acc, gl.convert_layout(m, row_h),
                                                 gl.convert_layout(l, row_h), n_whole, g, bounds,
-                                                qk_scale2, ring, rec, half_layout, o_layout,
-                                                p_layout, BLOCK_M, BLOCK_N, STAGES, True, dtype,
+                                                qk_scale2, ring, rec, half_layout, p_layout,
+                                                BLOCK_M, BLOCK_N, STAGES, True, dtype,
                                                 BLOCK_N // 2, RECORD, QK_DIM, PV_DIM)
                     m = gl.convert_layout(m_h, row_s)
                     l = gl.convert_layout(l_h, row_s)
@@ -953,8 +953,8 @@ SPLIT_PV = True
 
 def qk_dim(d: int) -> int:
     """The columns S = Q Kᵀ runs over for head_dim d (`occupancy.qk_columns`: d rounded up to
-    16 where two products of power-of-two widths cover it, else the tile's width); the P V
-    product runs over the tile's whole width. SPLIT_QK off: the tile's width always."""
+    16 where two products of power-of-two widths cover it, else the tile's width; P V's are
+    `pv_dim`). SPLIT_QK off: the tile's width always."""
     return qk_columns(d) if SPLIT_QK else pad_dim(d)
 
 
