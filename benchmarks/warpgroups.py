@@ -1,7 +1,7 @@
 """The Hopper forward's variants timed, and its warpgroups' measured timelines (GPU only).
 
 Usage (on an H100 or H200):
-    python benchmarks/warpgroups.py --out FILE [--quick] [--merged]
+    python benchmarks/warpgroups.py --out FILE [--quick] [--merged] [--timelines-only] [--two-loops]
 
 Two parts, in one process:
 
@@ -16,7 +16,9 @@ Two parts, in one process:
    the recording on (its overhead, as shipped; with --masked-too also with every stamp a
    masked store in every program, for comparison), the launch's span by the global timer
    against the plain time, and the intervals of programs 0 and 1 over their first tiles, as the
-   /hopper view draws them.
+   /hopper view draws them. Causal launches are recorded with their steps in one loop
+   (`WsConfig.merged`), the form every causal entry of kernels/tuned.json routes; with
+   --two-loops in the unmerged form, as recorded before.
 
 With --merged only part 1 runs, causal rows only, each variant with its causal steps in one
 loop (`WsConfig.merged`, the form most causal entries of kernels/tuned.json route).
@@ -122,13 +124,15 @@ def record(
     masked: bool = False,
     out: list[dict] | None = None,
     save=None,
+    two_loops: bool = False,
 ) -> list[dict]:
     """Each launch of `which` at length n recorded and timed (`record_and_time`; `masked`: also
-    with every stamp a masked store), appended to `out`, `save()` called after each."""
+    with every stamp a masked store), appended to `out`, `save()` called after each. Causal
+    launches run their steps in one loop unless `two_loops`."""
     out = [] if out is None else out
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     for d, name, causal in which:
-        cfg = VARIANTS[d][name]
+        cfg = replace(VARIANTS[d][name], merged=causal and not two_loops)
         b, h = protocol(n, d)
         q, k, v = inputs(b, h, n, d, 1)[0]
         try:
@@ -165,6 +169,7 @@ def main() -> int:
     ap.add_argument("--timelines-only", action="store_true", help="part 2 alone")
     ap.add_argument("--merged", action="store_true", help="part 1 alone, causal, merged steps")
     ap.add_argument("--masked-too", action="store_true", help="part 2: time masked stamps too")
+    ap.add_argument("--two-loops", action="store_true", help="part 2: causal steps unmerged")
     args = ap.parse_args()
     torch.manual_seed(0)
     lengths = (4096,) if args.quick else LENGTHS
@@ -180,7 +185,7 @@ def main() -> int:
         return 0
     result["timelines"] = []
     for n, which in ((4096, RECORDED), (1024, RECORDED_SHORT)):
-        record(n, which, args.masked_too, result["timelines"], save)
+        record(n, which, args.masked_too, result["timelines"], save, args.two_loops)
     if not args.timelines_only:
         result["variants"] = time_variants(lengths)
         save()

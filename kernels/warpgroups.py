@@ -250,17 +250,24 @@ def recorded_programs(
 
 def record_and_time(
     q, k, v, causal: bool, cfg: WsConfig, *, detail: int = 2, steps: int = 96, tiles: int = 4,
-    masked: bool = True, progress=None,
+    masked: bool = True, progress=None, rounds: int = 3,
 ) -> tuple[Stamps, dict]:  # fmt: skip
     """Run `cfg` plain and recorded (GPU only): (the stamps of the last recorded run, figures).
 
     The figures: whether the recorded output equals the plain one bit for bit (`same_output`),
-    do_bench's median of the plain kernel (`plain_ms`) and of the recorded one, each stamp
-    behind a branch as shipped (`recorded_branch_ms`; `overhead` = its ratio less one), and with
-    `masked` also each stamp as a masked store (`recorded_ms`, `overhead_masked`), the launch's
-    span by the global timer (`span_ms`, `span_vs_plain`), and the first recorded run's wall
-    time, its compilation included (`first_run_s`). `progress(message)` hears each stage."""
+    the plain kernel's time (`plain_ms`) and the recorded one's, each stamp behind a branch as
+    shipped (`recorded_branch_ms`; `overhead` = its ratio less one), and with `masked` also each
+    stamp as a masked store (`recorded_ms`, `overhead_masked`), the launch's span by the global
+    timer (`span_ms`, `span_vs_plain`), and the first recorded run's wall time, its compilation
+    included (`first_run_s`). The timings alternate, plain then recorded, `rounds` times: the
+    plain time of one launch moved by 14% between two runs of benchmarks/warpgroups.py on an
+    H200 (two pipelined warpgroups at d = 128, 0.807 and 0.920 ms; recording-cost-*.json),
+    more than most recordings cost, and one plain timing followed by one recorded one reads
+    such drift as the recording's cost. Each figure is the median of its rounds (do_bench
+    medians; a span per recorded round, of its last run), every round kept under `…_passes`.
+    `progress(message)` hears each stage."""
     import dataclasses
+    import statistics
     import time
     from functools import partial
 
@@ -281,19 +288,23 @@ def record_and_time(
     first_run_s = time.perf_counter() - t0
     same = all(torch.equal(a, b) for a, b in zip(plain, recorded, strict=True))
     call = partial(launch_forward_ws, q, k, v, causal, scale, cfg)
-    say("timing the plain kernel (do_bench, median)")
-    plain_ms = median_ms([call])
-    figures: dict = {"same_output": same, "plain_ms": plain_ms}
+    passes: dict[str, list[float]] = {"plain": [], "branch": [], "span": [], "masked": []}
+    for r in range(rounds):
+        say(f"timing the plain and the recorded kernel, round {r + 1} of {rounds} (do_bench)")
+        passes["plain"].append(median_ms([call]))
+        if masked:
+            rec = dataclasses.replace(branch, mode=1)  # the same buffer, stamps as masked stores
+            passes["masked"].append(median_ms([partial(call, record=rec)]))
+        passes["branch"].append(median_ms([partial(call, record=branch)]))
+        stamps = stamps_of(branch, cfg)  # of this round's last run
+        passes["span"].append(stamps.span_ns() * 1e-6)
+    plain_ms, branch_ms = statistics.median(passes["plain"]), statistics.median(passes["branch"])
+    span_ms = statistics.median(passes["span"])
+    figures: dict = {"same_output": same, "plain_ms": plain_ms, "recorded_branch_ms": branch_ms,
+                     "overhead": branch_ms / plain_ms - 1}  # fmt: skip
     if masked:
-        rec = dataclasses.replace(branch, mode=1)  # the same buffer, stamps as masked stores
-        figures["recorded_ms"] = median_ms([partial(call, record=rec)])
-    say("timing the recorded kernel (do_bench, median)")
-    branch_ms = median_ms([partial(call, record=branch)])
-    stamps = stamps_of(branch, cfg)  # of the last timed run
-    span_ms = stamps.span_ns() * 1e-6
-    figures["recorded_branch_ms"] = branch_ms
-    figures["overhead"] = branch_ms / plain_ms - 1
-    if masked:
+        figures["recorded_ms"] = statistics.median(passes["masked"])
         figures["overhead_masked"] = figures["recorded_ms"] / plain_ms - 1
     figures.update(span_ms=span_ms, span_vs_plain=span_ms / plain_ms - 1, first_run_s=first_run_s)
+    figures.update({f"{k}_passes": v for k, v in passes.items() if v})
     return stamps, figures

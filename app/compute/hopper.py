@@ -250,6 +250,12 @@ def _recorded(p: HopperParams, doc: dict[str, Any]) -> dict[str, Any]:
         notes.append(f"recorded at N = {t.get('seq')}, not {p.seq}")
     if t.get("dtype", "fp16") != p.dtype:
         notes.append(f"recorded in {t.get('dtype', 'fp16')}")
+    merged = bool(t.get("causal")) and [*t.get("config", []), 0, 0, 0, 0][8] == 1
+    if merged:
+        notes.append(
+            "recorded with its diagonal and unmasked steps in one loop (merged), the form the "
+            "tuned routes run; the model draws the two-loop form"
+        )
     prog = next((x for x in t.get("programs", []) if x.get("program") == 0), None)
     if prog is None:
         return {"timeline_why": "the record has no program 0", "recorded": _recorded_list(recs)}
@@ -258,6 +264,7 @@ def _recorded(p: HopperParams, doc: dict[str, Any]) -> dict[str, Any]:
         "config": config_dict(config_of(t)),
         "head_dim": t["head_dim"],
         "causal": bool(t.get("causal")),
+        "merged": merged,
         "seq": t.get("seq"),
         "batch": t.get("batch"),
         "heads": t.get("heads"),

@@ -325,7 +325,9 @@ def _timeline(config: dict[str, Any], seed: int, progress: Progress) -> dict[str
 
 
 def ws_config(job: dict[str, Any]) -> Any:
-    """The Gluon forward's configuration (kernels/hopper_forward.py `WsConfig`) of a run."""
+    """The Gluon forward's configuration (kernels/hopper_forward.py `WsConfig`) of a run: a
+    causal one with its steps in one loop (`merged`), the form the tuned routes run and
+    benchmarks/warpgroups.py records."""
     from flashscope.kernels.hopper_forward import WsConfig
 
     return WsConfig(
@@ -335,6 +337,7 @@ def ws_config(job: dict[str, Any]) -> Any:
         bool(job.get("pipeline", True)),
         pingpong=bool(job.get("pingpong", False)),
         persistent=bool(job.get("persistent", False)),
+        merged=bool(job.get("causal", False)),
     )
 
 

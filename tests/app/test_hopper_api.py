@@ -146,6 +146,18 @@ def test_the_h200s_recording_is_shown_on_the_h200(client):
     assert "H200" in m["device"]
 
 
+@pytest.mark.parametrize("head_dim", [64, 128])
+def test_a_causal_recording_says_whether_its_steps_ran_in_one_loop(client, head_dim):
+    """The H200's causal launches are recorded in the form the tuned routes run (diagonal and
+    unmasked steps in one loop); the H100's older recording ran them in two loops."""
+    params = {"causal": 1, "head_dim": head_dim, "consumers": 3 if head_dim == 64 else 2}
+    for gpu, merged in (("h200", True), ("h100-sxm", False)):
+        rec = client.get("/api/hopper", params={**params, "gpu": gpu}).json()["measured"]
+        t = rec["timeline"]
+        assert t is not None and t["causal"] and t["merged"] is merged, (gpu, t)
+        assert any("one loop" in note for note in t["notes"]) is merged, (gpu, t["notes"])
+
+
 def test_fp8_is_a_simulated_what_if_with_nothing_measured(client):
     body = client.get("/api/hopper", params={"dtype": "fp8"}).json()
     assert body["simulated"]["dtype"] == "fp8"

@@ -135,6 +135,17 @@ def test_the_executor_on_a_gpu_that_is_not_a_hopper_names_it(monkeypatch):
         jobs._record(dict(fake.JOB), cfg, 0, lambda _: None)
 
 
+@pytest.mark.parametrize("causal", [False, True])
+def test_a_causal_run_is_recorded_with_its_steps_in_one_loop(causal):
+    """A live recording runs the form the tuned routes run: causal steps merged into one loop
+    (`WsConfig.merged`), as benchmarks/warpgroups.py records the shipped timelines."""
+    job = {**fake.JOB, "causal": causal, "pingpong": True, "pipeline": True, "consumers": 3}
+    cfg = jobs.ws_config(job)
+    assert cfg.merged is causal
+    shape = (cfg.consumers, cfg.block_n, cfg.stages, cfg.pipeline, cfg.pingpong)
+    assert shape == (3, 128, 2, True, True)
+
+
 def test_the_executor_decodes_the_stamps_into_each_warpgroups_phases(monkeypatch):
     from flashscope.kernels import device
 

@@ -401,7 +401,10 @@ def test_the_recorded_forward_computes_the_same_and_stamps_every_phase(seed: int
         pytest.skip("the Gluon forward needs a Hopper GPU")
     for cfg, d, causal in [(WsConfig(2, 128, 2, True, pingpong=True), 128, False),
                            (WsConfig(2, 128, 2, False), 64, True),
-                           (WsConfig(3, 128, 2, True, persistent=True), 64, True)]:  # fmt: skip
+                           (WsConfig(3, 128, 2, True, persistent=True), 64, True),
+                           (WsConfig(3, 128, 2, True, pingpong=True, merged=True), 64, True),
+                           (WsConfig(2, 128, 2, True, pingpong=True, persistent=True, band=8,
+                                     merged=True), 128, True)]:  # fmt: skip
         b, h, n = 1, 4, 1024
         q, k, v = (rand(b, h, n, d) for _ in range(3))
         plain = launch_forward_ws(q, k, v, causal, d**-0.5, cfg)
