@@ -236,8 +236,13 @@ def _ws_configs() -> list:
     return tuned_configs(torch.cuda.get_device_name()) if torch.cuda.is_available() else []
 
 
-@pytest.mark.parametrize("part", range(4))  # a quarter of the configurations each (compiling
-@pytest.mark.parametrize("dtype", [F16, BF16], ids=["fp16", "bf16"])  # them takes minutes)
+# A twelfth of the configurations each: compiling one takes about a minute in its variants
+# (masks, edges), so that the parts spread over a GPU host's cores (pytest -n).
+WS_PARTS = 12
+
+
+@pytest.mark.parametrize("part", range(WS_PARTS))
+@pytest.mark.parametrize("dtype", [F16, BF16], ids=["fp16", "bf16"])
 def test_warp_specialized_forward_matches_the_reference(
     seed: int, dtype: torch.dtype, part: int
 ) -> None:
@@ -252,7 +257,7 @@ def test_warp_specialized_forward_matches_the_reference(
              (WsConfig(2, 128, 2, True, pingpong=True), 128),
              (WsConfig(3, 128, 2, True, pingpong=True, persistent=True, band=2), 64),
              (WsConfig(2, 256, 2, False, persistent=True, band=0), 64)]  # fmt: skip
-    for cfg, d in (configs + [c for c in extra if c not in configs])[part::4]:
+    for cfg, d in (configs + [c for c in extra if c not in configs])[part::WS_PARTS]:
         t, bn = cfg.tile_m, cfg.block_n
         shapes = [  # (B, H, H_kv, N_q, N_k): GQA, N_q ≠ N_k both ways (rows that see no key)
             (2, 4, 4, 2 * t, 2 * bn), (1, 8, 2, 3 * t, 5 * bn), (1, 4, 1, 4 * t, bn),
