@@ -159,3 +159,56 @@ def test_a_programs_tiles_follow_the_launch_order() -> None:
     # causal: the heaviest first; all the program's tiles together see every block once per row
     steps = [program_tiles(persistent, 1, 512, 512, True, sms=2, program=p) for p in (0, 1)]
     assert sorted(steps[0] + steps[1]) == [1, 2, 3, 4]
+
+
+def test_record_and_time_alternates_its_rounds_and_keeps_the_medians(monkeypatch) -> None:
+    """`record_and_time` (no GPU here: the launch, the timer and the stamps stood in for) times
+    plain, then recorded, round after round, so that a clock drifting over the rounds reaches
+    both alike, and gives each figure as the median of its rounds with every round kept."""
+    import torch
+
+    import flashscope.kernels.hopper_forward as hf
+    import flashscope.kernels.timing as timing
+    import flashscope.kernels.warpgroups as wg
+
+    rng = np.random.default_rng()
+    rounds = int(rng.integers(3, 6))
+    order: list[str] = []
+    drift = iter(np.linspace(1.0, 1.3, 3 * rounds))  # every timing slower than the last
+    spans = iter(rng.uniform(0.5, 2.0, rounds))
+
+    def launch(q, k, v, causal, scale, cfg, record=None):
+        return (q.clone(), q.sum(-1))  # the same output recorded or not
+
+    def median_ms(calls):
+        (call,) = calls
+        mode = getattr(call.keywords.get("record"), "mode", None)
+        order.append({None: "plain", 1: "masked"}.get(mode, "branch"))
+        return float(next(drift))
+
+    class FakeStamps:
+        def __init__(self) -> None:
+            self.span = float(next(spans)) * 1e6
+
+        def span_ns(self) -> float:
+            return self.span
+
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *_: None)
+    monkeypatch.setattr(hf, "launch_forward_ws", launch)
+    monkeypatch.setattr(timing, "median_ms", median_ms)
+    monkeypatch.setattr(wg, "new_recording", lambda q, cfg, **_: hf.Recording(q, 1, 1, 1, 1))
+    monkeypatch.setattr(wg, "stamps_of", lambda rec, cfg: FakeStamps())
+    q = torch.zeros(1, 1, 8, 4)
+    _, fig = wg.record_and_time(q, q, q, False, WsConfig(2), masked=True, rounds=rounds)
+    assert order == ["plain", "masked", "branch"] * rounds
+    assert fig["same_output"]
+    for key, name in (("plain_passes", "plain_ms"), ("branch_passes", "recorded_branch_ms"),
+                      ("masked_passes", "recorded_ms"), ("span_passes", "span_ms")):  # fmt: skip
+        assert len(fig[key]) == rounds
+        assert fig[name] == pytest.approx(float(np.median(fig[key])))
+    # the drift reached plain and recorded alike: each round's recorded timing comes after its
+    # plain one, so neither median is from the start or the end of the drift alone
+    assert all(p < b for p, b in zip(fig["plain_passes"], fig["branch_passes"], strict=True))
+    assert fig["branch_passes"][0] < fig["plain_passes"][-1]
+    assert fig["overhead"] == pytest.approx(fig["recorded_branch_ms"] / fig["plain_ms"] - 1)
+    assert fig["span_vs_plain"] == pytest.approx(fig["span_ms"] / fig["plain_ms"] - 1)
