@@ -276,6 +276,8 @@ def record_and_time(
     from flashscope.kernels.hopper_forward import launch_forward_ws
     from flashscope.kernels.timing import median_ms
 
+    if rounds < 1:
+        raise ValueError(f"rounds must be 1 or more, got {rounds!r}")
     say = progress or (lambda _: None)
     scale = q.shape[3] ** -0.5
     say("compiling and running the plain kernel")

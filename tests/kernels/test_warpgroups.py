@@ -212,3 +212,5 @@ def test_record_and_time_alternates_its_rounds_and_keeps_the_medians(monkeypatch
     assert fig["branch_passes"][0] < fig["plain_passes"][-1]
     assert fig["overhead"] == pytest.approx(fig["recorded_branch_ms"] / fig["plain_ms"] - 1)
     assert fig["span_vs_plain"] == pytest.approx(fig["span_ms"] / fig["plain_ms"] - 1)
+    with pytest.raises(ValueError, match="rounds must be 1 or more"):
+        wg.record_and_time(q, q, q, False, WsConfig(2), rounds=0)
