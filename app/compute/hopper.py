@@ -244,7 +244,8 @@ def _recorded(p: HopperParams, doc: dict[str, Any]) -> dict[str, Any]:
             + "; ".join(have),
             "recorded": _recorded_list(recs),
         }
-    t = same[0]
+    # the recording at this N, else the nearest (by ratio)
+    t = min(same, key=lambda t: abs(math.log(int(t.get("seq") or p.seq) / p.seq)))
     notes = []
     if t.get("seq") != p.seq:
         notes.append(f"recorded at N = {t.get('seq')}, not {p.seq}")

@@ -158,6 +158,28 @@ def test_a_causal_recording_says_whether_its_steps_ran_in_one_loop(client, head_
         assert any("one loop" in note for note in t["notes"]) is merged, (gpu, t["notes"])
 
 
+@pytest.mark.parametrize("causal", [0, 1])
+def test_the_recording_at_the_asked_length_is_shown(client, causal):
+    """Three ping-pong warpgroups at d = 64 were recorded at N = 1024 and 4096: each length
+    gets its own, another length the nearest, labelled."""
+    params = {"head_dim": 64, "consumers": 3, "causal": causal, "gpu": "h200"}
+    for seq, recorded in ((1024, 1024), (4096, 4096), (1536, 1024), (8192, 4096)):
+        t = client.get("/api/hopper", params={**params, "seq": seq}).json()["measured"]["timeline"]
+        assert t["seq"] == recorded, (seq, t["seq"])
+        label = f"recorded at N = {recorded}, not {seq}"
+        assert (label in t["notes"]) is (seq != recorded), t["notes"]
+
+
+@pytest.mark.parametrize("params", [{"head_dim": 64, "consumers": 3},
+                                    {"head_dim": 128, "pingpong": 0, "pipeline": 0}])  # fmt: skip
+def test_the_h200s_causal_times_are_of_the_form_it_recorded(client, params):
+    """On the H200 the causal variants' times and the causal recordings are both of the merged
+    loop (measured in different processes): the same launch's plain time agrees."""
+    m = client.get("/api/hopper", params={**params, "causal": 1, "gpu": "h200"}).json()["measured"]
+    assert m["time"]["exact"] and m["timeline"]["merged"]
+    assert m["time"]["ms"] == pytest.approx(m["timeline"]["plain_ms"], rel=0.05)
+
+
 def test_fp8_is_a_simulated_what_if_with_nothing_measured(client):
     body = client.get("/api/hopper", params={"dtype": "fp8"}).json()
     assert body["simulated"]["dtype"] == "fp8"
