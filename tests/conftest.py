@@ -11,3 +11,9 @@ os.environ.setdefault("FLASHSCOPE_COMPUTE_WARM", "0")
 # Nor do they compile the kernels their simulations meet (each compile takes seconds and writes
 # to the user's cache): the tests of compiling on demand turn it on with a cache of their own.
 os.environ.setdefault("FLASHSCOPE_COMPILE_ON_DEMAND", "0")
+
+
+def pytest_collection_modifyitems(items) -> None:
+    """The browser tests last: their session's Playwright keeps an event loop running in the
+    test process, after which `asyncio.run` fails (the compute pool's tests use it)."""
+    items.sort(key=lambda item: item.get_closest_marker("browser") is not None)
