@@ -14,6 +14,7 @@ os.environ.setdefault("FLASHSCOPE_COMPILE_ON_DEMAND", "0")
 
 
 def pytest_collection_modifyitems(items) -> None:
-    """The browser tests last: their session's Playwright keeps an event loop running in the
-    test process, after which `asyncio.run` fails (the compute pool's tests use it)."""
+    """The browser tests last: their Playwright, shared by the whole run, keeps an event loop
+    running in the test process, after which `asyncio.run` fails (the compute pool's tests use
+    it)."""
     items.sort(key=lambda item: item.get_closest_marker("browser") is not None)
