@@ -254,7 +254,7 @@ def _recorded(p: HopperParams, doc: dict[str, Any]) -> dict[str, Any]:
     merged = bool(t.get("causal")) and [*t.get("config", []), 0, 0, 0, 0][8] == 1
     if merged:
         notes.append(
-            "recorded with its diagonal and unmasked steps in one loop (merged), the form the "
+            "recorded with its diagonal and unmasked steps merged into one loop, the form the "
             "tuned routes run; the model draws the two-loop form"
         )
     prog = next((x for x in t.get("programs", []) if x.get("program") == 0), None)
