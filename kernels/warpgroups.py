@@ -291,12 +291,12 @@ def record_and_time(
     same = all(torch.equal(a, b) for a, b in zip(plain, recorded, strict=True))
     call = partial(launch_forward_ws, q, k, v, causal, scale, cfg)
     passes: dict[str, list[float]] = {"plain": [], "branch": [], "span": [], "masked": []}
+    stores = dataclasses.replace(branch, mode=1)  # the same buffer, stamps as masked stores
     for r in range(rounds):
         say(f"timing the plain and the recorded kernel, round {r + 1} of {rounds} (do_bench)")
         passes["plain"].append(median_ms([call]))
         if masked:
-            rec = dataclasses.replace(branch, mode=1)  # the same buffer, stamps as masked stores
-            passes["masked"].append(median_ms([partial(call, record=rec)]))
+            passes["masked"].append(median_ms([partial(call, record=stores)]))
         passes["branch"].append(median_ms([partial(call, record=branch)]))
         stamps = stamps_of(branch, cfg)  # of this round's last run
         passes["span"].append(stamps.span_ns() * 1e-6)

@@ -251,7 +251,8 @@ def _recorded(p: HopperParams, doc: dict[str, Any]) -> dict[str, Any]:
         notes.append(f"recorded at N = {t.get('seq')}, not {p.seq}")
     if t.get("dtype", "fp16") != p.dtype:
         notes.append(f"recorded in {t.get('dtype', 'fp16')}")
-    merged = bool(t.get("causal")) and [*t.get("config", []), 0, 0, 0, 0][8] == 1
+    config = t.get("config", [])  # its ninth entry: the causal steps in one loop (`merged`)
+    merged = bool(t.get("causal")) and len(config) > 8 and config[8] == 1
     if merged:
         notes.append(
             "recorded with its diagonal and unmasked steps merged into one loop, the form the "
