@@ -324,6 +324,9 @@ def test_the_score_product_covers_the_head_dims_columns_in_two_powers_of_two(d: 
     if got < full:  # no more than wgmma's step over d, and two power-of-two products
         rest = got - full // 2
         assert got - d < 16 and 0 < rest < full // 2 and rest & (rest - 1) == 0
+
+
+def test_the_score_products_widths_at_common_head_dims() -> None:
     assert {d: qk_dim(d) for d in (40, 80, 96, 120, 160, 176, 192)} == {
         40: 48, 80: 80, 96: 96, 120: 128, 160: 160, 176: 256, 192: 192}  # fmt: skip
 
