@@ -92,7 +92,7 @@ def main() -> int:
     wanted = json.loads(given[0]) if given else DEFAULT
     for config, head_dim in wanted:
         for causal in (False, True):
-            k = compile_sm90(WsConfig.from_list(config), head_dim, causal, record=record)
+            k = compile_sm90(WsConfig.from_list(config), head_dim, causal, record=3 * record)
             loops = pipelined_loops(sass(k.asm["cubin"]))
             text = ", ".join(
                 f"{x['exp2_before']}/{x['exp2']} exp2, {x['share_before']:.0%}" for x in loops

@@ -1,7 +1,8 @@
 """The Hopper forward's variants timed, and its warpgroups' measured timelines (GPU only).
 
 Usage (on an H100 or H200):
-    python benchmarks/warpgroups.py --out FILE [--quick] [--merged] [--timelines-only] [--two-loops]
+    python benchmarks/warpgroups.py --out FILE [--quick] [--merged] [--timelines-only]
+        [--two-loops] [--one-launch]
 
 Two parts, in one process:
 
@@ -18,7 +19,9 @@ Two parts, in one process:
    against the plain time, and the intervals of programs 0 and 1 over their first tiles, as the
    /hopper view draws them. Causal launches are recorded with their steps in one loop
    (`WsConfig.merged`), the form every causal entry of kernels/tuned.json routes; with
-   --two-loops in the unmerged form, as recorded before.
+   --two-loops in the unmerged form, as recorded before. A recording is two launches side by
+   side, programs 0 and 1 in the stamping one; with --one-launch one kernel holding each loop
+   twice (RECORD mode 2), as recorded before.
 
 With --merged only part 1 runs, causal rows only, each variant with its causal steps in one
 loop (`WsConfig.merged`, the form most causal entries of kernels/tuned.json route).
@@ -125,10 +128,12 @@ def record(
     out: list[dict] | None = None,
     save=None,
     two_loops: bool = False,
+    mode: int | None = None,
 ) -> list[dict]:
     """Each launch of `which` at length n recorded and timed (`record_and_time`; `masked`: also
     with every stamp a masked store), appended to `out`, `save()` called after each. Causal
-    launches run their steps in one loop unless `two_loops`."""
+    launches run their steps in one loop unless `two_loops`; `mode`: the recording's RECORD mode
+    (`Recording.mode`, its default where None)."""
     out = [] if out is None else out
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     for d, name, causal in which:
@@ -137,7 +142,7 @@ def record(
         q, k, v = inputs(b, h, n, d, 1)[0]
         try:
             stamps, figures = record_and_time(
-                q, k, v, causal, cfg, detail=2, steps=96, tiles=4, masked=masked
+                q, k, v, causal, cfg, detail=2, steps=96, tiles=4, masked=masked, mode=mode
             )
         except Exception as exc:  # recorded; the other recordings go on
             print(f"recording {name} d={d} causal={causal} N={n}: {exc!r}", flush=True)
@@ -170,6 +175,7 @@ def main() -> int:
     ap.add_argument("--merged", action="store_true", help="part 1 alone, causal, merged steps")
     ap.add_argument("--masked-too", action="store_true", help="part 2: time masked stamps too")
     ap.add_argument("--two-loops", action="store_true", help="part 2: causal steps unmerged")
+    ap.add_argument("--one-launch", action="store_true", help="part 2: RECORD mode 2")
     args = ap.parse_args()
     torch.manual_seed(0)
     lengths = (4096,) if args.quick else LENGTHS
@@ -185,7 +191,8 @@ def main() -> int:
         return 0
     result["timelines"] = []
     for n, which in ((4096, RECORDED), (1024, RECORDED_SHORT)):
-        record(n, which, args.masked_too, result["timelines"], save, args.two_loops)
+        record(n, which, args.masked_too, result["timelines"], save, args.two_loops,
+               2 if args.one_launch else None)  # fmt: skip
     if not args.timelines_only:
         result["variants"] = time_variants(lengths)
         save()

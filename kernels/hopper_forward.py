@@ -42,6 +42,7 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from functools import lru_cache, partial
+from itertools import product
 from typing import Any
 
 import numpy as np
@@ -247,11 +248,25 @@ def _tile(t, n_tiles, band, N_Q, N_K, H, GROUP, TILE_M: gl.constexpr, BLOCK_N: g
 
 
 @gluon.jit
-def _share(SCHED, n_tiles, SCHEDULED: gl.constexpr):
-    """(first, end, stride) of this program's entries: launch-order tiles program_id,
-    + num_programs, …; or, SCHEDULED, the range of the host's schedule (`schedule`) that
-    SCHED[program_id] and SCHED[program_id + 1] bound."""
-    pid = gl.program_id(0)
+def _program(rec_programs, rec_detail, RECORD: gl.constexpr):
+    """(this program's number, the programs' count): the grid's, but in a recording launched
+    in two parts (`Recording.mode` 6: RECORD 3 for programs 0 … rec_detail − 1, RECORD 5 for
+    the others) the whole recording's (`rec_programs` programs, the second part's numbered from
+    rec_detail on)."""
+    if RECORD == 0:
+        return gl.program_id(0), gl.num_programs(0)
+    elif RECORD == 5:
+        return gl.program_id(0) + rec_detail, rec_programs
+    else:
+        return gl.program_id(0), rec_programs
+
+
+@gluon.jit
+def _share(SCHED, n_tiles, SCHEDULED: gl.constexpr, me):
+    """(first, end, stride) of program `me`'s entries (`_program`: its number, the programs'
+    count P): launch-order tiles number, + P, …; or, SCHEDULED, the range of the host's
+    schedule (`schedule`) that SCHED[number] and SCHED[number + 1] bound."""
+    pid, programs = me
     if SCHEDULED:
         first = gl.load(SCHED + pid)
         end = gl.load(SCHED + pid + 1)
@@ -259,14 +274,14 @@ def _share(SCHED, n_tiles, SCHEDULED: gl.constexpr):
     else:
         first = pid
         end = n_tiles
-        stride = gl.num_programs(0)
+        stride = programs
     return first, end, stride
 
 
 @gluon.jit
-def _tile_at(k, SCHED, SCHEDULED: gl.constexpr):
+def _tile_at(k, SCHED, SCHEDULED: gl.constexpr, me):
     """The launch-order tile of entry k (`_share`)."""
-    return gl.load(SCHED + gl.num_programs(0) + 1 + k) if SCHEDULED else k
+    return gl.load(SCHED + me[1] + 1 + k) if SCHEDULED else k
 
 
 # The recording (RECORD, `warpgroup_timeline`): each role of a recorded program (consumer
@@ -274,14 +289,19 @@ def _tile_at(k, SCHED, SCHEDULED: gl.constexpr):
 # REC_STEP_EVENTS per ring step for its first `rec_steps` steps, REC_TILE_EVENTS per tile for
 # its first `rec_tiles` tiles, then REC_HEADER (counter and global timer at its start and end).
 # The codes each role writes are listed with `timeline_intervals`, which reads them.
-# RECORD modes: 0 none; 1 every stamp a masked store in every program; 2 (the default) each
-# role's loop compiled twice, taken per program: mode 3 in the programs that stamp their steps
-# (each stamp behind a branch on the step or tile being among those kept) and mode 4 in the
-# others (their start and end only, so their loop is the plain kernel's). The branches in every
-# program, as the kernel first had them, cost ping-pong launches 12-47% even where no program
-# took them (benchmarks/results/recording-cost-probe-*.json); predicated stores in mode 3 spilled
-# three ping-pong warpgroups' stamped loop (48 bytes of stack unmasked, none with branches),
-# whose program 0 then ran its steps up to 3.6 times as long as the others.
+# RECORD modes: 0 none; 1 every stamp a masked store in every program; 2 each role's loop
+# compiled twice, taken per program: mode 3 in the programs that stamp their steps (each stamp
+# behind a branch on the step or tile being among those kept) and mode 4 in the others (their
+# start and end only, so their loop is the plain kernel's); 6 (`Recording.mode`, the default)
+# two launches side by side on two streams, one of mode 3 for the programs that stamp their
+# steps and one of mode 5 (mode 4 numbered from rec_detail on) for the others, so that no
+# kernel holds two copies of a loop. The branches in every program, as the kernel first had
+# them, cost ping-pong launches 12-47% even where no program took them
+# (benchmarks/results/recording-cost-probe-*.json); predicated stores in mode 3 spilled three
+# ping-pong warpgroups' stamped loop (48 bytes of stack unmasked, none with branches), whose
+# program 0 then ran its steps up to 3.6 times as long as the others; and mode 2's second copy
+# alone cost three ping-pong warpgroups causal 10-13% on an H200, where one copy with the
+# start and end stamps cost 0-2% (benchmarks/results/recording-modes-*.json).
 REC_STEP_EVENTS = 9
 REC_TILE_EVENTS = 8
 REC_HEADER = 4
@@ -313,7 +333,7 @@ def _recorder(REC, role, ROLES: gl.constexpr, rec_programs, rec_detail, rec_step
     """This role's stamps: (its region, whether this program stamps its steps and tiles (the
     first rec_detail), steps, tiles, whether it stamps its start and end (the first
     rec_programs))."""
-    pid = gl.program_id(0)
+    pid, _ = _program(rec_programs, rec_detail, RECORD)
     size = rec_steps * _REC_STEP + rec_tiles * _REC_TILE + _REC_HEADER
     base = REC + (gl.minimum(pid, rec_programs) * ROLES + role) * size
     edges = pid < rec_programs  # (unused where RECORD is 0)
@@ -394,9 +414,10 @@ def _loader_loop(args, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, CONSUMERS: 
     _stamp_edge(rec, 0, RECORD)
     g = 0  # steps of the ring so far, over every tile
     i = 0  # tiles so far
-    first, end, stride = _share(SCHED, n_tiles, SCHEDULED)
+    me = _program(rec_programs, rec_detail, RECORD)
+    first, end, stride = _share(SCHED, n_tiles, SCHEDULED, me)
     for k in range(first, end, stride):
-        t = _tile_at(k, SCHED, SCHEDULED)
+        t = _tile_at(k, SCHED, SCHEDULED, me)
         q_row, kv_row, _, _, _, n_steps = _tile(t, n_tiles, band, N_Q, N_K, H, GROUP, TILE_M,
                                                 BLOCK_N, CAUSAL, False)
         for c in gl.static_range(CONSUMERS):
@@ -757,9 +778,10 @@ def _consumer_loop(args, C: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M: gl.co
         _pass_turn(turn, C, CONSUMERS, PINGPONG)  # round 0 starts at the first warpgroup
     g = 0  # ring steps so far
     i = 0  # tiles so far (so g + i rounds so far)
-    first, end, stride = _share(SCHED, n_tiles, SCHEDULED)
+    me = _program(rec_programs, rec_detail, RECORD)
+    first, end, stride = _share(SCHED, n_tiles, SCHEDULED, me)
     for k in range(first, end, stride):
-        t = _tile_at(k, SCHED, SCHEDULED)
+        t = _tile_at(k, SCHED, SCHEDULED, me)
         _, _, m0, n_full, n_whole, n_steps = _tile(t, n_tiles, band, N_Q, N_K, H, GROUP, TILE_M,
                                                    BLOCK_N, CAUSAL, HALF)
         # key c visible to row r iff c ≤ diag + r; steps from column n_full·BLOCK_N on masked
@@ -1118,7 +1140,8 @@ class Recording:
     steps: int
     tiles: int
     detail: int
-    mode: int = 2  # 2: each role's loop in two copies, taken per program; 1: every stamp a
+    mode: int = 6  # 6: two launches side by side, the programs that stamp their steps in one;
+    # 2: one launch, each role's loop in two copies, taken per program; 1: every stamp a
     # masked store (the RECORD modes: above `record_size`)
 
 
@@ -1262,7 +1285,10 @@ def launch_forward_ws(
     if record is not None:
         plan = _geometry(q, k, causal, cfg, _sms(q.device.index or 0), record)
         args = _planned(plan, q, k, v, o, lse, scale, cfg, record)
-        launch(_attn_fwd_ws, plan.grid, args, plan.constexprs, plan.options)
+        if record.mode == SPLIT_RECORDING:
+            _launch_split(plan, args, record)
+        else:
+            launch(_attn_fwd_ws, plan.grid, args, plan.constexprs, plan.options)
         return o, lse
     where = (q.shape, k.shape, v.shape, q.stride(2), k.stride(2), v.stride(2), q.dtype, causal,
              cfg, q.device, torch.cuda.current_device(), HALF_STEPS, SCHEDULE_TILES,
@@ -1277,6 +1303,53 @@ def launch_forward_ws(
     args = _planned(plan, q, k, v, o, lse, scale, cfg)
     launch(_attn_fwd_ws, plan.grid, args, plan.constexprs, plan.options, key=plan.key)
     return o, lse
+
+
+SPLIT_RECORDING = 6
+# A recording's two launches wait behind a gate on the GPU (`torch.cuda._sleep`, about 250 µs
+# at the H100's and H200's clocks), longer than the host takes to issue both, so that neither
+# runs alone for the host's time between them (issued one after the other, a persistent
+# launch's span came out 7% longer, and a short launch's stamping programs were done before
+# the others began). Behind the gate launches ran 3-7% faster on an H200 than right after
+# do_bench's flush of the L2 (whose dirty lines the gate's time may let the L2 write back; not
+# looked into), so a recording is compared with the plain kernel behind the same gate (`gated`).
+GATE_CYCLES = 500_000
+_SIDE_STREAMS: dict[int, torch.cuda.Stream] = {}
+
+
+def _launch_split(plan: _Plan, args: tuple, record: Recording) -> None:
+    """A recording in two launches (`Recording.mode` 6), both behind a gate (`GATE_CYCLES`):
+    the programs that stamp their steps (RECORD 3, the first `record.detail`) on the current
+    stream right after the gate, so that they take their SMs first, as a grid's first programs
+    do, and the others (RECORD 5) on a side stream that waits for the gate, then joins."""
+    device = torch.cuda.current_device()
+    side = _SIDE_STREAMS.setdefault(device, torch.cuda.Stream(device))
+    main = torch.cuda.current_stream(device)
+    (programs,) = plan.grid
+    torch.cuda._sleep(GATE_CYCLES)
+    side.wait_stream(main)  # the gate, not the stamping launch
+    if record.detail:
+        launch(_attn_fwd_ws, (record.detail,), args, {**plan.constexprs, "RECORD": 3},
+               plan.options)  # fmt: skip
+    if programs > record.detail:
+        with torch.cuda.stream(side):
+            launch(_attn_fwd_ws, (programs - record.detail,), args,
+                   {**plan.constexprs, "RECORD": 5}, plan.options)  # fmt: skip
+    main.wait_stream(side)
+
+
+def gated(call: Callable[[], Any]) -> Any:
+    """`call` behind the gate a recording's launches wait for (`GATE_CYCLES`): what a recording
+    is compared with."""
+    torch.cuda._sleep(GATE_CYCLES)
+    return call()
+
+
+def gate_ms() -> float:
+    """The gate's own time by do_bench (a recorded call's time includes it)."""
+    from flashscope.kernels.timing import median_ms
+
+    return median_ms([lambda: torch.cuda._sleep(GATE_CYCLES)])
 
 
 @dataclass(frozen=True)
@@ -1347,12 +1420,13 @@ def compile_sm90(
     head_dim: int,
     causal: bool,
     dtype: torch.dtype = torch.float16,
-    record: bool = False,
+    record: int = 0,
     edges: bool = False,
 ):
-    """Compile the kernel (`record`: its recorded variant; `edges`: for lengths that fill
-    neither tile) for an H100/H200 on any machine (CPU tensors stand in for the inputs; nothing
-    runs): Triton's CompiledKernel, with its PTX, cubin and shared-memory size.
+    """Compile the kernel (`record`: its recorded variant of that RECORD mode, above
+    `record_size`; a recording as launched by default runs modes 3 and 5; `edges`: for lengths
+    that fill neither tile) for an H100/H200 on any machine (CPU tensors stand in for the
+    inputs; nothing runs): Triton's CompiledKernel, with its PTX, cubin and shared-memory size.
 
     Not under Triton's interpreter (TRITON_INTERPRET=1 turns the standard library's functions, which
     Gluon calls, into interpreted ones): `python -m flashscope.kernels.hopper_forward` runs it
@@ -1365,7 +1439,7 @@ def compile_sm90(
     n -= 7 if edges else 0
     q = torch.empty(1, 2, n, head_dim, dtype=dtype)
     lse = torch.empty(1, 2, n)
-    rec = Recording(torch.empty(1, dtype=torch.int64), 1, 1, 1, 1) if record else None
+    rec = Recording(torch.empty(1, dtype=torch.int64), 1, 1, 1, 1, record) if record else None
     args, constexprs, options = _arguments(q, q, q, q, lse, causal, 0.1, cfg, COMPILE_SMS, rec)
     return warmup_sm90(_attn_fwd_ws, args, constexprs, options)
 
@@ -1414,31 +1488,30 @@ SETMAXNREG = r"setmaxnreg\.\w+\.sync\.aligned\.u32\s+(\d+)"
 
 
 def compile_report(
-    configs: list[tuple[WsConfig, int]], record: bool = False, edges: bool = False
+    configs: list[tuple[WsConfig, int]], record: tuple[int, ...] = (), edges: bool = False
 ) -> list[dict]:
-    """Per (configuration, head_dim) and causal: what the compiled sm_90a kernel (`record`: its
-    recorded variant) holds (its registers and spill stack as cuobjdump reads them from the
-    cubin, the bytes of its machine code, the cycle-counter reads in its PTX, and its wgmma
-    instructions: how many, and the sum of their widths N, each m64 × N × k16, so the work
-    its code issues)."""
+    """Per (configuration, head_dim), causal and RECORD mode (`record`, none where empty; the
+    row's "record"): what the compiled sm_90a kernel holds (its registers and spill stack as
+    cuobjdump reads them from the cubin, the bytes of its machine code, the cycle-counter reads
+    in its PTX, and its wgmma instructions: how many, and the sum of their widths N, each
+    m64 × N × k16, so the work its code issues)."""
     import re
 
     rows = []
-    for cfg, d in configs:
-        for causal in (False, True):
-            ptx = (k := compile_sm90(cfg, d, causal, record=record, edges=edges)).asm["ptx"]
-            found = cubin_resources(k.asm["cubin"])
-            offsets = re.findall(r"/\*([0-9a-f]{4,})\*/", cuobjdump(k.asm["cubin"], "-sass"))
-            rows.append({
-                "config": cfg.as_list(), "head_dim": d, "causal": causal,
-                "shared": k.metadata.shared, "regs": found["REG"],
-                "stack": found["STACK"], "local": found["LOCAL"],
-                "wgmma": ptx.count("wgmma.mma_async"),
-                "wgmma_n": sum(map(int, re.findall(r"wgmma\.mma_async\S*\.m64n(\d+)k", ptx))),
-                "setmaxnreg": sorted({int(x) for x in re.findall(SETMAXNREG, ptx)}),
-                "registers": list(cfg.registers()), "clock_reads": ptx.count("%clock64"),
-                "code_bytes": max(int(x, 16) for x in offsets) + 16,
-            })  # fmt: skip
+    for (cfg, d), causal, mode in product(configs, (False, True), record or (0,)):
+        ptx = (k := compile_sm90(cfg, d, causal, record=mode, edges=edges)).asm["ptx"]
+        found = cubin_resources(k.asm["cubin"])
+        offsets = re.findall(r"/\*([0-9a-f]{4,})\*/", cuobjdump(k.asm["cubin"], "-sass"))
+        rows.append({
+            "config": cfg.as_list(), "head_dim": d, "causal": causal, "record": mode,
+            "shared": k.metadata.shared, "regs": found["REG"],
+            "stack": found["STACK"], "local": found["LOCAL"],
+            "wgmma": ptx.count("wgmma.mma_async"),
+            "wgmma_n": sum(map(int, re.findall(r"wgmma\.mma_async\S*\.m64n(\d+)k", ptx))),
+            "setmaxnreg": sorted({int(x) for x in re.findall(SETMAXNREG, ptx)}),
+            "registers": list(cfg.registers()), "clock_reads": ptx.count("%clock64"),
+            "code_bytes": max(int(x, 16) for x in offsets) + 16,
+        })  # fmt: skip
     return rows
 
 
@@ -1447,9 +1520,13 @@ if __name__ == "__main__":
     import sys
 
     # Every configuration a tuned table names (with its head_dim), or those given as JSON;
-    # "--record" compiles the recorded variant, "--edges" for lengths that fill no tile.
-    record, edges = "--record" in sys.argv, "--edges" in sys.argv
-    given = [a for a in sys.argv[1:] if a not in ("--record", "--edges")]
+    # "--record" compiles the two kernels a recording launches (RECORD 3 and 5), "--record=M"
+    # RECORD mode M alone; "--edges" for lengths that fill no tile.
+    flags = [a for a in sys.argv[1:] if a.startswith("--")]
+    given = [a for a in sys.argv[1:] if not a.startswith("--")]
+    edges = "--edges" in flags
+    record = next(((3, 5) if f == "--record" else (int(f.split("=")[1]),)
+                   for f in flags if f.startswith("--record")), ())  # fmt: skip
     if given:
         wanted = [(WsConfig.from_list(c), d) for c, d in json.loads(given[0])]
     else:

@@ -7,6 +7,8 @@ tests/conftest.py turns the interpreter on unless told otherwise, so on a GPU ma
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 import torch
@@ -389,18 +391,7 @@ def test_a_planned_gluon_call_is_bit_for_bit_a_call_through_triton(seed: int) ->
 
 
 def test_the_recorded_forward_computes_the_same_and_stamps_every_phase(seed: int) -> None:
-    from flashscope.kernels.hopper_forward import (
-        REC_STEP_EVENTS,
-        REC_TILE_EVENTS,
-        WsConfig,
-        launch_forward_ws,
-    )
-    from flashscope.kernels.warpgroups import (
-        new_recording,
-        program_tiles,
-        stamps_of,
-        timeline_intervals,
-    )
+    from flashscope.kernels.hopper_forward import SPLIT_RECORDING, WsConfig, launch_forward_ws
 
     if torch.cuda.get_device_capability()[0] != 9:
         pytest.skip("the Gluon forward needs a Hopper GPU")
@@ -413,40 +404,68 @@ def test_the_recorded_forward_computes_the_same_and_stamps_every_phase(seed: int
         b, h, n = 1, 4, 1024
         q, k, v = (rand(b, h, n, d) for _ in range(3))
         plain = launch_forward_ws(q, k, v, causal, d**-0.5, cfg)
-        rec = new_recording(q, cfg, steps=48, tiles=3)
-        recorded = launch_forward_ws(q, k, v, causal, d**-0.5, cfg, record=rec)
-        what = f"{cfg.as_list()} d={d} causal={causal}"
-        assert all(torch.equal(x, y) for x, y in zip(plain, recorded, strict=True)), what
-        stamps = stamps_of(rec, cfg)
-        sms = torch.cuda.get_device_properties(0).multi_processor_count
-        tiles = program_tiles(cfg, b * h, n, n, causal, sms, 0)
-        got = timeline_intervals(stamps, tiles, 0)
-        assert 0.2 < stamps.ns_per_cycle(0) < 2.0, what  # a clock of 0.5 to 5 GHz
-        recorded_tiles = []
-        steps = 0
-        for n_steps in tiles[: stamps.tiles]:
-            if steps + n_steps > stamps.steps:
-                break
-            recorded_tiles.append(n_steps)
-            steps += n_steps
-        assert recorded_tiles, what
-        for c in range(cfg.consumers):
-            for phase in ("qk", "pv", "softmax"):
-                keys = {(x["tile"], x["block"]) for x in got
-                        if x["warpgroup"] == c and x["phase"] == phase}  # fmt: skip
-                want = {(i, j) for i, m in enumerate(recorded_tiles) for j in range(m)}
-                assert keys == want, f"{what}: consumer {c} {phase}"
-        # a product takes time; the program's intervals fit its lifetime by the global timer
-        assert all(x["end_ns"] > x["start_ns"] for x in got if x["phase"] in ("qk", "pv")), what
-        assert max(x["end_ns"] for x in got) <= stamps.span_ns() * 1.01, what
-        # programs past the first `detail` run the loop without stamps: their steps' and tiles'
-        # regions untouched, their roles' start and end stamped
-        buf = rec.buffer.cpu()
-        assert buf.shape[0] > rec.detail, what
-        loops = rec.steps * REC_STEP_EVENTS + rec.tiles * REC_TILE_EVENTS
-        assert (buf[rec.detail :, :, :loops] == -1).all(), what
-        assert (buf[rec.detail :, :, loops] > 0).all(), what  # each role's start
-        assert (buf[: rec.detail, :, : rec.steps * REC_STEP_EVENTS] > 0).any(), what
+        for mode in (SPLIT_RECORDING, 2):  # two launches (the default), one holding both loops
+            check_recording(q, k, v, cfg, d, causal, plain, mode)
+
+
+def check_recording(q, k, v, cfg, d: int, causal: bool, plain: tuple, mode: int) -> None:
+    """A recording of RECORD `mode` computes what the plain kernel does and stamps every phase
+    of the programs that stamp their steps, only the start and end of the others."""
+    from flashscope.kernels.hopper_forward import (
+        REC_HEADER,
+        REC_STEP_EVENTS,
+        REC_TILE_EVENTS,
+        launch_forward_ws,
+    )
+    from flashscope.kernels.warpgroups import (
+        new_recording,
+        program_tiles,
+        stamps_of,
+        timeline_intervals,
+    )
+
+    b, h, n, _ = q.shape
+    rec = replace(new_recording(q, cfg, steps=48, tiles=3), mode=mode)
+    launch_forward_ws(q, k, v, causal, d**-0.5, cfg, record=rec)  # compiles (both launches)
+    rec.buffer.fill_(-1)
+    recorded = launch_forward_ws(q, k, v, causal, d**-0.5, cfg, record=rec)
+    what = f"{cfg.as_list()} d={d} causal={causal} mode={mode}"
+    assert all(torch.equal(x, y) for x, y in zip(plain, recorded, strict=True)), what
+    stamps = stamps_of(rec, cfg)
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    tiles = program_tiles(cfg, b * h, n, n, causal, sms, 0)
+    got = timeline_intervals(stamps, tiles, 0)
+    assert 0.2 < stamps.ns_per_cycle(0) < 2.0, what  # a clock of 0.5 to 5 GHz
+    recorded_tiles = []
+    steps = 0
+    for n_steps in tiles[: stamps.tiles]:
+        if steps + n_steps > stamps.steps:
+            break
+        recorded_tiles.append(n_steps)
+        steps += n_steps
+    assert recorded_tiles, what
+    for c in range(cfg.consumers):
+        for phase in ("qk", "pv", "softmax"):
+            keys = {(x["tile"], x["block"]) for x in got
+                    if x["warpgroup"] == c and x["phase"] == phase}  # fmt: skip
+            want = {(i, j) for i, m in enumerate(recorded_tiles) for j in range(m)}
+            assert keys == want, f"{what}: consumer {c} {phase}"
+    # a product takes time; the program's intervals fit its lifetime by the global timer
+    assert all(x["end_ns"] > x["start_ns"] for x in got if x["phase"] in ("qk", "pv")), what
+    assert max(x["end_ns"] for x in got) <= stamps.span_ns() * 1.01, what
+    # programs past the first `detail` run the loop without stamps: their steps' and tiles'
+    # regions untouched, their roles' start and end stamped
+    buf = rec.buffer.cpu()
+    assert buf.shape[0] > rec.detail, what
+    loops = rec.steps * REC_STEP_EVENTS + rec.tiles * REC_TILE_EVENTS
+    assert (buf[rec.detail :, :, :loops] == -1).all(), what
+    assert (buf[rec.detail :, :, loops] > 0).all(), what  # each role's start
+    assert (buf[: rec.detail, :, : rec.steps * REC_STEP_EVENTS] > 0).any(), what
+    # in two launches, the stamping programs ran beside the others, not before or after them
+    starts, ends = buf[:, :, -REC_HEADER + 1], buf[:, :, -REC_HEADER + 3]
+    stamping, others = slice(None, rec.detail), slice(rec.detail, None)
+    assert starts[stamping].min() < ends[others].max(), what
+    assert starts[others].min() < ends[stamping].max(), what
 
 
 @pytest.mark.parametrize("dtype", [F16, BF16], ids=["fp16", "bf16"])

@@ -174,8 +174,9 @@ def test_record_and_time_alternates_its_rounds_and_keeps_the_medians(monkeypatch
     rng = np.random.default_rng()
     rounds = int(rng.integers(3, 6))
     order: list[str] = []
-    drift = iter(np.linspace(1.0, 1.3, 3 * rounds))  # every timing slower than the last
+    drift = iter(np.linspace(1.0, 1.3, 4 * rounds))  # every timing slower than the last
     spans = iter(rng.uniform(0.5, 2.0, rounds))
+    gates = iter(rng.uniform(0.1, 0.3, rounds))  # the gate before a recording's two launches
 
     def launch(q, k, v, causal, scale, cfg, record=None):
         return (q.clone(), q.sum(-1))  # the same output recorded or not
@@ -183,7 +184,8 @@ def test_record_and_time_alternates_its_rounds_and_keeps_the_medians(monkeypatch
     def median_ms(calls):
         (call,) = calls
         mode = getattr(call.keywords.get("record"), "mode", None)
-        order.append({None: "plain", 1: "masked"}.get(mode, "branch"))
+        order.append("gated" if call.func is hf.gated else
+                     {None: "plain", 1: "masked"}.get(mode, "branch"))  # fmt: skip
         return float(next(drift))
 
     class FakeStamps:
@@ -198,19 +200,32 @@ def test_record_and_time_alternates_its_rounds_and_keeps_the_medians(monkeypatch
     monkeypatch.setattr(timing, "median_ms", median_ms)
     monkeypatch.setattr(wg, "new_recording", lambda q, cfg, **_: hf.Recording(q, 1, 1, 1, 1))
     monkeypatch.setattr(wg, "stamps_of", lambda rec, cfg: FakeStamps())
+    monkeypatch.setattr(hf, "gate_ms", lambda: float(next(gates)))
     q = torch.zeros(1, 1, 8, 4)
     _, fig = wg.record_and_time(q, q, q, False, WsConfig(2), masked=True, rounds=rounds)
-    assert order == ["plain", "masked", "branch"] * rounds
-    assert fig["same_output"]
-    for key, name in (("plain_passes", "plain_ms"), ("branch_passes", "recorded_branch_ms"),
-                      ("masked_passes", "recorded_ms"), ("span_passes", "span_ms")):  # fmt: skip
+    assert order == ["plain", "gated", "masked", "branch"] * rounds
+    assert fig["same_output"] and fig["mode"] == hf.SPLIT_RECORDING
+    for key, name in (("plain_gated_passes", "plain_ms"), ("plain_passes", "plain_ungated_ms"),
+                      ("branch_passes", "recorded_branch_ms"), ("masked_passes", "recorded_ms"),
+                      ("span_passes", "span_ms"), ("gate_passes", "gate_ms")):  # fmt: skip
         assert len(fig[key]) == rounds
         assert fig[name] == pytest.approx(float(np.median(fig[key])))
-    # the drift reached plain and recorded alike: each round's recorded timing comes after its
-    # plain one, so neither median is from the start or the end of the drift alone
-    assert all(p < b for p, b in zip(fig["plain_passes"], fig["branch_passes"], strict=True))
-    assert fig["branch_passes"][0] < fig["plain_passes"][-1]
+    # the recording's two launches wait behind a gate: its time is taken off the recorded
+    # timing and the plain one taken behind it, round by round
+    for raw, rec, gated, gate in zip(
+        fig["branch_raw_passes"],
+        fig["branch_passes"],
+        fig["plain_gated_passes"],
+        fig["gate_passes"],
+        strict=True,
+    ):
+        assert rec == pytest.approx(raw - gate)
+        # the drift reached plain and recorded alike: each round's recorded timing comes after
+        # its plain one, so neither median is from the start or the end of the drift alone
+        assert gated + gate < raw
+    assert fig["branch_raw_passes"][0] < fig["plain_gated_passes"][-1] + fig["gate_passes"][-1]
     assert fig["overhead"] == pytest.approx(fig["recorded_branch_ms"] / fig["plain_ms"] - 1)
     assert fig["span_vs_plain"] == pytest.approx(fig["span_ms"] / fig["plain_ms"] - 1)
+    assert fig["overhead_masked"] == pytest.approx(fig["recorded_ms"] / fig["plain_ungated_ms"] - 1)
     with pytest.raises(ValueError, match="rounds must be 1 or more"):
         wg.record_and_time(q, q, q, False, WsConfig(2), rounds=0)
