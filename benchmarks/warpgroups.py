@@ -19,9 +19,9 @@ Two parts, in one process:
    against the plain time, and the intervals of programs 0 and 1 over their first tiles, as the
    /hopper view draws them. Causal launches are recorded with their steps in one loop
    (`WsConfig.merged`), the form every causal entry of kernels/tuned.json routes; with
-   --two-loops in the unmerged form, as recorded before. A recording is two launches side by
-   side, programs 0 and 1 in the stamping one; with --one-launch one kernel holding each loop
-   twice (RECORD mode 2), as recorded before.
+   --two-loops in the unmerged form, as recorded before. A recording is launches side by
+   side, programs 0 and 1 in stamping ones of their own; with --one-launch one kernel holding
+   each loop twice (RECORD mode 2), as recorded before.
 
 With --merged only part 1 runs, causal rows only, each variant with its causal steps in one
 loop (`WsConfig.merged`, the form most causal entries of kernels/tuned.json route).

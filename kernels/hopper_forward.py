@@ -284,6 +284,19 @@ def _tile_at(k, SCHED, SCHEDULED: gl.constexpr, me):
     return gl.load(SCHED + me[1] + 1 + k) if SCHEDULED else k
 
 
+@gluon.jit
+def _window(share, rec_tiles, RECORD: gl.constexpr):
+    """The part of a program's share (`_share`) this launch runs: a program that stamps its
+    steps runs its first rec_tiles entries stamped (RECORD 7) and the rest in a launch after
+    it without stamps (RECORD 8, `_launch_split`); any other launch its whole share."""
+    first, end, stride = share
+    if RECORD == 7:
+        end = gl.minimum(end, first + rec_tiles * stride)
+    elif RECORD == 8:
+        first = first + rec_tiles * stride
+    return first, end, stride
+
+
 # The recording (RECORD, `warpgroup_timeline`): each role of a recorded program (consumer
 # warpgroups 0…C−1, then the loader) owns a region of int64 stamps of the SM's cycle counter:
 # REC_STEP_EVENTS per ring step for its first `rec_steps` steps, REC_TILE_EVENTS per tile for
@@ -293,9 +306,11 @@ def _tile_at(k, SCHED, SCHEDULED: gl.constexpr, me):
 # compiled twice, taken per program: mode 3 in the programs that stamp their steps (each stamp
 # behind a branch on the step or tile being among those kept) and mode 4 in the others (their
 # start and end only, so their loop is the plain kernel's); 6 (`Recording.mode`, the default)
-# two launches side by side on two streams, one of mode 3 for the programs that stamp their
-# steps and one of mode 5 (mode 4 numbered from rec_detail on) for the others, so that no
-# kernel holds two copies of a loop. The branches in every program, as the kernel first had
+# launches side by side on two streams (`_launch_split`): for the programs that stamp their
+# steps one of mode 7 (mode 3 over the first rec_tiles entries of each one's share), then one
+# of mode 8 (the rest of their shares unstamped, their end stamped), and beside them one of
+# mode 5 (mode 4 numbered from rec_detail on) for the others, so that no kernel holds two
+# copies of a loop. The branches in every program, as the kernel first had
 # them, cost ping-pong launches 12-47% even where no program took them
 # (benchmarks/results/recording-cost-probe-*.json); predicated stores in mode 3 spilled three
 # ping-pong warpgroups' stamped loop (48 bytes of stack unmasked, none with branches), whose
@@ -343,7 +358,7 @@ def _recorder(REC, role, ROLES: gl.constexpr, rec_programs, rec_detail, rec_step
 @gluon.jit
 def _stamp(rec, g, code: gl.constexpr, RECORD: gl.constexpr):
     """Event `code` of ring step g, RECORD only (the modes: above `record_size`)."""
-    if RECORD == 3:  # a program that stamps its steps: the first `steps` of them
+    if RECORD == 3 or RECORD == 7:  # a program that stamps its steps: the first `steps`
         base, _, steps, _, _ = rec
         if g < steps:
             gl.store(base + g * _REC_STEP + code, _clock())
@@ -355,7 +370,7 @@ def _stamp(rec, g, code: gl.constexpr, RECORD: gl.constexpr):
 @gluon.jit
 def _stamp_tile(rec, i, code: gl.constexpr, RECORD: gl.constexpr):
     """Event `code` of the role's tile i, RECORD only (the modes: above `record_size`)."""
-    if RECORD == 3:
+    if RECORD == 3 or RECORD == 7:
         base, _, steps, tiles, _ = rec
         if i < tiles:
             gl.store(base + steps * _REC_STEP + i * _REC_TILE + code, _clock())
@@ -411,11 +426,12 @@ def _loader_loop(args, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, CONSUMERS: 
     TILE_M: gl.constexpr = BLOCK_M * CONSUMERS
     rec = _recorder(REC, CONSUMERS, CONSUMERS + 1, rec_programs, rec_detail, rec_steps, rec_tiles,
                     RECORD)
-    _stamp_edge(rec, 0, RECORD)
+    if RECORD != 8:  # (a stamping program's second launch: its start is the first one's)
+        _stamp_edge(rec, 0, RECORD)
     g = 0  # steps of the ring so far, over every tile
     i = 0  # tiles so far
     me = _program(rec_programs, rec_detail, RECORD)
-    first, end, stride = _share(SCHED, n_tiles, SCHEDULED, me)
+    first, end, stride = _window(_share(SCHED, n_tiles, SCHEDULED, me), rec_tiles, RECORD)
     for k in range(first, end, stride):
         t = _tile_at(k, SCHED, SCHEDULED, me)
         q_row, kv_row, _, _, _, n_steps = _tile(t, n_tiles, band, N_Q, N_K, H, GROUP, TILE_M,
@@ -442,7 +458,10 @@ def _loader_loop(args, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, CONSUMERS: 
             _stamp(rec, g, 2, RECORD)
             g += 1
         i += 1  # noqa: SIM113 (no enumerate in a kernel)
-    _stamp_edge(rec, 2, RECORD)
+    if RECORD != 8:  # noqa: SIM114 (a constexpr test and a runtime one, kept apart)
+        _stamp_edge(rec, 2, RECORD)
+    elif first < end:  # the program's end, where this launch ran any of its tiles
+        _stamp_edge(rec, 2, RECORD)
 
 
 @gluon.jit
@@ -773,13 +792,14 @@ def _consumer_loop(args, C: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M: gl.co
     o_stage = o_smem.index(C)
     ring = (k_smem, v_smem, k_ready, v_ready, k_empty, v_empty)
     rec = _recorder(REC, C, CONSUMERS + 1, rec_programs, rec_detail, rec_steps, rec_tiles, RECORD)
-    _stamp_edge(rec, 0, RECORD)
+    if RECORD != 8:  # (a stamping program's second launch: its start is the first one's)
+        _stamp_edge(rec, 0, RECORD)
     if PIPELINE and C == CONSUMERS - 1:
         _pass_turn(turn, C, CONSUMERS, PINGPONG)  # round 0 starts at the first warpgroup
     g = 0  # ring steps so far
     i = 0  # tiles so far (so g + i rounds so far)
     me = _program(rec_programs, rec_detail, RECORD)
-    first, end, stride = _share(SCHED, n_tiles, SCHEDULED, me)
+    first, end, stride = _window(_share(SCHED, n_tiles, SCHEDULED, me), rec_tiles, RECORD)
     for k in range(first, end, stride):
         t = _tile_at(k, SCHED, SCHEDULED, me)
         _, _, m0, n_full, n_whole, n_steps = _tile(t, n_tiles, band, N_Q, N_K, H, GROUP, TILE_M,
@@ -886,7 +906,10 @@ def _consumer_loop(args, C: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M: gl.co
         g += n_steps
         i += 1  # noqa: SIM113 (no enumerate in a kernel)
     tma.store_wait(0)
-    _stamp_edge(rec, 2, RECORD)
+    if RECORD != 8:  # noqa: SIM114 (a constexpr test and a runtime one, kept apart)
+        _stamp_edge(rec, 2, RECORD)
+    elif first < end:  # the program's end, where this launch ran any of its tiles
+        _stamp_edge(rec, 2, RECORD)
 
 
 @gluon.jit
@@ -1140,7 +1163,7 @@ class Recording:
     steps: int
     tiles: int
     detail: int
-    mode: int = 6  # 6: two launches side by side, the programs that stamp their steps in one;
+    mode: int = 6  # 6: launches side by side, the programs that stamp their steps in their own;
     # 2: one launch, each role's loop in two copies, taken per program; 1: every stamp a
     # masked store (the RECORD modes: above `record_size`)
 
@@ -1306,11 +1329,10 @@ def launch_forward_ws(
 
 
 SPLIT_RECORDING = 6
-# A recording's two launches wait behind a gate on the GPU (`torch.cuda._sleep`, about 250 µs
-# at the H100's and H200's clocks), longer than the host takes to issue both, so that neither
-# runs alone for the host's time between them (issued one after the other, a persistent
-# launch's span came out 7% longer, and a short launch's stamping programs were done before
-# the others began). Behind the gate launches ran 3-7% faster on an H200 than right after
+# A recording's launches wait behind a gate on the GPU (`torch.cuda._sleep`, about 250 µs
+# at the H100's and H200's clocks), longer than the host takes to issue them all, so that
+# none runs alone while the host issues the next (tens of µs through Triton's launcher).
+# Behind the gate launches ran 0-10% faster on an H200 than right after
 # do_bench's flush of the L2 (whose dirty lines the gate's time may let the L2 write back; not
 # looked into), so a recording is compared with the plain kernel behind the same gate (`gated`).
 GATE_CYCLES = 500_000
@@ -1318,19 +1340,24 @@ _SIDE_STREAMS: dict[int, torch.cuda.Stream] = {}
 
 
 def _launch_split(plan: _Plan, args: tuple, record: Recording) -> None:
-    """A recording in two launches (`Recording.mode` 6), both behind a gate (`GATE_CYCLES`):
-    the programs that stamp their steps (RECORD 3, the first `record.detail`) on the current
-    stream right after the gate, so that they take their SMs first, as a grid's first programs
-    do, and the others (RECORD 5) on a side stream that waits for the gate, then joins."""
+    """A recording in launches side by side (`Recording.mode` 6), all behind a gate
+    (`GATE_CYCLES`): on the current stream right after the gate the programs that stamp their
+    steps (the first `record.detail`), over the first `record.tiles` tiles of their shares
+    (RECORD 7), so that they take their SMs first, as a grid's first programs do, then over the
+    rest of their shares without stamps (RECORD 8: a persistent program's share stamped through
+    ran 5-10% slower, its stamps' branches in every step, and ended the launch); the others
+    (RECORD 5) on a side stream that waits for the gate, then joins."""
     device = torch.cuda.current_device()
     side = _SIDE_STREAMS.setdefault(device, torch.cuda.Stream(device))
     main = torch.cuda.current_stream(device)
     (programs,) = plan.grid
+    tiles = plan.sizes[4]
     torch.cuda._sleep(GATE_CYCLES)
     side.wait_stream(main)  # the gate, not the stamping launch
-    if record.detail:
-        launch(_attn_fwd_ws, (record.detail,), args, {**plan.constexprs, "RECORD": 3},
-               plan.options)  # fmt: skip
+    for mode, wanted in ((7, True), (8, tiles > programs * record.tiles)):
+        if record.detail and wanted:
+            launch(_attn_fwd_ws, (record.detail,), args, {**plan.constexprs, "RECORD": mode},
+                   plan.options)  # fmt: skip
     if programs > record.detail:
         with torch.cuda.stream(side):
             launch(_attn_fwd_ws, (programs - record.detail,), args,
@@ -1424,7 +1451,7 @@ def compile_sm90(
     edges: bool = False,
 ):
     """Compile the kernel (`record`: its recorded variant of that RECORD mode, above
-    `record_size`; a recording as launched by default runs modes 3 and 5; `edges`: for lengths
+    `record_size`; a recording as launched by default runs modes 7, 8 and 5; `edges`: for lengths
     that fill neither tile) for an H100/H200 on any machine (CPU tensors stand in for the
     inputs; nothing runs): Triton's CompiledKernel, with its PTX, cubin and shared-memory size.
 
@@ -1520,12 +1547,12 @@ if __name__ == "__main__":
     import sys
 
     # Every configuration a tuned table names (with its head_dim), or those given as JSON;
-    # "--record" compiles the two kernels a recording launches (RECORD 3 and 5), "--record=M"
+    # "--record" compiles the kernels a recording launches (RECORD 7, 8 and 5), "--record=M"
     # RECORD mode M alone; "--edges" for lengths that fill no tile.
     flags = [a for a in sys.argv[1:] if a.startswith("--")]
     given = [a for a in sys.argv[1:] if not a.startswith("--")]
     edges = "--edges" in flags
-    record = next(((3, 5) if f == "--record" else (int(f.split("=")[1]),)
+    record = next(((7, 8, 5) if f == "--record" else (int(f.split("=")[1]),)
                    for f in flags if f.startswith("--record")), ())  # fmt: skip
     if given:
         wanted = [(WsConfig.from_list(c), d) for c, d in json.loads(given[0])]

@@ -6,10 +6,11 @@ The Gluon forward (kernels/hopper_forward.py) compiled with RECORD stamps the SM
 `detail` programs, their first `steps` ring steps and `tiles` tiles; and every program stamps
 the counter and the global timer (%globaltimer, ns) where each of its roles starts and ends.
 Without RECORD none of it is compiled (tests/kernels/test_hopper_forward.py checks the PTX).
-A recording is two launches side by side on two streams: the first `detail` programs in a
-kernel that stamps every phase, the others in one that runs the plain kernel's code with only
-its roles' start and end stamped (`Recording.mode` 6), so that no kernel holds two copies of a
-loop (one that did cost three ping-pong warpgroups causal 10-13% on an H200).
+A recording is launches side by side on two streams: the first `detail` programs in a kernel
+that stamps every phase of their first `tiles` tiles and one after it for the rest of their
+tiles, the others in one that runs the plain kernel's code with only its roles' start and end
+stamped (`Recording.mode` 6), so that no kernel holds two copies of a loop (one that did cost
+three ping-pong warpgroups causal 10-13% on an H200).
 
 `timeline_intervals` turns one program's stamps into intervals of the schema the simulator's
 FA-3 model also emits: {"role", "warpgroup", "phase", "tile", "block", "start_ns", "end_ns"},
@@ -265,10 +266,11 @@ def record_and_time(
     global timer (`span_ms`, `span_vs_plain`), the plain call as a user times it
     (`plain_ungated_ms`), with `masked` also each stamp as a masked store in one launch
     (`recorded_ms`, `overhead_masked`, against `plain_ungated_ms`), and the first recorded
-    run's wall time, its compilation included (`first_run_s`). A recording in two launches
-    (the default) waits behind a gate on the GPU (`hopper_forward.GATE_CYCLES`), timed alone
-    each round (`gate_ms`) and taken off the recorded time; its plain time is taken behind the
-    same gate (`plain_gated_passes`), under which launches ran 3-7% faster on an H200.
+    run's wall time, its compilation included (`first_run_s`). A recording in launches side by
+    side (the default) waits behind a gate on the GPU (`hopper_forward.GATE_CYCLES`), timed
+    alone each round (`gate_ms`) and taken off the recorded time; its plain time is taken
+    behind the same gate (`plain_gated_passes`), under which launches ran 0-10% faster on an
+    H200.
     The timings alternate, plain then recorded, `rounds` times: the
     plain time of one launch moved by 14% between two runs of benchmarks/warpgroups.py on an
     H200 (two pipelined warpgroups at d = 128, 0.807 and 0.920 ms; recording-cost-*.json),
@@ -314,7 +316,7 @@ def record_and_time(
     for r in range(rounds):
         say(f"timing the plain and the recorded kernel, round {r + 1} of {rounds} (do_bench)")
         passes["plain"].append(median_ms([call]))
-        if split:  # behind the gate the recording's two launches wait for, taken off
+        if split:  # behind the gate the recording's launches wait for, taken off
             passes["gate"].append(gate := gate_ms())
             passes["plain_gated"].append(median_ms([partial(gated, call)]) - gate)
         if masked:

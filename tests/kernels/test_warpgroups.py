@@ -176,7 +176,7 @@ def test_record_and_time_alternates_its_rounds_and_keeps_the_medians(monkeypatch
     order: list[str] = []
     drift = iter(np.linspace(1.0, 1.3, 4 * rounds))  # every timing slower than the last
     spans = iter(rng.uniform(0.5, 2.0, rounds))
-    gates = iter(rng.uniform(0.1, 0.3, rounds))  # the gate before a recording's two launches
+    gates = iter(rng.uniform(0.1, 0.3, rounds))  # the gate before a recording's launches
 
     def launch(q, k, v, causal, scale, cfg, record=None):
         return (q.clone(), q.sum(-1))  # the same output recorded or not
@@ -210,7 +210,7 @@ def test_record_and_time_alternates_its_rounds_and_keeps_the_medians(monkeypatch
                       ("span_passes", "span_ms"), ("gate_passes", "gate_ms")):  # fmt: skip
         assert len(fig[key]) == rounds
         assert fig[name] == pytest.approx(float(np.median(fig[key])))
-    # the recording's two launches wait behind a gate: its time is taken off the recorded
+    # the recording's launches wait behind a gate: its time is taken off the recorded
     # timing and the plain one taken behind it, round by round
     for raw, rec, gated, gate in zip(
         fig["branch_raw_passes"],
