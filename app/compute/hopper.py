@@ -287,24 +287,25 @@ def _recorded(p: HopperParams, doc: dict[str, Any]) -> dict[str, Any]:
 
 
 # `kernels.hopper_forward.SPLIT_RECORDING` (the app does not import the kernels): a recording
-# in two launches side by side.
+# in launches side by side.
 SPLIT_RECORDING = 6
 # A recording's times (`warpgroups.record_and_time`): the plain kernel's, behind the gate a
-# recording in two launches waits for (`plain_ms`), and as do_bench times a call
+# recording in launches side by side waits for (`plain_ms`), and as do_bench times a call
 # (`plain_ungated_ms`; none in recordings of one launch, where the two are the same), the
 # recorded one's and its overhead, the gate's, the launch's span by the global timer.
 TIMES = ("plain_ms", "plain_ungated_ms", "recorded_branch_ms", "overhead", "gate_ms", "span_ms")
 
 
 def _two_launches(t: dict[str, Any]) -> str:
-    """The note on a recording in two launches side by side (`Recording.mode` 6)."""
+    """The note on a recording in launches side by side (`Recording.mode` 6)."""
     gate = f"{t['gate_ms'] * 1e3:.0f} µs" if t.get("gate_ms") else "a gate"
     plain = t.get("plain_ungated_ms")
     told = f", {plain:.3f} ms right after do_bench's flush" if plain else ""
     return (
-        "recorded in two launches side by side, programs 0 and 1 in the one that stamps every "
-        f"phase, both behind {gate} of wait on the GPU, taken off; the plain kernel timed "
-        f"behind the same wait{told}"
+        "recorded in launches side by side: programs 0 and 1 stamp every phase of their first "
+        "tiles in a launch of their own and run the rest of their tiles in one after it, the "
+        f"others beside them; all behind {gate} of wait on the GPU, taken off; the plain "
+        f"kernel timed behind the same wait{told}"
     )
 
 
