@@ -1351,7 +1351,7 @@ def _launch_split(plan: _Plan, args: tuple, record: Recording) -> None:
     side = _SIDE_STREAMS.setdefault(device, torch.cuda.Stream(device))
     main = torch.cuda.current_stream(device)
     (programs,) = plan.grid
-    tiles = plan.sizes[4]
+    _, _, _, _, tiles, _ = plan.sizes
     torch.cuda._sleep(GATE_CYCLES)
     side.wait_stream(main)  # the gate, not the stamping launch
     for mode, wanted in ((7, True), (8, tiles > programs * record.tiles)):

@@ -302,10 +302,10 @@ def _two_launches(t: dict[str, Any]) -> str:
     plain = t.get("plain_ungated_ms")
     told = f", {plain:.3f} ms right after do_bench's flush" if plain else ""
     return (
-        "recorded in launches side by side: programs 0 and 1 stamp every phase of their first "
-        "tiles in a launch of their own and run the rest of their tiles in one after it, the "
-        f"others beside them; all behind {gate} of wait on the GPU, taken off; the plain "
-        f"kernel timed behind the same wait{told}"
+        "recorded in launches side by side, programs 0 and 1 stamping every phase of their "
+        "first tiles in a launch of their own and running any other tiles in one after it, "
+        f"all behind {gate} of wait on the GPU that is taken off, the plain kernel timed "
+        f"behind the same wait{told}"
     )
 
 
