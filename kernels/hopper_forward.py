@@ -1354,7 +1354,9 @@ def _launch_split(plan: _Plan, args: tuple, record: Recording) -> None:
     _, _, _, _, tiles, _ = plan.sizes
     torch.cuda._sleep(GATE_CYCLES)
     side.wait_stream(main)  # the gate, not the stamping launch
-    for mode, wanted in ((7, True), (8, tiles > programs * record.tiles)):
+    # the rest's launch wherever a program may have more tiles than it stamps (a schedule's
+    # shares are uneven; a program with none left stores nothing there)
+    for mode, wanted in ((7, True), (8, tiles > programs)):
         if record.detail and wanted:
             launch(_attn_fwd_ws, (record.detail,), args, {**plan.constexprs, "RECORD": mode},
                    plan.options)  # fmt: skip
