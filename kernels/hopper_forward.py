@@ -1339,14 +1339,28 @@ GATE_CYCLES = 500_000
 _SIDE_STREAMS: dict[int, torch.cuda.Stream] = {}
 
 
+def split_launches(programs: int, tiles: int, detail: int) -> list[tuple[int, int, bool]]:
+    """The launches of a recording side by side (`Recording.mode` 6), in the order issued:
+    (RECORD mode, programs, whether on the side stream). The first `detail` programs stamp
+    their first tiles (RECORD 7), then run the rest of their shares (RECORD 8) wherever a
+    program may have more tiles than it stamps: with more tiles than programs (a causal host
+    schedule's shares are uneven; a program with none left does nothing there). The others run
+    beside them (RECORD 5)."""
+    out = [(7, detail, False)] if detail else []
+    if detail and tiles > programs:
+        out.append((8, detail, False))
+    if programs > detail:
+        out.append((5, programs - detail, True))
+    return out
+
+
 def _launch_split(plan: _Plan, args: tuple, record: Recording) -> None:
-    """A recording in launches side by side (`Recording.mode` 6), all behind a gate
-    (`GATE_CYCLES`): on the current stream right after the gate the programs that stamp their
-    steps (the first `record.detail`), over the first `record.tiles` tiles of their shares
-    (RECORD 7), so that they take their SMs first, as a grid's first programs do, then over the
-    rest of their shares without stamps (RECORD 8: a persistent program's share stamped through
-    ran 5-10% slower, its stamps' branches in every step, and ended the launch); the others
-    (RECORD 5) on a side stream that waits for the gate, then joins."""
+    """A recording in launches side by side (`split_launches`), all behind a gate
+    (`GATE_CYCLES`): the programs that stamp their steps on the current stream right after the
+    gate, so that they take their SMs first, as a grid's first programs do, over the first
+    `record.tiles` tiles of their shares, then the rest (a persistent program's share stamped
+    through ran 5-10% slower, its stamps' branches in every step, and ended the launch); the
+    others on a side stream that waits for the gate, then joins."""
     device = torch.cuda.current_device()
     side = _SIDE_STREAMS.setdefault(device, torch.cuda.Stream(device))
     main = torch.cuda.current_stream(device)
@@ -1354,16 +1368,10 @@ def _launch_split(plan: _Plan, args: tuple, record: Recording) -> None:
     _, _, _, _, tiles, _ = plan.sizes
     torch.cuda._sleep(GATE_CYCLES)
     side.wait_stream(main)  # the gate, not the stamping launch
-    # the rest's launch wherever a program may have more tiles than it stamps (a schedule's
-    # shares are uneven; a program with none left stores nothing there)
-    for mode, wanted in ((7, True), (8, tiles > programs)):
-        if record.detail and wanted:
-            launch(_attn_fwd_ws, (record.detail,), args, {**plan.constexprs, "RECORD": mode},
+    for mode, grid, on_side in split_launches(programs, tiles, record.detail):
+        with torch.cuda.stream(side if on_side else main):
+            launch(_attn_fwd_ws, (grid,), args, {**plan.constexprs, "RECORD": mode},
                    plan.options)  # fmt: skip
-    if programs > record.detail:
-        with torch.cuda.stream(side):
-            launch(_attn_fwd_ws, (programs - record.detail,), args,
-                   {**plan.constexprs, "RECORD": 5}, plan.options)  # fmt: skip
     main.wait_stream(side)
 
 

@@ -12,6 +12,8 @@ from flashscope.kernels.hopper_forward import (
     REC_TILE_EVENTS,
     WsConfig,
     record_size,
+    schedule,
+    split_launches,
 )
 from flashscope.kernels.warpgroups import (
     PHASES,
@@ -159,6 +161,48 @@ def test_a_programs_tiles_follow_the_launch_order() -> None:
     # causal: the heaviest first; all the program's tiles together see every block once per row
     steps = [program_tiles(persistent, 1, 512, 512, True, sms=2, program=p) for p in (0, 1)]
     assert sorted(steps[0] + steps[1]) == [1, 2, 3, 4]
+
+
+def launched_tiles(sched, tiles: int, programs: int, rec_tiles: int, pid: int, mode: int):
+    """The tiles program `pid` runs in a launch of RECORD `mode`, as the kernel's `_share`,
+    `_window` and `_tile_at` take them (`sched`: the host schedule, or None: tiles in turn)."""
+    if sched is None:
+        first, end, stride = pid, tiles, programs
+    else:
+        first, end, stride = int(sched[pid]), int(sched[pid + 1]), 1
+    if mode == 7:
+        end = min(end, first + rec_tiles * stride)
+    elif mode == 8:
+        first += rec_tiles * stride
+    ks = range(first, end, stride)
+    return [int(sched[programs + 1 + k]) for k in ks] if sched is not None else list(ks)
+
+
+def test_a_recordings_launches_run_every_tile_once(seed: int) -> None:
+    """A recording side by side (`split_launches`) runs each tile of the launch once, whatever
+    the shares: tiles in turn (one each, or persistent) or a causal host schedule's uneven ones
+    (`schedule`), as the kernel's `_program`, `_share` and `_window` take them: RECORD 7 the
+    first `rec_tiles` entries of a stamping program's share, RECORD 8 the rest, RECORD 5 the
+    whole shares of the programs numbered from `detail` on."""
+    rng = np.random.default_rng(seed)
+    for case in range(200):
+        tiles = int(rng.integers(1, 600))
+        persistent, scheduled = bool(rng.integers(2)), bool(rng.integers(2))
+        programs = min(tiles, int(rng.integers(1, 160))) if persistent else tiles
+        detail, rec_tiles = int(rng.integers(0, min(programs, 3) + 1)), int(rng.integers(1, 6))
+        sched = schedule(rng.uniform(1.0, 40.0, tiles), programs) if scheduled else None
+
+        launches = split_launches(programs, tiles, detail)
+        ran = np.zeros(tiles, dtype=int)
+        for mode, grid, side in launches:
+            assert side == (mode == 5), (seed, case, launches)
+            for g in range(grid):
+                pid = g + (detail if mode == 5 else 0)
+                for t in launched_tiles(sched, tiles, programs, rec_tiles, pid, mode):
+                    ran[t] += 1
+        what = f"seed={seed} case={case}: {tiles} tiles, {programs} programs, detail {detail}"
+        assert (ran == 1).all(), f"{what}, scheduled={scheduled}: {launches}"
+        assert [m for m, _, _ in launches][:1] == ([7] if detail else [5]), what
 
 
 def test_record_and_time_alternates_its_rounds_and_keeps_the_medians(monkeypatch) -> None:
