@@ -25,10 +25,21 @@ export function spanText(rec) {
     `${signed(rec.span_ms / rec.plain_ms - 1)} against the plain kernel`;
 }
 
+/**
+ * " behind the recording's 257 µs gate (0.883 ms without it)": where the launches of a recording
+ * side by side waited behind a gate on the GPU, the plain kernel was timed behind it too ("" for
+ * a recording without one).
+ */
+export function gateText(rec) {
+  if (!(rec.gate_ms > 0) || !(rec.plain_ungated_ms > 0)) return "";
+  return ` behind the recording's ${Math.round(rec.gate_ms * 1e3)} µs gate ` +
+    `(${rec.plain_ungated_ms.toFixed(3)} ms without it)`;
+}
+
 /** "recorded live on …: plain kernel …, recorded … (+x % …); … spans …": a live recording. */
 export function liveSummary(rec) {
-  return `recorded live on ${rec.device}: plain kernel ${rec.plain_ms.toFixed(3)} ms, recorded ` +
-    `${rec.recorded_branch_ms.toFixed(3)} ms (${costText(rec)})${spanText(rec)}`;
+  return `recorded live on ${rec.device}: plain kernel ${rec.plain_ms.toFixed(3)} ms${gateText(rec)}, ` +
+    `recorded ${rec.recorded_branch_ms.toFixed(3)} ms (${costText(rec)})${spanText(rec)}`;
 }
 
 const sentence = (text) => `${text[0].toUpperCase()}${text.slice(1)}.`;

@@ -42,6 +42,7 @@ JOB = RunRequest.model_validate(  # as the worker gets it: every field of the re
 ).model_dump()  # fmt: skip
 FIGURES = {"same_output": True, "plain_ms": 0.010, "recorded_branch_ms": 0.011,
            "overhead": 0.1, "span_ms": 0.0034, "span_vs_plain": -0.66,
+           "plain_ungated_ms": 0.012, "gate_ms": 0.26, "mode": 6,
            "first_run_s": 1.5}  # fmt: skip
 GPU = {"device": "NVIDIA H100 80GB HBM3", "capability": "9.0", "sms": 132}
 NS = 3  # ns per cycle
