@@ -10,9 +10,11 @@ recorded than plain. This times, for a few launches of `benchmarks/warpgroups.py
 process and in alternating rounds (plain first in each):
 
 - `plain`: the kernel without RECORD;
-- `split`: the recording as launched (`Recording.mode` 6): programs 0 and 1 in a stamping
-  kernel (RECORD 3), the others beside it in one with their start and end stamps (RECORD 5),
-  both behind a gate on the GPU (its time, `gate_ms`, timed alone each round and taken off
+- `split`: the recording as launched (`Recording.mode` 6, `hopper_forward.split_launches`):
+  programs 0 and 1 in a stamping kernel over their first tiles (RECORD 7; RECORD 3 when the
+  committed result was taken, the same for one tile a program) and the rest of their tiles in
+  one after it (RECORD 8), the others beside them with their start and end stamps (RECORD 5),
+  all behind a gate on the GPU (its time, `gate_ms`, timed alone each round and taken off
   the median; `passes` keep the raw times), compared with `plain_gated`, the plain kernel
   behind the same gate;
 - `one_launch`: mode 2, programs 0 and 1 stamping their steps;
@@ -23,8 +25,8 @@ process and in alternating rounds (plain first in each):
 
 So `no_detail` against `edges_only` is what holding the second copy costs the programs that
 never run it, `one_launch` against `no_detail` what the two stamping programs add, and `split`
-against `plain` what the recording costs as launched. The spans
-by the global timer are kept for the recorded forms. Writes one JSON with the device, date,
+against `plain_gated` what the recording costs as launched. The spans by the global timer are
+kept for the recorded forms. Writes one JSON with the device, date,
 versions and every raw figure.
 """
 
