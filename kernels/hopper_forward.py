@@ -249,9 +249,9 @@ def _tile(t, n_tiles, band, N_Q, N_K, H, GROUP, TILE_M: gl.constexpr, BLOCK_N: g
 
 @gluon.jit
 def _program(rec_programs, rec_detail, RECORD: gl.constexpr):
-    """(this program's number, the programs' count): the grid's, but in a recording launched
-    in two parts (`Recording.mode` 6: RECORD 3 for programs 0 … rec_detail − 1, RECORD 5 for
-    the others) the whole recording's (`rec_programs` programs, the second part's numbered from
+    """(this program's number, the programs' count): the grid's, but in a recording's launches
+    side by side (`split_launches`: RECORD 7 and 8 for programs 0 … rec_detail − 1, RECORD 5
+    for the others) the whole recording's (`rec_programs` programs, RECORD 5's numbered from
     rec_detail on)."""
     if RECORD == 0:
         return gl.program_id(0), gl.num_programs(0)
@@ -391,6 +391,24 @@ def _stamp_edge(rec, code: gl.constexpr, RECORD: gl.constexpr):
 
 
 @gluon.jit
+def _stamp_start(rec, RECORD: gl.constexpr):
+    """The role's start (`_stamp_edge`), but for a stamping program's second launch (RECORD 8),
+    whose start is the first one's."""
+    if RECORD != 8:
+        _stamp_edge(rec, 0, RECORD)
+
+
+@gluon.jit
+def _stamp_end(rec, ran, RECORD: gl.constexpr):
+    """The role's end (`_stamp_edge`); a stamping program's second launch (RECORD 8) stamps it
+    only where it ran any of the program's tiles (`ran`), else the first launch's end stands."""
+    if RECORD != 8:  # noqa: SIM114 (a constexpr test and a runtime one, kept apart)
+        _stamp_edge(rec, 2, RECORD)
+    elif ran:
+        _stamp_edge(rec, 2, RECORD)
+
+
+@gluon.jit
 def _loader(args, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, CONSUMERS: gl.constexpr,
             STAGES: gl.constexpr, CAUSAL: gl.constexpr, SCHEDULED: gl.constexpr,
             RECORD: gl.constexpr):
@@ -426,8 +444,7 @@ def _loader_loop(args, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, CONSUMERS: 
     TILE_M: gl.constexpr = BLOCK_M * CONSUMERS
     rec = _recorder(REC, CONSUMERS, CONSUMERS + 1, rec_programs, rec_detail, rec_steps, rec_tiles,
                     RECORD)
-    if RECORD != 8:  # (a stamping program's second launch: its start is the first one's)
-        _stamp_edge(rec, 0, RECORD)
+    _stamp_start(rec, RECORD)
     g = 0  # steps of the ring so far, over every tile
     i = 0  # tiles so far
     me = _program(rec_programs, rec_detail, RECORD)
@@ -458,10 +475,7 @@ def _loader_loop(args, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, CONSUMERS: 
             _stamp(rec, g, 2, RECORD)
             g += 1
         i += 1  # noqa: SIM113 (no enumerate in a kernel)
-    if RECORD != 8:  # noqa: SIM114 (a constexpr test and a runtime one, kept apart)
-        _stamp_edge(rec, 2, RECORD)
-    elif first < end:  # the program's end, where this launch ran any of its tiles
-        _stamp_edge(rec, 2, RECORD)
+    _stamp_end(rec, first < end, RECORD)
 
 
 @gluon.jit
@@ -792,8 +806,7 @@ def _consumer_loop(args, C: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M: gl.co
     o_stage = o_smem.index(C)
     ring = (k_smem, v_smem, k_ready, v_ready, k_empty, v_empty)
     rec = _recorder(REC, C, CONSUMERS + 1, rec_programs, rec_detail, rec_steps, rec_tiles, RECORD)
-    if RECORD != 8:  # (a stamping program's second launch: its start is the first one's)
-        _stamp_edge(rec, 0, RECORD)
+    _stamp_start(rec, RECORD)
     if PIPELINE and C == CONSUMERS - 1:
         _pass_turn(turn, C, CONSUMERS, PINGPONG)  # round 0 starts at the first warpgroup
     g = 0  # ring steps so far
@@ -906,10 +919,7 @@ def _consumer_loop(args, C: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M: gl.co
         g += n_steps
         i += 1  # noqa: SIM113 (no enumerate in a kernel)
     tma.store_wait(0)
-    if RECORD != 8:  # noqa: SIM114 (a constexpr test and a runtime one, kept apart)
-        _stamp_edge(rec, 2, RECORD)
-    elif first < end:  # the program's end, where this launch ran any of its tiles
-        _stamp_edge(rec, 2, RECORD)
+    _stamp_end(rec, first < end, RECORD)
 
 
 @gluon.jit
@@ -1339,6 +1349,11 @@ GATE_CYCLES = 500_000
 _SIDE_STREAMS: dict[int, torch.cuda.Stream] = {}
 
 
+def _gate() -> None:
+    """The gate (`GATE_CYCLES`) on the current stream."""
+    torch.cuda._sleep(GATE_CYCLES)
+
+
 def split_launches(programs: int, tiles: int, detail: int) -> list[tuple[int, int, bool]]:
     """The launches of a recording side by side (`Recording.mode` 6), in the order issued:
     (RECORD mode, programs, whether on the side stream). The first `detail` programs stamp
@@ -1366,7 +1381,7 @@ def _launch_split(plan: _Plan, args: tuple, record: Recording) -> None:
     main = torch.cuda.current_stream(device)
     (programs,) = plan.grid
     _, _, _, _, tiles, _ = plan.sizes
-    torch.cuda._sleep(GATE_CYCLES)
+    _gate()
     side.wait_stream(main)  # the gate, not the stamping launch
     for mode, grid, on_side in split_launches(programs, tiles, record.detail):
         with torch.cuda.stream(side if on_side else main):
@@ -1378,7 +1393,7 @@ def _launch_split(plan: _Plan, args: tuple, record: Recording) -> None:
 def gated(call: Callable[[], Any]) -> Any:
     """`call` behind the gate a recording's launches wait for (`GATE_CYCLES`): what a recording
     is compared with."""
-    torch.cuda._sleep(GATE_CYCLES)
+    _gate()
     return call()
 
 
@@ -1386,7 +1401,7 @@ def gate_ms() -> float:
     """The gate's own time by do_bench (a recorded call's time includes it)."""
     from flashscope.kernels.timing import median_ms
 
-    return median_ms([lambda: torch.cuda._sleep(GATE_CYCLES)])
+    return median_ms([_gate])
 
 
 @dataclass(frozen=True)
