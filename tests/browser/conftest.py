@@ -31,6 +31,11 @@ ROOT = Path(__file__).resolve().parents[2]
 # Screenshots land in artifacts/ (ignored) so a test run leaves the tree clean; `make screenshots`
 # runs the browser tests with FLASHSCOPE_SCREENSHOTS=docs/screenshots to refresh the README's.
 SCREENSHOTS = ROOT / os.environ.get("FLASHSCOPE_SCREENSHOTS", "artifacts/screenshots")
+# The longest a wait for the page or the server may take. A wait ends as soon as what it waits
+# for is there, so only a failure waits this long; it is generous because `make test` runs two
+# workers on two cores, beside each server's compute and run workers and Chromium, and a first
+# trace on such a machine has taken over 15 s.
+WAIT_MS = 60_000
 
 
 # The server's output (its workers' too) goes to a file, never to a pipe nobody reads, which
@@ -76,6 +81,7 @@ class PageLog:
 def page(browser, live_server):
     """A fresh 1280×720 page that logs errors and every request leaving the test server."""
     context = browser.new_context(viewport={"width": 1280, "height": 720})
+    context.set_default_timeout(WAIT_MS)
     pg = context.new_page()
     log = PageLog()
     pg.on("console", lambda m: m.type == "error" and log.console_errors.append(m.text))
@@ -117,7 +123,7 @@ PAGE_STATE = """() => {
 }"""
 
 
-def wait_attached(page, selector: str, timeout: float = 15000) -> None:
+def wait_attached(page, selector: str, timeout: float = WAIT_MS) -> None:
     """Wait until `selector` is in the page; when it is not within `timeout` ms, fail with what
     the page shows instead (an error the server sent says why far better than a timeout)."""
     from playwright.sync_api import TimeoutError as PlaywrightTimeout
@@ -138,13 +144,13 @@ def wait_attached(page, selector: str, timeout: float = 15000) -> None:
         ) from None
 
 
-def wait_step(page, step: int, timeout: float = 15000) -> None:
+def wait_step(page, step: int, timeout: float = WAIT_MS) -> None:
     """Wait until the view has drawn `step` (views set <body data-step> after drawing) and put
     it into the URL (/tiles writes the URL after the step is painted: <body data-url>)."""
     wait_attached(page, f"body[data-step='{step}']:not([data-url])", timeout)
 
 
-def wait_offscreen(page, timeout: float = 15000) -> None:
+def wait_offscreen(page, timeout: float = WAIT_MS) -> None:
     """Wait until figures below the fold show the step too (/tiles draws them once in view or
     once stepping pauses: <body data-offscreen="stale"> meanwhile)."""
     page.locator("body:not([data-offscreen='stale'])").wait_for(state="attached", timeout=timeout)

@@ -6,8 +6,10 @@ import json
 import time
 from pathlib import Path
 
+from .conftest import WAIT_MS
 
-def download(page, selector: str, timeout: float = 15000) -> tuple[str, bytes]:
+
+def download(page, selector: str, timeout: float = WAIT_MS) -> tuple[str, bytes]:
     """Click `selector`, wait for the download, return (suggested file name, bytes)."""
     with page.expect_download(timeout=timeout) as info:
         page.locator(selector).click()

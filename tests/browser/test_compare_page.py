@@ -8,7 +8,7 @@ import urllib.request
 
 import pytest
 
-from .conftest import screenshot
+from .conftest import WAIT_MS, screenshot
 from .downloads import download_json
 
 pytestmark = pytest.mark.browser
@@ -16,12 +16,12 @@ FIGURES = ("scatter", "lines", "errors-plot", "breakdown", "timeline")
 
 
 def _config(page) -> str:
-    page.locator("body[data-config]").wait_for(state="attached", timeout=20000)
+    page.locator("body[data-config]").wait_for(state="attached", timeout=WAIT_MS)
     return page.evaluate("() => document.body.dataset.config")
 
 
 def _wait_config(page, cid: str) -> None:
-    page.locator(f"body[data-config='{cid}']").wait_for(state="attached", timeout=20000)
+    page.locator(f"body[data-config='{cid}']").wait_for(state="attached", timeout=WAIT_MS)
 
 
 def _breakdown(page) -> list:

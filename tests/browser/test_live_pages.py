@@ -10,7 +10,7 @@ import time
 import numpy as np
 import pytest
 
-from .conftest import screenshot, wait_attached, wait_step
+from .conftest import WAIT_MS, screenshot, wait_attached, wait_step
 
 pytestmark = pytest.mark.browser
 RUN_TIMEOUT = 120_000  # ms: the interpreter runs the kernel on the test machine's CPU
@@ -28,7 +28,7 @@ def test_every_page_says_what_the_server_runs_on(page, live_server):
     for path in ("/", "/tiles", "/compare"):
         page.goto(live_server + path)
         badge = page.locator("#backend-badge")
-        badge.filter(has_text="CPU").wait_for(timeout=15000)
+        badge.filter(has_text="CPU").wait_for(timeout=WAIT_MS)
         assert badge.inner_text() == "CPU: simulator and Triton interpreter"
         assert "interpreter" in badge.get_attribute("title")
     assert not page.log.console_errors and not page.log.page_errors
@@ -44,7 +44,7 @@ def test_tiles_measured_source_steps_through_the_kernels_own_state(page, live_se
     status = page.locator("#measured-status").inner_text()
     assert "within the fp16 tolerance" in status, status
     # the stepper shows the kernel's own state: its m at step 9 is the run's, not the socket's
-    page.locator("#now").filter(has_text="[the kernel's state]").wait_for(timeout=15000)
+    page.locator("#now").filter(has_text="[the kernel's state]").wait_for(timeout=WAIT_MS)
     run_m = page.evaluate(
         """async (seed) => {
           const r = await fetch('/api/runs', {method: 'POST', headers: {'Content-Type':
@@ -86,7 +86,7 @@ def test_tiles_measured_source_refuses_what_the_kernel_cannot_run(page, live_ser
     assert "block_m" in page.locator("#measured-status").inner_text()
     page.goto(f"{live_server}/tiles?algo=fa1&n=32&d=16&bm=16&bn=16&source=measured&step=0")
     wait_step(page, 0)
-    page.locator("#measured[data-state='note']").wait_for(state="attached", timeout=15000)
+    page.locator("#measured[data-state='note']").wait_for(state="attached", timeout=WAIT_MS)
     assert "FA-2" in page.locator("#measured-status").inner_text()
 
 
@@ -150,11 +150,11 @@ def test_decode_measured_source_compares_each_split(page, live_server):
 
 def test_gpu_only_buttons_are_disabled_with_their_reason(page, live_server):
     page.goto(f"{live_server}/compare")
-    page.locator("#live-why").filter(has_text="GPU").wait_for(timeout=15000)
+    page.locator("#live-why").filter(has_text="GPU").wait_for(timeout=WAIT_MS)
     assert page.locator("#measure").is_disabled()
     assert "Timing needs a GPU" in page.locator("#live-why").inner_text()
     assert "shipped datasets" in page.locator("#live-why").inner_text()
     page.goto(f"{live_server}/schedule")
-    page.locator("#schedule-measured-status").filter(has_text="GPU").wait_for(timeout=15000)
+    page.locator("#schedule-measured-status").filter(has_text="GPU").wait_for(timeout=WAIT_MS)
     assert page.locator("#measure-schedule").is_disabled()
     assert not page.log.console_errors and not page.log.page_errors

@@ -7,7 +7,7 @@ import pytest
 
 from flashscope.app.views import VIEWS
 
-from .conftest import screenshot, wait_attached
+from .conftest import WAIT_MS, screenshot, wait_attached
 
 pytestmark = pytest.mark.browser
 
@@ -69,7 +69,7 @@ def test_the_stepper_stays_beside_the_figure_it_drives(phone, live_server):
     assert play["y"] >= 0 and play["y"] + play["height"] <= PHONE["height"], play
     assert grid["y"] < PHONE["height"]
     phone.locator("#next").click()
-    phone.locator("body[data-step='6']").wait_for(state="attached", timeout=15000)
+    phone.locator("body[data-step='6']").wait_for(state="attached", timeout=WAIT_MS)
     # The figures stay clear of the bar: the page ends with room for it.
     bar = phone.locator(".stepper").bounding_box()
     phone.evaluate("() => window.scrollTo(0, document.documentElement.scrollHeight)")

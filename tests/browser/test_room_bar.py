@@ -9,7 +9,7 @@ import time
 import pytest
 
 from ..app.servers import flashscope_server, restartable_redis
-from .conftest import PageLog, screenshot, wait_step
+from .conftest import WAIT_MS, PageLog, screenshot, wait_step
 
 pytestmark = pytest.mark.browser
 
@@ -30,10 +30,6 @@ def open_tab(browser, live_server):
     )
     pg.log = log  # type: ignore[attr-defined]
     return context, pg
-
-
-# Generous waits: three browsers and a server share two busy cores.
-WAIT_MS = 30000
 
 
 def at_step(page, step: int) -> None:
