@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from .conftest import wait_attached, wait_step
+from .conftest import WAIT_MS, wait_attached, wait_step
 
 pytestmark = pytest.mark.browser
 
@@ -78,7 +78,7 @@ def test_a_probability_hovers_as_a_decimal_with_its_row_and_key(page, live_serve
     box = tile.locator(".nsewdrag").first.bounding_box()
     page.mouse.move(box["x"] + box["width"] * 0.5, box["y"] + box["height"] * 0.5)
     label = page.locator("#tile .hoverlayer .hovertext").first
-    label.wait_for(timeout=5000)
+    label.wait_for(timeout=WAIT_MS)
     text = label.text_content()
     assert text.startswith("P[i=") and ", j=" in text and "] = 0." in text, text
     assert "μ" not in text and "e-" not in text, text

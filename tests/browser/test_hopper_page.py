@@ -9,15 +9,13 @@ from urllib.parse import parse_qsl, urlsplit
 import pytest
 
 from ..app.servers import flashscope_server
-from .conftest import screenshot
+from .conftest import WAIT_MS, screenshot
 
 pytestmark = pytest.mark.browser
 
-LOAD_MS = 60_000
-
 
 def _ready(page) -> None:
-    page.locator("body[data-step]").wait_for(state="attached", timeout=LOAD_MS)
+    page.locator("body[data-step]").wait_for(state="attached", timeout=WAIT_MS)
 
 
 def _rows(page, axis: str) -> list[str]:
@@ -41,7 +39,7 @@ def _reloaded(page, before: str) -> None:
     page.wait_for_function(
         "(before) => document.getElementById('time-measured').textContent !== before",
         arg=before,
-        timeout=LOAD_MS,
+        timeout=WAIT_MS,
     )
 
 
@@ -86,7 +84,7 @@ def test_stepping_moves_the_cursor_and_the_narrative(page, live_server):
     before = page.locator("#now-sim").inner_text()
     assert "consumer 1" in before and "softmax" in before
     page.keyboard.press("ArrowRight")
-    page.locator(f"body[data-step='{k + 1}']").wait_for(state="attached", timeout=LOAD_MS)
+    page.locator(f"body[data-step='{k + 1}']").wait_for(state="attached", timeout=WAIT_MS)
     after = page.locator("#now-sim").inner_text()
     assert after != before and after.startswith("at ")
     assert _params(page)["step"] == str(k + 1)
@@ -174,7 +172,7 @@ def test_record_on_this_gpu_is_disabled_on_a_cpu_server_with_the_reason(page, li
     _ready(page)
     button = page.locator("#record-live")
     why = "needs an H100 or H200: this server has no GPU"
-    page.locator("#record-status").filter(has_text=why).wait_for(timeout=LOAD_MS)
+    page.locator("#record-status").filter(has_text=why).wait_for(timeout=WAIT_MS)
     assert button.is_disabled() and button.inner_text() == "Record on this GPU"
     assert why in (button.get_attribute("title") or "")
     # a link to a live recording the server does not have: the shipped one, and why
@@ -206,9 +204,9 @@ def test_a_live_recording_replaces_the_shipped_one_and_stays_in_the_url(page):
         assert button.is_enabled(), page.locator("#record-status").inner_text()
         button.click()
         page.wait_for_function("() => new URL(location.href).searchParams.has('run')",
-                               timeout=LOAD_MS)  # fmt: skip
+                               timeout=WAIT_MS)  # fmt: skip
         run = _params(page)["run"]
-        page.locator("#record-status").filter(has_text=f"run {run}").wait_for(timeout=LOAD_MS)
+        page.locator("#record-status").filter(has_text=f"run {run}").wait_for(timeout=WAIT_MS)
         device = "recorded live on NVIDIA H100 80GB HBM3"
         assert device in page.locator("#record-status").inner_text()
         label = page.evaluate("() => document.getElementById('gantt').layout.annotations[1].text")
@@ -225,5 +223,5 @@ def test_a_live_recording_replaces_the_shipped_one_and_stays_in_the_url(page):
         # the link reopens it
         page.goto(page.url)
         _ready(page)
-        page.locator("#record-status").filter(has_text=f"run {run}").wait_for(timeout=LOAD_MS)
+        page.locator("#record-status").filter(has_text=f"run {run}").wait_for(timeout=WAIT_MS)
         assert page.log.console_errors == [] and page.log.page_errors == []

@@ -9,11 +9,9 @@ from urllib.parse import parse_qsl, urlsplit
 
 import pytest
 
-from .conftest import SCREENSHOTS, screenshot
+from .conftest import SCREENSHOTS, WAIT_MS, screenshot
 
 pytestmark = pytest.mark.browser
-
-LOAD_MS = 30_000
 
 
 def _lessons(base: str) -> list[dict]:
@@ -30,8 +28,8 @@ def figure_ready(page, lesson: dict) -> None:
     """The lesson's view is mounted and has drawn a step (or the lesson has no view)."""
     if lesson["view"] is None:
         return
-    page.locator("#figure[data-loaded='1']").wait_for(state="attached", timeout=LOAD_MS)
-    page.locator("body[data-step]").wait_for(state="attached", timeout=LOAD_MS)
+    page.locator("#figure[data-loaded='1']").wait_for(state="attached", timeout=WAIT_MS)
+    page.locator("body[data-step]").wait_for(state="attached", timeout=WAIT_MS)
 
 
 def url_params(page) -> dict[str, str]:
@@ -95,7 +93,7 @@ def test_every_try_this_link_sets_its_figure(page, live_server, half):
         figure_ready(page, lesson)
         if "step" in t["params"]:
             step = t["params"]["step"]
-            page.locator(f"body[data-step='{step}']").wait_for(state="attached", timeout=LOAD_MS)
+            page.locator(f"body[data-step='{step}']").wait_for(state="attached", timeout=WAIT_MS)
         got = url_params(page)
         for key, value in t["params"].items():
             assert got.get(key) == str(value), (lesson["id"], t["label"], key, got)
