@@ -14,10 +14,10 @@ with both, no GPU is needed (a refit). `--l2-probe FILE` takes the L2's usable c
 (`l2_reuse_fraction`) and the room of a line every SM reads (`l2_shared_copies`) from a run of
 benchmarks/l2_reuse_probe.py on that GPU instead of the preset's (or --start's) values; the fit
 never moves them. `--fit-terms host-and-local` fits only the spills' L1 rate and the host's
-share of a call (local_gbs, host_launch_us, host_backward_us: a sweep of the space users meet
-exercises them, the protocol does not) on the fit half and reports the held-out figures; `all`
-fits them first, then the structural parameters. Without a GPU otherwise, it prints one line
-and exits with code 2.
+share of a call (local_gbs, host_launch_us, host_descriptor_us, host_backward_us: a sweep of
+the space users meet exercises them, the protocol does not) on the fit half and reports the
+held-out figures; `all` fits them first, then the structural parameters. Without a GPU
+otherwise, it prints one line and exits with code 2.
 """
 
 from __future__ import annotations
@@ -100,7 +100,8 @@ def add_command(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         default="structural",
         help="what to fit on the fit half: the structural parameters (default), only the "
         "spills' L1 rate and the host's share of a call (host-and-local: local_gbs, "
-        "host_launch_us, host_backward_us, the rest kept from --start or the preset), or both "
+        "host_launch_us, host_descriptor_us, host_backward_us, the rest kept from --start or "
+        "the preset), or both "
         "(all)",
     )
     p.add_argument(
@@ -597,8 +598,9 @@ def _fit_host_and_local(gpu: GPU, rows: list[Json], eager_us: float | None) -> t
     for name, why in result.skipped.items():
         _say(f"{name} not fitted: {why}")
     doc: Json = {
-        "method": "local_gbs: golden section over its logarithm (or off); host_launch_us and "
-        "host_backward_us: a grid against the kernels' times; two rounds; mean "
+        "method": "local_gbs: golden section over its logarithm (or off); host_launch_us, "
+        "host_descriptor_us and host_backward_us: a grid against the kernels' times; two "
+        "rounds; mean "
         "|log(simulated / measured)| of the whole calls of the fit subset",
         "values": result.values,
         "host_launch_from": "ceilings.launch_eager" if eager_us is not None else "fitted",

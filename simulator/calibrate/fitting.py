@@ -26,7 +26,6 @@ import numpy as np
 
 from flashscope.simulator.core.hardware import GPU, Efficiency
 from flashscope.simulator.timing.engine import (
-    HOST_DESCRIPTOR_LAUNCHES,
     alone_time_s,
     call_time_s,
     clock_share,
@@ -435,16 +434,18 @@ def fit_spill_miss(samples: Sequence[SpillSample]) -> tuple[float, float]:
 # Three terms that the protocol's rows do not exercise (no host-bound call, spills too small for
 # the L1 term to show) and a sweep of the space users meet does: `local_gbs`, the rate at which
 # an SM's L1 serves local-memory (spill) bytes, and the host's floor of a call,
-# `host_launch_us` per launch and `host_backward_us` per backward (engine.host_time_s). None of
-# them moves the others' evidence much, so each is searched on its own: the L1 rate by a golden
-# section over its logarithm (or off), the host's two terms on a grid against the kernels'
-# times, which they do not change; two rounds, since the kernels' times depend on the L1 rate.
+# `host_launch_us` per launch, `host_descriptor_us` per tensor descriptor the host makes and
+# `host_backward_us` per backward (engine.host_time_s). None of them moves the others'
+# evidence much, so each is searched on its own: the L1 rate by a golden section over its
+# logarithm (or off), the host's terms on a grid against the kernels' times, which they do not
+# change; two rounds, since the kernels' times depend on the L1 rate.
 
 LOCAL_GBS_RANGE = (10.0, 10000.0)  # GB/s per SM
 LOCAL_STEPS = 24  # golden-section evaluations of the L1 rate per round
 HOST_LAUNCH_GRID = np.arange(0.0, 20.0 + 1e-9, 0.25)  # µs per launch
+HOST_DESCRIPTOR_GRID = np.arange(0.0, 30.0 + 1e-9, 0.25)  # µs per descriptor the host makes
 HOST_BACKWARD_GRID = np.arange(0.0, 800.0 + 1e-9, 1.0)  # µs per backward
-HOST_AND_LOCAL = ("local_gbs", "host_launch_us", "host_backward_us")
+HOST_AND_LOCAL = ("local_gbs", "host_launch_us", "host_descriptor_us", "host_backward_us")
 
 
 @dataclass(frozen=True)
@@ -507,42 +508,52 @@ def fit_local(gpu: GPU, samples: Sequence[CallSample]) -> tuple[float, float]:
 def fit_host(
     gpu: GPU, samples: Sequence[CallSample], launch_us: float | None = None
 ) -> tuple[dict[str, float], float]:
-    """({host_launch_us, host_backward_us}, loss): the host's floor of a call on the grids
-    HOST_LAUNCH_GRID × HOST_BACKWARD_GRID that best explains the samples' call times, given
-    the engine's kernel times (which the floor does not change); with `launch_us` (the eager
-    launch a micro-benchmark measured), the launch term is that and only the backward's is
-    searched. Where several points fit equally (no sample is bound by the host: any floor
-    below the calls fits), the one nearest `gpu`'s current values is kept."""
+    """({host_launch_us, host_descriptor_us, host_backward_us}, loss): the host's floor of a
+    call on the grids HOST_LAUNCH_GRID × HOST_DESCRIPTOR_GRID × HOST_BACKWARD_GRID that best
+    explains the samples' call times, given the engine's kernel times (which the floor does not
+    change); with `launch_us` (the eager launch a micro-benchmark measured), the launch term is
+    that and only the others are searched. Where several points fit equally (no sample is bound
+    by the host: any floor below the calls fits), the one nearest `gpu`'s current values is
+    kept."""
     if not samples:
         raise ValueError("no fitted configuration")
     kernels = np.array([simulate_workload(s.workload, gpu).time_s for s in samples]) * 1e6
     measured = np.array([s.measured_s for s in samples]) * 1e6
-    # eager launches' worth of host work per call: its launches and the descriptors the host
-    # makes for them (`engine.host_time_s`)
-    launches = np.array([
-        len(s.workload.launches)
-        + HOST_DESCRIPTOR_LAUNCHES * sum(w.host_descriptors for w in s.workload.launches)
-        for s in samples
-    ])  # fmt: skip
+    # per call: its launches, the descriptors the host makes for them, whether a backward
+    # (`engine.host_time_s`)
+    launches = np.array([len(s.workload.launches) for s in samples], dtype=float)
+    descriptors = np.array(
+        [sum(w.host_descriptors for w in s.workload.launches) for s in samples], dtype=float
+    )
     backward = np.array([s.workload.algo.endswith("-bwd") for s in samples], dtype=float)
     eff = gpu.efficiency
-    span_l, span_b = HOST_LAUNCH_GRID[-1], HOST_BACKWARD_GRID[-1]
-    best: tuple[float, float, float, float] | None = None  # (loss, distance, launch, backward)
+    spans = (HOST_LAUNCH_GRID[-1], HOST_DESCRIPTOR_GRID[-1], HOST_BACKWARD_GRID[-1])
+    # (loss, distance, launch, descriptor, backward)
+    best: tuple[float, float, float, float, float] | None = None
     for launch in HOST_LAUNCH_GRID if launch_us is None else np.array([launch_us]):
-        host = launch * launches[None, :] + HOST_BACKWARD_GRID[:, None] * backward[None, :]
-        losses = np.mean(np.abs(np.log(np.maximum(kernels, host) / measured)), axis=1)
-        distance = np.hypot((launch - eff.host_launch_us) / span_l,
-                            (HOST_BACKWARD_GRID - eff.host_backward_us) / span_b)  # fmt: skip
-        # ties (equal up to rounding) go to the point nearest the current values
-        order = np.lexsort((distance, np.round(losses, 12)))
-        k = int(order[0])
-        here = (float(np.round(losses[k], 12)), float(distance[k]), float(launch),
-                float(HOST_BACKWARD_GRID[k]))  # fmt: skip
-        if best is None or here[:2] < best[:2]:
-            best = here
+        for desc in HOST_DESCRIPTOR_GRID:
+            fixed = launch * launches + desc * descriptors
+            host = fixed[None, :] + HOST_BACKWARD_GRID[:, None] * backward[None, :]
+            losses = np.mean(np.abs(np.log(np.maximum(kernels, host) / measured)), axis=1)
+            distance = np.sqrt(
+                ((launch - eff.host_launch_us) / spans[0]) ** 2
+                + ((desc - eff.host_descriptor_us) / spans[1]) ** 2
+                + ((HOST_BACKWARD_GRID - eff.host_backward_us) / spans[2]) ** 2
+            )
+            # ties (equal up to rounding) go to the point nearest the current values
+            order = np.lexsort((distance, np.round(losses, 12)))
+            k = int(order[0])
+            here = (float(np.round(losses[k], 12)), float(distance[k]), float(launch),
+                    float(desc), float(HOST_BACKWARD_GRID[k]))  # fmt: skip
+            if best is None or here[:2] < best[:2]:
+                best = here
     assert best is not None
-    _, _, launch_us, backward_us = best
-    values = {"host_launch_us": launch_us, "host_backward_us": backward_us}
+    _, _, launch_us, desc_us, backward_us = best
+    values = {
+        "host_launch_us": launch_us,
+        "host_descriptor_us": desc_us,
+        "host_backward_us": backward_us,
+    }
     return values, call_loss(apply(gpu, values), samples)
 
 

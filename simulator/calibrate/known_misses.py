@@ -282,8 +282,8 @@ MISS_CLASSES: tuple[MissClass, ...] = (
         "a host cost that varies from call to call and from machine to machine (the same "
         "call measured 0.3-5.3 times as long on the H200's host as on the H100's, its kernels "
         "within 9%: benchmarks/host_noise.py): the engine floors a call at one fitted "
-        "cost per launch, a share of it per tensor descriptor the host makes and one per "
-        "backward (host_launch_us, engine.HOST_DESCRIPTOR_LAUNCHES, host_backward_us)",
+        "cost per launch, one per tensor descriptor the host makes and one per backward "
+        "(host_launch_us, host_descriptor_us, host_backward_us)",
         host_bound,
     ),
     *_STRUCTURAL,

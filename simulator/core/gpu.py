@@ -92,11 +92,14 @@ class Efficiency:
     power_l2_tbs: float = 10.0  # L2 ↔ SM TB/s that alone would reach the cap
     power_exp: float = 0.0  # in [0, 1); about 1/3 where the voltage follows the clock
     # The host's share of a call (engine.host_time_s): a call takes at least what the host
-    # spends issuing it, `host_launch_us` per kernel launch plus `host_backward_us` for a
-    # backward (autograd's bookkeeping and PyTorch's allocations around the kernels). Fitted
-    # on calls timed whole (do_bench) whose kernels' own durations were far shorter; 0: the
-    # call is its kernels.
+    # spends issuing it, `host_launch_us` per kernel launch, `host_descriptor_us` per tensor
+    # descriptor it makes for a launch (`Launch.host_descriptors`: Triton's launcher encodes
+    # each for the copy engine at every call) plus `host_backward_us` for a backward
+    # (autograd's bookkeeping and PyTorch's allocations around the kernels). Fitted on calls
+    # timed whole (do_bench) whose kernels' own durations were far shorter; 0: the call is its
+    # kernels.
     host_launch_us: float = 0.0
+    host_descriptor_us: float = 0.0
     host_backward_us: float = 0.0
 
     def __post_init__(self) -> None:

@@ -249,6 +249,7 @@ EFFICIENCY_BOUNDS: dict[str, tuple[float, float]] = {
     "power_exp": (0.0, 0.9),
     "local_gbs": (0.0, 1e4),
     "host_launch_us": (0.0, 1e4),
+    "host_descriptor_us": (0.0, 1e4),
     "host_backward_us": (0.0, 1e4),
 }
 

@@ -140,17 +140,6 @@ SPILL_RELOAD_DRAM = 0.4
 # the users' sweep (H100, 2026-11-26) by its DRAM bytes: MAPE 14.6%, 12.6%, 12.4%, 12.6%, 13.1%
 # at 3, 4, 5, 6, 8 (15.1% with no write-back below the L2's capacity).
 SPILL_SLOT_EXP = 5.0
-# What the host spends on each tensor descriptor it makes for a launch, in eager launches
-# (`host_launch_us`: the same host's work, so a host without a measured launch cost pays none;
-# `host_time_s`): where every tile is whole the kernels describe their tensors on the host,
-# and Triton's launcher encodes each for the copy engine at every call. Evidence (users' sweep,
-# H100, 2026-11-26): forwards of under 25 µs of kernel time took a median 21 µs beyond Nsight
-# Compute's kernel time with whole tiles (18 calls; four host descriptors) and 3.3 µs with
-# ragged lengths (26 calls; none); most host-bound backward calls took 205–240 µs with whole
-# tiles (eleven descriptors) and 135–155 µs with ragged ones. Fitted with `host_backward_us`
-# on the fit half's whole calls: 5 µs a descriptor at the H100's 9.26 µs launch (mean |log
-# error| 0.2099 with 135 µs a backward, 0.2213 without the term at 197 µs; flat from 5 to 6).
-HOST_DESCRIPTOR_LAUNCHES = 5.0 / 9.26
 # L1 and shared memory share one array per SM, this much larger than the shared memory an SM
 # may give (NVIDIA's A100 and H100 architecture: 192 / 164 KiB, 256 / 228 KiB).
 L1_EXTRA_KIB = 28
@@ -906,8 +895,7 @@ def simulate_workload(workload: Workload, gpu: GPU, power_cap: bool = True) -> S
 
 def host_time_s(workload: Workload, eff: Efficiency) -> float:
     """The least time the host takes to issue a call of `workload`: `host_launch_us` per
-    launch and `HOST_DESCRIPTOR_LAUNCHES` of those per tensor descriptor it makes
-    (`Launch.host_descriptors`),
+    launch, `host_descriptor_us` per tensor descriptor it makes (`Launch.host_descriptors`),
     plus `host_backward_us` for a backward.
 
     A call timed whole (do_bench of `flash_attention` and its backward) cannot end before the
@@ -916,10 +904,20 @@ def host_time_s(workload: Workload, eff: Efficiency) -> float:
     Compute durations: those backward calls took 135–633 µs whatever their kernels took
     (`host_backward_us` is fitted on that sweep's fit half; `host_launch_us` is the eager
     launch the ceilings' micro-benchmark measures).
+
+    Where every tile is whole the kernels describe their tensors on the host, and Triton's
+    launcher encodes each descriptor for the copy engine at every call. On the H100's sweep,
+    forwards of under 25 µs of kernel time took a median 21 µs beyond Nsight Compute's kernel
+    time with whole tiles (18 calls; four host descriptors) and 3.3 µs with ragged lengths (26
+    calls; none); most host-bound backward calls took 205–240 µs with whole tiles (eleven
+    descriptors) and 135–155 µs with ragged ones. `host_descriptor_us` is fitted per GPU with
+    `host_backward_us` on its sweep's fit half: 5 µs on the H100 (mean |log error| 0.2099, 0.2213
+    without the term), 13 µs on the H200, whose host took about twice the H100's for the same
+    calls though its eager launch measured shorter (7.96 µs against 9.26).
     """
     host = eff.host_launch_us * len(workload.launches)
     descriptors = sum(w.host_descriptors for w in workload.launches)
-    host += HOST_DESCRIPTOR_LAUNCHES * eff.host_launch_us * descriptors
+    host += eff.host_descriptor_us * descriptors
     if workload.algo.endswith("-bwd"):
         host += eff.host_backward_us
     return host * 1e-6

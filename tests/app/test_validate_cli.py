@@ -276,7 +276,7 @@ def test_calibrate_keeps_the_start_files_values_of_fields_it_cannot_fit(tmp_path
               "bulk_read_ns": rng.uniform(0.0, 900.0)}  # fmt: skip
     start["fit"]["values"].update(reduce)
     # the spills' L1 rate and the host's share are fitted on the users' sweep, not here: kept too
-    users = ("local_gbs", "host_launch_us", "host_backward_us")
+    users = ("local_gbs", "host_launch_us", "host_descriptor_us", "host_backward_us")
     kept = {**{k: start["fit"]["values"][k] for k in users}, **reduce}
     start_path = tmp_path / "start.json"
     start_path.write_text(json.dumps(start))
@@ -398,9 +398,9 @@ def test_calibrate_refuses_a_bad_ceilings_file_in_one_line_naming_the_flag(
 
 def test_calibrate_fits_the_spills_l1_rate_and_the_hosts_share_on_the_fit_half(tmp_path, capsys):
     """Rows of the shipped users' sweep (host-bound backwards, kernels that spill), their times
-    made by a known L1 rate and host cost per backward: `--fit-terms host-and-local` finds both
-    on the fit half (the launch term is the ceilings' eager launch), reports the held-out
-    half's figures, and keeps --start's other values."""
+    made by a known L1 rate, host cost per descriptor the host makes and per backward:
+    `--fit-terms host-and-local` finds them on the fit half (the launch term is the ceilings'
+    eager launch), reports the held-out half's figures, and keeps --start's other values."""
     import dataclasses
     import gzip
 
@@ -414,7 +414,8 @@ def test_calibrate_fits_the_spills_l1_rate_and_the_hosts_share_on_the_fit_half(t
     users = json.loads(gzip.decompress(path.read_bytes()))
     gpu = hardware.from_name("h100-sxm")
     truth = dataclasses.replace(gpu, efficiency=dataclasses.replace(
-        gpu.efficiency, local_gbs=150.0, host_backward_us=250.0))  # fmt: skip
+        gpu.efficiency, local_gbs=150.0, host_descriptor_us=9.0,
+        host_backward_us=250.0))  # fmt: skip
     seed = random.SystemRandom().randrange(2**31)
     rng = random.Random(seed)
     hosted = [r for r in users["rows"] if host_bound(r) and r["config"]["algo"] == "fa2-bwd"]
@@ -429,8 +430,14 @@ def test_calibrate_fits_the_spills_l1_rate_and_the_hosts_share_on_the_fit_half(t
         return call_time_s(simulate_workload(workload_of(r["config"], g), g)) * 1e6
 
     spilling = [r for r in spilling if call_us(r, faster) < 0.9 * call_us(r, truth)]
+    # backwards of whole tiles (the host makes 11 descriptors) and of ragged lengths (none),
+    # two of each kind in the fit half: together they tell the two host terms apart
+    whole = [r for r in hosted if sum(w.host_descriptors for w in
+                                      workload_of(r["config"], gpu).launches)]  # fmt: skip
+    ragged = [r for r in hosted if r not in whole]
+    w3, r3 = rng.sample(whole, 3), rng.sample(ragged, 3)
     rows = []
-    for r in rng.sample(hosted, 6) + rng.sample(spilling, 8):
+    for r in [w3[0], w3[1], r3[0], r3[1], w3[2], r3[2], *rng.sample(spilling, 8)]:
         rows.append({**r, "measured_us": call_us(r, truth)})
     for i, r in enumerate(rows):  # both halves hold both kinds
         r["subset"] = ("fit", "holdout")[i % 2]
@@ -449,6 +456,7 @@ def test_calibrate_fits_the_spills_l1_rate_and_the_hosts_share_on_the_fit_half(t
     values = fit["host_and_local"]["values"]
     assert values["host_launch_us"] == doc["measured"]["ceilings"]["launch_eager"]["us_per_launch"]
     assert values["host_backward_us"] == pytest.approx(250.0, abs=3.0), (seed, values)
+    assert values["host_descriptor_us"] == pytest.approx(9.0, abs=0.5), (seed, values)
     assert values["local_gbs"] == pytest.approx(150.0, rel=0.1), (seed, values)
     assert doc["efficiency"]["host_backward_us"] == values["host_backward_us"]
     held = fit["host_and_local"]["holdout"]
@@ -456,7 +464,8 @@ def test_calibrate_fits_the_spills_l1_rate_and_the_hosts_share_on_the_fit_half(t
     assert held["n"] == 7 and held["after"]["mape_pct"] < 5.0, (seed, held)
     assert held["after"]["mape_pct"] < held["before"]["mape_pct"] / 2, (seed, held)
     # only these three were fitted: the structural values are --start's, carried
-    assert set(fit["params"]) == {"local_gbs", "host_launch_us", "host_backward_us"}
+    assert set(fit["params"]) == {
+        "local_gbs", "host_launch_us", "host_descriptor_us", "host_backward_us"}  # fmt: skip
     shipped = json.loads(start.read_text())["fit"]["values"]
     for k in ("overlap", "cta_setup_ns", "lockstep"):
         assert doc["efficiency"][k] == shipped[k], k

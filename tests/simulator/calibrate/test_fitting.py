@@ -91,13 +91,13 @@ def test_measured_dram_bytes_join_the_loss_where_they_exist():
 def test_the_loss_charges_tiles_of_one_problem_that_are_off_unequally():
     """Samples sharing a problem add the spread of their log errors about the problem's mean:
     zero when every tile is off by the same factor, more when they are off differently."""
-    from flashscope.simulator.timing.engine import simulate_workload
+    from flashscope.simulator.timing.engine import call_time_s, simulate_workload
 
     gpu = from_name("h200")
     p = AttentionProblem(seq_q=2048, head_dim=64, batch=2, heads=8)
     ws = [kernelplan.build("fa2", p, t, gpu_key="h200")
           for t in (TileConfig(128, 64, 3, 4), TileConfig(64, 64, 3, 4))]  # fmt: skip
-    times = [simulate_workload(w, gpu).time_s for w in ws]
+    times = [call_time_s(simulate_workload(w, gpu)) for w in ws]  # what the loss compares
     a, b = random.uniform(1.1, 2.0), random.uniform(1.1, 2.0)
 
     def loss(fa, fb, problem="p"):
@@ -191,25 +191,25 @@ def test_the_hosts_floor_is_found_on_its_grid_and_kept_where_nothing_shows_it():
     from flashscope.simulator.calibrate.fitting import CallSample, fit_host
     from flashscope.simulator.calibrate.validation import workload_of
     from flashscope.simulator.core import hardware
-    from flashscope.simulator.timing.engine import HOST_DESCRIPTOR_LAUNCHES, simulate_workload
+    from flashscope.simulator.timing.engine import simulate_workload
 
     gpu = hardware.from_name("h100-sxm")
+    # whole tiles (the host makes the dQ kernel's 5 descriptors and the dK/dV kernel's 6) and
+    # ragged lengths (the kernels make their own): the two kinds tell the terms apart
     small = [{"algo": "fa2-bwd", "impl": "flashscope", "seq": n, "head_dim": 64, "batch": 1,
               "heads": 2, "block_m": 64, "block_n": 64, "stages": 2, "warps": 4}
-             for n in (128, 256, 384)]  # fmt: skip
-    # a launch's worth of host work per launch and per descriptor share of one per descriptor
-    # the host makes (whole tiles: the dQ kernel's 5, the dK/dV kernel's 6)
-    w0 = workload_of(small[0], gpu)
-    units = len(w0.launches) + HOST_DESCRIPTOR_LAUNCHES * sum(
-        x.host_descriptors for x in w0.launches
-    )
-    assert [x.host_descriptors for x in w0.launches] == [0, 5, 6]
-    call = (10.0 * units + 250.0) * 1e-6
-    host = [CallSample(str(i), workload_of(c, gpu), call) for i, c in enumerate(small)]
+             for n in (128, 256, 200, 300)]  # fmt: skip
+    workloads = [workload_of(c, gpu) for c in small]
+    counts = [[x.host_descriptors for x in w.launches] for w in workloads]
+    assert counts == [[0, 5, 6], [0, 5, 6], [0, 0, 0], [0, 0, 0]]
+    host = [
+        CallSample(str(i), w, (10.0 * len(w.launches) + 7.5 * sum(c) + 250.0) * 1e-6)
+        for i, (w, c) in enumerate(zip(workloads, counts, strict=True))
+    ]
     for s in host:  # the kernels are well under the call
         assert simulate_workload(s.workload, gpu).time_s < 200e-6
     values, loss = fit_host(gpu, host, launch_us=10.0)
-    assert values == {"host_launch_us": 10.0, "host_backward_us": 250.0}
+    assert values == {"host_launch_us": 10.0, "host_descriptor_us": 7.5, "host_backward_us": 250.0}
     assert loss == pytest.approx(0.0, abs=1e-9)
     # long calls their kernels bound: any small floor fits them; the current one is kept
     big = {**small[0], "seq": 8192, "batch": 8, "heads": 16}
@@ -217,6 +217,7 @@ def test_the_hosts_floor_is_found_on_its_grid_and_kept_where_nothing_shows_it():
     t = simulate_workload(w, gpu).time_s
     bound = [CallSample("big", w, t * 1.05)]
     now = dataclasses.replace(gpu, efficiency=dataclasses.replace(
-        gpu.efficiency, host_launch_us=7.0, host_backward_us=123.0))  # fmt: skip
+        gpu.efficiency, host_launch_us=7.0, host_descriptor_us=3.25,
+        host_backward_us=123.0))  # fmt: skip
     values, _ = fit_host(now, bound)
-    assert values == {"host_launch_us": 7.0, "host_backward_us": 123.0}
+    assert values == {"host_launch_us": 7.0, "host_descriptor_us": 3.25, "host_backward_us": 123.0}

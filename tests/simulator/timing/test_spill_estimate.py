@@ -13,7 +13,6 @@ from flashscope.simulator.core import hardware
 from flashscope.simulator.core.problem import AttentionProblem, TileConfig
 from flashscope.simulator.timing import compiled, kernelplan
 from flashscope.simulator.timing.engine import (
-    HOST_DESCRIPTOR_LAUNCHES,
     call_time_s,
     host_time_s,
     simulate_workload,
@@ -112,21 +111,25 @@ def test_heavy_spills_are_much_slower_than_the_same_tiles_on_more_warps() -> Non
 @settings(max_examples=100, deadline=None)
 @given(
     launch_us=st.floats(0, 50),
+    descriptor_us=st.floats(0, 50),
     backward_us=st.floats(0, 1000),
     seq=st.integers(128, 2048),
     algo=st.sampled_from(["fa2", "fa2-bwd"]),
 )
 def test_a_call_takes_the_longer_of_its_kernels_and_the_host(
-    launch_us: float, backward_us: float, seq: int, algo: str
+    launch_us: float, descriptor_us: float, backward_us: float, seq: int, algo: str
 ) -> None:
     base = hardware.from_name("h100-sxm")
     eff = dataclasses.replace(
-        base.efficiency, host_launch_us=launch_us, host_backward_us=backward_us
+        base.efficiency,
+        host_launch_us=launch_us,
+        host_descriptor_us=descriptor_us,
+        host_backward_us=backward_us,
     )
     gpu = dataclasses.replace(base, efficiency=eff)
     p = AttentionProblem(seq_q=seq, head_dim=64, batch=1, heads=2)
     w = kernelplan.build(algo, p, TileConfig(64, 64, 3, 4), gpu_key=gpu.key)
-    descriptors = HOST_DESCRIPTOR_LAUNCHES * launch_us * sum(x.host_descriptors for x in w.launches)
+    descriptors = descriptor_us * sum(x.host_descriptors for x in w.launches)
     host = launch_us * len(w.launches) + descriptors + (backward_us if algo == "fa2-bwd" else 0.0)
     host *= 1e-6
     assert math.isclose(host_time_s(w, eff), host, abs_tol=1e-15)
