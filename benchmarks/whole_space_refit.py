@@ -87,26 +87,30 @@ def measured_gap_us(rows: list[dict[str, Any]]) -> float:
     return float(np.median(gaps))
 
 
-def training(key: str, gpu: Any) -> list[Any]:
+def training(key: str, gpu: Any, users: bool = True) -> list[Any]:
     """The fit's samples on `gpu`: the protocol's fit half (and the extra datasets'), as
-    `flashscope calibrate` weighs them, then the users' fit half's calls the GPU bounds, times
-    only."""
+    `flashscope calibrate` weighs them, then (`users`) the users' fit half's calls the GPU
+    bounds, times only."""
     from flashscope.simulator.calibrate.known_misses import host_bound
     from flashscope.simulator.calibrate.validation import time_samples
 
     samples = time_samples(rows_of(PROTOCOL[key]), gpu, "fit")
     for path in EXTRA_FIT.get(key, []):
         samples += time_samples(rows_of(path), gpu, "fit")
-    users = [r for r in rows_of(USERS[key]) if not host_bound(r)]
-    samples += [
-        dataclasses.replace(s, measured_dram=None, problem=None)
-        for s in time_samples(users, gpu, "fit")
-    ]
+    if users:
+        bound = [r for r in rows_of(USERS[key]) if not host_bound(r)]
+        samples += [
+            dataclasses.replace(s, measured_dram=None, problem=None)
+            for s in time_samples(bound, gpu, "fit")
+        ]
     return samples
 
 
-def refit(key: str, launch_us: float | None, max_evals: int) -> tuple[Any, dict[str, Any]]:
-    """(the GPU refitted on both fit halves, the fit's record)."""
+def refit(
+    key: str, launch_us: float | None, max_evals: int, users: bool = True, alone: float = 0.0
+) -> tuple[Any, dict[str, Any]]:
+    """(the GPU refitted on both fit halves, or the protocol's alone without `users`, the
+    fit's record); `alone`: the weight of the backward's kernels timed alone in the loss."""
     from flashscope.simulator.calibrate.fitting import PARAMS, REDUCE, apply, fit
     from flashscope.simulator.core import hardware
 
@@ -120,10 +124,12 @@ def refit(key: str, launch_us: float | None, max_evals: int) -> tuple[Any, dict[
     protocol = rows_of(PROTOCOL[key])
     if any(r["config"].get("route") == "atomic" for r in protocol if r.get("subset") == "fit"):
         params += list(REDUCE)
-    train = training(key, start)
-    result = fit(start, train, params, max_evals=max_evals)
+    train = training(key, start, users)
+    result = fit(start, train, params, max_evals=max_evals, alone_weight=alone)
     record = {
         "samples": len(train),
+        "users_in_fit": users,
+        "alone_weight": alone,
         "params": [p.name for p in params],
         "values": result.values,
         "was": {p.name: getattr(base.efficiency, p.name) for p in params if not p.hardware},
@@ -163,6 +169,22 @@ def stats(errors: list[float]) -> dict[str, Any]:
     }
 
 
+def alone_figures(path: Path, gpu: Any) -> dict[str, Any]:
+    """The backward's kernels timed alone by Nsight Compute against the engine's, by kernel and
+    half (calls the GPU bounds)."""
+    from flashscope.simulator.calibrate.known_misses import host_bound
+    from flashscope.simulator.calibrate.validation import kernels_alone, workload_of
+
+    errs: dict[str, list[float]] = {}
+    for r in rows_of(path):
+        if host_bound(r) or not r.get("measured_us"):
+            continue
+        config = {**r["config"], "gpu": gpu.key}
+        for k in kernels_alone(r, workload_of(config, gpu), gpu):
+            errs.setdefault(f"{r.get('subset')}:{k['name']}", []).append(k["error_pct"] / 100)
+    return {name: stats(e) for name, e in sorted(errs.items())}
+
+
 def sweep_figures(path: Path, gpu: Any, compiled_only: bool = False) -> dict[str, Any]:
     """A users'-space dataset on `gpu`, by half: every call, and the calls the GPU bounds
     (`compiled_only`: only the rows whose every kernel the compiler's table holds)."""
@@ -187,7 +209,12 @@ def sweep_figures(path: Path, gpu: Any, compiled_only: bool = False) -> dict[str
 
 
 def judge(key: str, gpu: Any) -> dict[str, Any]:
-    out = {"protocol": protocol_figures(key, gpu), "users": sweep_figures(USERS[key], gpu)}
+    out = {
+        "protocol": protocol_figures(key, gpu),
+        "users": sweep_figures(USERS[key], gpu),
+        "alone": {"protocol": alone_figures(PROTOCOL[key], gpu),
+                  "users": alone_figures(USERS[key], gpu)},
+    }  # fmt: skip
     if key in FRESH:
         out["fresh"] = sweep_figures(FRESH[key], gpu)
         with compiler_extra(FRESH_COMPILED):
@@ -195,7 +222,9 @@ def judge(key: str, gpu: Any) -> dict[str, Any]:
     return out
 
 
-def one_gpu(key: str, launch_us: str | None, max_evals: int) -> dict[str, Any]:
+def one_gpu(
+    key: str, launch_us: str | None, max_evals: int, users: bool, alone: float
+) -> dict[str, Any]:
     from flashscope.simulator.core import hardware
 
     held = None
@@ -203,7 +232,7 @@ def one_gpu(key: str, launch_us: str | None, max_evals: int) -> dict[str, Any]:
         held = measured_gap_us(rows_of(USERS[key]))
     elif launch_us is not None:
         held = float(launch_us)
-    gpu, record = refit(key, held, max_evals)
+    gpu, record = refit(key, held, max_evals, users, alone)
     return {"fit": record, "before": judge(key, hardware.from_name(key)), "after": judge(key, gpu)}
 
 
@@ -211,6 +240,9 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--launch-us", help="hold the launch gap: µs, or 'measured'")
     ap.add_argument("--max-evals", type=int, default=400)
+    ap.add_argument("--protocol-only", action="store_true", help="fit the protocol's half alone")
+    ap.add_argument("--alone-weight", type=float, default=0.0,
+                    help="weight of the backward's kernels timed alone in the loss")  # fmt: skip
     ap.add_argument("--gpu", action="append", choices=sorted(PROTOCOL), help="(default: both)")
     ap.add_argument("--out", type=Path)
     args = ap.parse_args(argv)
@@ -229,14 +261,22 @@ def main(argv: list[str] | None = None) -> int:
         },
         "launch_us": args.launch_us,
         "max_evals": args.max_evals,
+        "protocol_only": args.protocol_only,
+        "alone_weight": args.alone_weight,
     }
     with ProcessPoolExecutor(max_workers=len(keys)) as pool:
-        futures = {k: pool.submit(one_gpu, k, args.launch_us, args.max_evals) for k in keys}
+        futures = {
+            k: pool.submit(one_gpu, k, args.launch_us, args.max_evals, not args.protocol_only,
+                           args.alone_weight)
+            for k in keys
+        }  # fmt: skip
         record["gpus"] = {k: f.result() for k, f in futures.items()}
     for k, entry in record["gpus"].items():
         print(k, json.dumps({"fit": entry["fit"]["values"], **{
             when: entry[when] for when in ("before", "after")}}, indent=1))  # fmt: skip
     tag = "" if args.launch_us is None else f"-gap-{args.launch_us}"
+    tag += "-protocol-only" if args.protocol_only else ""
+    tag += f"-alone-{args.alone_weight:g}" if args.alone_weight else ""
     out = args.out or RESULTS / f"whole-space-refit-{record['date']}{tag}.json"
     out.write_text(json.dumps(record, indent=1) + "\n")
     print(f"→ {out}")
