@@ -3,11 +3,11 @@
 Usage (on an H100 or H200):
     python benchmarks/recording_modes.py --out FILE [--rounds 3]
 
-The recorded kernel (`kernels/warpgroups.py`, RECORD mode 2) holds each role's loop twice: a
-copy with the step stamps, which the first `detail` programs take, and one without, which
-every other program takes. Three ping-pong warpgroups causal still run about a tenth slower
-recorded than plain. This times, for a few launches of `benchmarks/warpgroups.py`, in one
-process and in alternating rounds (plain first in each):
+A recording in one launch (`kernels/warpgroups.py`, RECORD mode 2, its first form) holds each
+role's loop twice: a copy with the step stamps, which the first `detail` programs take, and one
+without, which every other program takes; three ping-pong warpgroups causal ran about a tenth
+slower so recorded than plain. This times, for a few launches of `benchmarks/warpgroups.py`, in
+one process and in alternating rounds (plain first in each):
 
 - `plain`: the kernel without RECORD;
 - `split`: the recording as launched (`Recording.mode` 6, `hopper_forward.split_launches`):
