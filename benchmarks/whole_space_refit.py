@@ -141,8 +141,8 @@ def refit(
     return apply(start, result.values), record
 
 
-def call_errors(rows: list[dict[str, Any]], gpu: Any) -> list[tuple[dict[str, Any], float]]:
-    """(row, relative error of the simulated call) of every timed row, re-simulated on `gpu`."""
+def simulated_calls(rows: list[dict[str, Any]], gpu: Any) -> list[tuple[dict[str, Any], float]]:
+    """(row, its call re-simulated on `gpu`, µs) of every timed row."""
     from flashscope.simulator.calibrate.validation import workload_of
     from flashscope.simulator.timing.engine import call_time_s, simulate_workload
 
@@ -151,43 +151,40 @@ def call_errors(rows: list[dict[str, Any]], gpu: Any) -> list[tuple[dict[str, An
         if not r.get("measured_us"):
             continue
         config = {**r["config"], "gpu": gpu.key}
-        res = simulate_workload(workload_of(config, gpu), gpu)
-        out.append((r, call_time_s(res) * 1e6 / r["measured_us"] - 1))
+        out.append((r, call_time_s(simulate_workload(workload_of(config, gpu), gpu)) * 1e6))
     return out
 
 
-def stats(errors: list[float]) -> dict[str, Any]:
-    e = np.array(errors)
-    if not len(e):
-        return {"rows": 0}
-    return {
-        "rows": len(e),
-        "time_mape_pct": float(np.abs(e).mean() * 100),
-        "bias_pct": float(e.mean() * 100),
-        "within_10pct": float((np.abs(e) <= 0.10).mean()),
-        "worst_pct": float(e[np.argmax(np.abs(e))] * 100),
-    }
+def call_stats(calls: list[tuple[dict[str, Any], float]]) -> dict[str, Any]:
+    """`validation.error_stats` of (row, simulated µs) pairs against the rows' measured times."""
+    from flashscope.simulator.calibrate.validation import error_stats
+
+    return error_stats([r["id"] for r, _ in calls], [r["measured_us"] for r, _ in calls],
+                       [s for _, s in calls])  # fmt: skip
 
 
 def alone_figures(path: Path, gpu: Any) -> dict[str, Any]:
     """The backward's kernels timed alone by Nsight Compute against the engine's, by kernel and
-    half (calls the GPU bounds)."""
+    half (calls the GPU bounds): `validation.error_stats`."""
     from flashscope.simulator.calibrate.known_misses import host_bound
-    from flashscope.simulator.calibrate.validation import kernels_alone, workload_of
+    from flashscope.simulator.calibrate.validation import error_stats, kernels_alone, workload_of
 
-    errs: dict[str, list[float]] = {}
+    found: dict[str, list[tuple[str, float, float]]] = {}
     for r in rows_of(path):
         if host_bound(r) or not r.get("measured_us"):
             continue
         config = {**r["config"], "gpu": gpu.key}
         for k in kernels_alone(r, workload_of(config, gpu), gpu):
-            errs.setdefault(f"{r.get('subset')}:{k['name']}", []).append(k["error_pct"] / 100)
-    return {name: stats(e) for name, e in sorted(errs.items())}
+            found.setdefault(f"{r.get('subset')}:{k['name']}", []).append(
+                (r["id"], k["measured_us"], k["simulated_us"])
+            )
+    return {name: error_stats(*zip(*got, strict=True)) for name, got in sorted(found.items())}
 
 
 def sweep_figures(path: Path, gpu: Any, compiled_only: bool = False) -> dict[str, Any]:
-    """A users'-space dataset on `gpu`, by half: every call, and the calls the GPU bounds
-    (`compiled_only`: only the rows whose every kernel the compiler's table holds)."""
+    """A users'-space dataset on `gpu`, by half: `validation.error_stats` of every call, and of
+    the calls the GPU bounds (`compiled_only`: only the rows whose every kernel the compiler's
+    table holds)."""
     from flashscope.simulator.calibrate.known_misses import host_bound
     from flashscope.simulator.calibrate.validation import kernel_keys
     from flashscope.simulator.timing import compiled
@@ -196,14 +193,14 @@ def sweep_figures(path: Path, gpu: Any, compiled_only: bool = False) -> dict[str
     if compiled_only:
         known = compiled.compiler_registers()
         rows = [r for r in rows if all(k in known for k in kernel_keys(r["config"], gpu))]
-    errs = call_errors(rows, gpu)
+    calls = simulated_calls(rows, gpu)
     out = {}
     for half in ("fit", "holdout"):
-        mine = [(r, e) for r, e in errs if r.get("subset") == half]
+        mine = [(r, s) for r, s in calls if r.get("subset") == half]
         if mine:
             out[half] = {
-                "all": stats([e for _, e in mine]),
-                "gpu_bound": stats([e for r, e in mine if not host_bound(r)]),
+                "all": call_stats(mine),
+                "gpu_bound": call_stats([(r, s) for r, s in mine if not host_bound(r)]),
             }
     return out
 
