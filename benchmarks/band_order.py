@@ -74,7 +74,7 @@ def measure(out_dir: Path) -> tuple[dict, dict]:
     """Times and recorded edges on this GPU: (rows, edges by row name)."""
     import torch
 
-    from flashscope.kernels.hopper_forward import launch_forward_ws
+    from flashscope.kernels.hopper_forward import REC_HEADER, launch_forward_ws
     from flashscope.kernels.timing import median_ms
     from flashscope.kernels.warpgroups import new_recording, stamps_of
 
@@ -92,7 +92,7 @@ def measure(out_dir: Path) -> tuple[dict, dict]:
                 call(record=rec)
             rec_ms = median_ms([partial(call, record=rec)])
             key = f"{name}_b{band}"
-            edges[key] = stamps_of(rec, cfg).raw[:, :, -4:]
+            edges[key] = stamps_of(rec, cfg).raw[:, :, -REC_HEADER:][..., :4]
             rows[key] = {"ms": ms, "rec_ms": rec_ms, "cfg": cfg.as_list()}
             print(key, [round(m, 4) for m in ms], round(rec_ms, 4), flush=True)
     out_dir.mkdir(parents=True, exist_ok=True)

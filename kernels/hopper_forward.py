@@ -300,7 +300,9 @@ def _window(share, rec_tiles, RECORD: gl.constexpr):
 # The recording (RECORD, `warpgroup_timeline`): each role of a recorded program (consumer
 # warpgroups 0…C−1, then the loader) owns a region of int64 stamps of the SM's cycle counter:
 # REC_STEP_EVENTS per ring step for its first `rec_steps` steps, REC_TILE_EVENTS per tile for
-# its first `rec_tiles` tiles, then REC_HEADER (counter and global timer at its start and end).
+# its first `rec_tiles` tiles, then REC_HEADER: the counter and the global timer at its start and
+# at its end in the launch that stamps its steps (one SM's counter: `Stamps.ns_per_cycle` scales
+# by these), then at the program's last end (its rest's launch's, RECORD 8, where it has one).
 # The codes each role writes are listed with `timeline_intervals`, which reads them.
 # RECORD modes: 0 none; 1 every stamp a masked store in every program; 2 each role's loop
 # compiled twice, taken per program: mode 3 in the programs that stamp their steps (each stamp
@@ -319,7 +321,7 @@ def _window(share, rec_tiles, RECORD: gl.constexpr):
 # start and end stamps cost 0-2% (benchmarks/results/recording-modes-*.json).
 REC_STEP_EVENTS = 9
 REC_TILE_EVENTS = 8
-REC_HEADER = 4
+REC_HEADER = 6
 _REC_STEP = gl.constexpr(REC_STEP_EVENTS)
 _REC_TILE = gl.constexpr(REC_TILE_EVENTS)
 _REC_HEADER = gl.constexpr(REC_HEADER)
@@ -382,7 +384,8 @@ def _stamp_tile(rec, i, code: gl.constexpr, RECORD: gl.constexpr):
 
 @gluon.jit
 def _stamp_edge(rec, code: gl.constexpr, RECORD: gl.constexpr):
-    """The role's start (code 0) or end (code 2): the cycle counter and the global timer."""
+    """The role's start (code 0), end (code 2) or last end (code 4): the cycle counter and the
+    global timer."""
     if RECORD:
         base, _, steps, tiles, on = rec
         at = base + steps * _REC_STEP + tiles * _REC_TILE + code
@@ -400,12 +403,15 @@ def _stamp_start(rec, RECORD: gl.constexpr):
 
 @gluon.jit
 def _stamp_end(rec, ran, RECORD: gl.constexpr):
-    """The role's end (`_stamp_edge`); a stamping program's second launch (RECORD 8) stamps it
-    only where it ran any of the program's tiles (`ran`), else the first launch's end stands."""
-    if RECORD != 8:  # noqa: SIM114 (a constexpr test and a runtime one, kept apart)
+    """The role's end and last end (`_stamp_edge`). A stamping program's second launch
+    (RECORD 8) may run on another SM, whose cycle counter is not the first launch's: it
+    stamps only the last end, and only where it ran any of the program's tiles (`ran`); else the
+    first launch's stands."""
+    if RECORD != 8:
         _stamp_edge(rec, 2, RECORD)
+        _stamp_edge(rec, 4, RECORD)
     elif ran:
-        _stamp_edge(rec, 2, RECORD)
+        _stamp_edge(rec, 4, RECORD)
 
 
 @gluon.jit

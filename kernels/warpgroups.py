@@ -68,7 +68,9 @@ class Stamps:
     tiles: int
 
     def role(self, program: int, role: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(step stamps (steps, REC_STEP_EVENTS), tile stamps (tiles, REC_TILE_EVENTS), header)."""
+        """(step stamps (steps, REC_STEP_EVENTS), tile stamps (tiles, REC_TILE_EVENTS), header:
+        counter and global timer at the start, at the end of the launch that stamped the steps,
+        and at the program's last end)."""
         region = self.raw[program, role]
         n_step = self.steps * REC_STEP_EVENTS
         n_tile = self.tiles * REC_TILE_EVENTS
@@ -82,7 +84,7 @@ class Stamps:
         """The SM's clock over the program's longest-lived role, from the global timer."""
         best = (0, 1.0)
         for r in range(self.cfg.consumers + 1):
-            clk0, gt0, clk1, gt1 = self.role(program, r)[2]
+            clk0, gt0, clk1, gt1 = self.role(program, r)[2][:4]
             if min(clk0, gt0, clk1, gt1) >= 0 and clk1 - clk0 > best[0]:
                 best = (int(clk1 - clk0), (gt1 - gt0) / (clk1 - clk0))
         if best[0] == 0:
@@ -90,10 +92,10 @@ class Stamps:
         return best[1]
 
     def span_ns(self) -> float:
-        """The launch's span by the global timer: the first role's start to the last one's end
-        (every recorded program)."""
+        """The launch's span by the global timer: the first role's start to the last one's
+        last end (every recorded program, its rest's launch included)."""
         head = self.raw[:, :, -REC_HEADER:]
-        starts, ends = head[..., 1], head[..., 3]
+        starts, ends = head[..., 1], head[..., 5]
         if (starts < 0).any() or (ends < 0).any():
             raise ValueError("some recorded roles left no start or end stamp")
         return float(ends.max() - starts.min())

@@ -46,9 +46,9 @@ from flashscope.simulator.timing.kernelplan import useful_flops
 ALGO = {"fwd": "fa2", "bwd": "fa2-bwd", "decode": "decode"}
 BACKWARD_PASSES = 3  # forward (for the log-sum-exp), dK/dV kernel, dQ kernel
 # A warpgroup run's stamps per (program, warpgroup): int64, 96 ring steps of 9 events, 4 tiles of
-# 8 and a header of 4 (app/runs/jobs.py WARPGROUP_RECORDING, kernels/hopper_forward.py
+# 8 and a header of 6 (app/runs/jobs.py WARPGROUP_RECORDING, kernels/hopper_forward.py
 # `record_size`; tests/app/test_runs_warpgroups.py holds the three to each other).
-RECORD_BYTES_PER_ROLE = 8 * (96 * 9 + 4 * 8 + 4)
+RECORD_BYTES_PER_ROLE = 8 * (96 * 9 + 4 * 8 + 6)
 WARPGROUP_ROWS = 64  # query rows of one consumer warpgroup
 
 

@@ -78,7 +78,7 @@ def handmade_stamps() -> Stamps:
         loader[n_step] = 105 + shift  # tile 0, Q's copy for consumer 0
         for role, end in ((consumer, 220), (loader, 120)):
             a, b = 100 + shift, end + shift
-            role[n_step + n_tile : n_step + n_tile + REC_HEADER] = (a, NS * a, b, NS * b)
+            role[n_step + n_tile : n_step + n_tile + REC_HEADER] = (a, NS * a, b, NS * b, b, NS * b)
     return Stamps(raw, cfg, STEPS, TILES)
 
 

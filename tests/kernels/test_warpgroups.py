@@ -73,7 +73,7 @@ def synthetic(cfg: WsConfig, tile_steps: list[int], steps: int, tiles: int, rng)
             tile[i, 5], tile[i, 6] = tick(), tick()
         head = raw[0, r, n_step + n_tile : n_step + n_tile + REC_HEADER]
         end = tick()
-        head[:] = (start, 3 * start, end, 3 * end)
+        head[:] = (start, 3 * start, end, 3 * end, end, 3 * end)
     return Stamps(raw, cfg, steps, tiles)
 
 
@@ -139,6 +139,21 @@ def test_tiles_beyond_the_recorded_steps_are_left_out(seed: int) -> None:
     )  # the second tile's last step is not recorded
     got = timeline_intervals(stamps, [2, 2])
     assert {x["tile"] for x in got} == {0}
+
+
+def test_the_clock_is_scaled_within_one_launch_and_the_span_runs_to_the_last_end(seed) -> None:
+    """A stamping program's rest runs in a launch of its own, maybe on another SM, whose
+    counter is not the first's: its last end stamps a counter that must not be used."""
+    cfg = WsConfig(2, 128, 2, True)
+    rng = np.random.default_rng(seed)
+    stamps = synthetic(cfg, [2, 2], steps=4, tiles=2, rng=rng)
+    want = stamps.ns_per_cycle(0)
+    first_end = stamps.span_ns()
+    heads = stamps.raw[0, :, -REC_HEADER:]
+    later = int(heads[:, 5].max()) + int(rng.integers(1_000, 100_000))
+    heads[0, 4:] = (int(rng.integers(1, 10**15)), later)  # another SM's counter, a later end
+    assert stamps.ns_per_cycle(0) == want == pytest.approx(3.0)
+    assert stamps.span_ns() == later - heads[:, 1].min() > first_end
 
 
 def test_busy_fractions_count_overlaps_once() -> None:
