@@ -213,3 +213,27 @@ def test_the_fetch_bound_scales_only_causal_variants_by_their_two_loop_ratio(tmp
     # the 0.9 ratio counts as 1
     assert out == [pytest.approx(2.0 * h100), pytest.approx(2.0 * h200),
                    pytest.approx(2.0 * h100), 2.0, 2.0, 2.0]  # fmt: skip
+
+
+def test_local_memory_lists_only_spilling_kernels_at_32_registers() -> None:
+    import gzip
+
+    from benchmarks import local_memory as lm
+    from flashscope.simulator.core import hardware
+    from flashscope.simulator.timing import engine
+
+    path = lm.DATASETS["h100-sxm"]
+    rows = json.loads(gzip.decompress(path.read_bytes()))["rows"]
+    # u004: a forward at 32 registers; u003: a backward whose preprocess kernel has 32 and
+    # no spill; u002: a forward that spills at 255
+    picked = [r for r in rows if r["id"][:4] in ("u004", "u003", "u002")]
+    gpu = hardware.from_name("h100-sxm")
+    floor, others = lm.kernels(picked, gpu)
+    assert [k["id"][:4] for k in floor] == ["u004"] and len(others) == 1
+    (k,) = floor
+    assert k["kernel"] == "fa2" and k["simulated_us"] < k["measured_us"]
+    before = engine._work
+    with lm.own_rate(20.0):
+        slower = lm.kernels(picked, gpu)[0][0]["simulated_us"]
+        assert engine._work is not before
+    assert engine._work is before and slower > k["simulated_us"]

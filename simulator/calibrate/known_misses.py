@@ -226,6 +226,23 @@ def spills(row: Mapping[str, Any]) -> bool:
     return any((k.get(LOCAL_LOAD) or 0) > 0 for k in ncu_kernels(dict(row)))
 
 
+# The fewest registers per thread a kernel compiles to: one that spills at this count keeps
+# nearly all its live values in local memory (compiled.py).
+FLOOR_REGISTERS = 32
+
+
+def in_local_memory(row: Mapping[str, Any]) -> bool:
+    """Whether one of the row's kernels compiled to FLOOR_REGISTERS and reloads from local
+    memory (Nsight Compute's registers and local loads)."""
+    from flashscope.simulator.calibrate.validation import ncu_kernels
+    from flashscope.simulator.timing.compiled import LOCAL_LOAD, REGISTERS
+
+    return any(
+        k.get(REGISTERS) == FLOOR_REGISTERS and (k.get(LOCAL_LOAD) or 0) > 0
+        for k in ncu_kernels(dict(row))
+    )
+
+
 def _config(row: Mapping[str, Any]) -> Mapping[str, Any]:
     config: Mapping[str, Any] = row.get("config") or {}
     return config
@@ -287,6 +304,22 @@ MISS_CLASSES: tuple[MissClass, ...] = (
         host_bound,
     ),
     *_STRUCTURAL,
+    MissClass(
+        "local-memory",
+        "kernels in local memory",
+        f"kernels compiled to {FLOOR_REGISTERS} registers a thread that spill: 2-warp tiles "
+        "asking for far more than the 255 a thread may hold, whose live values stay in local "
+        "memory (all 18 of either sweep's were spread tiles)",
+        "the pace of reloads that wait one after another: Nsight Compute counts 4-19 GB/s "
+        "of them per SM (other spilling kernels up to 58), where the engine charges local "
+        "bytes at local_gbs (132-220 GB/s per SM) and the L2's rate, so alone their kernels "
+        "come out 14-93% too fast. A local rate of their own, best on the fit half at 50-60 "
+        "GB/s per SM, took the held-out half from 18.2% to 17.8% (H100) and 20.5% to 20.2% "
+        "(H200); not kept: it is 3-10 times what the kernels measured, a compromise with the "
+        "engine's other terms rather than the effect "
+        "(benchmarks/results/local-memory-kernels-2026-11-28.json)",
+        in_local_memory,
+    ),
     MissClass(
         "spills-spread",
         "spilling kernels, spread tiles",

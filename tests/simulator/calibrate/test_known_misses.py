@@ -156,6 +156,21 @@ def test_each_row_falls_in_the_first_class_that_takes_it():
     assert miss_class(no_ncu) == "forward-candidate"  # unknown kernels' share: not host-bound
 
 
+def test_a_kernel_compiled_to_32_registers_that_spills_is_in_local_memory():
+    from flashscope.simulator.calibrate.known_misses import FLOOR_REGISTERS, miss_class
+    from flashscope.simulator.timing.compiled import REGISTERS
+
+    def row(registers: int, spill: bool) -> dict[str, Any]:
+        r = _row(0, "fit", 0.0, spill=spill, tiles="spread")
+        r["measured"]["ncu"]["kernels"][0][REGISTERS] = registers
+        return r
+
+    assert miss_class(row(FLOOR_REGISTERS, True)) == "local-memory"
+    assert miss_class(row(FLOOR_REGISTERS + 8, True)) == "spills-spread"
+    # few registers and no spill (the backward's preprocess kernel): not in local memory
+    assert miss_class(row(FLOOR_REGISTERS, False)) == "forward-spread"
+
+
 def test_the_shipped_protocol_datasets_tables_match_the_known_misses():
     """On the protocol, only the H200's atomic route is still beyond 10% held out (the class
     KNOWN_MISSES records), within the range recorded for it."""
