@@ -310,14 +310,10 @@ MISS_CLASSES: tuple[MissClass, ...] = (
         f"kernels compiled to {FLOOR_REGISTERS} registers a thread that spill: 2-warp tiles "
         "asking for far more than the 255 a thread may hold, whose live values stay in local "
         "memory (all 18 of either sweep's were spread tiles)",
-        "the pace of reloads that wait one after another: Nsight Compute counts 4-19 GB/s "
-        "of them per SM (other spilling kernels up to 58), where the engine charges local "
-        "bytes at local_gbs (132-220 GB/s per SM) and the L2's rate, so alone their kernels "
-        "come out 14-93% too fast. A local rate of their own, best on the fit half at 50-60 "
-        "GB/s per SM, took the held-out half from 18.2% to 17.8% (H100) and 20.5% to 20.2% "
-        "(H200); not kept: it is 3-10 times what the kernels measured, a compromise with the "
-        "engine's other terms rather than the effect "
-        "(benchmarks/results/local-memory-kernels-2026-11-28.json)",
+        "reloads that wait one after another: Nsight Compute counts 4-19 GB/s of them per SM, "
+        "other spilling kernels up to 58; the engine charges them as any spill's (local_gbs "
+        "and the L2's rate), so alone they come out 14-93% too fast. A rate of their own "
+        "fitted 3-10 times what they measured and was not kept (docs/validation.md)",
         in_local_memory,
     ),
     MissClass(
