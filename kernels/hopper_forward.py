@@ -310,7 +310,7 @@ def _window(share, rec_tiles, RECORD: gl.constexpr):
 # start and end only, so their loop is the plain kernel's); 6 (`Recording.mode`, the default)
 # launches side by side on two streams (`_launch_split`): for the programs that stamp their
 # steps one of mode 7 (mode 3 over the first rec_tiles entries of each one's share), then one
-# of mode 8 (the rest of their shares unstamped, their end stamped), and beside them one of
+# of mode 8 (the rest of their shares unstamped, their last end stamped), and beside them one of
 # mode 5 (mode 4 numbered from rec_detail on) for the others, so that no kernel holds two
 # copies of a loop. The branches in every program, as the kernel first had
 # them, cost ping-pong launches 12-47% even where no program took them
