@@ -36,7 +36,7 @@ if str(ROOT) not in sys.path:
 import numpy as np
 
 from benchmarks.hostinfo import cpu_model
-from flashscope.simulator.calibrate.known_misses import FLOOR_REGISTERS
+from flashscope.simulator.calibrate.known_misses import FLOOR_REGISTERS, kernel_in_local_memory
 from flashscope.simulator.calibrate.validation import (
     error_stats,
     ncu_kernels,
@@ -70,7 +70,7 @@ def kernels(rows: list[dict[str, Any]], gpu: GPU) -> tuple[list[dict[str, Any]],
             seconds = float(ns) * 1e-9
             sms = min(int(k.get("launch__grid_size") or gpu.sms), gpu.sms)
             rate = _local_loads(k) / seconds / sms / 1e9
-            if k.get(compiled.REGISTERS) != FLOOR_REGISTERS:
+            if not kernel_in_local_memory(k):
                 others.append(rate)
                 continue
             simulated = engine.alone_time_s(alone(workload_of(row["config"], gpu), name), gpu)

@@ -216,8 +216,6 @@ def test_the_fetch_bound_scales_only_causal_variants_by_their_two_loop_ratio(tmp
 
 
 def test_local_memory_lists_only_spilling_kernels_at_32_registers() -> None:
-    import gzip
-
     from benchmarks import local_memory as lm
     from flashscope.simulator.core import hardware
     from flashscope.simulator.timing import engine

@@ -231,16 +231,19 @@ def spills(row: Mapping[str, Any]) -> bool:
 FLOOR_REGISTERS = 32
 
 
-def in_local_memory(row: Mapping[str, Any]) -> bool:
-    """Whether one of the row's kernels compiled to FLOOR_REGISTERS and reloads from local
-    memory (Nsight Compute's registers and local loads)."""
-    from flashscope.simulator.calibrate.validation import ncu_kernels
+def kernel_in_local_memory(kernel: Mapping[str, Any]) -> bool:
+    """Whether a kernel Nsight Compute measured compiled to FLOOR_REGISTERS and reloads from
+    local memory (its registers and local loads)."""
     from flashscope.simulator.timing.compiled import LOCAL_LOAD, REGISTERS
 
-    return any(
-        k.get(REGISTERS) == FLOOR_REGISTERS and (k.get(LOCAL_LOAD) or 0) > 0
-        for k in ncu_kernels(dict(row))
-    )
+    return kernel.get(REGISTERS) == FLOOR_REGISTERS and (kernel.get(LOCAL_LOAD) or 0) > 0
+
+
+def in_local_memory(row: Mapping[str, Any]) -> bool:
+    """Whether one of the row's kernels is in local memory (`kernel_in_local_memory`)."""
+    from flashscope.simulator.calibrate.validation import ncu_kernels
+
+    return any(kernel_in_local_memory(k) for k in ncu_kernels(dict(row)))
 
 
 def _config(row: Mapping[str, Any]) -> Mapping[str, Any]:
